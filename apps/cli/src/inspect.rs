@@ -1,0 +1,80 @@
+//! `tessera inspect`: print an atlas summary as a table or JSON.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use tessera_core::atlas::{Atlas, AtlasSummary};
+
+/// Runs `tessera inspect`.
+pub(crate) fn run(path: &Path, json: bool) -> Result<ExitCode> {
+    let summary = Atlas::open(path)?.summary();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print!("{}", table(&summary));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / (1u64 << 20) as f64
+}
+
+/// The human-readable report.
+pub(crate) fn table(s: &AtlasSummary) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{}: Tessera atlas v{}, {} layer(s), {} tiles, {:.2} MiB",
+        s.path.display(),
+        s.version,
+        s.layers.len(),
+        s.tiles,
+        mib(s.file_bytes)
+    );
+    for l in &s.layers {
+        let _ = writeln!(
+            o,
+            "layer {} '{}': {}x{} texels, tile {} + border {} ({}² stored), {} mips, codec {}, wrap {:?}, {:?}",
+            l.index,
+            l.name,
+            l.width,
+            l.height,
+            l.tile_size,
+            l.border,
+            l.tile_size + 2 * l.border,
+            l.mip_count,
+            l.codec,
+            l.wrap,
+            l.color
+        );
+        let _ = writeln!(
+            o,
+            "  {:>4} {:>13} {:>11} {:>7} {:>12} {:>7}",
+            "mip", "texels", "tiles", "count", "on disk MiB", "ratio"
+        );
+        for m in &l.mips {
+            let _ = writeln!(
+                o,
+                "  {:>4} {:>13} {:>11} {:>7} {:>12.2} {:>6.2}x",
+                m.mip,
+                format!("{}x{}", m.width, m.height),
+                format!("{}x{}", m.tiles_x, m.tiles_y),
+                u64::from(m.tiles_x) * u64::from(m.tiles_y),
+                mib(m.stored_bytes),
+                m.raw_bytes as f64 / m.stored_bytes.max(1) as f64
+            );
+        }
+        let _ = writeln!(
+            o,
+            "  total {} tiles, {:.2} MiB on disk, {:.2} MiB decoded, compression ratio {:.2}x",
+            l.tiles,
+            mib(l.stored_bytes),
+            mib(l.raw_bytes),
+            l.compression_ratio
+        );
+    }
+    o
+}

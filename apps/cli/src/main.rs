@@ -1,0 +1,205 @@
+//! `tessera`: bake images into virtual-texture atlases, inspect and verify them,
+//! and run the demo.
+
+mod demo;
+mod inspect;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use tessera_core::atlas::{Atlas, ColorSpace, Wrap};
+use tessera_core::bake::{BakeInput, BakeOptions, bake};
+use tessera_core::codec::Codec;
+use tessera_core::source::{Generated, ImageSource};
+
+/// Tessera: streaming virtual textures far larger than VRAM.
+#[derive(Parser)]
+#[command(name = "tessera", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Bake images into a tiled, mip-mapped atlas (.tsa).
+    ///
+    /// Every INPUT becomes one layer of the atlas: an independent virtual texture with
+    /// its own size, mip chain and tiles, addressed as layer 0, 1, … in the order given.
+    /// `--generate WxH` adds a procedural labelled texture as a further layer.
+    Bake(BakeArgs),
+    /// Describe an atlas: sizes, tiles per mip, codec, bytes on disk, compression ratio.
+    Inspect {
+        /// The atlas file.
+        atlas: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read, checksum and decode every tile; exit 1 naming each bad tile.
+    Verify {
+        /// The atlas file.
+        atlas: PathBuf,
+    },
+    /// The main job: bake a built-in labelled texture (once, cached), check it and report.
+    Demo(demo::DemoArgs),
+}
+
+#[derive(clap::Args)]
+struct BakeArgs {
+    /// Input images (PNG or JPEG); each becomes one layer, in order.
+    inputs: Vec<PathBuf>,
+    /// Output atlas path (written atomically).
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Add a procedural labelled texture of this size (e.g. 32768x32768) as a layer.
+    #[arg(long, value_name = "WxH", value_parser = parse_size)]
+    generate: Vec<(u32, u32)>,
+    /// Tile payload side in texels (multiple of 4).
+    #[arg(long, default_value_t = 128)]
+    tile_size: u32,
+    /// Border texels copied from neighbouring tiles on each side.
+    #[arg(long, default_value_t = 4)]
+    border: u32,
+    /// Tile codec.
+    #[arg(long, default_value = "lz4", value_parser = parse_codec)]
+    codec: Codec,
+    /// What lies beyond the texture's edges: borders repeat the edge or wrap around.
+    #[arg(long, value_enum, default_value_t = WrapArg::Clamp)]
+    wrap: WrapArg,
+    /// How input texels are encoded: sRGB colour (filtered in linear light) or linear data.
+    #[arg(long, value_enum, default_value_t = ColorArg::Srgb)]
+    color: ColorArg,
+    /// Folder for large intermediate mip levels (default: the output's folder).
+    #[arg(long)]
+    scratch_dir: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum WrapArg {
+    Clamp,
+    Repeat,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ColorArg {
+    Srgb,
+    Linear,
+}
+
+fn parse_codec(s: &str) -> Result<Codec, String> {
+    s.parse()
+}
+
+/// Parses `WxH`.
+pub(crate) fn parse_size(s: &str) -> Result<(u32, u32), String> {
+    let (w, h) = s.split_once(['x', 'X']).ok_or_else(|| format!("'{s}' is not WxH"))?;
+    let p = |v: &str| v.trim().parse::<u32>().map_err(|_| format!("'{s}' is not WxH"));
+    Ok((p(w)?, p(h)?))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Bake(args) => run_bake(&args),
+        Command::Inspect { atlas, json } => inspect::run(&atlas, json),
+        Command::Verify { atlas } => run_verify(&atlas),
+        Command::Demo(args) => demo::run(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tessera: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal).
+pub(crate) fn progress_bar(len: u64) -> ProgressBar {
+    let pb = ProgressBar::new(len);
+    pb.set_style(
+        ProgressStyle::with_template(
+            "{spinner} {msg:24} [{bar:40}] {pos}/{len} tiles ({per_sec}, ETA {eta})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    pb
+}
+
+fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
+    if args.inputs.is_empty() && args.generate.is_empty() {
+        bail!("nothing to bake: give at least one INPUT image or --generate WxH");
+    }
+    let wrap = match args.wrap {
+        WrapArg::Clamp => Wrap::Clamp,
+        WrapArg::Repeat => Wrap::Repeat,
+    };
+    let color = match args.color {
+        ColorArg::Srgb => ColorSpace::Srgb,
+        ColorArg::Linear => ColorSpace::Linear,
+    };
+    let mut inputs = Vec::new();
+    for path in &args.inputs {
+        let source = ImageSource::open(path)?;
+        inputs.push(BakeInput { name: layer_name(path), source: Box::new(source), wrap, color });
+    }
+    for &(w, h) in &args.generate {
+        inputs.push(BakeInput {
+            name: format!("generated-{w}x{h}"),
+            source: Box::new(Generated::new(w, h)),
+            wrap,
+            color: ColorSpace::Srgb,
+        });
+    }
+    let opts = BakeOptions {
+        tile_size: args.tile_size,
+        border: args.border,
+        codec: args.codec,
+        scratch_dir: args.scratch_dir.clone(),
+    };
+    let pb = progress_bar(0);
+    let report = bake(inputs, &args.output, &opts, &pb)
+        .with_context(|| format!("baking {}", args.output.display()))?;
+    pb.finish_and_clear();
+    let tiles: u64 = report.layers.iter().map(|l| l.tiles).sum();
+    let raw: u64 = report.layers.iter().map(|l| l.raw_bytes).sum();
+    println!(
+        "baked {} layer(s), {tiles} tiles into {} ({:.1} MiB, {:.2}x smaller than raw) in {:.2} s",
+        report.layers.len(),
+        args.output.display(),
+        report.file_bytes as f64 / (1 << 20) as f64,
+        raw as f64 / report.file_bytes.max(1) as f64,
+        report.seconds
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The layer name for an input path: its file stem.
+fn layer_name(path: &Path) -> String {
+    path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "layer".into())
+}
+
+fn run_verify(path: &Path) -> Result<ExitCode> {
+    let atlas = Atlas::open(path)?;
+    let pb = progress_bar(atlas.tile_count());
+    pb.set_message("verifying");
+    let errors = atlas.verify(&pb);
+    pb.finish_and_clear();
+    if errors.is_empty() {
+        println!("{}: all {} tiles good", path.display(), atlas.tile_count());
+        return Ok(ExitCode::SUCCESS);
+    }
+    for e in &errors {
+        match e.tile() {
+            Some(t) => println!("bad tile: layer {} mip {} x {} y {}: {e}", t.layer, t.mip, t.x, t.y),
+            None => println!("bad: {e}"),
+        }
+    }
+    eprintln!("tessera: error: {}: {} bad tile(s) of {}", path.display(), errors.len(), atlas.tile_count());
+    Ok(ExitCode::FAILURE)
+}

@@ -1,0 +1,412 @@
+//! Baking: source images → mip pyramid filtered in linear light → bordered tiles →
+//! per-tile codec → atlas file. Works in bands of one tile row so that memory stays
+//! bounded whatever the input size; coarse levels that do not fit the in-memory
+//! budget spill to a scratch file beside the output.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use indicatif::ProgressBar;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::atlas::{AtlasError, AtlasWriter, ColorSpace, LayerInfo, Wrap};
+use crate::codec::Codec;
+use crate::source::{LevelStore, RowSource, TEXEL_BYTES};
+use crate::tile::{LayoutError, TextureLayout};
+
+/// One input of a bake: becomes one layer of the atlas.
+pub struct BakeInput {
+    /// Layer name (at most 32 bytes are stored).
+    pub name: String,
+    /// The mip-0 texels.
+    pub source: Box<dyn RowSource>,
+    /// Edge behaviour for borders.
+    pub wrap: Wrap,
+    /// How the texels are encoded (sRGB colour is filtered in linear light).
+    pub color: ColorSpace,
+}
+
+/// Settings shared by every layer of a bake.
+#[derive(Clone, Debug)]
+pub struct BakeOptions {
+    /// Tile payload side in texels.
+    pub tile_size: u32,
+    /// Border texels on each side of a tile.
+    pub border: u32,
+    /// Codec for every tile (a tile is stored raw when the codec does not shrink it).
+    pub codec: Codec,
+    /// Where large intermediate mip levels are spilled; default: the output's folder.
+    pub scratch_dir: Option<PathBuf>,
+}
+
+impl Default for BakeOptions {
+    fn default() -> Self {
+        Self { tile_size: 128, border: 4, codec: Codec::Lz4, scratch_dir: None }
+    }
+}
+
+/// What a bake produced.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BakeReport {
+    /// One entry per layer.
+    pub layers: Vec<LayerReport>,
+    /// Size of the atlas file.
+    pub file_bytes: u64,
+    /// Wall-clock time of the bake.
+    pub seconds: f64,
+}
+
+/// What one layer of a bake produced.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LayerReport {
+    /// Layer name.
+    pub name: String,
+    /// Mip-0 size.
+    pub width: u32,
+    /// Mip-0 size.
+    pub height: u32,
+    /// Mip levels.
+    pub mips: u32,
+    /// Tiles over all mips.
+    pub tiles: u64,
+    /// Bytes of tile data stored.
+    pub stored_bytes: u64,
+    /// Bytes the tiles take decoded.
+    pub raw_bytes: u64,
+}
+
+/// Why a bake failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BakeError {
+    /// An input's size cannot be laid out.
+    #[error("input '{name}': {source}")]
+    Layout {
+        /// The input's layer name.
+        name: String,
+        /// The problem.
+        source: LayoutError,
+    },
+    /// Reading an input or a scratch level failed.
+    #[error("input '{name}': {source}")]
+    Read {
+        /// The input's layer name.
+        name: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Writing the atlas failed.
+    #[error(transparent)]
+    Atlas(#[from] AtlasError),
+    /// Nothing to bake.
+    #[error("no inputs to bake")]
+    NoInputs,
+}
+
+/// Bakes `inputs` into the atlas `out` (written atomically).
+pub fn bake(
+    inputs: Vec<BakeInput>,
+    out: &Path,
+    opts: &BakeOptions,
+    progress: &ProgressBar,
+) -> Result<BakeReport, BakeError> {
+    if inputs.is_empty() {
+        return Err(BakeError::NoInputs);
+    }
+    let start = Instant::now();
+    let mut layers = Vec::with_capacity(inputs.len());
+    for input in &inputs {
+        let (w, h) = input.source.size();
+        let layout = TextureLayout::new(w, h, opts.tile_size, opts.border)
+            .map_err(|source| BakeError::Layout { name: input.name.clone(), source })?;
+        layers.push(LayerInfo {
+            name: crate::atlas::truncate_name(&input.name).to_string(),
+            layout,
+            codec: opts.codec,
+            wrap: input.wrap,
+            color: input.color,
+            first_tile: 0,
+        });
+    }
+    progress.set_length(layers.iter().map(|l| l.layout.tile_count()).sum());
+    let scratch = match &opts.scratch_dir {
+        Some(d) => d.clone(),
+        None => out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf(),
+    };
+    let mut writer = AtlasWriter::create(out, layers.clone())?;
+    let mut reports = Vec::with_capacity(inputs.len());
+    for (input, layer) in inputs.iter().zip(&layers) {
+        reports.push(bake_layer(input, layer, opts.codec, &scratch, &mut writer, progress)?);
+    }
+    let file_bytes = writer.finish()?;
+    Ok(BakeReport { layers: reports, file_bytes, seconds: start.elapsed().as_secs_f64() })
+}
+
+fn bake_layer(
+    input: &BakeInput,
+    layer: &LayerInfo,
+    codec: Codec,
+    scratch: &Path,
+    writer: &mut AtlasWriter,
+    progress: &ProgressBar,
+) -> Result<LayerReport, BakeError> {
+    let read_err = |source| BakeError::Read { name: input.name.clone(), source };
+    let layout = layer.layout;
+    let (t, b, p) = (layout.tile_size(), layout.border(), layout.padded_tile_size());
+    let raw_len = (p * p) as usize * TEXEL_BYTES;
+    let mut report = LayerReport {
+        name: layer.name.clone(),
+        width: layout.width(),
+        height: layout.height(),
+        mips: layout.mip_count(),
+        tiles: layout.tile_count(),
+        stored_bytes: 0,
+        raw_bytes: layout.tile_count() * raw_len as u64,
+    };
+    let mut stored: Option<LevelStore> = None;
+    for mip in 0..layout.mip_count() {
+        progress.set_message(format!("{} mip {mip}", layer.name));
+        let level: &dyn RowSource = match &stored {
+            Some(s) => s,
+            None => input.source.as_ref(),
+        };
+        let (w, h) = layout.mip_size(mip);
+        let mut next = if mip + 1 < layout.mip_count() {
+            let (nw, nh) = layout.mip_size(mip + 1);
+            Some(LevelStore::new(nw, nh, scratch).map_err(read_err)?)
+        } else {
+            None
+        };
+        let (tiles_x, tiles_y) = layout.tiles_at(mip);
+        let row_bytes = w as usize * TEXEL_BYTES;
+        let mut band = vec![0u8; p as usize * row_bytes];
+        for ty in 0..tiles_y {
+            let y0 = i64::from(ty * t);
+            let rows: Vec<u32> =
+                (0..i64::from(p)).map(|r| edge(y0 - i64::from(b) + r, h, layer.wrap)).collect();
+            read_mapped_rows(level, &rows, &mut band, row_bytes).map_err(read_err)?;
+            let blobs: Vec<(Vec<u8>, Codec)> = (0..tiles_x)
+                .into_par_iter()
+                .map(|tx| {
+                    let texels = cut_tile(&band, w, tx * t, b, p, layer.wrap);
+                    let enc = codec.encode(&texels);
+                    if enc.len() < texels.len() { (enc, codec) } else { (texels, Codec::Raw) }
+                })
+                .collect();
+            for (blob, c) in &blobs {
+                writer.push_tile(blob, *c, raw_len as u32)?;
+                report.stored_bytes += blob.len() as u64;
+            }
+            if let Some(next) = &mut next {
+                let payload_rows = (h - ty * t).min(t) as usize;
+                let payload = &band[b as usize * row_bytes..(b as usize + payload_rows) * row_bytes];
+                let out = downsample(payload, w, mip, layout.width(), ty * t, layout.height(), layer.color);
+                next.append_rows(&out).map_err(read_err)?;
+            }
+            progress.inc(u64::from(tiles_x));
+        }
+        stored = next;
+    }
+    Ok(report)
+}
+
+/// Maps a possibly out-of-range coordinate into `[0, n)` by clamping or wrapping.
+pub fn edge(i: i64, n: u32, wrap: Wrap) -> u32 {
+    match wrap {
+        Wrap::Clamp => i.clamp(0, i64::from(n) - 1) as u32,
+        Wrap::Repeat => i.rem_euclid(i64::from(n)) as u32,
+    }
+}
+
+/// Reads `rows` (any order, repeats allowed) into consecutive rows of `out`,
+/// coalescing runs of consecutive rows into one read.
+fn read_mapped_rows(
+    src: &dyn RowSource,
+    rows: &[u32],
+    out: &mut [u8],
+    row_bytes: usize,
+) -> std::io::Result<()> {
+    let mut i = 0;
+    while i < rows.len() {
+        let mut j = i + 1;
+        while j < rows.len() && rows[j] == rows[j - 1] + 1 {
+            j += 1;
+        }
+        src.read_rows(rows[i], &mut out[i * row_bytes..j * row_bytes])?;
+        i = j;
+    }
+    Ok(())
+}
+
+/// Cuts the `p × p` tile whose payload starts at column `x0` out of a band of `p`
+/// rows, taking border columns from the neighbours (or the edge rule).
+fn cut_tile(band: &[u8], w: u32, x0: u32, border: u32, p: u32, wrap: Wrap) -> Vec<u8> {
+    let cols: Vec<usize> =
+        (0..i64::from(p)).map(|c| edge(i64::from(x0) - i64::from(border) + c, w, wrap) as usize).collect();
+    let row_bytes = w as usize * TEXEL_BYTES;
+    let mut out = vec![0u8; (p * p) as usize * TEXEL_BYTES];
+    for (r, dst) in out.chunks_exact_mut(p as usize * TEXEL_BYTES).enumerate() {
+        let src = &band[r * row_bytes..(r + 1) * row_bytes];
+        for (c, px) in dst.chunks_exact_mut(TEXEL_BYTES).enumerate() {
+            let s = cols[c] * TEXEL_BYTES;
+            px.copy_from_slice(&src[s..s + TEXEL_BYTES]);
+        }
+    }
+    out
+}
+
+/// How many mip-0 texels texel `j` of mip `mip` covers along a side of `full` texels.
+fn coverage(j: u32, mip: u32, full: u32) -> f32 {
+    let start = u64::from(j) << mip;
+    ((u64::from(j + 1) << mip).min(u64::from(full)) - start) as f32
+}
+
+fn srgb_to_linear_lut() -> &'static [f32; 256] {
+    static LUT: OnceLock<[f32; 256]> = OnceLock::new();
+    LUT.get_or_init(|| {
+        std::array::from_fn(|i| {
+            let c = i as f32 / 255.0;
+            if c <= 0.04045 { c / 12.92 } else { ((c + 0.055) / 1.055).powf(2.4) }
+        })
+    })
+}
+
+const LINEAR_STEPS: usize = 1 << 14;
+
+fn linear_to_srgb_lut() -> &'static [u8] {
+    static LUT: OnceLock<Vec<u8>> = OnceLock::new();
+    LUT.get_or_init(|| {
+        (0..LINEAR_STEPS)
+            .map(|i| {
+                let l = i as f32 / (LINEAR_STEPS - 1) as f32;
+                let c = if l <= 0.003_130_8 { l * 12.92 } else { 1.055 * l.powf(1.0 / 2.4) - 0.055 };
+                (c * 255.0 + 0.5).clamp(0.0, 255.0) as u8
+            })
+            .collect()
+    })
+}
+
+/// Converts one linear-light value in `[0, 1]` to an sRGB byte.
+pub fn linear_to_srgb(l: f32) -> u8 {
+    linear_to_srgb_lut()[(l.clamp(0.0, 1.0) * (LINEAR_STEPS - 1) as f32 + 0.5) as usize]
+}
+
+/// Converts one sRGB byte to linear light.
+pub fn srgb_to_linear(c: u8) -> f32 {
+    srgb_to_linear_lut()[c as usize]
+}
+
+/// Halves a band of rows of mip `mip` (width `w`, first row `y0`) into rows of mip
+/// `mip + 1`, weighting each source texel by the mip-0 area it covers (so odd sizes
+/// are exact), in linear light for sRGB, colour weighted by alpha.
+fn downsample(
+    rows: &[u8],
+    w: u32,
+    mip: u32,
+    full_w: u32,
+    y0: u32,
+    full_h: u32,
+    color: ColorSpace,
+) -> Vec<u8> {
+    let row_bytes = w as usize * TEXEL_BYTES;
+    let n_rows = rows.len() / row_bytes;
+    let out_w = w.div_ceil(2);
+    let out_rows = n_rows.div_ceil(2);
+    let mut out = vec![0u8; out_rows * out_w as usize * TEXEL_BYTES];
+    let to_lin = |c: u8| match color {
+        ColorSpace::Srgb => srgb_to_linear(c),
+        ColorSpace::Linear => f32::from(c) / 255.0,
+    };
+    let from_lin = |l: f32| match color {
+        ColorSpace::Srgb => linear_to_srgb(l),
+        ColorSpace::Linear => (l * 255.0 + 0.5).clamp(0.0, 255.0) as u8,
+    };
+    out.par_chunks_mut(out_w as usize * TEXEL_BYTES).enumerate().for_each(|(oy, dst)| {
+        let sy = 2 * oy;
+        let ys: [(usize, f32); 2] = [
+            (sy, coverage(y0 + sy as u32, mip, full_h)),
+            (sy + 1, if sy + 1 < n_rows { coverage(y0 + sy as u32 + 1, mip, full_h) } else { 0.0 }),
+        ];
+        for ox in 0..out_w as usize {
+            let sx = 2 * ox;
+            let xs: [(usize, f32); 2] = [
+                (sx, coverage(sx as u32, mip, full_w)),
+                (sx + 1, if sx + 1 < w as usize { coverage(sx as u32 + 1, mip, full_w) } else { 0.0 }),
+            ];
+            let (mut wsum, mut asum) = (0.0f32, 0.0f32);
+            let (mut c_alpha, mut c_plain) = ([0.0f32; 3], [0.0f32; 3]);
+            for &(ry, wy) in &ys {
+                for &(cx, wx) in &xs {
+                    let wgt = wx * wy;
+                    if wgt == 0.0 {
+                        continue;
+                    }
+                    let s = ry * row_bytes + cx * TEXEL_BYTES;
+                    let a = f32::from(rows[s + 3]) / 255.0;
+                    for k in 0..3 {
+                        let l = to_lin(rows[s + k]);
+                        c_alpha[k] += l * a * wgt;
+                        c_plain[k] += l * wgt;
+                    }
+                    wsum += wgt;
+                    asum += a * wgt;
+                }
+            }
+            let px = &mut dst[ox * TEXEL_BYTES..(ox + 1) * TEXEL_BYTES];
+            for k in 0..3 {
+                px[k] = from_lin(if asum > 0.0 { c_alpha[k] / asum } else { c_plain[k] / wsum });
+            }
+            px[3] = (asum / wsum * 255.0 + 0.5).clamp(0.0, 255.0) as u8;
+        }
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn srgb_round_trip_is_exact() {
+        for c in 0..=255u8 {
+            assert_eq!(linear_to_srgb(srgb_to_linear(c)), c);
+        }
+    }
+
+    #[test]
+    fn downsample_is_linear_light_and_keeps_alpha() {
+        // Black and white average to sRGB 188 in linear light, not 128.
+        let rows = [0, 0, 0, 255, 255, 255, 255, 255];
+        let out = downsample(&rows, 2, 0, 2, 0, 1, ColorSpace::Srgb);
+        assert_eq!(out, vec![188, 188, 188, 255]);
+        let out = downsample(&rows, 2, 0, 2, 0, 1, ColorSpace::Linear);
+        assert_eq!(out, vec![128, 128, 128, 255]);
+        // A transparent texel does not darken its opaque neighbour's colour.
+        let rows = [0, 0, 0, 0, 200, 100, 50, 255];
+        let out = downsample(&rows, 2, 0, 2, 0, 1, ColorSpace::Srgb);
+        assert_eq!(out, vec![200, 100, 50, 128]);
+    }
+
+    #[test]
+    fn odd_sizes_weight_by_coverage() {
+        // Width 3 at mip 0: texel 2 pairs with nothing and maps alone.
+        let rows = [10, 10, 10, 255, 10, 10, 10, 255, 90, 90, 90, 255];
+        let out = downsample(&rows, 3, 0, 3, 0, 1, ColorSpace::Linear);
+        assert_eq!(out, vec![10, 10, 10, 255, 90, 90, 90, 255]);
+        // Mip 1 of a width-5 texture: texels cover 2, 2, 1 mip-0 texels.
+        assert_eq!(coverage(2, 1, 5), 1.0);
+        let rows = [0, 0, 0, 255, 0, 0, 0, 255, 255, 255, 255, 255];
+        let out = downsample(&rows, 3, 1, 5, 0, 1, ColorSpace::Linear);
+        assert_eq!(&out[4..], &[255, 255, 255, 255]);
+    }
+
+    #[test]
+    fn edge_rules() {
+        assert_eq!(edge(-1, 10, Wrap::Clamp), 0);
+        assert_eq!(edge(-1, 10, Wrap::Repeat), 9);
+        assert_eq!(edge(12, 10, Wrap::Clamp), 9);
+        assert_eq!(edge(12, 10, Wrap::Repeat), 2);
+    }
+}

@@ -1,0 +1,827 @@
+//! The loader pool: worker threads that load requested tiles in priority order.
+//!
+//! Requests go into a shared priority queue (coarser mips first, then caller
+//! priority, then first come first served); every newly queued request sends one
+//! wake token over a channel on which the workers block. Results come back on a
+//! second channel as [`LoadResult`]s.
+//!
+//! Guarantee: every [`LoaderPool::request`] that returned `true` yields exactly one
+//! [`LoadResult`] for that tile — [`LoadOutcome::Ready`], [`LoadOutcome::Failed`] or
+//! [`LoadOutcome::Cancelled`] — including when the pool shuts down. Results of
+//! successive requests for the same tile arrive in request order.
+
+use std::cmp::Ordering;
+use std::collections::hash_map::Entry as MapEntry;
+use std::collections::{BinaryHeap, HashMap};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender};
+use serde::{Deserialize, Serialize};
+
+use crate::tile::TileId;
+
+/// Why a tile could not be loaded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// The loader reported an error.
+    #[error("tile {tile}: {reason}")]
+    Failed {
+        /// The tile that failed.
+        tile: TileId,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The loader panicked; the worker survived and reports it here.
+    #[error("tile {tile}: loader panicked: {message}")]
+    Panicked {
+        /// The tile being loaded.
+        tile: TileId,
+        /// The panic message, when it was a string.
+        message: String,
+    },
+}
+
+impl LoadError {
+    /// Shorthand for [`LoadError::Failed`].
+    pub fn failed(tile: TileId, reason: impl Into<String>) -> Self {
+        Self::Failed { tile, reason: reason.into() }
+    }
+
+    /// The tile the error is about.
+    pub fn tile(&self) -> TileId {
+        match self {
+            Self::Failed { tile, .. } | Self::Panicked { tile, .. } => *tile,
+        }
+    }
+}
+
+/// Something that turns a tile id into GPU-ready bytes (read, decompress, decode).
+///
+/// Called concurrently from every worker thread. Closures
+/// `Fn(TileId) -> Result<Arc<[u8]>, LoadError>` implement it.
+pub trait TileLoader: Send + Sync + 'static {
+    /// Loads one tile.
+    fn load(&self, tile: TileId) -> Result<Arc<[u8]>, LoadError>;
+}
+
+impl<F> TileLoader for F
+where
+    F: Fn(TileId) -> Result<Arc<[u8]>, LoadError> + Send + Sync + 'static,
+{
+    fn load(&self, tile: TileId) -> Result<Arc<[u8]>, LoadError> {
+        self(tile)
+    }
+}
+
+/// Tuning of a [`LoaderPool`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoaderConfig {
+    /// `K`: a queued request not renewed for more than this many frames is dropped by
+    /// [`LoaderPool::cancel_stale`] (when `last_requested_frame + K < current_frame`).
+    pub cancel_after_frames: u64,
+}
+
+impl Default for LoaderConfig {
+    fn default() -> Self {
+        Self { cancel_after_frames: 8 }
+    }
+}
+
+/// How a request ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LoadOutcome {
+    /// The tile's bytes.
+    Ready(Arc<[u8]>),
+    /// The loader failed (or panicked).
+    Failed(LoadError),
+    /// The request was cancelled before a worker picked it up (by
+    /// [`LoaderPool::cancel`], [`LoaderPool::cancel_stale`] or shutdown).
+    Cancelled,
+}
+
+/// The end of one request, sent on [`LoaderPool::results`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadResult {
+    /// The requested tile.
+    pub tile: TileId,
+    /// What happened.
+    pub outcome: LoadOutcome,
+}
+
+/// Running totals of a [`LoaderPool`].
+///
+/// At any time `requested == completed + failed + cancelled + pending + in_flight`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoaderCounters {
+    /// Requests that were queued (calls to `request` that returned `true`).
+    pub requested: u64,
+    /// Loads that produced bytes.
+    pub completed: u64,
+    /// Loads that failed or panicked.
+    pub failed: u64,
+    /// Requests cancelled before loading (including at shutdown).
+    pub cancelled: u64,
+}
+
+/// Per-tile state of the queue.
+#[derive(Clone, Copy, Debug)]
+enum TileState {
+    /// Waiting for a worker. `seq` identifies this queuing; heap entries with another
+    /// `seq` or a lower `priority` are stale.
+    Queued { last_requested_frame: u64, priority: u32, seq: u64 },
+    /// A worker is loading it.
+    InFlight,
+}
+
+/// A heap entry; the greatest is served first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct QueueEntry {
+    mip: u8,
+    priority: u32,
+    seq: u64,
+    tile: TileId,
+}
+
+impl Ord for QueueEntry {
+    /// Coarser mip first, then higher priority, then lower sequence number (FIFO).
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.mip
+            .cmp(&other.mip)
+            .then(self.priority.cmp(&other.priority))
+            .then(other.seq.cmp(&self.seq))
+            .then(self.tile.cmp(&other.tile))
+    }
+}
+
+impl PartialOrd for QueueEntry {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Everything behind the queue mutex.
+#[derive(Default)]
+struct Queue {
+    /// May hold stale entries (cancelled tiles, superseded priorities); they are
+    /// skipped when popped and dropped when the heap is compacted.
+    heap: BinaryHeap<QueueEntry>,
+    states: HashMap<TileId, TileState>,
+    next_seq: u64,
+    queued: usize,
+    in_flight: usize,
+    counters: LoaderCounters,
+}
+
+impl Queue {
+    fn is_live(&self, e: &QueueEntry) -> bool {
+        matches!(
+            self.states.get(&e.tile),
+            Some(TileState::Queued { priority, seq, .. }) if *seq == e.seq && *priority == e.priority
+        )
+    }
+
+    /// Pops the best live entry and marks it in flight.
+    fn pop_next(&mut self) -> Option<TileId> {
+        while let Some(e) = self.heap.pop() {
+            if self.is_live(&e) {
+                self.states.insert(e.tile, TileState::InFlight);
+                self.queued -= 1;
+                self.in_flight += 1;
+                return Some(e.tile);
+            }
+        }
+        None
+    }
+
+    /// Drops stale heap entries once they outnumber live ones, keeping the heap
+    /// O(queued) at amortised O(1) cost per push.
+    fn maybe_compact(&mut self) {
+        if self.heap.len() > 2 * self.queued + 64 {
+            let heap = std::mem::take(&mut self.heap);
+            let mut live = heap.into_vec();
+            live.retain(|e| self.is_live(e));
+            self.heap = BinaryHeap::from(live);
+        }
+    }
+
+    /// Removes a queued (not in-flight) tile and reports it cancelled.
+    fn cancel_queued(&mut self, tile: TileId, results: &Sender<LoadResult>) {
+        self.states.remove(&tile);
+        self.queued -= 1;
+        self.counters.cancelled += 1;
+        // The pool owns a receiver for as long as workers run, so this cannot fail;
+        // if it ever did, nobody is listening anyway.
+        let _ = results.send(LoadResult { tile, outcome: LoadOutcome::Cancelled });
+    }
+}
+
+/// State shared by the pool handle and its workers.
+struct Shared {
+    queue: Mutex<Queue>,
+    loader: Arc<dyn TileLoader>,
+    results: Sender<LoadResult>,
+}
+
+impl Shared {
+    /// Locks the queue. Loader panics are caught outside the lock and every critical
+    /// section leaves the queue consistent, so a poisoned lock is safe to reuse.
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A pool of worker threads loading tiles through a [`TileLoader`].
+///
+/// Dropping the pool (or calling [`LoaderPool::shutdown`]) cancels queued requests,
+/// lets in-flight loads finish and joins every worker.
+pub struct LoaderPool {
+    shared: Arc<Shared>,
+    /// Wake tokens, one per newly queued request. `None` once shut down.
+    wake: Option<Sender<()>>,
+    results: Receiver<LoadResult>,
+    workers: Vec<JoinHandle<()>>,
+    config: LoaderConfig,
+}
+
+impl LoaderPool {
+    /// Starts `threads` workers (at least one), named `tessera-loader-{i}`.
+    ///
+    /// # Panics
+    ///
+    /// If the operating system cannot spawn a thread, like [`std::thread::spawn`];
+    /// see [`LoaderPool::try_new`] for the fallible version.
+    pub fn new(loader: Arc<dyn TileLoader>, threads: usize, config: LoaderConfig) -> Self {
+        Self::try_new(loader, threads, config).expect("failed to spawn a tessera loader thread")
+    }
+
+    /// Like [`LoaderPool::new`] but reports a failure to spawn a thread. Workers that
+    /// were already started are shut down and joined before returning the error.
+    pub fn try_new(
+        loader: Arc<dyn TileLoader>,
+        threads: usize,
+        config: LoaderConfig,
+    ) -> std::io::Result<Self> {
+        let (wake_tx, wake_rx) = crossbeam_channel::unbounded::<()>();
+        let (results_tx, results_rx) = crossbeam_channel::unbounded();
+        let shared = Arc::new(Shared { queue: Mutex::new(Queue::default()), loader, results: results_tx });
+        let mut pool = Self { shared, wake: Some(wake_tx), results: results_rx, workers: Vec::new(), config };
+        for i in 0..threads.max(1) {
+            let shared = Arc::clone(&pool.shared);
+            let wake = wake_rx.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("tessera-loader-{i}"))
+                .spawn(move || worker(&shared, &wake))?;
+            pool.workers.push(handle);
+        }
+        Ok(pool)
+    }
+
+    /// Asks for `tile` to be loaded, as wanted at `frame` with `priority` (higher
+    /// first, among tiles of the same mip).
+    ///
+    /// Returns `true` when the tile was newly queued: exactly one [`LoadResult`] will
+    /// follow. If the tile is already queued, its last-requested frame is renewed and
+    /// its priority raised if `priority` is higher, and `false` is returned; if it is
+    /// being loaded, `false` is returned.
+    pub fn request(&self, tile: TileId, priority: u32, frame: u64) -> bool {
+        let Some(wake) = &self.wake else { return false };
+        let mut guard = self.shared.lock();
+        let q = &mut *guard;
+        let queued = match q.states.entry(tile) {
+            MapEntry::Occupied(mut o) => {
+                if let TileState::Queued { last_requested_frame, priority: p, seq } = o.get_mut() {
+                    *last_requested_frame = (*last_requested_frame).max(frame);
+                    if priority > *p {
+                        *p = priority;
+                        // Keep the original sequence number: raising the priority does not
+                        // lose the request's place among equals. The old entry goes stale.
+                        q.heap.push(QueueEntry { mip: tile.mip, priority, seq: *seq, tile });
+                    }
+                }
+                false
+            }
+            MapEntry::Vacant(v) => {
+                let seq = q.next_seq;
+                q.next_seq += 1;
+                v.insert(TileState::Queued { last_requested_frame: frame, priority, seq });
+                q.heap.push(QueueEntry { mip: tile.mip, priority, seq, tile });
+                q.queued += 1;
+                q.counters.requested += 1;
+                // Workers hold receivers until `wake` is dropped, so this cannot fail.
+                let _ = wake.send(());
+                true
+            }
+        };
+        q.maybe_compact();
+        queued
+    }
+
+    /// Cancels queued (not in-flight) requests whose last-requested frame is older
+    /// than `current_frame` by more than `cancel_after_frames`; each gets a
+    /// [`LoadOutcome::Cancelled`] result. Returns how many were cancelled.
+    pub fn cancel_stale(&self, current_frame: u64) -> usize {
+        let k = self.config.cancel_after_frames;
+        let mut q = self.shared.lock();
+        let stale: Vec<TileId> = q
+            .states
+            .iter()
+            .filter_map(|(&tile, s)| match *s {
+                TileState::Queued { last_requested_frame, .. }
+                    if last_requested_frame.saturating_add(k) < current_frame =>
+                {
+                    Some(tile)
+                }
+                _ => None,
+            })
+            .collect();
+        for &tile in &stale {
+            q.cancel_queued(tile, &self.shared.results);
+        }
+        q.maybe_compact();
+        stale.len()
+    }
+
+    /// Cancels one queued request; returns whether it was queued (an in-flight load
+    /// cannot be cancelled and will report its own result).
+    pub fn cancel(&self, tile: TileId) -> bool {
+        let mut q = self.shared.lock();
+        if !matches!(q.states.get(&tile), Some(TileState::Queued { .. })) {
+            return false;
+        }
+        q.cancel_queued(tile, &self.shared.results);
+        q.maybe_compact();
+        true
+    }
+
+    /// The channel on which results arrive. It can be cloned to receive elsewhere; it
+    /// disconnects once the pool is shut down and every result has been received.
+    pub fn results(&self) -> &Receiver<LoadResult> {
+        &self.results
+    }
+
+    /// Every result available now, without blocking.
+    pub fn try_results(&self) -> Vec<LoadResult> {
+        self.results.try_iter().collect()
+    }
+
+    /// Number of queued requests not yet picked up by a worker.
+    pub fn pending(&self) -> usize {
+        self.shared.lock().queued
+    }
+
+    /// Number of tiles being loaded right now.
+    pub fn in_flight(&self) -> usize {
+        self.shared.lock().in_flight
+    }
+
+    /// Whether `tile` is queued or being loaded.
+    pub fn is_requested(&self, tile: TileId) -> bool {
+        self.shared.lock().states.contains_key(&tile)
+    }
+
+    /// Running totals.
+    pub fn counters(&self) -> LoaderCounters {
+        self.shared.lock().counters
+    }
+
+    /// The configuration the pool was made with.
+    pub fn config(&self) -> LoaderConfig {
+        self.config
+    }
+
+    /// Number of worker threads.
+    pub fn threads(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Stops the pool: queued requests are dropped and reported
+    /// [`LoadOutcome::Cancelled`], in-flight loads finish and report their outcome,
+    /// and every worker is joined.
+    ///
+    /// Returns every result not yet received from [`LoaderPool::results`] (so none
+    /// is lost). If a clone of the receiver is being read concurrently, results may
+    /// go to either; after this returns, that clone sees the channel disconnected once
+    /// it is empty.
+    pub fn shutdown(mut self) -> Vec<LoadResult> {
+        self.stop();
+        self.try_results()
+    }
+
+    fn stop(&mut self) {
+        let Some(wake) = self.wake.take() else { return };
+        {
+            let mut q = self.shared.lock();
+            let queued: Vec<TileId> = q
+                .states
+                .iter()
+                .filter_map(|(&t, s)| matches!(s, TileState::Queued { .. }).then_some(t))
+                .collect();
+            for tile in queued {
+                q.cancel_queued(tile, &self.shared.results);
+            }
+            q.heap.clear();
+        }
+        // Workers drain the remaining (now useless) tokens, then see the disconnect.
+        drop(wake);
+        for handle in self.workers.drain(..) {
+            let name = handle.thread().name().unwrap_or("tessera-loader").to_owned();
+            if handle.join().is_err() {
+                tracing::error!(thread = %name, "loader worker panicked outside a load");
+            }
+        }
+    }
+}
+
+impl Drop for LoaderPool {
+    /// Same as [`LoaderPool::shutdown`], discarding the results left in the channel.
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl std::fmt::Debug for LoaderPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let q = self.shared.lock();
+        f.debug_struct("LoaderPool")
+            .field("threads", &self.workers.len())
+            .field("config", &self.config)
+            .field("pending", &q.queued)
+            .field("in_flight", &q.in_flight)
+            .field("counters", &q.counters)
+            .finish()
+    }
+}
+
+/// A worker: one token, at most one load.
+fn worker(shared: &Shared, wake: &Receiver<()>) {
+    while wake.recv().is_ok() {
+        let Some(tile) = shared.lock().pop_next() else { continue };
+        let loaded = catch_unwind(AssertUnwindSafe(|| shared.loader.load(tile)));
+        let outcome = match loaded {
+            Ok(Ok(data)) => LoadOutcome::Ready(data),
+            Ok(Err(e)) => LoadOutcome::Failed(e),
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "non-string panic payload".to_owned());
+                tracing::error!(%tile, %message, "tile loader panicked");
+                LoadOutcome::Failed(LoadError::Panicked { tile, message })
+            }
+        };
+        let mut q = shared.lock();
+        q.states.remove(&tile);
+        q.in_flight -= 1;
+        match outcome {
+            LoadOutcome::Ready(_) => q.counters.completed += 1,
+            _ => q.counters.failed += 1,
+        }
+        // Sent under the lock so that a new request for this tile, which can only be
+        // made once the state is gone, reports after this result.
+        let _ = shared.results.send(LoadResult { tile, outcome });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
+    use std::time::{Duration, Instant};
+
+    fn t(mip: u8, x: u32) -> TileId {
+        TileId::new(0, mip, x, 0)
+    }
+
+    fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !cond() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// A loader that blocks on `gate_tile` until the gate channel is released.
+    struct Gated {
+        gate_tile: TileId,
+        gate: Mutex<Receiver<()>>,
+    }
+
+    impl TileLoader for Gated {
+        fn load(&self, tile: TileId) -> Result<Arc<[u8]>, LoadError> {
+            if tile == self.gate_tile {
+                let _ = self.gate.lock().unwrap().recv();
+            }
+            Ok(Arc::from(vec![tile.mip; 4]))
+        }
+    }
+
+    /// A single-worker pool whose worker is held busy on `gate_tile`; drop or send on
+    /// the returned sender to release it.
+    fn gated_pool(config: LoaderConfig) -> (LoaderPool, Sender<()>, TileId) {
+        let gate_tile = t(20, 0);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let loader = Arc::new(Gated { gate_tile, gate: Mutex::new(rx) });
+        let pool = LoaderPool::new(loader, 1, config);
+        assert!(pool.request(gate_tile, 0, 0));
+        wait_until("gate tile in flight", || pool.in_flight() == 1);
+        (pool, tx, gate_tile)
+    }
+
+    fn collect(pool: &LoaderPool, n: usize) -> Vec<LoadResult> {
+        (0..n).map(|_| pool.results().recv_timeout(Duration::from_secs(20)).unwrap()).collect()
+    }
+
+    #[test]
+    fn coarser_mips_first_then_priority_then_fifo() {
+        let (pool, gate, gate_tile) = gated_pool(LoaderConfig::default());
+        for (mip, x) in [(0, 0), (2, 0), (1, 0)] {
+            assert!(pool.request(t(mip, x), 0, 1));
+        }
+        assert_eq!(pool.pending(), 3);
+        drop(gate);
+        let order: Vec<TileId> = collect(&pool, 4).into_iter().map(|r| r.tile).collect();
+        assert_eq!(order, vec![gate_tile, t(2, 0), t(1, 0), t(0, 0)]);
+
+        let (pool, gate, gate_tile) = gated_pool(LoaderConfig::default());
+        // Same mip: priority decides, then FIFO; a raised priority keeps FIFO rank.
+        assert!(pool.request(t(0, 1), 5, 1));
+        assert!(pool.request(t(0, 2), 9, 1));
+        assert!(pool.request(t(0, 3), 5, 1));
+        assert!(pool.request(t(0, 4), 1, 1));
+        assert!(pool.request(t(1, 5), 0, 1));
+        assert!(!pool.request(t(0, 4), 5, 2), "already queued");
+        assert!(!pool.request(t(0, 4), 3, 2), "lower priority does not lower it");
+        drop(gate);
+        let order: Vec<u32> = collect(&pool, 6).into_iter().skip(1).map(|r| r.tile.x).collect();
+        assert_eq!(order, vec![5, 2, 1, 3, 4]);
+        assert_eq!(pool.results().try_recv().ok(), None);
+        assert_eq!(gate_tile, t(20, 0));
+    }
+
+    #[test]
+    fn request_in_flight_and_results() {
+        let (pool, gate, gate_tile) = gated_pool(LoaderConfig::default());
+        assert!(!pool.request(gate_tile, 0, 1), "in flight");
+        assert!(pool.is_requested(gate_tile));
+        assert!(!pool.cancel(gate_tile), "in-flight loads cannot be cancelled");
+        gate.send(()).unwrap();
+        let r = collect(&pool, 1).remove(0);
+        assert_eq!(r, LoadResult { tile: gate_tile, outcome: LoadOutcome::Ready(Arc::from(vec![20u8; 4])) });
+        wait_until("idle", || pool.in_flight() == 0);
+        assert!(!pool.is_requested(gate_tile));
+        // Once done, the same tile can be requested again.
+        assert!(pool.request(gate_tile, 0, 2));
+        gate.send(()).unwrap();
+        assert_eq!(collect(&pool, 1)[0].tile, gate_tile);
+        assert!(pool.try_results().is_empty());
+        let c = pool.counters();
+        assert_eq!(c, LoaderCounters { requested: 2, completed: 2, failed: 0, cancelled: 0 });
+    }
+
+    #[test]
+    fn cancel_and_cancel_stale() {
+        let config = LoaderConfig { cancel_after_frames: 2 };
+        let (pool, gate, gate_tile) = gated_pool(config);
+        assert_eq!(pool.config(), config);
+        assert!(pool.request(t(0, 1), 0, 10));
+        assert!(pool.request(t(0, 2), 0, 10));
+        assert!(pool.request(t(0, 3), 0, 11));
+        assert!(pool.request(t(0, 4), 0, 12));
+        assert!(!pool.request(t(0, 1), 0, 12), "renews frame to 12");
+        assert!(!pool.request(t(0, 1), 0, 3), "frames never go backwards");
+        assert!(pool.cancel(t(0, 4)));
+        assert!(!pool.cancel(t(0, 4)));
+        // 10 + 2 < 13 and 11 + 2 < 14.
+        assert_eq!(pool.cancel_stale(12), 0);
+        assert_eq!(pool.cancel_stale(13), 1);
+        assert_eq!(pool.cancel_stale(14), 1);
+        assert_eq!(pool.cancel_stale(14), 0);
+        assert_eq!(pool.pending(), 1);
+        let mut cancelled: Vec<u32> = pool
+            .try_results()
+            .into_iter()
+            .map(|r| {
+                assert_eq!(r.outcome, LoadOutcome::Cancelled);
+                r.tile.x
+            })
+            .collect();
+        cancelled.sort();
+        assert_eq!(cancelled, vec![2, 3, 4]);
+        // The in-flight gate tile is never cancelled as stale.
+        assert_eq!(pool.cancel_stale(1000), 1);
+        assert_eq!(pool.in_flight(), 1);
+        drop(gate);
+        let rest = collect(&pool, 2);
+        assert_eq!(rest[0], LoadResult { tile: t(0, 1), outcome: LoadOutcome::Cancelled });
+        assert_eq!(rest[1].tile, gate_tile);
+        let c = pool.counters();
+        assert_eq!(c, LoaderCounters { requested: 5, completed: 1, failed: 0, cancelled: 4 });
+    }
+
+    #[test]
+    fn failures_and_panics_are_reported() {
+        let loader = |tile: TileId| -> Result<Arc<[u8]>, LoadError> {
+            match tile.x {
+                0 => Ok(Arc::from(&b"ok"[..])),
+                1 => Err(LoadError::failed(tile, "corrupt")),
+                _ => panic!("boom {}", tile.x),
+            }
+        };
+        let pool = LoaderPool::new(Arc::new(loader), 2, LoaderConfig::default());
+        assert_eq!(pool.threads(), 2);
+        for x in 0..3 {
+            assert!(pool.request(t(0, x), 0, 0));
+        }
+        let mut results = collect(&pool, 3);
+        results.sort_by_key(|r| r.tile.x);
+        assert_eq!(results[0].outcome, LoadOutcome::Ready(Arc::from(&b"ok"[..])));
+        let LoadOutcome::Failed(e) = &results[1].outcome else { panic!("{:?}", results[1]) };
+        assert_eq!(e.to_string(), "tile layer 0 mip 0 tile (1, 0): corrupt");
+        assert_eq!(e.tile(), t(0, 1));
+        let LoadOutcome::Failed(e) = &results[2].outcome else { panic!("{:?}", results[2]) };
+        assert_eq!(*e, LoadError::Panicked { tile: t(0, 2), message: "boom 2".into() });
+        // The worker that caught the panic is still serving.
+        assert!(pool.request(t(0, 0), 0, 1));
+        assert_eq!(collect(&pool, 1)[0].tile, t(0, 0));
+        let c = pool.counters();
+        assert_eq!(c, LoaderCounters { requested: 4, completed: 2, failed: 2, cancelled: 0 });
+        assert!(format!("{pool:?}").contains("threads: 2"));
+    }
+
+    #[test]
+    fn shutdown_cancels_queued_and_joins() {
+        let gate_tile = t(20, 0);
+        let (gate_tx, gate_rx) = crossbeam_channel::unbounded();
+        let loader = Arc::new(Gated { gate_tile, gate: Mutex::new(gate_rx) });
+        let as_dyn: Arc<dyn TileLoader> = loader.clone();
+        let pool = LoaderPool::new(as_dyn, 3, LoaderConfig::default());
+        let rx = pool.results().clone();
+        assert!(pool.request(gate_tile, 0, 0));
+        wait_until("gate tile in flight", || pool.in_flight() == 1);
+        // The two other workers race shutdown for this work: whether a tile is loaded
+        // or cancelled, every request still ends with exactly one result.
+        for x in 0..50 {
+            assert!(pool.request(t(0, x), 0, 0));
+        }
+        // Release the gate only after shutdown has started cancelling.
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            drop(gate_tx);
+        });
+        let mut results = pool.shutdown();
+        releaser.join().unwrap();
+        // The cloned receiver sees nothing more, then the disconnect.
+        results.extend(rx.try_iter());
+        assert!(rx.recv().is_err(), "result channel closes after shutdown");
+        assert_eq!(results.len(), 51);
+        let gate_result = results.iter().find(|r| r.tile == gate_tile).unwrap();
+        assert!(matches!(gate_result.outcome, LoadOutcome::Ready(_)));
+        let mut seen: Vec<TileId> = results.iter().map(|r| r.tile).collect();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 51);
+        // Every worker has exited and released its handle on the loader.
+        assert_eq!(Arc::strong_count(&loader), 1);
+    }
+
+    #[test]
+    fn drop_joins_workers() {
+        let loads = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&loads);
+        let loader: Arc<dyn TileLoader> = Arc::new(move |tile: TileId| -> Result<Arc<[u8]>, LoadError> {
+            counter.fetch_add(1, AtomicOrdering::SeqCst);
+            std::thread::sleep(Duration::from_millis(1));
+            Ok(Arc::from(vec![tile.mip]))
+        });
+        let weak = Arc::downgrade(&loader);
+        let pool = LoaderPool::new(loader, 4, LoaderConfig::default());
+        for x in 0..200 {
+            pool.request(t(0, x), 0, 0);
+        }
+        drop(pool);
+        assert_eq!(weak.strong_count(), 0, "workers still hold the loader");
+        assert!(loads.load(AtomicOrdering::SeqCst) <= 200);
+    }
+
+    #[test]
+    fn heap_stays_compact_under_churn() {
+        let (pool, gate, _gate_tile) = gated_pool(LoaderConfig::default());
+        for round in 0..200u32 {
+            pool.request(t(0, round % 7), 0, 0);
+            pool.request(t(0, round % 7), round, 0);
+            pool.cancel(t(0, (round + 3) % 7));
+        }
+        let q = pool.shared.lock();
+        assert!(q.heap.len() <= 2 * q.queued + 64, "heap {} for {} queued", q.heap.len(), q.queued);
+        drop(q);
+        drop(gate);
+    }
+
+    /// Many submitters and a canceller race; every `true` from `request` must be
+    /// matched by exactly one result for that tile.
+    #[test]
+    fn stress_exactly_one_result_per_accepted_request() {
+        const TILES: u32 = 64;
+        let loader = |tile: TileId| -> Result<Arc<[u8]>, LoadError> {
+            if tile.x.is_multiple_of(5) {
+                std::thread::sleep(Duration::from_micros(5));
+            } else {
+                std::thread::yield_now();
+            }
+            if tile.x.is_multiple_of(11) {
+                Err(LoadError::failed(tile, "synthetic failure"))
+            } else {
+                Ok(Arc::from(vec![tile.mip; 8]))
+            }
+        };
+        let pool = Arc::new(LoaderPool::new(Arc::new(loader), 3, LoaderConfig { cancel_after_frames: 2 }));
+        let frame = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let submitters: Vec<_> = (0..4u32)
+            .map(|s| {
+                let (pool, frame, stop) = (Arc::clone(&pool), Arc::clone(&frame), Arc::clone(&stop));
+                std::thread::spawn(move || {
+                    let mut accepted: HashMap<TileId, usize> = HashMap::new();
+                    let mut rng = 0x9e37_79b9_u32.wrapping_mul(s + 1);
+                    while !stop.load(AtomicOrdering::SeqCst) {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 17;
+                        rng ^= rng << 5;
+                        let tile = TileId::new(0, (rng % 4) as u8, (rng >> 8) % TILES, 0);
+                        let f = frame.load(AtomicOrdering::SeqCst) as u64;
+                        if pool.request(tile, rng >> 28, f) {
+                            *accepted.entry(tile).or_default() += 1;
+                        }
+                        if rng.is_multiple_of(8) {
+                            std::thread::sleep(Duration::from_micros(10));
+                        }
+                    }
+                    accepted
+                })
+            })
+            .collect();
+        let canceller = {
+            let (pool, frame, stop) = (Arc::clone(&pool), Arc::clone(&frame), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut cancelled = 0;
+                for i in 0..2000u32 {
+                    let f = frame.fetch_add(1, AtomicOrdering::SeqCst) as u64 + 1;
+                    cancelled += pool.cancel_stale(f);
+                    if pool.cancel(TileId::new(0, (i % 4) as u8, i % TILES, 0)) {
+                        cancelled += 1;
+                    }
+                    std::thread::sleep(Duration::from_micros(20));
+                }
+                stop.store(true, AtomicOrdering::SeqCst);
+                cancelled
+            })
+        };
+        // Drain results concurrently too, as the renderer would.
+        let mut results: HashMap<TileId, usize> = HashMap::new();
+        let mut outcomes = [0usize; 3];
+        let mut tally = |r: LoadResult| {
+            *results.entry(r.tile).or_default() += 1;
+            outcomes[match r.outcome {
+                LoadOutcome::Ready(_) => 0,
+                LoadOutcome::Failed(_) => 1,
+                LoadOutcome::Cancelled => 2,
+            }] += 1;
+        };
+        let mut accepted: HashMap<TileId, usize> = HashMap::new();
+        let mut handles = submitters;
+        while !handles.is_empty() {
+            pool.try_results().into_iter().for_each(&mut tally);
+            if handles.iter().all(|h| h.is_finished()) {
+                for h in handles.drain(..) {
+                    for (tile, n) in h.join().unwrap() {
+                        *accepted.entry(tile).or_default() += n;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        let cancelled_by_canceller = canceller.join().unwrap();
+        wait_until("pool drained", || pool.pending() == 0 && pool.in_flight() == 0);
+        pool.try_results().into_iter().for_each(&mut tally);
+
+        assert_eq!(results, accepted, "per-tile results differ from accepted requests");
+        let c = pool.counters();
+        let total: usize = accepted.values().sum();
+        assert_eq!(c.requested as usize, total);
+        assert_eq!(c.completed as usize, outcomes[0]);
+        assert_eq!(c.failed as usize, outcomes[1]);
+        assert_eq!(c.cancelled as usize, outcomes[2]);
+        assert_eq!(c.cancelled as usize, cancelled_by_canceller);
+        assert_eq!(c.requested, c.completed + c.failed + c.cancelled);
+        assert!(c.completed > 0 && c.failed > 0 && c.cancelled > 0, "{c:?}");
+        assert_eq!(pool.pending(), 0);
+        assert_eq!(pool.in_flight(), 0);
+        let pool = Arc::try_unwrap(pool).unwrap();
+        assert!(pool.shutdown().is_empty());
+    }
+}

@@ -1,0 +1,401 @@
+//! Image sources the baker reads row by row: decoded image files, a procedural
+//! labelled texture of any size, and mip levels kept in memory or in a scratch file.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+
+use crate::tile::MAX_VIRTUAL_SIDE;
+
+/// Bytes per RGBA8 texel.
+pub const TEXEL_BYTES: usize = 4;
+
+/// Largest decoded image accepted from a file, in bytes (RGBA8).
+pub const MAX_DECODED_BYTES: u64 = 8 << 30;
+
+/// A `width × height` RGBA8 image that can be read in bands of whole rows.
+pub trait RowSource: Send + Sync {
+    /// Width and height in texels.
+    fn size(&self) -> (u32, u32);
+    /// Fills `out` with rows `y0..y0 + out.len() / (width * 4)`; all must lie inside.
+    fn read_rows(&self, y0: u32, out: &mut [u8]) -> std::io::Result<()>;
+}
+
+/// Why an input image could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SourceError {
+    /// The path does not exist.
+    #[error("{path}: no such file")]
+    Missing {
+        /// The input path.
+        path: PathBuf,
+    },
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The input path.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not an image format this build reads.
+    #[error("{path}: unsupported image format ({reason}); supported: PNG, JPEG")]
+    Unsupported {
+        /// The input path.
+        path: PathBuf,
+        /// What the decoder said.
+        reason: String,
+    },
+    /// The image has no texels.
+    #[error("{path}: image is empty ({width}x{height})")]
+    Empty {
+        /// The input path.
+        path: PathBuf,
+        /// Width found.
+        width: u32,
+        /// Height found.
+        height: u32,
+    },
+    /// The image is larger than the engine accepts.
+    #[error(
+        "{path}: image {width}x{height} is too large (limit {max_side} texels a side, {max_mib} MiB decoded)"
+    )]
+    TooLarge {
+        /// The input path.
+        path: PathBuf,
+        /// Width found.
+        width: u32,
+        /// Height found.
+        height: u32,
+        /// Largest side accepted.
+        max_side: u32,
+        /// Largest decoded size accepted, MiB.
+        max_mib: u64,
+    },
+    /// The image header was readable but its data is not.
+    #[error("{path}: cannot decode image: {reason}")]
+    Decode {
+        /// The input path.
+        path: PathBuf,
+        /// What the decoder said.
+        reason: String,
+    },
+}
+
+/// A decoded image held in memory as RGBA8.
+pub struct ImageSource {
+    width: u32,
+    height: u32,
+    texels: Vec<u8>,
+}
+
+impl ImageSource {
+    /// Wraps RGBA8 texels (`width * height * 4` bytes).
+    pub fn from_rgba(width: u32, height: u32, texels: Vec<u8>) -> Self {
+        assert_eq!(texels.len(), width as usize * height as usize * TEXEL_BYTES, "texel buffer size");
+        Self { width, height, texels }
+    }
+
+    /// Decodes an image file (PNG or JPEG), checking its size before decoding.
+    pub fn open(path: &Path) -> Result<Self, SourceError> {
+        let p = path.to_path_buf();
+        if !path.exists() {
+            return Err(SourceError::Missing { path: p });
+        }
+        let reader = image::ImageReader::open(path)
+            .map_err(|source| SourceError::Io { path: p.clone(), source })?
+            .with_guessed_format()
+            .map_err(|source| SourceError::Io { path: p.clone(), source })?;
+        if reader.format().is_none() {
+            return Err(SourceError::Unsupported { path: p, reason: "unrecognised file contents".into() });
+        }
+        let (width, height) = reader.into_dimensions().map_err(|e| classify(&p, e))?;
+        check_size(&p, width, height)?;
+        let mut reader = image::ImageReader::open(path)
+            .map_err(|source| SourceError::Io { path: p.clone(), source })?
+            .with_guessed_format()
+            .map_err(|source| SourceError::Io { path: p.clone(), source })?;
+        let mut limits = image::Limits::default();
+        limits.max_alloc = Some(MAX_DECODED_BYTES * 2);
+        reader.limits(limits);
+        let img = reader.decode().map_err(|e| classify(&p, e))?;
+        let rgba = img.into_rgba8();
+        Ok(Self { width, height, texels: rgba.into_raw() })
+    }
+
+    /// The texels, RGBA8 row-major.
+    pub fn texels(&self) -> &[u8] {
+        &self.texels
+    }
+}
+
+fn check_size(path: &Path, width: u32, height: u32) -> Result<(), SourceError> {
+    if width == 0 || height == 0 {
+        return Err(SourceError::Empty { path: path.to_path_buf(), width, height });
+    }
+    let bytes = u64::from(width) * u64::from(height) * TEXEL_BYTES as u64;
+    if width > MAX_VIRTUAL_SIDE || height > MAX_VIRTUAL_SIDE || bytes > MAX_DECODED_BYTES {
+        return Err(SourceError::TooLarge {
+            path: path.to_path_buf(),
+            width,
+            height,
+            max_side: MAX_VIRTUAL_SIDE,
+            max_mib: MAX_DECODED_BYTES >> 20,
+        });
+    }
+    Ok(())
+}
+
+fn classify(path: &Path, e: image::ImageError) -> SourceError {
+    let p = path.to_path_buf();
+    match e {
+        image::ImageError::Unsupported(u) => SourceError::Unsupported { path: p, reason: u.to_string() },
+        image::ImageError::IoError(source) => SourceError::Io { path: p, source },
+        image::ImageError::Limits(_) => SourceError::TooLarge {
+            path: p,
+            width: 0,
+            height: 0,
+            max_side: MAX_VIRTUAL_SIDE,
+            max_mib: MAX_DECODED_BYTES >> 20,
+        },
+        other => SourceError::Decode { path: p, reason: other.to_string() },
+    }
+}
+
+impl RowSource for ImageSource {
+    fn size(&self) -> (u32, u32) {
+        (self.width, self.height)
+    }
+    fn read_rows(&self, y0: u32, out: &mut [u8]) -> std::io::Result<()> {
+        let start = y0 as usize * self.width as usize * TEXEL_BYTES;
+        let src = self.texels.get(start..start + out.len()).ok_or_else(|| out_of_range(y0))?;
+        out.copy_from_slice(src);
+        Ok(())
+    }
+}
+
+fn out_of_range(y0: u32) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("rows from {y0} lie outside the image"))
+}
+
+/// A procedural debugging texture of any size, computed on demand so that even a
+/// 256K² texture never sits in memory.
+///
+/// Each 128² tile shows its mip-0 column and row as digits, a one-texel dark line
+/// on its top and left edges, a 16-texel checker, and a colour ramp across the
+/// whole texture so that coarse mips stay recognisable.
+#[derive(Clone, Copy, Debug)]
+pub struct Generated {
+    width: u32,
+    height: u32,
+    cell: u32,
+}
+
+impl Generated {
+    /// A generated texture with labelled 128-texel cells.
+    pub fn new(width: u32, height: u32) -> Self {
+        Self::with_cell(width, height, 128)
+    }
+
+    /// A generated texture whose labelled cells are `cell` texels wide.
+    pub fn with_cell(width: u32, height: u32, cell: u32) -> Self {
+        Self { width, height, cell: cell.max(8) }
+    }
+
+    /// The RGBA8 texel at `(x, y)`.
+    pub fn texel(&self, x: u32, y: u32) -> [u8; 4] {
+        let (cx, cy) = (x / self.cell, y / self.cell);
+        let (lx, ly) = (x % self.cell, y % self.cell);
+        if lx == 0 || ly == 0 {
+            return [24, 24, 32, 255];
+        }
+        if let Some(on) = label_pixel(cx, cy, lx, ly) {
+            return if on { [255, 255, 255, 255] } else { [0, 0, 0, 255] };
+        }
+        let u = x as f32 / self.width as f32;
+        let v = y as f32 / self.height as f32;
+        let check = if ((x / 16) + (y / 16)) % 2 == 0 { 24.0 } else { -24.0 };
+        let r = 60.0 + 150.0 * u + check;
+        let g = 60.0 + 150.0 * v + check;
+        let b = 200.0 - 110.0 * (u + v) * 0.5 + check;
+        [r as u8, g as u8, b as u8, 255]
+    }
+}
+
+impl RowSource for Generated {
+    fn size(&self) -> (u32, u32) {
+        (self.width, self.height)
+    }
+    fn read_rows(&self, y0: u32, out: &mut [u8]) -> std::io::Result<()> {
+        let row_bytes = self.width as usize * TEXEL_BYTES;
+        if y0 as usize + out.len() / row_bytes > self.height as usize {
+            return Err(out_of_range(y0));
+        }
+        out.par_chunks_mut(row_bytes).enumerate().for_each(|(i, row)| {
+            let y = y0 + i as u32;
+            for (x, px) in row.chunks_exact_mut(TEXEL_BYTES).enumerate() {
+                px.copy_from_slice(&self.texel(x as u32, y));
+            }
+        });
+        Ok(())
+    }
+}
+
+/// 3×5 bitmaps of the digits 0–9, one row of three bits per entry.
+const DIGITS: [[u8; 5]; 10] = [
+    [7, 5, 5, 5, 7],
+    [2, 6, 2, 2, 7],
+    [7, 1, 7, 4, 7],
+    [7, 1, 7, 1, 7],
+    [5, 5, 7, 1, 1],
+    [7, 4, 7, 1, 7],
+    [7, 4, 7, 5, 7],
+    [7, 1, 2, 2, 2],
+    [7, 5, 7, 5, 7],
+    [7, 5, 7, 1, 7],
+];
+
+/// Whether local texel `(lx, ly)` of cell `(cx, cy)` is in the label box, and if so
+/// whether it is ink. The label is the column on one line and the row below it.
+fn label_pixel(cx: u32, cy: u32, lx: u32, ly: u32) -> Option<bool> {
+    const SCALE: u32 = 3;
+    const ORIGIN: u32 = 6;
+    const ADV: u32 = 4 * SCALE;
+    const LINE: u32 = 6 * SCALE;
+    if lx < ORIGIN || ly < ORIGIN || ly >= ORIGIN + 2 * LINE {
+        return None;
+    }
+    let (line, fy) = ((ly - ORIGIN) / LINE, (ly - ORIGIN) % LINE);
+    let value = if line == 0 { cx } else { cy };
+    let digits = value.checked_ilog10().unwrap_or(0) + 1;
+    let col = (lx - ORIGIN) / ADV;
+    if col >= digits {
+        return None;
+    }
+    let (fx, gy) = (((lx - ORIGIN) % ADV) / SCALE, fy / SCALE);
+    if fx >= 3 || gy >= 5 {
+        return Some(false);
+    }
+    let digit = (value / 10u32.pow(digits - 1 - col)) % 10;
+    Some(DIGITS[digit as usize][gy as usize] & (4 >> fx) != 0)
+}
+
+/// A mip level produced while baking: in memory when small, otherwise in a
+/// scratch file next to the output that is deleted when the level is dropped.
+pub struct LevelStore {
+    width: u32,
+    height: u32,
+    backing: Backing,
+}
+
+enum Backing {
+    Memory(Vec<u8>),
+    File { file: File, path: PathBuf, written: u64 },
+}
+
+/// Levels up to this size stay in memory while baking.
+pub const IN_MEMORY_LEVEL_BYTES: u64 = 64 << 20;
+
+impl LevelStore {
+    /// An empty level of `width × height`, filled by [`LevelStore::append_rows`].
+    pub fn new(width: u32, height: u32, scratch_dir: &Path) -> std::io::Result<Self> {
+        let bytes = u64::from(width) * u64::from(height) * TEXEL_BYTES as u64;
+        let backing = if bytes <= IN_MEMORY_LEVEL_BYTES {
+            Backing::Memory(Vec::with_capacity(bytes as usize))
+        } else {
+            let path = scratch_dir.join(format!(
+                ".tessera-level-{}-{}x{}-{}.tmp",
+                std::process::id(),
+                width,
+                height,
+                SCRATCH_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ));
+            let file = File::options().read(true).write(true).create_new(true).open(&path)?;
+            Backing::File { file, path, written: 0 }
+        };
+        Ok(Self { width, height, backing })
+    }
+
+    /// Appends whole rows below those already written.
+    pub fn append_rows(&mut self, rows: &[u8]) -> std::io::Result<()> {
+        match &mut self.backing {
+            Backing::Memory(v) => v.extend_from_slice(rows),
+            Backing::File { file, written, .. } => {
+                file.write_all(rows)?;
+                *written += rows.len() as u64;
+            }
+        }
+        Ok(())
+    }
+}
+
+static SCRATCH_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+impl RowSource for LevelStore {
+    fn size(&self) -> (u32, u32) {
+        (self.width, self.height)
+    }
+    fn read_rows(&self, y0: u32, out: &mut [u8]) -> std::io::Result<()> {
+        let start = y0 as u64 * u64::from(self.width) * TEXEL_BYTES as u64;
+        match &self.backing {
+            Backing::Memory(v) => {
+                let src =
+                    v.get(start as usize..start as usize + out.len()).ok_or_else(|| out_of_range(y0))?;
+                out.copy_from_slice(src);
+                Ok(())
+            }
+            Backing::File { file, written, .. } => {
+                if start + out.len() as u64 > *written {
+                    return Err(out_of_range(y0));
+                }
+                std::os::unix::fs::FileExt::read_exact_at(file, out, start)
+            }
+        }
+    }
+}
+
+impl Drop for LevelStore {
+    fn drop(&mut self) {
+        if let Backing::File { path, .. } = &self.backing {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_rows_match_texels() {
+        let g = Generated::new(300, 200);
+        let mut rows = vec![0u8; 300 * 4 * 3];
+        g.read_rows(130, &mut rows).unwrap();
+        assert_eq!(&rows[300 * 4 + 8..300 * 4 + 12], &g.texel(2, 131));
+        assert!(g.read_rows(199, &mut rows).is_err());
+        // Cell edges are dark lines, labels have ink.
+        assert_eq!(g.texel(128, 50), [24, 24, 32, 255]);
+        let ink = (6..18).flat_map(|x| (6..21).map(move |y| (x, y))).any(|(x, y)| g.texel(x, y) == [255; 4]);
+        assert!(ink);
+    }
+
+    #[test]
+    fn level_store_spills_to_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = 4096u32;
+        let h = (IN_MEMORY_LEVEL_BYTES / (u64::from(w) * 4) + 1) as u32;
+        let mut s = LevelStore::new(w, h, dir.path()).unwrap();
+        assert!(matches!(s.backing, Backing::File { .. }));
+        let row: Vec<u8> = (0..w * 4).map(|i| i as u8).collect();
+        s.append_rows(&row).unwrap();
+        let mut out = vec![0u8; row.len()];
+        s.read_rows(0, &mut out).unwrap();
+        assert_eq!(out, row);
+        assert!(s.read_rows(1, &mut out).is_err());
+        drop(s);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "scratch file removed");
+    }
+}

@@ -1,0 +1,83 @@
+//! One serialisable snapshot of every tier's occupancy and counters, for HUDs and reports.
+
+use serde::{Deserialize, Serialize};
+
+use crate::host_cache::HostCacheCounters;
+use crate::loader::LoaderCounters;
+
+/// Occupancy of one storage tier.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierStats {
+    /// Tiles held by the tier.
+    pub tiles: u64,
+    /// Bytes those tiles take.
+    pub bytes: u64,
+}
+
+/// Counters of the GPU tile pool, filled in by the renderer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VramCounters {
+    /// Tiles uploaded to the GPU so far.
+    pub uploads: u64,
+    /// Tiles evicted from the GPU pool so far.
+    pub evictions: u64,
+    /// Physical slots currently holding a tile.
+    pub slots_used: u64,
+    /// Physical slots in the pool.
+    pub slots_total: u64,
+}
+
+/// Statistics of every tier at one moment: GPU memory, host cache, disk, loader.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatsSnapshot {
+    /// Tiles resident in GPU memory.
+    pub vram: TierStats,
+    /// Tiles resident in the host cache.
+    pub host: TierStats,
+    /// Tiles stored in the atlas on disk.
+    pub disk: TierStats,
+    /// Host cache counters.
+    pub host_cache: HostCacheCounters,
+    /// Loader pool counters.
+    pub loader: LoaderCounters,
+    /// GPU pool counters.
+    pub vram_counters: VramCounters,
+}
+
+impl StatsSnapshot {
+    /// Fraction of host cache lookups that hit, or 0 when there was no lookup.
+    pub fn host_hit_rate(&self) -> f64 {
+        self.host_cache.hit_rate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_round_trip_and_hit_rate() {
+        let s = StatsSnapshot {
+            vram: TierStats { tiles: 10, bytes: 10 << 16 },
+            host: TierStats { tiles: 30, bytes: 30 << 16 },
+            disk: TierStats { tiles: 5000, bytes: 1 << 30 },
+            host_cache: HostCacheCounters {
+                hits: 3,
+                misses: 1,
+                inserts: 4,
+                evictions: 0,
+                bytes: 30 << 16,
+                tiles: 30,
+                budget_bytes: 1 << 26,
+            },
+            loader: LoaderCounters { requested: 9, completed: 6, failed: 1, cancelled: 2 },
+            vram_counters: VramCounters { uploads: 12, evictions: 2, slots_used: 10, slots_total: 64 },
+        };
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(json.contains("\"slots_total\":64"), "{json}");
+        let back: StatsSnapshot = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(s.host_hit_rate(), 0.75);
+        assert_eq!(StatsSnapshot::default().host_hit_rate(), 0.0);
+    }
+}
