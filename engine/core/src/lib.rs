@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod atlas;
+pub mod atlas_loader;
 pub mod bake;
 pub mod codec;
 pub mod host_cache;
@@ -17,6 +18,7 @@ pub mod stats;
 pub mod tile;
 
 pub use atlas::{Atlas, AtlasError, LayerInfo};
+pub use atlas_loader::AtlasLoader;
 pub use codec::Codec;
 pub use host_cache::HostCache;
 pub use loader::{LoadOutcome, LoadResult, LoaderPool, TileLoader};

@@ -217,7 +217,7 @@ impl Generated {
         }
         let u = x as f32 / self.width as f32;
         let v = y as f32 / self.height as f32;
-        let check = if ((x / 16) + (y / 16)) % 2 == 0 { 24.0 } else { -24.0 };
+        let check = if ((x / 16) + (y / 16)).is_multiple_of(2) { 24.0 } else { -24.0 };
         let r = 60.0 + 150.0 * u + check;
         let g = 60.0 + 150.0 * v + check;
         let b = 200.0 - 110.0 * (u + v) * 0.5 + check;
@@ -265,7 +265,7 @@ fn label_pixel(cx: u32, cy: u32, lx: u32, ly: u32) -> Option<bool> {
     const ORIGIN: u32 = 6;
     const ADV: u32 = 4 * SCALE;
     const LINE: u32 = 6 * SCALE;
-    if lx < ORIGIN || ly < ORIGIN || ly >= ORIGIN + 2 * LINE {
+    if lx < ORIGIN || !(ORIGIN..ORIGIN + 2 * LINE).contains(&ly) {
         return None;
     }
     let (line, fy) = ((ly - ORIGIN) / LINE, (ly - ORIGIN) % LINE);

@@ -155,7 +155,7 @@ impl TextureLayout {
         if width > MAX_VIRTUAL_SIDE || height > MAX_VIRTUAL_SIDE {
             return Err(LayoutError::TooLarge { width, height, max: MAX_VIRTUAL_SIDE });
         }
-        if !(16..=1024).contains(&tile_size) || tile_size % 4 != 0 || border > tile_size / 2 {
+        if !(16..=1024).contains(&tile_size) || !tile_size.is_multiple_of(4) || border > tile_size / 2 {
             return Err(LayoutError::BadTile { tile_size, border });
         }
         let mut mip_count = 1;
@@ -328,7 +328,7 @@ mod tests {
 
     #[test]
     fn coarse_mips_sort_first() {
-        let mut v = vec![TileId::new(0, 0, 1, 1), TileId::new(0, 3, 0, 0), TileId::new(0, 1, 0, 0)];
+        let mut v = [TileId::new(0, 0, 1, 1), TileId::new(0, 3, 0, 0), TileId::new(0, 1, 0, 0)];
         v.sort();
         assert_eq!(v.iter().map(|t| t.mip).collect::<Vec<_>>(), vec![3, 1, 0]);
     }

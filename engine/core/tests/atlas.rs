@@ -1,0 +1,348 @@
+//! Atlas round trips, borders, corruption detection and bad-input handling,
+//! without a GPU.
+
+use std::path::{Path, PathBuf};
+
+use indicatif::ProgressBar;
+use proptest::prelude::*;
+use tessera_core::atlas::{Atlas, AtlasError, ColorSpace, ENTRY_BYTES, HEADER_BYTES, LAYER_BYTES, Wrap};
+use tessera_core::bake::{BakeInput, BakeOptions, bake, edge};
+use tessera_core::codec::Codec;
+use tessera_core::source::{Generated, ImageSource, RowSource, SourceError};
+use tessera_core::tile::TileId;
+
+fn random_image(w: u32, h: u32, seed: u64) -> ImageSource {
+    let mut s = seed | 1;
+    let texels = (0..w * h * 4)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 24) as u8
+        })
+        .collect();
+    ImageSource::from_rgba(w, h, texels)
+}
+
+fn bake_to(dir: &Path, inputs: Vec<BakeInput>, tile: u32, border: u32, codec: Codec) -> PathBuf {
+    let path = dir.join("a.tsa");
+    let opts = BakeOptions { tile_size: tile, border, codec, scratch_dir: None };
+    bake(inputs, &path, &opts, &ProgressBar::hidden()).expect("bake");
+    path
+}
+
+fn input(name: &str, src: impl RowSource + 'static, wrap: Wrap) -> BakeInput {
+    BakeInput { name: name.into(), source: Box::new(src), wrap, color: ColorSpace::Srgb }
+}
+
+fn texel(tile: &[u8], p: u32, x: u32, y: u32) -> [u8; 4] {
+    let i = ((y * p + x) * 4) as usize;
+    [tile[i], tile[i + 1], tile[i + 2], tile[i + 3]]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Mip 0 of every layer comes back texel for texel, borders included, for any
+    /// size (non-square, non-power-of-two) and both edge rules and codecs.
+    #[test]
+    fn round_trip_random_images(
+        w in 1u32..150, h in 1u32..150, w2 in 1u32..90, h2 in 1u32..90, seed in any::<u64>(),
+        repeat in any::<bool>(), lz4 in any::<bool>(),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let wrap = if repeat { Wrap::Repeat } else { Wrap::Clamp };
+        let codec = if lz4 { Codec::Lz4 } else { Codec::Raw };
+        let a = random_image(w, h, seed);
+        let b = random_image(w2, h2, seed ^ 0xabcdef);
+        let src = [a.texels().to_vec(), b.texels().to_vec()];
+        let path = bake_to(dir.path(), vec![input("a", a, wrap), input("b", b, wrap)], 16, 3, codec);
+        let atlas = Atlas::open(&path).unwrap();
+        prop_assert_eq!(atlas.layers().len(), 2);
+        for (li, layer) in atlas.layers().iter().enumerate() {
+            let lay = layer.layout;
+            let (sw, sh) = (lay.width(), lay.height());
+            let p = lay.padded_tile_size();
+            let (tx, ty) = lay.tiles_at(0);
+            for y in 0..ty {
+                for x in 0..tx {
+                    let tile = atlas.decode_tile(TileId::new(li as u16, 0, x, y)).unwrap();
+                    for py in 0..p {
+                        for px in 0..p {
+                            let gx = edge(i64::from(x * 16 + px) - 3, sw, wrap);
+                            let gy = edge(i64::from(y * 16 + py) - 3, sh, wrap);
+                            let i = ((gy * sw + gx) * 4) as usize;
+                            prop_assert_eq!(&texel(&tile, p, px, py)[..], &src[li][i..i + 4]);
+                        }
+                    }
+                }
+            }
+            // Every mip decodes.
+            for t in lay.tiles(li as u16) {
+                prop_assert_eq!(atlas.decode_tile(t).unwrap().len(), (p * p * 4) as usize);
+            }
+        }
+        prop_assert!(atlas.verify(&ProgressBar::hidden()).is_empty());
+    }
+}
+
+/// On every mip, each border texel equals the texel its neighbouring tile holds in
+/// its payload at the same position.
+#[test]
+fn borders_equal_neighbour_texels_on_every_mip() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = bake_to(
+        dir.path(),
+        vec![input("g", Generated::with_cell(700, 530, 32), Wrap::Repeat)],
+        32,
+        4,
+        Codec::Lz4,
+    );
+    let atlas = Atlas::open(&path).unwrap();
+    let lay = atlas.layers()[0].layout;
+    let (t, b, p) = (lay.tile_size(), lay.border(), lay.padded_tile_size());
+    for mip in 0..lay.mip_count() {
+        let (tx, ty) = lay.tiles_at(mip);
+        let (mw, mh) = lay.mip_size(mip);
+        let tiles: Vec<Vec<Vec<u8>>> = (0..ty)
+            .map(|y| (0..tx).map(|x| atlas.decode_tile(TileId::new(0, mip as u8, x, y)).unwrap()).collect())
+            .collect();
+        // The texel at global mip coordinates (gx, gy), read from the payload of the tile that owns it.
+        let global = |gx: u32, gy: u32| {
+            let (ox, oy) = (gx / t, gy / t);
+            texel(&tiles[oy as usize][ox as usize], p, gx % t + b, gy % t + b)
+        };
+        for y in 0..ty {
+            for x in 0..tx {
+                for py in 0..p {
+                    for px in 0..p {
+                        let gx = edge(i64::from(x * t + px) - i64::from(b), mw, Wrap::Repeat);
+                        let gy = edge(i64::from(y * t + py) - i64::from(b), mh, Wrap::Repeat);
+                        assert_eq!(
+                            texel(&tiles[y as usize][x as usize], p, px, py),
+                            global(gx, gy),
+                            "mip {mip} tile ({x}, {y}) texel ({px}, {py})"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Coarser mips average their children in linear light.
+#[test]
+fn mips_are_filtered_in_linear_light() {
+    let dir = tempfile::tempdir().unwrap();
+    // A 32x32 black/white checker of single texels: every coarser mip is sRGB 188.
+    let texels: Vec<u8> = (0..32 * 32)
+        .flat_map(|i| {
+            let v = if (i % 32 + i / 32) % 2 == 0 { 0 } else { 255 };
+            [v, v, v, 255]
+        })
+        .collect();
+    let path = bake_to(
+        dir.path(),
+        vec![input("c", ImageSource::from_rgba(32, 32, texels), Wrap::Clamp)],
+        16,
+        2,
+        Codec::Raw,
+    );
+    let atlas = Atlas::open(&path).unwrap();
+    let tile = atlas.decode_tile(TileId::new(0, 1, 0, 0)).unwrap();
+    assert_eq!(texel(&tile, 20, 5, 5), [188, 188, 188, 255]);
+}
+
+fn baked_sample(dir: &Path) -> (PathBuf, Vec<u8>) {
+    let path =
+        bake_to(dir, vec![input("s", Generated::with_cell(300, 200, 32), Wrap::Clamp)], 32, 4, Codec::Lz4);
+    let bytes = std::fs::read(&path).unwrap();
+    (path, bytes)
+}
+
+fn open_bytes(dir: &Path, bytes: &[u8]) -> Result<Atlas, AtlasError> {
+    let p = dir.join("mutated.tsa");
+    std::fs::write(&p, bytes).unwrap();
+    Atlas::open(&p)
+}
+
+/// Rewrites the header and meta checksums after a deliberate edit, so that the
+/// edit itself is what validation sees.
+fn fix_checksums(bytes: &mut [u8]) {
+    let layers = u32::from_le_bytes(bytes[16..20].try_into().unwrap()) as usize;
+    let tiles = u64::from_le_bytes(bytes[24..32].try_into().unwrap()) as usize;
+    let meta_end = HEADER_BYTES + layers * LAYER_BYTES + tiles * ENTRY_BYTES;
+    let meta = crc32fast::hash(&bytes[HEADER_BYTES..meta_end]);
+    bytes[56..60].copy_from_slice(&meta.to_le_bytes());
+    let h = crc32fast::hash(&bytes[0..60]);
+    bytes[60..64].copy_from_slice(&h.to_le_bytes());
+}
+
+#[test]
+fn verify_catches_every_flipped_tile_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, bytes) = baked_sample(dir.path());
+    let atlas = open_bytes(dir.path(), &bytes).unwrap();
+    let tiles: Vec<TileId> = atlas.layers()[0].layout.tiles(0).collect();
+    let entries: Vec<_> = tiles.iter().map(|&t| (t, atlas.entry(t).unwrap())).collect();
+    drop(atlas);
+    // Every tile, several positions in each (first, last, and a stride through the middle).
+    for (tile, e) in entries {
+        let len = u64::from(e.length);
+        for k in [0, len / 3, len / 2, len - 1] {
+            let mut m = bytes.clone();
+            m[(e.offset + k) as usize] ^= 0x40;
+            let atlas = open_bytes(dir.path(), &m).expect("tile data is not checked on open");
+            let errors = atlas.verify(&ProgressBar::hidden());
+            assert_eq!(errors.len(), 1, "{tile} byte {k}");
+            assert_eq!(errors[0].tile(), Some(tile));
+            assert!(matches!(atlas.read_tile(tile), Err(AtlasError::TileChecksum { .. })));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// A single flipped byte anywhere in the file is caught: on open, or by verify.
+    #[test]
+    fn any_flipped_byte_is_detected(pos in any::<prop::sample::Index>(), bit in 0u8..8) {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, bytes) = baked_sample(dir.path());
+        let mut m = bytes.clone();
+        let i = pos.index(m.len());
+        m[i] ^= 1 << bit;
+        match open_bytes(dir.path(), &m) {
+            Err(_) => {}
+            Ok(atlas) => prop_assert!(!atlas.verify(&ProgressBar::hidden()).is_empty(), "byte {} undetected", i),
+        }
+    }
+}
+
+#[test]
+fn truncated_files_fail_to_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, bytes) = baked_sample(dir.path());
+    for len in [0, 7, 40, HEADER_BYTES, 500, bytes.len() / 2, bytes.len() - 1] {
+        let err = open_bytes(dir.path(), &bytes[..len]).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("mutated.tsa"), "{msg}");
+        assert!(matches!(err, AtlasError::Truncated { .. }), "len {len}: {msg}");
+    }
+}
+
+#[test]
+fn garbage_and_wrong_magic() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage: Vec<u8> = (0..5000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    assert!(matches!(open_bytes(dir.path(), &garbage), Err(AtlasError::BadMagic { .. })));
+    let (_, mut bytes) = baked_sample(dir.path());
+    bytes[0] = b'X';
+    let err = open_bytes(dir.path(), &bytes).unwrap_err();
+    assert!(matches!(err, AtlasError::BadMagic { .. }));
+    assert!(err.to_string().contains("not a Tessera atlas"));
+}
+
+#[test]
+fn wrong_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, mut bytes) = baked_sample(dir.path());
+    bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+    fix_checksums(&mut bytes);
+    let err = open_bytes(dir.path(), &bytes).unwrap_err();
+    assert!(matches!(err, AtlasError::UnsupportedVersion { found: 2, .. }), "{err}");
+    assert!(err.to_string().contains("unsupported atlas version 2"));
+}
+
+#[test]
+fn index_pointing_outside_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, mut bytes) = baked_sample(dir.path());
+    let entry = HEADER_BYTES + LAYER_BYTES + 3 * ENTRY_BYTES;
+    let past_end = bytes.len() as u64 + 4096;
+    bytes[entry..entry + 8].copy_from_slice(&past_end.to_le_bytes());
+    fix_checksums(&mut bytes);
+    let err = open_bytes(dir.path(), &bytes).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, AtlasError::Invalid { .. }), "{msg}");
+    assert!(msg.contains("mip 0 tile (3, 0)") && msg.contains("outside"), "{msg}");
+}
+
+#[test]
+fn corrupted_index_is_a_checksum_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, mut bytes) = baked_sample(dir.path());
+    bytes[HEADER_BYTES + LAYER_BYTES + 5] ^= 1;
+    let err = open_bytes(dir.path(), &bytes).unwrap_err();
+    assert!(matches!(err, AtlasError::Checksum { .. }), "{err}");
+}
+
+#[test]
+fn writes_are_atomic() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, first) = baked_sample(dir.path());
+    // A bake that fails part-way leaves the previous atlas untouched and no temp file.
+    struct Failing;
+    impl RowSource for Failing {
+        fn size(&self) -> (u32, u32) {
+            (300, 300)
+        }
+        fn read_rows(&self, y0: u32, out: &mut [u8]) -> std::io::Result<()> {
+            if y0 > 100 {
+                return Err(std::io::Error::other("disk on fire"));
+            }
+            out.fill(7);
+            Ok(())
+        }
+    }
+    let opts = BakeOptions { tile_size: 32, border: 4, codec: Codec::Lz4, scratch_dir: None };
+    let err = bake(vec![input("f", Failing, Wrap::Clamp)], &path, &opts, &ProgressBar::hidden()).unwrap_err();
+    assert!(err.to_string().contains("disk on fire"));
+    assert_eq!(std::fs::read(&path).unwrap(), first);
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+}
+
+fn write_png_header(path: &Path, w: u32, h: u32) {
+    // A PNG signature and an IHDR chunk with the given size, then a truncated file.
+    let mut b = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a];
+    let mut ihdr = b"IHDR".to_vec();
+    ihdr.extend_from_slice(&w.to_be_bytes());
+    ihdr.extend_from_slice(&h.to_be_bytes());
+    ihdr.extend_from_slice(&[8, 6, 0, 0, 0]);
+    b.extend_from_slice(&13u32.to_be_bytes());
+    b.extend_from_slice(&ihdr);
+    b.extend_from_slice(&crc32fast::hash(&ihdr).to_be_bytes());
+    b.extend_from_slice(&0u32.to_be_bytes());
+    b.extend_from_slice(b"IDAT");
+    b.extend_from_slice(&crc32fast::hash(b"IDAT").to_be_bytes());
+    std::fs::write(path, b).unwrap();
+}
+
+#[test]
+fn bad_images_give_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.png");
+    let err = ImageSource::open(&missing).err().unwrap();
+    assert!(matches!(err, SourceError::Missing { .. }) && err.to_string().contains("nope.png"), "{err}");
+
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "hello, not an image").unwrap();
+    let err = ImageSource::open(&text).err().unwrap();
+    assert!(matches!(err, SourceError::Unsupported { .. }) && err.to_string().contains("notes.txt"), "{err}");
+
+    let huge = dir.path().join("huge.png");
+    write_png_header(&huge, 2_000_000, 1_000_000);
+    let err = ImageSource::open(&huge).err().unwrap();
+    assert!(err.to_string().contains("huge.png") && err.to_string().contains("too large"), "{err}");
+
+    let zero = dir.path().join("zero.png");
+    write_png_header(&zero, 0, 16);
+    let err = ImageSource::open(&zero).err().unwrap();
+    assert!(err.to_string().contains("zero.png"), "{err}");
+
+    let cut = dir.path().join("cut.png");
+    write_png_header(&cut, 64, 64);
+    let err = ImageSource::open(&cut).err().unwrap();
+    assert!(err.to_string().contains("cut.png"), "{err}");
+}
