@@ -1,0 +1,148 @@
+//! End-to-end tests of the `tessera` binary: bake, inspect, verify on a real JPEG,
+//! and one-line errors (never a panic) on bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn tessera(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).output().expect("run tessera")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Asserts a clean failure: non-zero exit, one error line naming `name` and saying `what`, no panic.
+fn assert_clean_failure(o: &Output, name: &str, what: &str) {
+    let err = stderr(o);
+    assert!(!o.status.success(), "expected failure, got success: {err}");
+    assert!(!err.contains("panicked"), "panic: {err}");
+    let lines: Vec<_> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "want one error line, got: {err}");
+    assert!(lines[0].contains(name), "error does not name {name}: {err}");
+    assert!(lines[0].to_lowercase().contains(what), "error does not say '{what}': {err}");
+}
+
+/// The real photograph fetched by `assets/fetch-data.sh` (Blue Marble, 5400x2700 JPEG).
+fn real_jpeg() -> PathBuf {
+    let dir = std::env::var_os("TESSERA_DATA").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/tessera/data")
+    });
+    let p = dir.join("bmng.jpg");
+    assert!(
+        p.exists(),
+        "{} is missing: run assets/fetch-data.sh (scripts/test does) to fetch the real test images",
+        p.display()
+    );
+    p
+}
+
+fn bake(input: &Path, out: &Path, codec: &str) {
+    let o = tessera(&["bake", input.to_str().unwrap(), "-o", out.to_str().unwrap(), "--codec", codec]);
+    assert!(o.status.success(), "bake failed: {}", stderr(&o));
+    assert!(stdout(&o).contains("baked 1 layer(s)"), "{}", stdout(&o));
+}
+
+#[test]
+fn real_jpeg_bakes_inspects_and_verifies_with_both_codecs() {
+    let jpeg = real_jpeg();
+    let dir = tempfile::tempdir().unwrap();
+    for codec in ["raw", "lz4"] {
+        let atlas = dir.path().join(format!("earth-{codec}.tsa"));
+        bake(&jpeg, &atlas, codec);
+        let o = tessera(&["inspect", atlas.to_str().unwrap(), "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let layer = &j["layers"][0];
+        assert_eq!(layer["width"], 5400);
+        assert_eq!(layer["height"], 2700);
+        assert_eq!(layer["codec"], codec);
+        // 5400 / 128 = 42.2 -> 43 tiles across; the chain ends at 5400 / 64 = 84.4 <= 128.
+        assert_eq!(layer["mip_count"], 7);
+        let tiles: Vec<(u64, u64)> = layer["mips"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["tiles_x"].as_u64().unwrap(), m["tiles_y"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(tiles, vec![(43, 22), (22, 11), (11, 6), (6, 3), (3, 2), (2, 1), (1, 1)]);
+        assert_eq!(layer["tiles"], 946 + 242 + 66 + 18 + 6 + 2 + 1);
+        let ratio = layer["compression_ratio"].as_f64().unwrap();
+        if codec == "raw" {
+            assert!((ratio - 1.0).abs() < 1e-9);
+        } else {
+            assert!(ratio > 1.0, "lz4 should shrink RGBA8 with an opaque alpha channel: {ratio}");
+        }
+        let o = tessera(&["verify", atlas.to_str().unwrap()]);
+        assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+        assert!(stdout(&o).contains("all 1281 tiles good"), "{}", stdout(&o));
+        let o = tessera(&["inspect", atlas.to_str().unwrap()]);
+        assert!(stdout(&o).contains("5400x2700 texels"), "{}", stdout(&o));
+    }
+}
+
+/// Offset and length of a tile's blob, read from the index (entry layout in docs/atlas-format.md).
+fn blob_of(bytes: &[u8], index: usize) -> (usize, usize) {
+    let layers = u32::from_le_bytes(bytes[16..20].try_into().unwrap()) as usize;
+    let at = 64 + 64 * layers + 24 * index;
+    let off = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+    let len = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+    (off, len)
+}
+
+#[test]
+fn verify_names_the_flipped_tile_and_truncation_is_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = dir.path().join("g.tsa");
+    let o = tessera(&["bake", "--generate", "1000x600", "-o", atlas.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let good = std::fs::read(&atlas).unwrap();
+    // Mip 0 is 8x5 tiles; index 13 is tile (5, 1).
+    let (off, len) = blob_of(&good, 13);
+    let mut bad = good.clone();
+    bad[off + len / 2] ^= 0x01;
+    let flipped = dir.path().join("flipped.tsa");
+    std::fs::write(&flipped, &bad).unwrap();
+    let o = tessera(&["verify", flipped.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("bad tile: layer 0 mip 0 x 5 y 1"), "{out}");
+    assert_eq!(out.lines().filter(|l| l.starts_with("bad tile")).count(), 1, "{out}");
+
+    let truncated = dir.path().join("truncated.tsa");
+    std::fs::write(&truncated, &good[..good.len() - 100]).unwrap();
+    for cmd in ["verify", "inspect"] {
+        assert_clean_failure(&tessera(&[cmd, truncated.to_str().unwrap()]), "truncated.tsa", "truncated");
+    }
+}
+
+#[test]
+fn bad_input_gives_one_line_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let out = d("out.tsa");
+
+    assert_clean_failure(&tessera(&["bake", &d("missing.jpg"), "-o", &out]), "missing.jpg", "no such file");
+    std::fs::write(d("notes.txt"), "plain text").unwrap();
+    assert_clean_failure(&tessera(&["bake", &d("notes.txt"), "-o", &out]), "notes.txt", "unsupported");
+    let o = tessera(&["bake", "--generate", "0x100", "-o", &out]);
+    assert_clean_failure(&o, "out.tsa", "empty");
+    let o = tessera(&["bake", "--generate", "2000000x10", "-o", &out]);
+    assert_clean_failure(&o, "out.tsa", "exceeds");
+    assert!(!Path::new(&out).exists(), "no atlas is left behind by a failed bake");
+
+    std::fs::write(d("garbage.tsa"), vec![0x5au8; 4000]).unwrap();
+    assert_clean_failure(&tessera(&["inspect", &d("garbage.tsa")]), "garbage.tsa", "not a tessera atlas");
+    assert_clean_failure(&tessera(&["verify", &d("absent.tsa")]), "absent.tsa", "no such file");
+
+    let o = tessera(&["bake", "--generate", "300x200", "-o", &d("v.tsa")]);
+    assert!(o.status.success());
+    let mut bytes = std::fs::read(d("v.tsa")).unwrap();
+    bytes[8] = 9;
+    std::fs::write(d("v9.tsa"), &bytes).unwrap();
+    assert_clean_failure(&tessera(&["verify", &d("v9.tsa")]), "v9.tsa", "version 9");
+}

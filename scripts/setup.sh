@@ -1,0 +1,35 @@
+# Sourced by scripts/test and scripts/demo: installs what the project needs on a
+# fresh Debian machine when it is missing, and prepares the environment.
+#   - Mesa's lavapipe software Vulkan driver (mesa-vulkan-drivers, libvulkan1) for GPU tests
+#   - a C/C++ compiler and pip (for crates that build C++ and for fetching test data)
+# Rust itself comes from rustup (https://rustup.rs); it is not a Debian package here.
+
+tessera_setup() {
+  local missing=() p
+  for p in mesa-vulkan-drivers libvulkan1 g++ python3-pip; do
+    case "$p" in
+      g++) command -v g++ >/dev/null 2>&1 && continue ;;
+      python3-pip) python3 -m pip --version >/dev/null 2>&1 && continue ;;
+    esac
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "scripts: installing missing Debian packages: ${missing[*]}" >&2
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  fi
+  if ! command -v cargo >/dev/null 2>&1; then
+    [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+  if ! command -v cargo >/dev/null 2>&1; then
+    echo "scripts: cargo not found. Install Rust 1.95 or newer with rustup (https://rustup.rs), then re-run." >&2
+    exit 1
+  fi
+  if [ -z "${XDG_RUNTIME_DIR:-}" ]; then
+    XDG_RUNTIME_DIR=$(mktemp -d)
+    chmod 700 "$XDG_RUNTIME_DIR"
+    export XDG_RUNTIME_DIR
+  fi
+}
