@@ -266,6 +266,7 @@ pub struct Atlas {
     index_offset: usize,
     tile_count: u64,
     data_offset: u64,
+    stored_bytes: u64,
 }
 
 impl std::fmt::Debug for Atlas {
@@ -380,11 +381,15 @@ impl Atlas {
             index_offset: header.index_offset as usize,
             tile_count: header.tile_count,
             data_offset: header.data_offset,
+            stored_bytes: 0,
         };
+        let mut atlas = atlas;
+        let mut stored_bytes = 0u64;
         for (li, layer) in atlas.layers.iter().enumerate() {
             let expect_raw = u64::from(layer.layout.padded_tile_size()).pow(2) * 4;
             for i in 0..layer.layout.tile_count() {
                 let e = atlas.entry_at(layer.first_tile + i)?;
+                stored_bytes += u64::from(e.length);
                 let bad = e.offset < atlas.data_offset
                     || e.offset % BLOB_ALIGN != 0
                     || e.offset + u64::from(e.length) > len
@@ -399,6 +404,7 @@ impl Atlas {
                 }
             }
         }
+        atlas.stored_bytes = stored_bytes;
         Ok(atlas)
     }
 
@@ -436,6 +442,11 @@ impl Atlas {
     /// Total tiles over all layers and mips.
     pub fn tile_count(&self) -> u64 {
         self.tile_count
+    }
+
+    /// Bytes of tile data over all tiles (blobs only, without index and padding).
+    pub fn stored_bytes(&self) -> u64 {
+        self.stored_bytes
     }
 
     /// Size of the file in bytes.

@@ -2,8 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::host_cache::HostCacheCounters;
-use crate::loader::LoaderCounters;
+use crate::atlas::Atlas;
+use crate::host_cache::{HostCache, HostCacheCounters};
+use crate::loader::{LoaderCounters, LoaderPool};
 
 /// Occupancy of one storage tier.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,6 +46,19 @@ pub struct StatsSnapshot {
 }
 
 impl StatsSnapshot {
+    /// The host and disk tiers and the loader counters, read from the parts that
+    /// own them; the VRAM tier is left for the renderer to fill in.
+    pub fn gather(atlas: &Atlas, cache: &HostCache, loader: Option<&LoaderPool>) -> Self {
+        let host_cache = cache.counters();
+        Self {
+            host: TierStats { tiles: host_cache.tiles, bytes: host_cache.bytes },
+            disk: TierStats { tiles: atlas.tile_count(), bytes: atlas.stored_bytes() },
+            host_cache,
+            loader: loader.map(LoaderPool::counters).unwrap_or_default(),
+            ..Self::default()
+        }
+    }
+
     /// Fraction of host cache lookups that hit, or 0 when there was no lookup.
     pub fn host_hit_rate(&self) -> f64 {
         self.host_cache.hit_rate()
