@@ -1,6 +1,8 @@
 //! End-to-end tests of the `tessera` binary: bake, inspect, verify on a real JPEG,
 //! and one-line errors (never a panic) on bad input.
 
+#![allow(clippy::unwrap_used)] // Test helpers fail loudly by design.
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -1,6 +1,8 @@
 //! Atlas round trips, borders, corruption detection and bad-input handling,
 //! without a GPU.
 
+#![allow(clippy::unwrap_used)] // Test helpers fail loudly by design.
+
 use std::path::{Path, PathBuf};
 
 use indicatif::ProgressBar;

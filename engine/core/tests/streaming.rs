@@ -1,6 +1,8 @@
 //! The disk → host path end to end: a baked atlas served by the loader pool through
 //! the host cache, with statistics, and corrupted tiles reported instead of served.
 
+#![allow(clippy::unwrap_used)] // Test helpers fail loudly by design.
+
 use std::sync::Arc;
 use std::time::Duration;
 
