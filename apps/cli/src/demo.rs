@@ -1,10 +1,14 @@
-//! `tessera demo`: the README's main job. Bakes the built-in labelled texture once
-//! into a cache folder, verifies it, and writes a report.
+//! `tessera demo`: the README's main job. Bakes the built-in labelled texture once into
+//! a cache folder, captures a camera path headless through the virtual texture and
+//! against the fully resident reference, and writes frames plus a short report.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
+use tessera::GpuContext;
+use tessera::capture::{CaptureConfig, CaptureReport, capture};
 use tessera_core::atlas::{Atlas, ColorSpace, Wrap};
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
 use tessera_core::source::Generated;
@@ -12,15 +16,29 @@ use tessera_core::source::Generated;
 /// Arguments of `tessera demo`.
 #[derive(clap::Args)]
 pub(crate) struct DemoArgs {
-    /// Where the report goes.
+    /// Where frames and the report go.
     #[arg(long, default_value = "out/demo")]
     out: PathBuf,
     /// Size of the built-in texture.
     #[arg(long, default_value = "8192x4096", value_parser = crate::parse_size)]
+    texture: (u32, u32),
+    /// Camera path: a preset (static, flyover, orbit, cut) or a JSON file.
+    #[arg(long, default_value = "flyover")]
+    camera: String,
+    /// Frames to render.
+    #[arg(long, default_value_t = 120)]
+    frames: u32,
+    /// Frame size.
+    #[arg(long, default_value = "1280x720", value_parser = crate::parse_size)]
     size: (u32, u32),
+    /// Write every K-th frame as PNG.
+    #[arg(long, default_value_t = 20)]
+    every: u32,
     /// Bake again even when a cached atlas exists.
     #[arg(long)]
     rebake: bool,
+    #[command(flatten)]
+    vt: crate::capture::VtArgs,
 }
 
 /// Folder for cached bakes: `$TESSERA_CACHE`, else `$XDG_CACHE_HOME/tessera`, else `~/.cache/tessera`.
@@ -36,13 +54,15 @@ pub(crate) fn cache_dir() -> PathBuf {
 
 /// Runs `tessera demo`.
 pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
-    let (w, h) = args.size;
+    let (w, h) = args.texture;
     let cache = cache_dir();
     std::fs::create_dir_all(&cache).with_context(|| format!("creating cache folder {}", cache.display()))?;
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let atlas_path = cache.join(format!("demo-{w}x{h}.tsa"));
     let cached = !args.rebake && Atlas::open(&atlas_path).is_ok();
-    if !cached {
+    if cached {
+        println!("using cached atlas {}", atlas_path.display());
+    } else {
         println!("baking the built-in {w}x{h} labelled texture into {}", atlas_path.display());
         let input = BakeInput {
             name: "demo".into(),
@@ -53,25 +73,119 @@ pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
         let pb = crate::progress_bar(0);
         bake(vec![input], &atlas_path, &BakeOptions::default(), &pb)?;
         pb.finish_and_clear();
-    } else {
-        println!("using cached atlas {}", atlas_path.display());
     }
-    let atlas = Atlas::open(&atlas_path)?;
-    let pb = crate::progress_bar(atlas.tile_count());
-    pb.set_message("verifying");
-    let bad = atlas.verify(&pb);
-    pb.finish_and_clear();
-    let summary = atlas.summary();
-    print!("{}", crate::inspect::table(&summary));
-    let report = args.out.join("report.json");
-    let json = serde_json::json!({ "atlas": summary, "bad_tiles": bad.len(), "cached": cached });
-    std::fs::write(&report, serde_json::to_string_pretty(&json)?)
-        .with_context(|| format!("writing {}", report.display()))?;
+    print!("{}", crate::inspect::table(&Atlas::open(&atlas_path)?.summary()));
+    let ctx = GpuContext::headless()?;
+    println!("adapter: {}", ctx.describe());
+    let cfg = CaptureConfig {
+        atlas: atlas_path.clone(),
+        camera: crate::capture::camera_path(&args.camera)?,
+        frames: args.frames.max(1),
+        size: args.size,
+        every: args.every,
+        out: Some(args.out.join("frames")),
+        reference: true,
+        vt: args.vt.config(),
+    };
     println!(
-        "verified {} tiles ({} bad); report written to {}",
-        atlas.tile_count(),
-        bad.len(),
-        report.display()
+        "capturing {} frames of '{}' at {}x{} (virtual texture and reference)",
+        cfg.frames, args.camera, cfg.size.0, cfg.size.1
     );
-    Ok(if bad.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    let report = capture(&ctx, &cfg)?;
+    let text = report_text(&report, &args.camera);
+    let md = args.out.join("report.md");
+    std::fs::write(&md, &text).with_context(|| format!("writing {}", md.display()))?;
+    print!("{text}");
+    println!(
+        "frames in {}, statistics in {}, report in {}",
+        args.out.join("frames").display(),
+        args.out.join("frames/stats.json").display(),
+        md.display()
+    );
+    let unwritten: usize = report.frames.iter().map(|f| f.unwritten_pixels).sum();
+    Ok(if unwritten == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// The short human report: convergence, tier residency, timings.
+fn report_text(r: &CaptureReport, camera: &str) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "# Tessera demo\n\nadapter: {}\ncamera: {camera}, {} frames at {}x{}\n",
+        r.adapter,
+        r.frames.len(),
+        r.size.0,
+        r.size.1
+    );
+    let psnr: Vec<(u32, f64)> =
+        r.frames.iter().filter_map(|f| f.psnr_db.map(|p| (f.frame, p.min(99.0)))).collect();
+    if let (Some(first), Some(last)) = (psnr.first(), psnr.last()) {
+        let min = psnr.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+        let reach =
+            psnr.iter().find(|p| p.1 >= 40.0).map_or("never".to_string(), |p| format!("frame {}", p.0));
+        let _ = writeln!(o, "## Convergence (PSNR against the fully resident reference)\n");
+        let _ = writeln!(
+            o,
+            "first frame {:.1} dB, last frame {:.1} dB, lowest {min:.1} dB; first at or above 40 dB: {reach}",
+            first.1, last.1
+        );
+        let marks: Vec<String> =
+            psnr.iter().step_by((psnr.len() / 12).max(1)).map(|(f, p)| format!("{f}:{p:.1}")).collect();
+        let _ = writeln!(o, "frame:dB  {}\n", marks.join("  "));
+    }
+    let s = &r.final_stats;
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let _ = writeln!(o, "## Tier residency after the last frame\n");
+    let _ = writeln!(
+        o,
+        "VRAM pool: {} of {} slots ({:.1} MiB of {:.1} MiB), {} uploads, {} evictions",
+        s.vram.tiles,
+        s.vram_counters.slots_total,
+        mib(s.vram.bytes),
+        mib(r.pool_bytes),
+        s.vram_counters.uploads,
+        s.vram_counters.evictions
+    );
+    let _ = writeln!(
+        o,
+        "host cache: {} tiles, {:.1} MiB of {:.1} MiB budget, hit rate {:.1}%",
+        s.host.tiles,
+        mib(s.host.bytes),
+        mib(s.host_cache.budget_bytes),
+        100.0 * s.host_hit_rate()
+    );
+    let _ = writeln!(
+        o,
+        "disk: {} tiles, {:.1} MiB in the atlas; loader: {} requested, {} loaded, {} failed, {} cancelled",
+        s.disk.tiles,
+        mib(s.disk.bytes),
+        s.loader.requested,
+        s.loader.completed,
+        s.loader.failed,
+        s.loader.cancelled
+    );
+    if let Some(b) = r.reference_bytes {
+        let _ = writeln!(
+            o,
+            "fully resident reference texture: {:.1} MiB (VT pool is {:.1}% of it)",
+            mib(b),
+            100.0 * r.pool_bytes as f64 / b as f64
+        );
+    }
+    let _ = writeln!(o, "\n## Timings (median over frames)\n");
+    let _ = writeln!(
+        o,
+        "frame {:.2} ms (includes reference render and two readbacks), feedback decode + decisions {:.3} ms, uploads {:.3} ms, uploads per frame max {}",
+        median(r.frames.iter().map(|f| f.frame_ms).collect()),
+        median(r.frames.iter().map(|f| f.feedback_ms).collect()),
+        median(r.frames.iter().map(|f| f.upload_ms).collect()),
+        r.frames.iter().map(|f| f.uploads).max().unwrap_or(0)
+    );
+    let _ = writeln!(o, "\n{}", r.summary());
+    o
 }

@@ -1,6 +1,7 @@
 //! `tessera`: bake images into virtual-texture atlases, inspect and verify them,
 //! and run the demo.
 
+mod capture;
 mod demo;
 mod inspect;
 
@@ -44,7 +45,10 @@ enum Command {
         /// The atlas file.
         atlas: PathBuf,
     },
-    /// The main job: bake a built-in labelled texture (once, cached), check it and report.
+    /// Render a camera path headless through the virtual texture: PNG frames + stats.json.
+    Capture(capture::CaptureArgs),
+    /// The main job: bake the built-in labelled texture (once, cached), capture a camera
+    /// path headless against the reference, and write frames plus a report.
     Demo(demo::DemoArgs),
 }
 
@@ -107,6 +111,7 @@ fn main() -> ExitCode {
         Command::Bake(args) => run_bake(&args),
         Command::Inspect { atlas, json } => inspect::run(&atlas, json),
         Command::Verify { atlas } => run_verify(&atlas),
+        Command::Capture(args) => capture::run(&args),
         Command::Demo(args) => demo::run(&args),
     };
     match result {

@@ -1,0 +1,115 @@
+//! `tessera capture`: render a camera path headless through the virtual texture and
+//! write PNG frames plus `stats.json`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use tessera::capture::{CaptureConfig, capture};
+use tessera::core::camera::{CameraPath, PRESETS};
+use tessera::{GpuContext, VtConfig};
+
+/// Options shared by `capture`, `demo` and `bench`: streaming and sampling settings.
+#[derive(clap::Args, Clone, Debug)]
+pub(crate) struct VtArgs {
+    /// GPU tile pool size in MiB.
+    #[arg(long, default_value_t = 128)]
+    pub(crate) pool_mib: u32,
+    /// Host page cache budget in MiB.
+    #[arg(long, default_value_t = 256)]
+    pub(crate) host_cache_mib: u32,
+    /// Most tiles uploaded to the GPU per frame.
+    #[arg(long, default_value_t = 256)]
+    pub(crate) upload_budget: usize,
+    /// Anisotropic taps, 1 to 4 (1 = trilinear, which matches any GPU's reference
+    /// sampler exactly; hardware anisotropy differs between vendors).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=4))]
+    pub(crate) aniso: u16,
+    /// Added to every level of detail (positive = blurrier, fewer tiles).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub(crate) mip_bias: f32,
+    /// Feedback is written by one pixel in every N×N block (1, 2, 4, 8).
+    #[arg(long, default_value_t = 2)]
+    pub(crate) feedback_stride: u32,
+    /// Loader threads (0 = one per core).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) loader_threads: usize,
+}
+
+impl VtArgs {
+    pub(crate) fn config(&self) -> VtConfig {
+        VtConfig {
+            pool_mib: self.pool_mib,
+            host_cache_mib: self.host_cache_mib,
+            loader_threads: self.loader_threads,
+            max_uploads_per_frame: self.upload_budget.max(1),
+            max_anisotropy: self.aniso,
+            mip_bias: self.mip_bias,
+            feedback_stride: self.feedback_stride,
+            ..VtConfig::default()
+        }
+    }
+}
+
+/// Arguments of `tessera capture`.
+#[derive(clap::Args)]
+pub(crate) struct CaptureArgs {
+    /// The atlas to render.
+    #[arg(long)]
+    atlas: PathBuf,
+    /// Camera path: a preset (static, flyover, orbit, cut) or a JSON file.
+    #[arg(long, default_value = "static")]
+    camera: String,
+    /// Frames to render.
+    #[arg(long, default_value_t = 60)]
+    frames: u32,
+    /// Frame size.
+    #[arg(long, default_value = "1280x720", value_parser = crate::parse_size)]
+    size: (u32, u32),
+    /// Write every K-th frame as PNG (0: only the last; the last is always written).
+    #[arg(long, default_value_t = 0)]
+    every: u32,
+    /// Output folder.
+    #[arg(long, default_value = "out/capture")]
+    out: PathBuf,
+    /// Also render the fully resident reference and record PSNR per frame.
+    #[arg(long)]
+    reference: bool,
+    #[command(flatten)]
+    vt: VtArgs,
+}
+
+/// A preset name or a camera JSON file.
+pub(crate) fn camera_path(spec: &str) -> Result<CameraPath> {
+    if let Some(p) = CameraPath::preset(spec) {
+        return Ok(p);
+    }
+    let path = PathBuf::from(spec);
+    if !path.exists() {
+        anyhow::bail!(
+            "camera '{spec}' is neither a preset ({}) nor an existing JSON file",
+            PRESETS.join(", ")
+        );
+    }
+    Ok(CameraPath::load(&path)?)
+}
+
+/// Runs `tessera capture`.
+pub(crate) fn run(args: &CaptureArgs) -> Result<ExitCode> {
+    let cfg = CaptureConfig {
+        atlas: args.atlas.clone(),
+        camera: camera_path(&args.camera)?,
+        frames: args.frames.max(1),
+        size: args.size,
+        every: args.every,
+        out: Some(args.out.clone()),
+        reference: args.reference,
+        vt: args.vt.config(),
+    };
+    let ctx = GpuContext::headless()?;
+    println!("adapter: {}", ctx.describe());
+    let report = capture(&ctx, &cfg).with_context(|| format!("capturing {}", args.atlas.display()))?;
+    println!("frames and stats.json written to {}", args.out.display());
+    println!("{}", report.summary());
+    Ok(ExitCode::SUCCESS)
+}

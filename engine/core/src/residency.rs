@@ -1,0 +1,695 @@
+//! The residency manager: decides, without a GPU, which tiles to request, which to
+//! upload into which pool slot and which to evict, and keeps the page table in step.
+//!
+//! Each frame the renderer feeds it the decoded feedback ([`Residency::on_feedback`],
+//! which returns the loader requests), the loader's results ([`Residency::on_loaded`],
+//! [`Residency::on_failed`], [`Residency::on_cancelled`]), then applies
+//! [`Residency::plan_uploads`] (texture writes) and the page table's dirty ranges.
+//!
+//! Eviction never touches a tile of the latest feedback (or an ancestor of one), nor a
+//! pinned coarse mip. When nothing can be evicted the plan stops uploading: a visible
+//! set larger than the pool settles with its coarsest tiles resident and no uploads,
+//! instead of thrashing.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::feedback::FeedbackLayout;
+use crate::lru::Lru;
+use crate::page_table::{MAX_SLOTS_PER_SIDE, PageTable, SlotCoord};
+use crate::stats::VramCounters;
+use crate::tile::{TextureLayout, TileId};
+
+/// Size of the pool and per-frame budgets of a [`Residency`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResidencyConfig {
+    /// Slots across the physical pool (at most [`MAX_SLOTS_PER_SIDE`]).
+    pub slots_x: u16,
+    /// Slots down the physical pool (at most [`MAX_SLOTS_PER_SIDE`]).
+    pub slots_y: u16,
+    /// Most tiles uploaded per frame (at least one is always allowed).
+    pub max_uploads_per_frame: usize,
+    /// Most bytes uploaded per frame (the first upload of a frame is always allowed).
+    pub max_upload_bytes_per_frame: u64,
+    /// How many of each layer's coarsest mips are pinned once resident (never evicted,
+    /// not even by [`Residency::flush`]). 1 pins the single coarsest mip, 0 nothing.
+    pub pin_coarsest_mips: u32,
+}
+
+impl Default for ResidencyConfig {
+    fn default() -> Self {
+        Self {
+            slots_x: 32,
+            slots_y: 32,
+            max_uploads_per_frame: 256,
+            max_upload_bytes_per_frame: 32 << 20,
+            pin_coarsest_mips: 1,
+        }
+    }
+}
+
+/// Where a resident (unpinned) tile lives and when feedback last asked for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotState {
+    /// The pool slot holding the tile.
+    pub slot: SlotCoord,
+    /// The last frame whose feedback needed the tile (or the frame it was uploaded).
+    pub last_used_frame: u64,
+}
+
+/// One texture write for the renderer: put `bytes` (a padded tile) into `slot`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Upload {
+    /// The tile being uploaded.
+    pub tile: TileId,
+    /// The destination slot.
+    pub slot: SlotCoord,
+    /// The tile's GPU-ready bytes.
+    pub bytes: Arc<[u8]>,
+    /// The tile that held `slot` before and was evicted for this upload, if any.
+    pub evicted: Option<TileId>,
+}
+
+/// What the renderer does this frame, from [`Residency::plan_uploads`]. The page-table
+/// changes are already applied to [`Residency::page_table`]; upload its dirty ranges
+/// after the texture writes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UploadPlan {
+    /// Texture writes, coarse mips first.
+    pub uploads: Vec<Upload>,
+    /// Ready tiles discarded because the latest feedback no longer needs them.
+    pub dropped: usize,
+    /// Ready tiles left for a later frame (budget spent or no slot).
+    pub deferred: usize,
+    /// Whether uploading stopped because no slot could be freed: the needed set does
+    /// not fit in the pool (a signal to raise the mip bias).
+    pub pool_full: bool,
+}
+
+/// Running totals of a [`Residency`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResidencyCounters {
+    /// Tiles written into the pool.
+    pub uploads: u64,
+    /// Tiles evicted from the pool (to make room, or by [`Residency::flush`]).
+    pub evictions: u64,
+    /// Needed tiles (ancestors included) that were not resident, summed over feedbacks.
+    pub misses: u64,
+    /// Loads that failed.
+    pub failed: u64,
+}
+
+/// Decides what lives in the GPU pool; see the module documentation.
+#[derive(Debug)]
+pub struct Residency {
+    config: ResidencyConfig,
+    table: PageTable,
+    /// Slots holding nothing.
+    free: Vec<SlotCoord>,
+    /// Resident tiles that may be evicted, least recently needed first.
+    lru: Lru<TileId, SlotState>,
+    /// Resident tiles that are never evicted (coarsest mips).
+    pinned: HashMap<TileId, SlotCoord>,
+    /// Asked of the loader, no result yet.
+    requested: HashSet<TileId>,
+    /// Loaded and waiting for a slot; ordered coarse first.
+    ready: BTreeMap<TileId, Arc<[u8]>>,
+    /// Failed loads, not requested again until [`Residency::forget_failures`].
+    failed: HashSet<TileId>,
+    /// The latest feedback with its ancestors.
+    needed: HashSet<TileId>,
+    counters: ResidencyCounters,
+}
+
+impl Residency {
+    /// A manager for an atlas whose layers have `layouts` (laid out consecutively), with
+    /// an empty pool. Slot counts above [`MAX_SLOTS_PER_SIDE`] are clamped to it.
+    pub fn new(layouts: &[TextureLayout], config: ResidencyConfig) -> Self {
+        Self::with_layout(FeedbackLayout::new(layouts), config)
+    }
+
+    /// Same as [`Residency::new`] over an existing index mapping.
+    pub fn with_layout(layout: FeedbackLayout, mut config: ResidencyConfig) -> Self {
+        if config.slots_x > MAX_SLOTS_PER_SIDE || config.slots_y > MAX_SLOTS_PER_SIDE {
+            tracing::warn!(
+                slots_x = config.slots_x,
+                slots_y = config.slots_y,
+                "pool larger than the page-table entry can address; clamped to {MAX_SLOTS_PER_SIDE} per side"
+            );
+            config.slots_x = config.slots_x.min(MAX_SLOTS_PER_SIDE);
+            config.slots_y = config.slots_y.min(MAX_SLOTS_PER_SIDE);
+        }
+        // Popped from the back: slot (0, 0) is used first, then row by row.
+        let free: Vec<SlotCoord> = (0..config.slots_y)
+            .rev()
+            .flat_map(|y| (0..config.slots_x).rev().map(move |x| SlotCoord::new(x, y)))
+            .collect();
+        Self {
+            config,
+            table: PageTable::with_layout(layout),
+            lru: Lru::with_capacity(free.len()),
+            free,
+            pinned: HashMap::new(),
+            requested: HashSet::new(),
+            ready: BTreeMap::new(),
+            failed: HashSet::new(),
+            needed: HashSet::new(),
+            counters: ResidencyCounters::default(),
+        }
+    }
+
+    /// The configuration in use (slot counts after clamping).
+    pub fn config(&self) -> ResidencyConfig {
+        self.config
+    }
+
+    /// Takes in the decoded feedback of `frame` (without ancestors) and returns the
+    /// tiles to request from the loader with their priority, coarse first.
+    ///
+    /// Needed tiles and their ancestors that are resident are marked used at `frame`;
+    /// they will not be evicted while they are in the latest feedback. A tile is
+    /// requested when it is not resident, not already requested, not waiting in the
+    /// ready queue and has not failed. Its priority is the number of `needed` tiles it
+    /// covers (itself and its descendants), a stand-in for screen coverage.
+    pub fn on_feedback(&mut self, frame: u64, needed: &[TileId]) -> Vec<(TileId, u32)> {
+        let all = self.table.layout().with_ancestors(needed);
+        let mut coverage: HashMap<TileId, u32> = HashMap::with_capacity(all.len());
+        for &t in needed {
+            *coverage.entry(t).or_default() += 1;
+        }
+        self.needed.clear();
+        self.needed.extend(all.iter().copied());
+
+        let mut requests = Vec::new();
+        // Finest first: children pass their coverage up before their parent is read,
+        // and coarse tiles are touched last, so among tiles that stop being needed the
+        // fine ones are evicted first.
+        for &t in all.iter().rev() {
+            let cov = coverage.get(&t).copied().unwrap_or(0);
+            let coarsest = self.table.layout().coarsest_mip(t.layer).unwrap_or(t.mip);
+            if let Some(p) = t.parent(coarsest) {
+                let e = coverage.entry(p).or_default();
+                *e = e.saturating_add(cov);
+            }
+            if let Some(s) = self.lru.get_mut(t) {
+                s.last_used_frame = frame;
+                continue;
+            }
+            if self.pinned.contains_key(&t) {
+                continue;
+            }
+            self.counters.misses += 1;
+            if self.requested.contains(&t) || self.ready.contains_key(&t) || self.failed.contains(&t) {
+                continue;
+            }
+            self.requested.insert(t);
+            requests.push((t, cov));
+        }
+        requests.reverse();
+        requests
+    }
+
+    /// The loader delivered `tile`; it waits in the ready queue for
+    /// [`Residency::plan_uploads`]. Tiles outside the atlas or already resident are
+    /// ignored.
+    pub fn on_loaded(&mut self, tile: TileId, bytes: Arc<[u8]>) {
+        self.requested.remove(&tile);
+        if self.table.global_index(tile).is_none() || self.is_resident(tile) {
+            return;
+        }
+        self.failed.remove(&tile);
+        self.ready.insert(tile, bytes);
+    }
+
+    /// The loader could not produce `tile`: it keeps showing its nearest resident
+    /// ancestor and is not requested again until [`Residency::forget_failures`].
+    pub fn on_failed(&mut self, tile: TileId) {
+        self.requested.remove(&tile);
+        self.failed.insert(tile);
+        self.counters.failed += 1;
+    }
+
+    /// The loader dropped the request for `tile` (stale); it may be requested again.
+    pub fn on_cancelled(&mut self, tile: TileId) {
+        self.requested.remove(&tile);
+    }
+
+    /// Allows tiles that failed to be requested again (e.g. after the atlas changed).
+    pub fn forget_failures(&mut self) {
+        self.failed.clear();
+    }
+
+    /// Moves ready tiles into the pool for `frame`, coarse mips first, within the
+    /// per-frame budget, evicting least recently needed tiles that are neither in the
+    /// latest feedback nor pinned. Updates the page table (eviction, then residency)
+    /// and the counters. Ready tiles the latest feedback no longer needs are dropped,
+    /// except pinnable coarse mips.
+    pub fn plan_uploads(&mut self, frame: u64) -> UploadPlan {
+        let mut plan = UploadPlan::default();
+        let before = self.ready.len();
+        let (needed, layout, pin) = (&self.needed, self.table.layout(), self.config.pin_coarsest_mips);
+        self.ready.retain(|t, _| needed.contains(t) || is_pinned(layout, pin, *t));
+        plan.dropped = before - self.ready.len();
+
+        let max_uploads = self.config.max_uploads_per_frame.max(1);
+        let mut bytes = 0u64;
+        while let Some((&tile, data)) = self.ready.first_key_value() {
+            if self.is_resident(tile) {
+                self.ready.pop_first();
+                continue;
+            }
+            let len = data.len() as u64;
+            if !plan.uploads.is_empty()
+                && (plan.uploads.len() >= max_uploads
+                    || bytes.saturating_add(len) > self.config.max_upload_bytes_per_frame)
+            {
+                break;
+            }
+            let (slot, evicted) = match self.free.pop() {
+                Some(s) => (s, None),
+                None => {
+                    let needed = &self.needed;
+                    let victim =
+                        self.lru.pop_lru_where(|t, s| s.last_used_frame < frame && !needed.contains(t));
+                    let Some((victim, state)) = victim else {
+                        plan.pool_full = true;
+                        break;
+                    };
+                    self.table.set_evicted(victim);
+                    self.counters.evictions += 1;
+                    (state.slot, Some(victim))
+                }
+            };
+            let Some((_, data)) = self.ready.pop_first() else { break };
+            self.table.set_resident(tile, slot);
+            if is_pinned(self.table.layout(), self.config.pin_coarsest_mips, tile) {
+                self.pinned.insert(tile, slot);
+            } else {
+                self.lru.insert(tile, SlotState { slot, last_used_frame: frame });
+            }
+            self.counters.uploads += 1;
+            bytes = bytes.saturating_add(len);
+            plan.uploads.push(Upload { tile, slot, bytes: data, evicted });
+        }
+        plan.deferred = self.ready.len();
+        plan
+    }
+
+    /// Evicts every resident tile that is not pinned (a debugging aid: everything
+    /// streams again). The ready queue and pending requests are kept.
+    pub fn flush(&mut self) {
+        while let Some((tile, state)) = self.lru.pop_lru() {
+            self.table.set_evicted(tile);
+            self.free.push(state.slot);
+            self.counters.evictions += 1;
+        }
+    }
+
+    /// The page table mirror (entries for the GPU buffer).
+    pub fn page_table(&self) -> &PageTable {
+        &self.table
+    }
+
+    /// The page table mirror, mutably: for [`PageTable::take_dirty_ranges`].
+    pub fn page_table_mut(&mut self) -> &mut PageTable {
+        &mut self.table
+    }
+
+    /// Running totals.
+    pub fn counters(&self) -> ResidencyCounters {
+        self.counters
+    }
+
+    /// The counters in the form of the stats snapshot's VRAM tier.
+    pub fn vram_counters(&self) -> VramCounters {
+        VramCounters {
+            uploads: self.counters.uploads,
+            evictions: self.counters.evictions,
+            slots_used: self.resident_count() as u64,
+            slots_total: self.slot_count() as u64,
+        }
+    }
+
+    /// Tiles in the pool, pinned ones included.
+    pub fn resident_count(&self) -> usize {
+        self.lru.len() + self.pinned.len()
+    }
+
+    /// Slots in the pool.
+    pub fn slot_count(&self) -> usize {
+        usize::from(self.config.slots_x) * usize::from(self.config.slots_y)
+    }
+
+    /// Whether `tile` is in the pool.
+    pub fn is_resident(&self, tile: TileId) -> bool {
+        self.lru.contains_key(tile) || self.pinned.contains_key(&tile)
+    }
+
+    /// Whether `tile` is in the pool and pinned.
+    pub fn is_pinned(&self, tile: TileId) -> bool {
+        self.pinned.contains_key(&tile)
+    }
+
+    /// The slot holding `tile`, when resident.
+    pub fn slot_of(&self, tile: TileId) -> Option<SlotCoord> {
+        self.lru.peek(tile).map(|s| s.slot).or_else(|| self.pinned.get(&tile).copied())
+    }
+
+    /// Every resident tile with its slot (unpinned ones least recently needed first,
+    /// then pinned ones in no particular order).
+    pub fn resident_tiles(&self) -> impl Iterator<Item = (TileId, SlotCoord)> + '_ {
+        self.lru.iter().map(|(t, s)| (*t, s.slot)).chain(self.pinned.iter().map(|(t, s)| (*t, *s)))
+    }
+
+    /// Requests sent to the loader without a result yet.
+    pub fn requested_count(&self) -> usize {
+        self.requested.len()
+    }
+
+    /// Loaded tiles waiting for a slot.
+    pub fn ready_count(&self) -> usize {
+        self.ready.len()
+    }
+
+    /// Tiles whose load failed and that are not requested again.
+    pub fn failed_count(&self) -> usize {
+        self.failed.len()
+    }
+
+    /// Size of the latest needed set, ancestors included.
+    pub fn needed_count(&self) -> usize {
+        self.needed.len()
+    }
+
+    /// Whether the latest needed set (ancestors included) is in the pool: the "fully
+    /// resident" signal. Tiles that failed to load count as missing.
+    pub fn all_needed_resident(&self) -> bool {
+        self.needed.iter().all(|&t| self.is_resident(t))
+    }
+}
+
+/// Whether `tile` is one of the `pin` coarsest mips of its layer.
+fn is_pinned(layout: &FeedbackLayout, pin: u32, tile: TileId) -> bool {
+    layout.coarsest_mip(tile.layer).is_some_and(|c| u32::from(tile.mip) + pin > u32::from(c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::page_table::encode_entry;
+    use proptest::prelude::*;
+
+    fn cfg(slots: u16, max_uploads: usize) -> ResidencyConfig {
+        ResidencyConfig {
+            slots_x: slots,
+            slots_y: 1,
+            max_uploads_per_frame: max_uploads,
+            max_upload_bytes_per_frame: u64::MAX,
+            pin_coarsest_mips: 1,
+        }
+    }
+
+    fn bytes() -> Arc<[u8]> {
+        Arc::from(vec![0u8; 16])
+    }
+
+    /// Checks everything that must hold after a frame; returns the needed set.
+    fn check(res: &Residency, frame: u64, needed: &[TileId], plan: &UploadPlan) -> HashSet<TileId> {
+        let layout = res.page_table().layout();
+        let needed_all: HashSet<TileId> = layout.with_ancestors(needed).into_iter().collect();
+        for u in &plan.uploads {
+            if let Some(v) = u.evicted {
+                assert!(!needed_all.contains(&v), "frame {frame}: evicted needed tile {v}");
+                assert!(!is_pinned(layout, res.config().pin_coarsest_mips, v), "evicted pinned {v}");
+                assert!(!res.is_resident(v) || plan.uploads.iter().any(|w| w.tile == v));
+            }
+            assert_eq!(res.slot_of(u.tile), Some(u.slot));
+        }
+        // Slots unique and within the pool.
+        let resident: Vec<(TileId, SlotCoord)> = res.resident_tiles().collect();
+        assert_eq!(resident.len(), res.resident_count());
+        assert!(res.resident_count() <= res.slot_count());
+        let slots: HashSet<SlotCoord> = resident.iter().map(|r| r.1).collect();
+        assert_eq!(slots.len(), resident.len());
+        let cfg = res.config();
+        assert!(slots.iter().all(|s| s.x < cfg.slots_x && s.y < cfg.slots_y));
+        // Page table equals a recomputation from the resident set.
+        let pt = res.page_table();
+        for g in 0..pt.len() {
+            let tile = layout.tile_at(g).unwrap();
+            let coarsest = layout.coarsest_mip(tile.layer).unwrap();
+            let mut want = 0;
+            let mut cur = Some(tile);
+            while let Some(t) = cur {
+                if let Some(s) = res.slot_of(t) {
+                    want = encode_entry(s, t.mip);
+                    break;
+                }
+                cur = t.parent(coarsest);
+            }
+            assert_eq!(pt.entries()[g], want, "frame {frame}: entry of {tile}");
+            assert_eq!(pt.resident(tile), res.is_resident(tile));
+            if res.is_resident(TileId::new(tile.layer, coarsest, 0, 0)) {
+                assert_ne!(pt.entries()[g], 0, "entry of {tile} invalid under a resident root");
+            }
+        }
+        needed_all
+    }
+
+    /// One frame with a loader that answers every request at once (failing `fail`).
+    fn frame(
+        res: &mut Residency,
+        f: u64,
+        needed: &[TileId],
+        fail: &dyn Fn(TileId) -> bool,
+    ) -> (Vec<(TileId, u32)>, UploadPlan) {
+        let req = res.on_feedback(f, needed);
+        assert!(req.windows(2).all(|w| w[0].0 < w[1].0), "requests not coarse first");
+        for &(t, _) in &req {
+            if fail(t) { res.on_failed(t) } else { res.on_loaded(t, bytes()) }
+        }
+        let plan = res.plan_uploads(f);
+        assert!(plan.uploads.windows(2).all(|w| w[0].tile < w[1].tile), "uploads not coarse first");
+        check(res, f, needed, &plan);
+        (req, plan)
+    }
+
+    fn l1024() -> TextureLayout {
+        TextureLayout::new(1024, 1024, 128, 4).unwrap()
+    }
+
+    #[test]
+    fn fitting_set_converges() {
+        let mut res = Residency::new(&[l1024()], cfg(16, 2));
+        let needed: Vec<TileId> = (0..2).flat_map(|y| (0..2).map(move |x| TileId::new(0, 0, x, y))).collect();
+        let (req, plan) = frame(&mut res, 0, &needed, &|_| false);
+        // 4 mip-0 tiles + 1 each of mips 1..3.
+        assert_eq!(req.len(), 7);
+        assert_eq!(req[0], (TileId::new(0, 3, 0, 0), 4));
+        assert_eq!(req[1], (TileId::new(0, 2, 0, 0), 4));
+        assert_eq!(plan.uploads.len(), 2);
+        assert_eq!(plan.uploads[0].tile, TileId::new(0, 3, 0, 0));
+        for f in 1..4 {
+            let (req, _) = frame(&mut res, f, &needed, &|_| false);
+            assert!(req.is_empty());
+        }
+        assert!(res.all_needed_resident());
+        assert_eq!(res.resident_count(), 7);
+        let misses = res.counters().misses;
+        for f in 4..10 {
+            let (req, plan) = frame(&mut res, f, &needed, &|_| false);
+            assert!(req.is_empty() && plan.uploads.is_empty());
+        }
+        assert_eq!(res.counters().misses, misses);
+        assert_eq!(res.counters().uploads, 7);
+        assert_eq!(res.counters().evictions, 0);
+        assert_eq!(res.requested_count(), 0);
+        assert_eq!(res.ready_count(), 0);
+        let v = res.vram_counters();
+        assert_eq!((v.uploads, v.slots_used, v.slots_total), (7, 7, 16));
+    }
+
+    #[test]
+    fn oversized_set_settles_without_thrashing() {
+        let small = TextureLayout::new(512, 512, 128, 4).unwrap();
+        let mut res = Residency::new(&[l1024(), small], ResidencyConfig { slots_y: 4, ..cfg(4, 4) });
+        assert_eq!(res.slot_count(), 16);
+        // Phase A: a corner of layer 1 (4 + 1 + 1 tiles).
+        let a: Vec<TileId> = (0..2).flat_map(|y| (0..2).map(move |x| TileId::new(1, 0, x, y))).collect();
+        for f in 0..4 {
+            frame(&mut res, f, &a, &|_| false);
+        }
+        assert!(res.all_needed_resident());
+        // Phase B: all 64 mip-0 tiles of layer 0 (85 with ancestors) in a 16-slot pool.
+        let b: Vec<TileId> = (0..8).flat_map(|y| (0..8).map(move |x| TileId::new(0, 0, x, y))).collect();
+        let mut quiet = 0;
+        for f in 4..40 {
+            let (req, plan) = frame(&mut res, f, &b, &|_| false);
+            if plan.uploads.is_empty() && req.is_empty() {
+                quiet += 1;
+            } else {
+                assert!(f < 12 && quiet == 0, "frame {f}: uploads resumed after settling");
+            }
+            // Tiles of layer 1 other than its pinned root are all that may be evicted.
+            assert!(plan.uploads.iter().filter_map(|u| u.evicted).all(|v| v.layer == 1 && v.mip < 2));
+        }
+        assert!(quiet > 25);
+        assert!(!res.all_needed_resident());
+        // Both roots pinned; then layer 0 coarse first: mip 3, the 4 of mip 2, 10 of mip 1.
+        assert!(res.is_pinned(TileId::new(1, 2, 0, 0)) && res.is_pinned(TileId::new(0, 3, 0, 0)));
+        let mips: Vec<u8> = res.resident_tiles().filter(|t| t.0.layer == 0).map(|t| t.0.mip).collect();
+        assert_eq!(mips.len(), 15);
+        assert_eq!(mips.iter().filter(|&&m| m == 2).count(), 4);
+        assert_eq!(mips.iter().filter(|&&m| m == 1).count(), 10);
+        let plan = res.plan_uploads(40);
+        assert!(plan.pool_full && plan.uploads.is_empty());
+        // Flushing keeps the pinned roots and leaves every entry valid.
+        res.flush();
+        assert_eq!(res.resident_count(), 2);
+        check(&res, 41, &b, &UploadPlan::default());
+    }
+
+    #[test]
+    fn failed_tiles_fall_back_and_are_not_rerequested() {
+        let mut res = Residency::new(&[l1024()], cfg(16, 16));
+        let bad = TileId::new(0, 0, 1, 1);
+        let needed: Vec<TileId> = (0..2).flat_map(|y| (0..2).map(move |x| TileId::new(0, 0, x, y))).collect();
+        let (req, _) = frame(&mut res, 0, &needed, &|t| t == bad);
+        assert!(req.iter().any(|r| r.0 == bad));
+        for f in 1..5 {
+            let (req, plan) = frame(&mut res, f, &needed, &|t| t == bad);
+            assert!(req.is_empty() && plan.uploads.is_empty());
+        }
+        assert_eq!(res.counters().failed, 1);
+        assert_eq!(res.failed_count(), 1);
+        assert!(!res.is_resident(bad));
+        let parent = TileId::new(0, 1, 0, 0);
+        assert_eq!(res.page_table().entry(bad), res.page_table().entry(parent));
+        assert_ne!(res.page_table().entry(bad), 0);
+        res.forget_failures();
+        let (req, plan) = frame(&mut res, 5, &needed, &|_| false);
+        assert_eq!(req, vec![(bad, 1)]);
+        assert_eq!(plan.uploads.len(), 1);
+        assert!(res.all_needed_resident());
+    }
+
+    #[test]
+    fn budget_cancel_and_dropping() {
+        let mut res =
+            Residency::new(&[l1024()], ResidencyConfig { max_upload_bytes_per_frame: 20, ..cfg(16, 100) });
+        let needed = [TileId::new(0, 0, 0, 0)];
+        let req = res.on_feedback(0, &needed);
+        assert_eq!(req.len(), 4);
+        assert_eq!(res.requested_count(), 4);
+        // Cancelled requests are asked again; they were not lost.
+        res.on_cancelled(req[3].0);
+        assert_eq!(res.on_feedback(1, &needed), vec![req[3]]);
+        for &(t, _) in &req {
+            res.on_loaded(t, bytes());
+        }
+        // 16 bytes a tile, 20 per frame: one upload a frame.
+        let plan = res.plan_uploads(1);
+        assert_eq!((plan.uploads.len(), plan.deferred, plan.dropped), (1, 3, 0));
+        // The feedback moves on: the ready mip-0 tile is dropped, the ancestors stay.
+        res.on_feedback(2, &[TileId::new(0, 1, 0, 0)]);
+        let plan = res.plan_uploads(2);
+        assert_eq!((plan.uploads.len(), plan.deferred, plan.dropped), (1, 1, 1));
+        // Already-resident and foreign tiles are ignored on arrival.
+        res.on_loaded(TileId::new(0, 3, 0, 0), bytes());
+        res.on_loaded(TileId::new(5, 0, 0, 0), bytes());
+        assert_eq!(res.ready_count(), 1);
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Fate {
+        Now,
+        Later,
+        Fail,
+        Cancel,
+    }
+
+    /// What the simulated loader does with a request, by weight.
+    const FATES: [Fate; 8] =
+        [Fate::Now, Fate::Now, Fate::Now, Fate::Later, Fate::Later, Fate::Fail, Fate::Cancel, Fate::Now];
+
+    fn small_layouts() -> impl Strategy<Value = Vec<TextureLayout>> {
+        proptest::collection::vec((1u32..200, 1u32..200), 1..=2)
+            .prop_map(|v| v.into_iter().map(|(w, h)| TextureLayout::new(w, h, 16, 2).unwrap()).collect())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Random feedback, loader behaviour and budgets keep every invariant, and a
+        /// fixed needed set always settles to no uploads and no requests.
+        #[test]
+        fn random_frames_keep_invariants(
+            layouts in small_layouts(),
+            slots in 1u16..24,
+            max_uploads in 0usize..6,
+            max_bytes in 0u64..64,
+            frames in proptest::collection::vec(
+                (proptest::collection::vec(any::<usize>(), 0..12), proptest::collection::vec(0u8..8, 12)),
+                1..25,
+            ),
+            last in proptest::collection::vec(any::<usize>(), 0..12),
+        ) {
+            let config = ResidencyConfig {
+                slots_x: slots,
+                slots_y: 1,
+                max_uploads_per_frame: max_uploads,
+                max_upload_bytes_per_frame: max_bytes,
+                pin_coarsest_mips: 1,
+            };
+            let mut res = Residency::new(&layouts, config);
+            let n = res.page_table().len();
+            let pick = |res: &Residency, p: &[usize]| -> Vec<TileId> {
+                p.iter().map(|i| res.page_table().layout().tile_at(i % n).unwrap()).collect()
+            };
+            let mut later: Vec<TileId> = Vec::new();
+            let mut f = 0u64;
+            for (p, fates) in &frames {
+                let needed = pick(&res, p);
+                let req = res.on_feedback(f, &needed);
+                for t in later.drain(..) {
+                    res.on_loaded(t, bytes());
+                }
+                for (i, &(t, _)) in req.iter().enumerate() {
+                    match FATES[usize::from(fates[i % 12])] {
+                        Fate::Now => res.on_loaded(t, bytes()),
+                        Fate::Later => later.push(t),
+                        Fate::Fail => res.on_failed(t),
+                        Fate::Cancel => res.on_cancelled(t),
+                    }
+                }
+                let plan = res.plan_uploads(f);
+                check(&res, f, &needed, &plan);
+                f += 1;
+            }
+            for t in later.drain(..) {
+                res.on_cancelled(t);
+            }
+            res.forget_failures();
+            let needed = pick(&res, &last);
+            let mut quiet = 0;
+            for _ in 0..400 {
+                let (req, plan) = frame(&mut res, f, &needed, &|_| false);
+                f += 1;
+                if req.is_empty() && plan.uploads.is_empty() {
+                    quiet += 1;
+                    if quiet == 3 {
+                        break;
+                    }
+                } else {
+                    prop_assert_eq!(quiet, 0, "activity after a quiet frame");
+                }
+            }
+            prop_assert_eq!(quiet, 3);
+            prop_assert_eq!(res.requested_count(), 0);
+            // Settled: either everything needed is in, or the pool is full.
+            prop_assert!(res.all_needed_resident() || res.resident_count() == res.slot_count());
+        }
+    }
+}

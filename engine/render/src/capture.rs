@@ -1,0 +1,234 @@
+//! Headless frame capture: renders the built-in scene along a camera path through the
+//! virtual texture (and optionally the fully resident reference), writes PNG frames
+//! and per-frame statistics. Used by `tessera capture`, `tessera demo` and the tests.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use tessera_core::Atlas;
+use tessera_core::camera::CameraPath;
+use tessera_core::compare::{compare, count_colour};
+use tessera_core::stats::StatsSnapshot;
+
+use crate::context::GpuContext;
+use crate::error::RenderError;
+use crate::pool::UNWRITTEN;
+use crate::scene::{OffscreenTarget, SceneRenderer, TARGET_FORMAT};
+use crate::vt::{VirtualTextures, VtConfig};
+
+/// What to capture.
+#[derive(Clone, Debug)]
+pub struct CaptureConfig {
+    /// The atlas to stream from.
+    pub atlas: PathBuf,
+    /// Camera path (a preset or loaded from JSON).
+    pub camera: CameraPath,
+    /// Frames to render.
+    pub frames: u32,
+    /// Frame size in pixels.
+    pub size: (u32, u32),
+    /// Write every `every`-th frame as PNG (0: only the last); the last frame is always written.
+    pub every: u32,
+    /// Output folder for PNGs and `stats.json` (none: keep in memory only).
+    pub out: Option<PathBuf>,
+    /// Also render the fully resident reference and record PSNR per frame.
+    pub reference: bool,
+    /// Virtual-texture settings.
+    pub vt: VtConfig,
+}
+
+/// Statistics of one captured frame (one entry of `stats.json`'s `frames`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FrameStats {
+    /// Frame index.
+    pub frame: u32,
+    /// Distinct tiles (with ancestors) the newest feedback asked for.
+    pub tiles_needed: usize,
+    /// Tiles resident in the VRAM pool.
+    pub resident_vram: usize,
+    /// Tiles resident in the host cache.
+    pub resident_host: usize,
+    /// Tiles uploaded this frame.
+    pub uploads: usize,
+    /// Tiles evicted from the pool this frame.
+    pub evictions: usize,
+    /// Needed tiles not resident in VRAM.
+    pub misses: usize,
+    /// CPU time to decode feedback and decide, ms.
+    pub feedback_ms: f64,
+    /// CPU time to issue uploads and page-table writes, ms.
+    pub upload_ms: f64,
+    /// Wall time of the whole frame including readback, ms.
+    pub frame_ms: f64,
+    /// PSNR against the reference frame, dB (with `reference`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psnr_db: Option<f64>,
+    /// Pixels showing the pool's never-written colour (must stay 0).
+    pub unwritten_pixels: usize,
+}
+
+/// The result of a capture.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CaptureReport {
+    /// Adapter description.
+    pub adapter: String,
+    /// The atlas.
+    pub atlas: PathBuf,
+    /// Frame size.
+    pub size: (u32, u32),
+    /// Pool slots.
+    pub pool_slots: u32,
+    /// Pool bytes.
+    pub pool_bytes: u64,
+    /// Bytes the fully resident reference textures take (with `reference`).
+    pub reference_bytes: Option<u64>,
+    /// Per-frame statistics.
+    pub frames: Vec<FrameStats>,
+    /// Tier statistics after the last frame.
+    pub final_stats: StatsSnapshot,
+    /// The last frame, RGBA8 (not serialised).
+    #[serde(skip)]
+    pub last_frame: Vec<u8>,
+    /// The last reference frame, RGBA8 (not serialised).
+    #[serde(skip)]
+    pub last_reference: Option<Vec<u8>>,
+}
+
+impl CaptureReport {
+    /// A one-line summary ending with the last frame's PSNR when there is one.
+    pub fn summary(&self) -> String {
+        let last = self.frames.last();
+        let uploads: usize = self.frames.iter().map(|f| f.uploads).sum();
+        let psnr = last
+            .and_then(|f| f.psnr_db)
+            .map(|p| {
+                if p.is_finite() {
+                    format!(", last frame PSNR {p:.2} dB")
+                } else {
+                    ", last frame identical to reference".into()
+                }
+            })
+            .unwrap_or_default();
+        format!(
+            "{} frames at {}x{}: {} uploads, {} tiles in VRAM, {} in host cache, {} needed{}",
+            self.frames.len(),
+            self.size.0,
+            self.size.1,
+            uploads,
+            last.map_or(0, |f| f.resident_vram),
+            last.map_or(0, |f| f.resident_host),
+            last.map_or(0, |f| f.tiles_needed),
+            psnr
+        )
+    }
+}
+
+/// The meshes of the built-in scene and which layer each samples: the globe takes
+/// layer 1 when the atlas has one.
+pub fn builtin_meshes(atlas: &Atlas) -> Vec<(String, tessera_core::scene::Mesh, usize)> {
+    let l = &atlas.layers()[0].layout;
+    let aspect = l.width() as f32 / l.height() as f32;
+    tessera_core::scene::builtin_scene(aspect)
+        .into_iter()
+        .map(|(name, mesh)| {
+            let layer = if name == "globe" && atlas.layers().len() > 1 { 1 } else { 0 };
+            (name, mesh, layer)
+        })
+        .collect()
+}
+
+/// Writes RGBA8 pixels as a PNG.
+pub fn write_png(path: &Path, size: (u32, u32), rgba: &[u8]) -> Result<(), RenderError> {
+    image::save_buffer(path, rgba, size.0, size.1, image::ExtendedColorType::Rgba8)
+        .map_err(|e| RenderError::Io { path: path.to_path_buf(), source: std::io::Error::other(e) })
+}
+
+/// Runs a capture.
+pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, RenderError> {
+    let atlas = Arc::new(Atlas::open(&cfg.atlas)?);
+    let (w, h) = cfg.size;
+    if w == 0 || h == 0 || w > 16384 || h > 16384 {
+        return Err(RenderError::Config(format!("frame size {w}x{h} is out of range (1..=16384)")));
+    }
+    if let Some(out) = &cfg.out {
+        std::fs::create_dir_all(out).map_err(|source| RenderError::Io { path: out.clone(), source })?;
+    }
+    let mut vt = VirtualTextures::new(ctx, atlas.clone(), cfg.vt.clone())?;
+    let mut scene = SceneRenderer::new(ctx, &vt, &builtin_meshes(&atlas), TARGET_FORMAT);
+    if cfg.reference {
+        scene.enable_reference(ctx, &atlas, cfg.vt.max_anisotropy)?;
+    }
+    let target = OffscreenTarget::new(&ctx.device, w, h);
+    let ref_target = cfg.reference.then(|| OffscreenTarget::new(&ctx.device, w, h));
+    let aspect = w as f32 / h as f32;
+    let mut frames = Vec::with_capacity(cfg.frames as usize);
+    let mut last_frame = Vec::new();
+    let mut last_reference = None;
+    for frame in 0..cfg.frames {
+        let t0 = Instant::now();
+        let stream = vt.prepare(ctx, u64::from(frame));
+        scene.set_camera(&ctx.queue, &cfg.camera.camera_at(frame), aspect);
+        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        vt.begin_frame(&mut encoder);
+        scene.draw_vt(&mut encoder, &target.color_view, &target.depth_view, &vt, None);
+        vt.end_frame(&mut encoder, u64::from(frame));
+        target.copy_out(&mut encoder);
+        if let Some(rt) = &ref_target {
+            scene.draw_reference(&mut encoder, &rt.color_view, &rt.depth_view, None);
+            rt.copy_out(&mut encoder);
+        }
+        ctx.queue.submit([encoder.finish()]);
+        vt.after_submit();
+        let pixels = target.read(&ctx.device)?;
+        let reference = ref_target.as_ref().map(|rt| rt.read(&ctx.device)).transpose()?;
+        let psnr_db = reference.as_ref().map(|r| compare(&pixels, r).psnr_db);
+        let last = frame + 1 == cfg.frames;
+        if let Some(out) = &cfg.out
+            && (last || (cfg.every > 0 && frame % cfg.every == 0))
+        {
+            write_png(&out.join(format!("frame_{frame:04}.png")), cfg.size, &pixels)?;
+            if let Some(r) = &reference {
+                write_png(&out.join(format!("reference_{frame:04}.png")), cfg.size, r)?;
+            }
+        }
+        frames.push(FrameStats {
+            frame,
+            tiles_needed: stream.tiles_needed,
+            resident_vram: stream.resident_vram,
+            resident_host: stream.resident_host,
+            uploads: stream.uploads,
+            evictions: stream.evictions,
+            misses: stream.misses,
+            feedback_ms: stream.feedback_ms,
+            upload_ms: stream.upload_ms,
+            frame_ms: t0.elapsed().as_secs_f64() * 1e3,
+            psnr_db,
+            unwritten_pixels: count_colour(&pixels, UNWRITTEN, 2),
+        });
+        if last {
+            last_frame = pixels;
+            last_reference = reference;
+        }
+    }
+    let report = CaptureReport {
+        adapter: ctx.describe(),
+        atlas: cfg.atlas.clone(),
+        size: cfg.size,
+        pool_slots: vt.pool().slot_count(),
+        pool_bytes: vt.pool().bytes(),
+        reference_bytes: scene.reference_bytes(),
+        frames,
+        final_stats: vt.stats(),
+        last_frame,
+        last_reference,
+    };
+    if let Some(out) = &cfg.out {
+        let path = out.join("stats.json");
+        let json = serde_json::to_string_pretty(&report)
+            .map_err(|e| RenderError::Io { path: path.clone(), source: std::io::Error::other(e) })?;
+        std::fs::write(&path, json).map_err(|source| RenderError::Io { path, source })?;
+    }
+    Ok(report)
+}

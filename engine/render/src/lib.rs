@@ -1,0 +1,24 @@
+//! Tessera's renderer: streams virtual textures far larger than VRAM through a fixed
+//! GPU tile pool, driven by GPU feedback. Re-exports the GPU-free core as `core`.
+//!
+//! The small public API: [`GpuContext`] (device), [`VirtualTextures`] (pool, page
+//! table, feedback, streaming; `prepare` / `begin_frame` / `end_frame` /
+//! `after_submit` each frame, `bind_group` for your pipeline), and
+//! [`shaders::VT_WGSL`] to prepend to your WGSL. See `examples/embed.rs`.
+
+#![warn(missing_docs)]
+
+pub mod capture;
+pub mod context;
+pub mod error;
+pub mod feedback;
+pub mod pool;
+pub mod reference;
+pub mod scene;
+pub mod shaders;
+pub mod vt;
+
+pub use context::GpuContext;
+pub use error::RenderError;
+pub use tessera_core as core;
+pub use vt::{StreamFrame, VirtualTextures, VtConfig};

@@ -1,0 +1,115 @@
+//! The reference renderer's texture: the atlas' own mip pyramid, fully resident as an
+//! ordinary mip-mapped texture sampled by the hardware. Ground truth for convergence.
+
+use bytemuck::{Pod, Zeroable};
+use tessera_core::atlas::{Atlas, LayerInfo, Wrap};
+use tessera_core::bake::edge;
+use tessera_core::tile::TileId;
+
+use crate::context::GpuContext;
+use crate::error::RenderError;
+use crate::pool::POOL_FORMAT;
+
+/// Uniform of `scene_reference.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct ReferenceParams {
+    /// Virtual size divided by the padded texture size.
+    pub uv_scale: [f32; 2],
+    _pad: [f32; 2],
+}
+
+/// One layer fully resident, with its sampler parameters.
+pub struct ReferenceTexture {
+    /// The mip-mapped texture.
+    pub texture: wgpu::Texture,
+    /// Its view.
+    pub view: wgpu::TextureView,
+    /// Shader parameters.
+    pub params: ReferenceParams,
+    /// Bytes of GPU memory it takes.
+    pub bytes: u64,
+}
+
+/// Builds the reference texture of `layer` from the atlas tiles (mip by mip, payload
+/// texels only). The base size is padded up to a multiple of `2^(mips-1)` so every
+/// hardware mip covers exactly the same texels as the atlas' mip.
+pub fn build(ctx: &GpuContext, atlas: &Atlas, layer: usize) -> Result<ReferenceTexture, RenderError> {
+    let info: &LayerInfo = atlas
+        .layers()
+        .get(layer)
+        .ok_or_else(|| RenderError::Config(format!("the atlas has no layer {layer}")))?;
+    let lay = info.layout;
+    let mips = lay.mip_count();
+    let align = 1u32 << (mips - 1);
+    let (bw, bh) = (lay.width().div_ceil(align) * align, lay.height().div_ceil(align) * align);
+    let max = ctx.device.limits().max_texture_dimension_2d;
+    if bw > max || bh > max {
+        return Err(RenderError::Config(format!(
+            "layer '{}' ({}x{}) does not fit the adapter's {max}² texture limit, so it has no fully resident reference",
+            info.name,
+            lay.width(),
+            lay.height()
+        )));
+    }
+    let texture = ctx.device.create_texture(&wgpu::TextureDescriptor {
+        label: Some("tessera reference"),
+        size: wgpu::Extent3d { width: bw, height: bh, depth_or_array_layers: 1 },
+        mip_level_count: mips,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: POOL_FORMAT,
+        usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+        view_formats: &[],
+    });
+    let (t, b, p) = (lay.tile_size(), lay.border(), lay.padded_tile_size());
+    let mut bytes = 0u64;
+    for m in 0..mips {
+        let (mw, mh) = lay.mip_size(m);
+        let (lw, lh) = (bw >> m, bh >> m);
+        let mut img = vec![0u8; (mw * mh * 4) as usize];
+        let (tx, ty) = lay.tiles_at(m);
+        for y in 0..ty {
+            for x in 0..tx {
+                let tile = atlas.decode_tile(TileId::new(layer as u16, m as u8, x, y))?;
+                for r in 0..t.min(mh - y * t) {
+                    let w = t.min(mw - x * t) as usize * 4;
+                    let src = (((r + b) * p + b) * 4) as usize;
+                    let dst = (((y * t + r) * mw + x * t) * 4) as usize;
+                    img[dst..dst + w].copy_from_slice(&tile[src..src + w]);
+                }
+            }
+        }
+        // Extend to the padded level size by the layer's edge rule (what the atlas'
+        // partial edge tiles hold too).
+        let mut level = vec![0u8; (lw * lh * 4) as usize];
+        let wrap = if info.wrap == Wrap::Repeat { Wrap::Repeat } else { Wrap::Clamp };
+        for yy in 0..lh {
+            let sy = edge(i64::from(yy), mh, wrap);
+            for xx in 0..lw {
+                let sx = edge(i64::from(xx), mw, wrap);
+                let s = ((sy * mw + sx) * 4) as usize;
+                let d = ((yy * lw + xx) * 4) as usize;
+                level[d..d + 4].copy_from_slice(&img[s..s + 4]);
+            }
+        }
+        ctx.queue.write_texture(
+            wgpu::TexelCopyTextureInfo {
+                texture: &texture,
+                mip_level: m,
+                origin: wgpu::Origin3d::ZERO,
+                aspect: wgpu::TextureAspect::All,
+            },
+            &level,
+            wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(lw * 4), rows_per_image: Some(lh) },
+            wgpu::Extent3d { width: lw, height: lh, depth_or_array_layers: 1 },
+        );
+        bytes += level.len() as u64;
+    }
+    let view = texture.create_view(&wgpu::TextureViewDescriptor::default());
+    let params = ReferenceParams {
+        uv_scale: [lay.width() as f32 / bw as f32, lay.height() as f32 / bh as f32],
+        _pad: [0.0; 2],
+    };
+    Ok(ReferenceTexture { texture, view, params, bytes })
+}

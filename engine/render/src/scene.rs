@@ -1,0 +1,428 @@
+//! The built-in scene (ground plane, globe, cube) drawn through the virtual texture,
+//! and the same scene drawn through fully resident reference textures.
+
+use bytemuck::{Pod, Zeroable};
+use glam::{Mat4, Vec3};
+use tessera_core::atlas::Atlas;
+use tessera_core::camera::Camera;
+use tessera_core::scene::{Mesh, Vertex};
+use wgpu::util::DeviceExt;
+
+use crate::context::GpuContext;
+use crate::error::RenderError;
+use crate::reference::{self, ReferenceTexture};
+use crate::shaders;
+use crate::vt::VirtualTextures;
+
+/// Depth buffer format.
+pub const DEPTH_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::Depth32Float;
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct FrameUniform {
+    view_proj: [[f32; 4]; 4],
+    light_dir: [f32; 4],
+}
+
+struct GpuMesh {
+    vertices: wgpu::Buffer,
+    indices: wgpu::Buffer,
+    count: u32,
+    layer: usize,
+}
+
+struct ReferencePass {
+    pipeline: wgpu::RenderPipeline,
+    groups: Vec<wgpu::BindGroup>,
+    bytes: u64,
+}
+
+/// Meshes, camera uniform and pipelines of the built-in scene.
+pub struct SceneRenderer {
+    meshes: Vec<GpuMesh>,
+    frame_buffer: wgpu::Buffer,
+    frame_group: wgpu::BindGroup,
+    frame_layout: wgpu::BindGroupLayout,
+    vt_pipeline: wgpu::RenderPipeline,
+    reference: Option<ReferencePass>,
+    color_format: wgpu::TextureFormat,
+}
+
+fn vertex_layout() -> wgpu::VertexBufferLayout<'static> {
+    const ATTRS: [wgpu::VertexAttribute; 3] =
+        wgpu::vertex_attr_array![0 => Float32x3, 1 => Float32x3, 2 => Float32x2];
+    wgpu::VertexBufferLayout {
+        array_stride: std::mem::size_of::<Vertex>() as u64,
+        step_mode: wgpu::VertexStepMode::Vertex,
+        attributes: &ATTRS,
+    }
+}
+
+fn pipeline(
+    device: &wgpu::Device,
+    label: &str,
+    source: String,
+    layouts: &[Option<&wgpu::BindGroupLayout>],
+    color_format: wgpu::TextureFormat,
+) -> wgpu::RenderPipeline {
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some(label),
+        source: wgpu::ShaderSource::Wgsl(source.into()),
+    });
+    let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some(label),
+        bind_group_layouts: layouts,
+        immediate_size: 0,
+    });
+    device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
+        label: Some(label),
+        layout: Some(&layout),
+        vertex: wgpu::VertexState {
+            module: &module,
+            entry_point: Some("vs_main"),
+            compilation_options: Default::default(),
+            buffers: &[Some(vertex_layout())],
+        },
+        primitive: wgpu::PrimitiveState { cull_mode: Some(wgpu::Face::Back), ..Default::default() },
+        depth_stencil: Some(wgpu::DepthStencilState {
+            format: DEPTH_FORMAT,
+            depth_write_enabled: Some(true),
+            depth_compare: Some(wgpu::CompareFunction::Less),
+            stencil: Default::default(),
+            bias: Default::default(),
+        }),
+        multisample: Default::default(),
+        fragment: Some(wgpu::FragmentState {
+            module: &module,
+            entry_point: Some("fs_main"),
+            compilation_options: Default::default(),
+            targets: &[Some(color_format.into())],
+        }),
+        multiview_mask: None,
+        cache: None,
+    })
+}
+
+impl SceneRenderer {
+    /// Uploads `meshes` (name, mesh, layer sampled) and builds the virtual-texture pipeline.
+    pub fn new(
+        ctx: &GpuContext,
+        vt: &VirtualTextures,
+        meshes: &[(String, Mesh, usize)],
+        color_format: wgpu::TextureFormat,
+    ) -> Self {
+        let device = &ctx.device;
+        let meshes = meshes
+            .iter()
+            .map(|(name, m, layer)| GpuMesh {
+                vertices: device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                    label: Some(name),
+                    contents: bytemuck::cast_slice(&m.vertices),
+                    usage: wgpu::BufferUsages::VERTEX,
+                }),
+                indices: device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                    label: Some(name),
+                    contents: bytemuck::cast_slice(&m.indices),
+                    usage: wgpu::BufferUsages::INDEX,
+                }),
+                count: m.indices.len() as u32,
+                layer: *layer,
+            })
+            .collect();
+        let frame_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("frame"),
+            entries: &[wgpu::BindGroupLayoutEntry {
+                binding: 0,
+                visibility: wgpu::ShaderStages::VERTEX_FRAGMENT,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Uniform,
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            }],
+        });
+        let frame_buffer = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("frame"),
+            size: std::mem::size_of::<FrameUniform>() as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let frame_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("frame"),
+            layout: &frame_layout,
+            entries: &[wgpu::BindGroupEntry { binding: 0, resource: frame_buffer.as_entire_binding() }],
+        });
+        let vt_pipeline = pipeline(
+            device,
+            "scene vt",
+            shaders::scene_vt_source(),
+            &[Some(&frame_layout), Some(vt.bind_group_layout())],
+            color_format,
+        );
+        Self { meshes, frame_buffer, frame_group, frame_layout, vt_pipeline, reference: None, color_format }
+    }
+
+    /// Builds the fully resident reference textures of every layer the meshes use.
+    pub fn enable_reference(
+        &mut self,
+        ctx: &GpuContext,
+        atlas: &Atlas,
+        max_anisotropy: u16,
+    ) -> Result<(), RenderError> {
+        let device = &ctx.device;
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("reference"),
+            entries: &[
+                wgpu::BindGroupLayoutEntry {
+                    binding: 0,
+                    visibility: wgpu::ShaderStages::FRAGMENT,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Uniform,
+                        has_dynamic_offset: false,
+                        min_binding_size: None,
+                    },
+                    count: None,
+                },
+                wgpu::BindGroupLayoutEntry {
+                    binding: 1,
+                    visibility: wgpu::ShaderStages::FRAGMENT,
+                    ty: wgpu::BindingType::Texture {
+                        sample_type: wgpu::TextureSampleType::Float { filterable: true },
+                        view_dimension: wgpu::TextureViewDimension::D2,
+                        multisampled: false,
+                    },
+                    count: None,
+                },
+                wgpu::BindGroupLayoutEntry {
+                    binding: 2,
+                    visibility: wgpu::ShaderStages::FRAGMENT,
+                    ty: wgpu::BindingType::Sampler(wgpu::SamplerBindingType::Filtering),
+                    count: None,
+                },
+            ],
+        });
+        let sampler = device.create_sampler(&wgpu::SamplerDescriptor {
+            label: Some("reference"),
+            mag_filter: wgpu::FilterMode::Linear,
+            min_filter: wgpu::FilterMode::Linear,
+            mipmap_filter: wgpu::MipmapFilterMode::Linear,
+            anisotropy_clamp: max_anisotropy.clamp(1, 16),
+            ..Default::default()
+        });
+        let layers = self.meshes.iter().map(|m| m.layer).max().unwrap_or(0) + 1;
+        let mut groups = Vec::new();
+        let mut bytes = 0;
+        for layer in 0..layers.min(atlas.layers().len()) {
+            let ReferenceTexture { view, params, bytes: b, .. } = reference::build(ctx, atlas, layer)?;
+            bytes += b;
+            let ubuf = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("reference params"),
+                contents: bytemuck::bytes_of(&params),
+                usage: wgpu::BufferUsages::UNIFORM,
+            });
+            groups.push(device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("reference"),
+                layout: &layout,
+                entries: &[
+                    wgpu::BindGroupEntry { binding: 0, resource: ubuf.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 1, resource: wgpu::BindingResource::TextureView(&view) },
+                    wgpu::BindGroupEntry { binding: 2, resource: wgpu::BindingResource::Sampler(&sampler) },
+                ],
+            }));
+        }
+        let pipeline = pipeline(
+            device,
+            "scene reference",
+            shaders::scene_reference_source(),
+            &[Some(&self.frame_layout), Some(&layout)],
+            self.color_format,
+        );
+        self.reference = Some(ReferencePass { pipeline, groups, bytes });
+        Ok(())
+    }
+
+    /// GPU bytes of the reference textures, when enabled.
+    pub fn reference_bytes(&self) -> Option<u64> {
+        self.reference.as_ref().map(|r| r.bytes)
+    }
+
+    /// Sets the camera for the next draws.
+    pub fn set_camera(&self, queue: &wgpu::Queue, camera: &Camera, aspect: f32) {
+        let vp: Mat4 = camera.view_projection(aspect);
+        let light = Vec3::new(0.4, 1.0, 0.3).normalize();
+        let u =
+            FrameUniform { view_proj: vp.to_cols_array_2d(), light_dir: [light.x, light.y, light.z, 0.0] };
+        queue.write_buffer(&self.frame_buffer, 0, bytemuck::bytes_of(&u));
+    }
+
+    fn pass<'a>(
+        encoder: &'a mut wgpu::CommandEncoder,
+        color: &'a wgpu::TextureView,
+        depth: &'a wgpu::TextureView,
+        timestamps: Option<wgpu::RenderPassTimestampWrites<'a>>,
+    ) -> wgpu::RenderPass<'a> {
+        encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
+            label: Some("scene"),
+            color_attachments: &[Some(wgpu::RenderPassColorAttachment {
+                view: color,
+                depth_slice: None,
+                resolve_target: None,
+                ops: wgpu::Operations {
+                    load: wgpu::LoadOp::Clear(wgpu::Color { r: 0.05, g: 0.06, b: 0.08, a: 1.0 }),
+                    store: wgpu::StoreOp::Store,
+                },
+            })],
+            depth_stencil_attachment: Some(wgpu::RenderPassDepthStencilAttachment {
+                view: depth,
+                depth_ops: Some(wgpu::Operations {
+                    load: wgpu::LoadOp::Clear(1.0),
+                    store: wgpu::StoreOp::Discard,
+                }),
+                stencil_ops: None,
+            }),
+            timestamp_writes: timestamps,
+            occlusion_query_set: None,
+            multiview_mask: None,
+        })
+    }
+
+    /// Draws the scene through the virtual textures.
+    pub fn draw_vt(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        color: &wgpu::TextureView,
+        depth: &wgpu::TextureView,
+        vt: &VirtualTextures,
+        timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
+    ) {
+        let mut pass = Self::pass(encoder, color, depth, timestamps);
+        pass.set_pipeline(&self.vt_pipeline);
+        pass.set_bind_group(0, &self.frame_group, &[]);
+        for m in &self.meshes {
+            pass.set_bind_group(1, vt.bind_group(m.layer), &[]);
+            pass.set_vertex_buffer(0, m.vertices.slice(..));
+            pass.set_index_buffer(m.indices.slice(..), wgpu::IndexFormat::Uint32);
+            pass.draw_indexed(0..m.count, 0, 0..1);
+        }
+    }
+
+    /// Draws the scene through the fully resident reference textures (no-op unless enabled).
+    pub fn draw_reference(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        color: &wgpu::TextureView,
+        depth: &wgpu::TextureView,
+        timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
+    ) {
+        let Some(r) = &self.reference else { return };
+        let mut pass = Self::pass(encoder, color, depth, timestamps);
+        pass.set_pipeline(&r.pipeline);
+        pass.set_bind_group(0, &self.frame_group, &[]);
+        for m in &self.meshes {
+            pass.set_bind_group(1, &r.groups[m.layer.min(r.groups.len() - 1)], &[]);
+            pass.set_vertex_buffer(0, m.vertices.slice(..));
+            pass.set_index_buffer(m.indices.slice(..), wgpu::IndexFormat::Uint32);
+            pass.draw_indexed(0..m.count, 0, 0..1);
+        }
+    }
+}
+
+/// An offscreen colour + depth target that can be read back.
+pub struct OffscreenTarget {
+    /// Colour texture (sRGB RGBA8).
+    pub color: wgpu::Texture,
+    /// Its view.
+    pub color_view: wgpu::TextureView,
+    /// Depth view.
+    pub depth_view: wgpu::TextureView,
+    /// Size in pixels.
+    pub size: (u32, u32),
+    readback: wgpu::Buffer,
+    padded_row: u32,
+}
+
+/// Colour format of offscreen targets.
+pub const TARGET_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::Rgba8UnormSrgb;
+
+impl OffscreenTarget {
+    /// A `width × height` target.
+    pub fn new(device: &wgpu::Device, width: u32, height: u32) -> Self {
+        let size = wgpu::Extent3d { width, height, depth_or_array_layers: 1 };
+        let color = device.create_texture(&wgpu::TextureDescriptor {
+            label: Some("offscreen colour"),
+            size,
+            mip_level_count: 1,
+            sample_count: 1,
+            dimension: wgpu::TextureDimension::D2,
+            format: TARGET_FORMAT,
+            usage: wgpu::TextureUsages::RENDER_ATTACHMENT | wgpu::TextureUsages::COPY_SRC,
+            view_formats: &[],
+        });
+        let depth = device.create_texture(&wgpu::TextureDescriptor {
+            label: Some("offscreen depth"),
+            size,
+            mip_level_count: 1,
+            sample_count: 1,
+            dimension: wgpu::TextureDimension::D2,
+            format: DEPTH_FORMAT,
+            usage: wgpu::TextureUsages::RENDER_ATTACHMENT,
+            view_formats: &[],
+        });
+        let padded_row = (width * 4).next_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
+        let readback = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("offscreen readback"),
+            size: u64::from(padded_row) * u64::from(height),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        Self {
+            color_view: color.create_view(&Default::default()),
+            depth_view: depth.create_view(&Default::default()),
+            color,
+            size: (width, height),
+            readback,
+            padded_row,
+        }
+    }
+
+    /// Records a copy of the colour texture into the readback buffer.
+    pub fn copy_out(&self, encoder: &mut wgpu::CommandEncoder) {
+        encoder.copy_texture_to_buffer(
+            self.color.as_image_copy(),
+            wgpu::TexelCopyBufferInfo {
+                buffer: &self.readback,
+                layout: wgpu::TexelCopyBufferLayout {
+                    offset: 0,
+                    bytes_per_row: Some(self.padded_row),
+                    rows_per_image: Some(self.size.1),
+                },
+            },
+            wgpu::Extent3d { width: self.size.0, height: self.size.1, depth_or_array_layers: 1 },
+        );
+    }
+
+    /// Waits for the copy recorded by [`OffscreenTarget::copy_out`] and returns RGBA8
+    /// rows (sRGB). Blocks: for captures and tests, not for the interactive loop.
+    pub fn read(&self, device: &wgpu::Device) -> Result<Vec<u8>, RenderError> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.readback.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RenderError::Readback(e.to_string()))?;
+        rx.recv()
+            .map_err(|e| RenderError::Readback(e.to_string()))?
+            .map_err(|e| RenderError::Readback(e.to_string()))?;
+        let (w, h) = self.size;
+        let mut out = Vec::with_capacity((w * h * 4) as usize);
+        {
+            let view =
+                self.readback.get_mapped_range(..).map_err(|e| RenderError::Readback(e.to_string()))?;
+            for row in view.chunks(self.padded_row as usize).take(h as usize) {
+                out.extend_from_slice(&row[..(w * 4) as usize]);
+            }
+        }
+        self.readback.unmap();
+        Ok(out)
+    }
+}

@@ -1,0 +1,469 @@
+//! Virtual textures on the GPU: the tile pool, the page-table buffer, the feedback
+//! bitset and one parameter block per layer, plus the streaming that keeps them fed
+//! (feedback → residency decisions → loader threads → host cache → budgeted uploads).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use bytemuck::{Pod, Zeroable};
+use tessera_core::feedback::FeedbackLayout;
+use tessera_core::loader::{LoadOutcome, LoaderConfig, LoaderPool};
+use tessera_core::residency::{Residency, ResidencyConfig};
+use tessera_core::stats::{StatsSnapshot, TierStats};
+use tessera_core::{Atlas, AtlasLoader, HostCache, TileId};
+
+use crate::context::GpuContext;
+use crate::error::RenderError;
+use crate::feedback::Feedback;
+use crate::pool::TilePool;
+
+/// Most anisotropic taps: with a 4-texel border, more would reach past the border.
+pub const MAX_ANISOTROPY: u16 = 4;
+
+/// Largest mip count the shader's parameter block holds.
+pub const MAX_SHADER_MIPS: usize = 20;
+
+/// The per-layer parameter block, laid out as `VtParams` in `shaders/vt.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct VtParams {
+    size: [f32; 2],
+    pool_texels: [f32; 2],
+    tile: f32,
+    border: f32,
+    max_aniso: f32,
+    mip_bias: f32,
+    mip_count: u32,
+    first_tile: u32,
+    feedback_mask: u32,
+    feedback_phase: u32,
+    wrap: u32,
+    debug: u32,
+    _pad: [u32; 2],
+    mips: [[u32; 4]; MAX_SHADER_MIPS],
+}
+
+/// Settings of the virtual-texture system.
+#[derive(Clone, Debug)]
+pub struct VtConfig {
+    /// GPU tile pool size in MiB.
+    pub pool_mib: u32,
+    /// Host page cache budget in MiB.
+    pub host_cache_mib: u32,
+    /// Loader threads (0 = one per core, at least 1).
+    pub loader_threads: usize,
+    /// Most tiles uploaded per frame.
+    pub max_uploads_per_frame: usize,
+    /// Most bytes uploaded per frame.
+    pub max_upload_bytes_per_frame: u64,
+    /// Feedback is written by one pixel in every `n × n` block (1, 2, 4 or 8), rotating.
+    pub feedback_stride: u32,
+    /// Anisotropy limit (1 = trilinear only; at most [`MAX_ANISOTROPY`]).
+    pub max_anisotropy: u16,
+    /// Added to every level of detail (positive = blurrier, fewer tiles).
+    pub mip_bias: f32,
+    /// Debug view: 0 off, 1 mip colours, 2 fallback depth.
+    pub debug_view: u32,
+}
+
+impl Default for VtConfig {
+    fn default() -> Self {
+        Self {
+            pool_mib: 128,
+            host_cache_mib: 256,
+            loader_threads: 0,
+            max_uploads_per_frame: 256,
+            max_upload_bytes_per_frame: 64 << 20,
+            feedback_stride: 2,
+            max_anisotropy: 1,
+            mip_bias: 0.0,
+            debug_view: 0,
+        }
+    }
+}
+
+/// What streaming did in one frame.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct StreamFrame {
+    /// Distinct tiles (with ancestors) the newest feedback asked for.
+    pub tiles_needed: usize,
+    /// Of those, tiles not resident in VRAM.
+    pub misses: usize,
+    /// Tiles uploaded this frame.
+    pub uploads: usize,
+    /// Tiles evicted from the pool this frame.
+    pub evictions: usize,
+    /// Tiles resident in the pool.
+    pub resident_vram: usize,
+    /// Tiles resident in the host cache.
+    pub resident_host: usize,
+    /// Requests handed to the loader this frame.
+    pub requests: usize,
+    /// Frame whose feedback was used (none when no readback arrived).
+    pub feedback_frame: Option<u64>,
+    /// CPU time spent decoding feedback and planning, milliseconds.
+    pub feedback_ms: f64,
+    /// CPU time spent issuing uploads and page-table writes, milliseconds.
+    pub upload_ms: f64,
+}
+
+/// The GPU side of an atlas' virtual textures plus the streaming that fills them.
+pub struct VirtualTextures {
+    atlas: Arc<Atlas>,
+    cache: Arc<HostCache>,
+    loader: LoaderPool,
+    residency: Residency,
+    layout: FeedbackLayout,
+    pool: TilePool,
+    page_table: wgpu::Buffer,
+    feedback: Feedback,
+    layout_bgl: wgpu::BindGroupLayout,
+    params: Vec<(VtParams, wgpu::Buffer, wgpu::BindGroup)>,
+    config: VtConfig,
+    reported_failures: HashSet<TileId>,
+    total_uploads: u64,
+    total_evictions: u64,
+}
+
+impl VirtualTextures {
+    /// Sets up pool, page table and feedback for `atlas`, and makes the coarsest mip
+    /// of every layer resident (pinned) before returning, so nothing is ever missing.
+    pub fn new(ctx: &GpuContext, atlas: Arc<Atlas>, config: VtConfig) -> Result<Self, RenderError> {
+        let layers = atlas.layers();
+        let slot = layers[0].layout.padded_tile_size();
+        if let Some(l) = layers.iter().find(|l| l.layout.padded_tile_size() != slot) {
+            return Err(RenderError::Config(format!(
+                "layer '{}' has {}² tiles but layer 0 has {slot}²: one pool needs one tile size",
+                l.name,
+                l.layout.padded_tile_size()
+            )));
+        }
+        if let Some(l) = layers.iter().find(|l| l.layout.mip_count() as usize > MAX_SHADER_MIPS) {
+            return Err(RenderError::Config(format!(
+                "layer '{}' has more than {MAX_SHADER_MIPS} mips",
+                l.name
+            )));
+        }
+        let pool = TilePool::new(&ctx.device, &ctx.queue, config.pool_mib, slot)?;
+        let layouts: Vec<_> = layers.iter().map(|l| l.layout).collect();
+        if (pool.slot_count() as usize) < layouts.len() + 1 {
+            return Err(RenderError::Config(format!(
+                "a pool of {} slots cannot pin the coarsest tile of {} layers",
+                pool.slot_count(),
+                layouts.len()
+            )));
+        }
+        let residency = Residency::new(
+            &layouts,
+            ResidencyConfig {
+                slots_x: pool.slots_x() as u16,
+                slots_y: pool.slots_y() as u16,
+                max_uploads_per_frame: config.max_uploads_per_frame,
+                max_upload_bytes_per_frame: config.max_upload_bytes_per_frame,
+                ..ResidencyConfig::default()
+            },
+        );
+        let layout = FeedbackLayout::new(&layouts);
+        let cache = Arc::new(HostCache::new(u64::from(config.host_cache_mib) << 20));
+        let threads = if config.loader_threads == 0 {
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        } else {
+            config.loader_threads
+        };
+        let loader = LoaderPool::new(
+            Arc::new(AtlasLoader::new(atlas.clone(), cache.clone())),
+            threads,
+            LoaderConfig::default(),
+        );
+        let device = &ctx.device;
+        let entries = atlas.tile_count() as usize;
+        let page_table = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tessera page table"),
+            size: (entries.max(1) * 4) as u64,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let feedback = Feedback::new(device, layout.words(), 3);
+        let layout_bgl = bind_group_layout(device);
+        let sampler = device.create_sampler(&wgpu::SamplerDescriptor {
+            label: Some("tessera pool sampler"),
+            address_mode_u: wgpu::AddressMode::ClampToEdge,
+            address_mode_v: wgpu::AddressMode::ClampToEdge,
+            address_mode_w: wgpu::AddressMode::ClampToEdge,
+            mag_filter: wgpu::FilterMode::Linear,
+            min_filter: wgpu::FilterMode::Linear,
+            mipmap_filter: wgpu::MipmapFilterMode::Linear,
+            ..Default::default()
+        });
+        let (pw, ph) = pool.texels();
+        let stride = config.feedback_stride.clamp(1, 8).next_power_of_two();
+        let mut params = Vec::with_capacity(layers.len());
+        for l in layers {
+            let lay = l.layout;
+            let mut p = VtParams {
+                size: [lay.width() as f32, lay.height() as f32],
+                pool_texels: [pw as f32, ph as f32],
+                tile: lay.tile_size() as f32,
+                border: lay.border() as f32,
+                max_aniso: f32::from(config.max_anisotropy.clamp(1, MAX_ANISOTROPY)),
+                mip_bias: config.mip_bias,
+                mip_count: lay.mip_count(),
+                first_tile: l.first_tile as u32,
+                feedback_mask: stride - 1,
+                feedback_phase: 0,
+                wrap: l.wrap as u32,
+                debug: config.debug_view,
+                _pad: [0; 2],
+                mips: [[0; 4]; MAX_SHADER_MIPS],
+            };
+            for m in 0..lay.mip_count() {
+                let (tx, ty) = lay.tiles_at(m);
+                p.mips[m as usize] = [lay.mip_tile_offset(m) as u32, tx, ty, 0];
+            }
+            let buffer = device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(&format!("tessera vt params {}", l.name)),
+                size: std::mem::size_of::<VtParams>() as u64,
+                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            ctx.queue.write_buffer(&buffer, 0, bytemuck::bytes_of(&p));
+            let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("tessera vt"),
+                layout: &layout_bgl,
+                entries: &[
+                    wgpu::BindGroupEntry { binding: 0, resource: buffer.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 1, resource: page_table.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 2, resource: feedback.bitset().as_entire_binding() },
+                    wgpu::BindGroupEntry {
+                        binding: 3,
+                        resource: wgpu::BindingResource::TextureView(pool.view()),
+                    },
+                    wgpu::BindGroupEntry { binding: 4, resource: wgpu::BindingResource::Sampler(&sampler) },
+                ],
+            });
+            params.push((p, buffer, bind_group));
+        }
+        let mut vt = Self {
+            atlas,
+            cache,
+            loader,
+            residency,
+            layout,
+            pool,
+            page_table,
+            feedback,
+            layout_bgl,
+            params,
+            config,
+            reported_failures: HashSet::new(),
+            total_uploads: 0,
+            total_evictions: 0,
+        };
+        vt.make_coarsest_resident(ctx)?;
+        Ok(vt)
+    }
+
+    /// Loads the coarsest tile of every layer synchronously and uploads it.
+    fn make_coarsest_resident(&mut self, ctx: &GpuContext) -> Result<(), RenderError> {
+        let roots: Vec<TileId> = self
+            .atlas
+            .layers()
+            .iter()
+            .enumerate()
+            .map(|(i, l)| TileId::new(i as u16, l.layout.coarsest_mip(), 0, 0))
+            .collect();
+        let loader = AtlasLoader::new(self.atlas.clone(), self.cache.clone());
+        for (tile, _) in self.residency.on_feedback(0, &roots) {
+            match tessera_core::TileLoader::load(&loader, tile) {
+                Ok(bytes) => self.residency.on_loaded(tile, bytes),
+                Err(e) => {
+                    return Err(RenderError::Config(format!(
+                        "{}: the coarsest tile of a layer cannot be read, so nothing could be shown: {e}",
+                        self.atlas.path().display()
+                    )));
+                }
+            }
+        }
+        self.apply_uploads(ctx, 0);
+        Ok(())
+    }
+
+    /// The bind group layout of group 1 in `vt.wgsl`, for user pipelines.
+    pub fn bind_group_layout(&self) -> &wgpu::BindGroupLayout {
+        &self.layout_bgl
+    }
+
+    /// The bind group (group 1 in `vt.wgsl`) that samples layer `layer`.
+    pub fn bind_group(&self, layer: usize) -> &wgpu::BindGroup {
+        &self.params[layer.min(self.params.len() - 1)].2
+    }
+
+    /// The atlas being streamed.
+    pub fn atlas(&self) -> &Arc<Atlas> {
+        &self.atlas
+    }
+
+    /// The tile pool.
+    pub fn pool(&self) -> &TilePool {
+        &self.pool
+    }
+
+    /// The residency manager (page-table mirror, slots, counters).
+    pub fn residency(&self) -> &Residency {
+        &self.residency
+    }
+
+    /// The host page cache.
+    pub fn host_cache(&self) -> &Arc<HostCache> {
+        &self.cache
+    }
+
+    /// Bytes of feedback read back per frame.
+    pub fn feedback_bytes(&self) -> u64 {
+        self.feedback.bytes()
+    }
+
+    /// Per-frame CPU work before rendering frame `frame`: collect arrived feedback,
+    /// request missing tiles, take finished loads, upload within budget, write the
+    /// page table. Never blocks on the GPU or the disk.
+    pub fn prepare(&mut self, ctx: &GpuContext, frame: u64) -> StreamFrame {
+        let t0 = std::time::Instant::now();
+        let mut out = StreamFrame::default();
+        if let Some(fb) = self.feedback.poll(&ctx.device) {
+            let needed = self.layout.decode(&fb.words);
+            let requests = self.residency.on_feedback(frame, &needed);
+            out.tiles_needed = self.residency.needed_count();
+            out.misses = requests.len();
+            out.feedback_frame = Some(fb.frame);
+            for (tile, priority) in requests {
+                if self.loader.request(tile, priority, frame) {
+                    out.requests += 1;
+                }
+            }
+        } else {
+            out.tiles_needed = self.residency.needed_count();
+        }
+        self.loader.cancel_stale(frame);
+        for r in self.loader.try_results() {
+            match r.outcome {
+                LoadOutcome::Ready(bytes) => self.residency.on_loaded(r.tile, bytes),
+                LoadOutcome::Failed(e) => {
+                    if self.reported_failures.insert(r.tile) {
+                        tracing::error!("{e}; showing its nearest resident ancestor instead");
+                    }
+                    self.residency.on_failed(r.tile);
+                }
+                LoadOutcome::Cancelled => self.residency.on_cancelled(r.tile),
+            }
+        }
+        out.feedback_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let t1 = std::time::Instant::now();
+        let (uploads, evictions) = self.apply_uploads(ctx, frame);
+        out.uploads = uploads;
+        out.evictions = evictions;
+        out.upload_ms = t1.elapsed().as_secs_f64() * 1e3;
+        out.resident_vram = self.residency.resident_count();
+        out.resident_host = self.cache.len();
+        // Rotate which pixel of each block writes feedback.
+        let stride = self.params[0].0.feedback_mask + 1;
+        let k = (frame % u64::from(stride * stride)) as u32;
+        let phase = (k % stride) | ((k / stride) << 8);
+        for (p, buffer, _) in &mut self.params {
+            p.feedback_phase = phase;
+            ctx.queue.write_buffer(buffer, 0, bytemuck::bytes_of(p));
+        }
+        out
+    }
+
+    fn apply_uploads(&mut self, ctx: &GpuContext, frame: u64) -> (usize, usize) {
+        let plan = self.residency.plan_uploads(frame);
+        let mut evictions = 0;
+        for u in &plan.uploads {
+            self.pool.upload(&ctx.queue, u.slot, &u.bytes);
+            evictions += usize::from(u.evicted.is_some());
+        }
+        let pt = self.residency.page_table_mut();
+        for range in pt.take_dirty_ranges() {
+            let data = &pt.entries()[range.clone()];
+            ctx.queue.write_buffer(&self.page_table, (range.start * 4) as u64, bytemuck::cast_slice(data));
+        }
+        self.total_uploads += plan.uploads.len() as u64;
+        self.total_evictions += evictions as u64;
+        (plan.uploads.len(), evictions)
+    }
+
+    /// Record into the frame's encoder before any pass that samples virtual textures.
+    pub fn begin_frame(&self, encoder: &mut wgpu::CommandEncoder) {
+        self.feedback.begin(encoder);
+    }
+
+    /// Record into the frame's encoder after the passes: queues the feedback readback.
+    pub fn end_frame(&mut self, encoder: &mut wgpu::CommandEncoder, frame: u64) {
+        self.feedback.end(encoder, frame);
+    }
+
+    /// Call right after submitting the frame's encoder.
+    pub fn after_submit(&mut self) {
+        self.feedback.after_submit();
+    }
+
+    /// Statistics of every tier.
+    pub fn stats(&self) -> StatsSnapshot {
+        let mut s = StatsSnapshot::gather(&self.atlas, &self.cache, Some(&self.loader));
+        let slot_bytes = u64::from(self.pool.slot_texels()).pow(2) * 4;
+        let resident = self.residency.resident_count() as u64;
+        s.vram = TierStats { tiles: resident, bytes: resident * slot_bytes };
+        s.vram_counters.uploads = self.total_uploads;
+        s.vram_counters.evictions = self.total_evictions;
+        s.vram_counters.slots_used = resident;
+        s.vram_counters.slots_total = u64::from(self.pool.slot_count());
+        s
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &VtConfig {
+        &self.config
+    }
+}
+
+fn bind_group_layout(device: &wgpu::Device) -> wgpu::BindGroupLayout {
+    let frag = wgpu::ShaderStages::FRAGMENT;
+    let storage = |read_only| wgpu::BindingType::Buffer {
+        ty: wgpu::BufferBindingType::Storage { read_only },
+        has_dynamic_offset: false,
+        min_binding_size: None,
+    };
+    device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some("tessera vt"),
+        entries: &[
+            wgpu::BindGroupLayoutEntry {
+                binding: 0,
+                visibility: frag,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Uniform,
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            },
+            wgpu::BindGroupLayoutEntry { binding: 1, visibility: frag, ty: storage(true), count: None },
+            wgpu::BindGroupLayoutEntry { binding: 2, visibility: frag, ty: storage(false), count: None },
+            wgpu::BindGroupLayoutEntry {
+                binding: 3,
+                visibility: frag,
+                ty: wgpu::BindingType::Texture {
+                    sample_type: wgpu::TextureSampleType::Float { filterable: true },
+                    view_dimension: wgpu::TextureViewDimension::D2,
+                    multisampled: false,
+                },
+                count: None,
+            },
+            wgpu::BindGroupLayoutEntry {
+                binding: 4,
+                visibility: frag,
+                ty: wgpu::BindingType::Sampler(wgpu::SamplerBindingType::Filtering),
+                count: None,
+            },
+        ],
+    })
+}

@@ -1,0 +1,160 @@
+// Tessera virtual-texture lookup: the API user shaders include.
+//
+// Prepend this file to your shader source (tessera::shaders::VT_WGSL). It declares
+// bind group 1 (bind it with `VirtualTexture::bind_group`) and these functions:
+//
+//   vt_sample(uv, frag_coord) -> vec4<f32>
+//       Filtered texel of the virtual texture at `uv` (0..1 over the whole texture),
+//       trilinear across mips with anisotropy, and records which tile the pixel needs
+//       (GPU feedback). Call it in uniform control flow: it takes derivatives of uv.
+//   vt_sample_grad(uv, ddx_uv, ddy_uv, frag_coord) -> vec4<f32>
+//       The same with explicit derivatives, usable anywhere.
+//
+// Page-table entry (one u32 per tile, indexed like the atlas' tile index):
+//   bits 0..11 slot x, 12..23 slot y, 24..28 mip of the tile held in that slot
+//   (the tile itself or its nearest resident ancestor), bit 31 valid.
+
+struct VtParams {
+    size: vec2<f32>,          // mip-0 size in texels
+    pool_texels: vec2<f32>,   // physical pool texture size in texels
+    tile: f32,                // payload side of a tile
+    border: f32,              // border texels on each side
+    max_aniso: f32,           // anisotropic taps limit (1 = trilinear only, at most 4)
+    mip_bias: f32,            // added to the computed level of detail
+    mip_count: u32,
+    first_tile: u32,          // this texture's first entry in page table and feedback
+    feedback_mask: u32,       // a pixel records feedback when (xy & mask) == phase
+    feedback_phase: u32,      // phase x | phase y << 8, rotated every frame
+    wrap: u32,                // 0 clamp, 1 repeat
+    debug: u32,               // 0 off, 1 mip colours, 2 fallback depth
+    _pad0: u32,
+    _pad1: u32,
+    mips: array<vec4<u32>, 20>, // per mip: (first entry, tiles across, tiles down, 0)
+}
+
+@group(1) @binding(0) var<uniform> vt: VtParams;
+@group(1) @binding(1) var<storage, read> vt_page_table: array<u32>;
+@group(1) @binding(2) var<storage, read_write> vt_feedback: array<atomic<u32>>;
+@group(1) @binding(3) var vt_pool: texture_2d<f32>;
+@group(1) @binding(4) var vt_pool_sampler: sampler;
+
+fn vt_address(uv: vec2<f32>) -> vec2<f32> {
+    if vt.wrap == 1u {
+        return fract(uv);
+    }
+    return clamp(uv, vec2<f32>(0.0), vec2<f32>(1.0));
+}
+
+// Tile coordinates of `uv` at mip `m`, clamped to the mip's tile grid.
+fn vt_tile_at(uv: vec2<f32>, m: u32) -> vec2<u32> {
+    let info = vt.mips[m];
+    let p = floor(uv * vt.size * exp2(-f32(m)) / vt.tile);
+    return min(vec2<u32>(max(p, vec2<f32>(0.0))), vec2<u32>(info.y - 1u, info.z - 1u));
+}
+
+fn vt_entry_index(uv: vec2<f32>, m: u32) -> u32 {
+    let t = vt_tile_at(uv, m);
+    let info = vt.mips[m];
+    return vt.first_tile + info.x + t.y * info.y + t.x;
+}
+
+// Level of detail and anisotropic tap count, as the Vulkan specification describes
+// anisotropic filtering: n = min(ceil(major / minor), max_aniso), lod = log2(major / n).
+fn vt_lod(gx: vec2<f32>, gy: vec2<f32>) -> vec2<f32> {
+    let lx = length(gx * vt.size);
+    let ly = length(gy * vt.size);
+    let major = max(max(lx, ly), 1e-8);
+    let minor = max(min(lx, ly), 1e-8);
+    let n = clamp(ceil(major / minor), 1.0, vt.max_aniso);
+    let lod = log2(major / n) + vt.mip_bias;
+    return vec2<f32>(clamp(lod, 0.0, f32(vt.mip_count - 1u)), n);
+}
+
+fn vt_mark(uv: vec2<f32>, m: u32, frag: vec4<f32>) {
+    let px = vec2<u32>(frag.xy);
+    let phase = vec2<u32>(vt.feedback_phase & 0xffu, vt.feedback_phase >> 8u);
+    if any((px & vec2<u32>(vt.feedback_mask)) != phase) {
+        return;
+    }
+    let idx = vt_entry_index(uv, m);
+    let word = idx >> 5u;
+    let bit = 1u << (idx & 31u);
+    // Check before write: most pixels find their bit already set, and a plain load
+    // is far cheaper than a contended atomic.
+    if (atomicLoad(&vt_feedback[word]) & bit) == 0u {
+        atomicOr(&vt_feedback[word], bit);
+    }
+}
+
+// Sample of mip `m` (or of its nearest resident ancestor): bilinear, or `n` bilinear
+// taps along the footprint's major axis for anisotropic filtering. The pool sampler is
+// plain bilinear; doing anisotropy here keeps every tap inside the tile's border
+// (with n <= 4 the taps stay within half the footprint, under 4 texels of the centre)
+// and is fast on software rasterisers too.
+fn vt_sample_level(uv: vec2<f32>, m: u32, gx: vec2<f32>, gy: vec2<f32>, n: f32) -> vec4<f32> {
+    let e = vt_page_table[vt_entry_index(uv, m)];
+    if (e & 0x80000000u) == 0u {
+        return vec4<f32>(0.0, 0.0, 0.0, 1.0);
+    }
+    let slot = vec2<f32>(f32(e & 0xfffu), f32((e >> 12u) & 0xfffu));
+    let rm = (e >> 24u) & 0x1fu;
+    let scale = exp2(-f32(rm));
+    let p = uv * vt.size * scale;
+    let origin = vec2<f32>(vt_tile_at(uv, rm)) * vt.tile;
+    let local = clamp(p - origin, vec2<f32>(0.0), vec2<f32>(vt.tile));
+    let padded = vt.tile + 2.0 * vt.border;
+    let centre = slot * padded + vt.border + local;
+    if n <= 1.0 {
+        return textureSampleLevel(vt_pool, vt_pool_sampler, centre / vt.pool_texels, 0.0);
+    }
+    // Major axis of the footprint in texels of the resident mip, limited to the border.
+    var axis = gx * vt.size * scale;
+    let ay = gy * vt.size * scale;
+    if dot(ay, ay) > dot(axis, axis) {
+        axis = ay;
+    }
+    let len = length(axis);
+    let limit = 2.0 * vt.border;
+    if len > limit {
+        axis = axis * (limit / len);
+    }
+    var sum = vec4<f32>(0.0);
+    let taps = u32(n);
+    for (var i = 0u; i < taps; i = i + 1u) {
+        let t = (f32(i) + 0.5) / n - 0.5;
+        sum = sum + textureSampleLevel(vt_pool, vt_pool_sampler, (centre + axis * t) / vt.pool_texels, 0.0);
+    }
+    return sum / n;
+}
+
+fn vt_debug_colour(m: u32) -> vec3<f32> {
+    let palette = array<vec3<f32>, 8>(
+        vec3<f32>(1.0, 0.2, 0.2), vec3<f32>(1.0, 0.6, 0.1), vec3<f32>(1.0, 1.0, 0.2), vec3<f32>(0.3, 1.0, 0.3),
+        vec3<f32>(0.2, 0.9, 1.0), vec3<f32>(0.3, 0.4, 1.0), vec3<f32>(0.8, 0.3, 1.0), vec3<f32>(0.9, 0.9, 0.9),
+    );
+    return palette[m % 8u];
+}
+
+fn vt_sample_grad(uv_in: vec2<f32>, gx: vec2<f32>, gy: vec2<f32>, frag: vec4<f32>) -> vec4<f32> {
+    let uv = vt_address(uv_in);
+    let lod_n = vt_lod(gx, gy);
+    let lod = lod_n.x;
+    let m0 = u32(floor(lod));
+    let f = lod - f32(m0);
+    vt_mark(uv, m0, frag);
+    var c = vt_sample_level(uv, m0, gx, gy, lod_n.y);
+    if f > 0.0 && m0 + 1u < vt.mip_count {
+        c = mix(c, vt_sample_level(uv, m0 + 1u, gx, gy, lod_n.y), f);
+    }
+    if vt.debug == 1u {
+        c = vec4<f32>(mix(c.rgb, vt_debug_colour(m0), 0.5), c.a);
+    } else if vt.debug == 2u {
+        let rm = (vt_page_table[vt_entry_index(uv, m0)] >> 24u) & 0x1fu;
+        c = vec4<f32>(mix(c.rgb, vt_debug_colour(rm - m0), 0.6), c.a);
+    }
+    return c;
+}
+
+fn vt_sample(uv: vec2<f32>, frag: vec4<f32>) -> vec4<f32> {
+    return vt_sample_grad(uv, dpdx(uv), dpdy(uv), frag);
+}
