@@ -52,14 +52,13 @@ pub(crate) fn cache_dir() -> PathBuf {
     std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(std::env::temp_dir).join(".cache/tessera")
 }
 
-/// Runs `tessera demo`.
-pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
-    let (w, h) = args.texture;
+/// The cached atlas of the built-in `w × h` labelled texture, baked first when missing,
+/// unreadable or when `rebake` asks for it.
+pub(crate) fn ensure_demo_atlas(w: u32, h: u32, rebake: bool) -> Result<PathBuf> {
     let cache = cache_dir();
     std::fs::create_dir_all(&cache).with_context(|| format!("creating cache folder {}", cache.display()))?;
-    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let atlas_path = cache.join(format!("demo-{w}x{h}.tsa"));
-    let cached = !args.rebake && Atlas::open(&atlas_path).is_ok();
+    let cached = !rebake && Atlas::open(&atlas_path).is_ok();
     if cached {
         println!("using cached atlas {}", atlas_path.display());
     } else {
@@ -74,6 +73,14 @@ pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
         bake(vec![input], &atlas_path, &BakeOptions::default(), &pb)?;
         pb.finish_and_clear();
     }
+    Ok(atlas_path)
+}
+
+/// Runs `tessera demo`.
+pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
+    let (w, h) = args.texture;
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let atlas_path = ensure_demo_atlas(w, h, args.rebake)?;
     print!("{}", crate::inspect::table(&Atlas::open(&atlas_path)?.summary()));
     let ctx = GpuContext::headless()?;
     println!("adapter: {}", ctx.describe());

@@ -1,6 +1,7 @@
 //! `tessera`: bake images into virtual-texture atlases, inspect and verify them,
 //! and run the demo.
 
+mod bench;
 mod capture;
 mod demo;
 mod inspect;
@@ -50,6 +51,9 @@ enum Command {
     /// The main job: bake the built-in labelled texture (once, cached), capture a camera
     /// path headless against the reference, and write frames plus a report.
     Demo(demo::DemoArgs),
+    /// Benchmark virtual texturing against the fully resident reference on the same scene and
+    /// camera path: GPU pass and wall times, their ratio, feedback and upload costs (table + JSON).
+    Bench(bench::BenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -113,6 +117,7 @@ fn main() -> ExitCode {
         Command::Verify { atlas } => run_verify(&atlas),
         Command::Capture(args) => capture::run(&args),
         Command::Demo(args) => demo::run(&args),
+        Command::Bench(args) => bench::run(&args),
     };
     match result {
         Ok(code) => code,

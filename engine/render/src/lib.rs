@@ -8,6 +8,7 @@
 
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod capture;
 pub mod context;
 pub mod error;

@@ -1,0 +1,195 @@
+//! `tessera bench`: virtual texturing against the fully resident reference on the same scene and
+//! camera path; prints a table and writes the full report as JSON.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use tessera::GpuContext;
+use tessera::bench::{BenchConfig, BenchReport, PROBE_FEEDBACK_STRIDE, Stat};
+
+/// Arguments of `tessera bench`.
+#[derive(clap::Args)]
+pub(crate) struct BenchArgs {
+    /// The atlas to render (default: the demo's built-in labelled texture, baked once and cached).
+    #[arg(long)]
+    atlas: Option<PathBuf>,
+    /// Size of the built-in texture used when --atlas is not given.
+    #[arg(long, default_value = "8192x4096", value_parser = crate::parse_size)]
+    texture: (u32, u32),
+    /// Camera path: a preset (static, flyover, orbit, cut) or a JSON file.
+    #[arg(long, default_value = "flyover")]
+    camera: String,
+    /// Measured frames (frame i shows the camera path at frame i).
+    #[arg(long, default_value_t = 120)]
+    frames: u32,
+    /// Warm-up frames on the path's first camera, excluded from the statistics.
+    #[arg(long, default_value_t = 30)]
+    warmup: u32,
+    /// Frame size.
+    #[arg(long, default_value = "1920x1080", value_parser = crate::parse_size)]
+    size: (u32, u32),
+    /// Where to write the JSON report.
+    #[arg(long, default_value = "out/bench/bench.json")]
+    json: PathBuf,
+    /// Skip the third variant (feedback stride 8) that estimates the cost of feedback writes.
+    #[arg(long)]
+    no_feedback_probe: bool,
+    #[command(flatten)]
+    vt: crate::capture::VtArgs,
+}
+
+/// Runs `tessera bench`.
+pub(crate) fn run(args: &BenchArgs) -> Result<ExitCode> {
+    let atlas = match &args.atlas {
+        Some(a) => a.clone(),
+        None => crate::demo::ensure_demo_atlas(args.texture.0, args.texture.1, false)?,
+    };
+    let cfg = BenchConfig {
+        atlas: atlas.clone(),
+        camera: crate::capture::camera_path(&args.camera)?,
+        frames: args.frames.max(1),
+        warmup: args.warmup,
+        size: args.size,
+        vt: args.vt.config(),
+        feedback_probe: !args.no_feedback_probe,
+    };
+    let ctx = GpuContext::headless()?;
+    println!(
+        "benchmarking '{}' at {}x{}: {} warm-up + {} measured frames on {}",
+        args.camera,
+        cfg.size.0,
+        cfg.size.1,
+        cfg.warmup,
+        cfg.frames,
+        ctx.describe()
+    );
+    let report =
+        tessera::bench::run(&ctx, &cfg).with_context(|| format!("benchmarking {}", atlas.display()))?;
+    print!("{}", table(&report, &args.camera));
+    if let Some(dir) = args.json.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let json = serde_json::to_string_pretty(&report).context("serialising the bench report")?;
+    std::fs::write(&args.json, json + "\n").with_context(|| format!("writing {}", args.json.display()))?;
+    println!("report written to {}", args.json.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn ms(v: f64) -> String {
+    if v.is_finite() { format!("{v:.3}") } else { "n/a".into() }
+}
+
+fn med_p95(s: Option<&Stat>) -> (String, String) {
+    s.map_or(("n/a".into(), "n/a".into()), |s| (ms(s.median), ms(s.p95)))
+}
+
+fn times(s: &Stat) -> String {
+    format!("median {} ms, p95 {} ms, max {} ms", ms(s.median), ms(s.p95), ms(s.max))
+}
+
+fn x(r: Option<f64>) -> String {
+    r.filter(|r| r.is_finite()).map_or("n/a".into(), |r| format!("{r:.3}x"))
+}
+
+/// The human-readable table.
+fn table(r: &BenchReport, camera: &str) -> String {
+    let mut o = String::new();
+    let sizes: Vec<String> = r.virtual_sizes.iter().map(|(w, h)| format!("{w}x{h}")).collect();
+    let _ = writeln!(o, "adapter:   {}", r.adapter);
+    let _ = writeln!(o, "atlas:     {} (virtual {})", r.atlas.display(), sizes.join(", "));
+    let _ = writeln!(
+        o,
+        "frames:    {} measured after {} warm-up, {}x{}, camera '{camera}'",
+        r.frames, r.warmup, r.size.0, r.size.1
+    );
+    let _ = writeln!(
+        o,
+        "memory:    VT pool {:.1} MiB, fully resident reference {}",
+        r.pool_mib,
+        r.reference_mib.map_or("n/a".into(), |m| format!("{m:.1} MiB"))
+    );
+    let _ = writeln!(
+        o,
+        "timestamps: TIMESTAMP_QUERY {}, TIMESTAMP_QUERY_INSIDE_ENCODERS {}, {} ns/tick\n",
+        yes(r.timestamp_query),
+        yes(r.timestamp_query_inside_encoders),
+        r.timestamp_period_ns
+    );
+    let _ = writeln!(
+        o,
+        "{:<20} {:>21} {:>21} {:>10} {:>21}",
+        "ms", "GPU pass", "wall (submit→idle)", "CPU", "frame (CPU+wall)"
+    );
+    let _ = writeln!(
+        o,
+        "{:<20} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "", "median", "p95", "median", "p95", "median", "median", "p95"
+    );
+    let mut row = |name: &str, m: &tessera::bench::ModeStats| {
+        let (g50, g95) = med_p95(m.gpu_pass_ms.as_ref());
+        let _ = writeln!(
+            o,
+            "{name:<20} {g50:>10} {g95:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            ms(m.wall_ms.median),
+            ms(m.wall_ms.p95),
+            ms(m.cpu_ms.median),
+            ms(m.frame_ms.median),
+            ms(m.frame_ms.p95)
+        );
+    };
+    row("virtual texturing", &r.vt);
+    row("reference", &r.reference);
+    let _ = writeln!(
+        o,
+        "{:<20} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
+        "ratio VT/reference",
+        x(r.ratio.gpu_pass),
+        "",
+        x(Some(r.ratio.wall)),
+        "",
+        x(Some(ratio(r.vt.cpu_ms.median, r.reference.cpu_ms.median))),
+        x(Some(r.ratio.frame)),
+        ""
+    );
+    let f = &r.feedback;
+    let _ = writeln!(o, "feedback CPU (readback, decode, decide): {}", times(&f.cpu_ms));
+    let _ = writeln!(
+        o,
+        "feedback GPU (bitset clear + copy):      {}",
+        f.gpu_clear_copy_ms.as_ref().map_or("n/a (needs TIMESTAMP_QUERY_INSIDE_ENCODERS)".into(), times)
+    );
+    let probe = r.feedback_probe.as_ref().and_then(|p| p.gpu_pass_ms.as_ref());
+    let _ = writeln!(
+        o,
+        "feedback writes in the pass:             {}",
+        match (f.shader_writes_ms, probe) {
+            (Some(d), Some(p)) => format!(
+                "{} ms (GPU pass median at stride {} minus {} ms at stride {PROBE_FEEDBACK_STRIDE})",
+                ms(d),
+                f.stride,
+                ms(p.median)
+            ),
+            _ if f.stride == PROBE_FEEDBACK_STRIDE => "n/a (stride already 8)".into(),
+            _ => "n/a (needs TIMESTAMP_QUERY and the probe)".into(),
+        }
+    );
+    let _ = writeln!(o, "feedback readback:                       {} bytes/frame", f.readback_bytes);
+    let u = &r.uploads;
+    let _ = writeln!(o, "upload CPU (uploads, page table):        {}", times(&u.cpu_ms));
+    let _ = writeln!(
+        o,
+        "uploads per frame:                       median {}, max {}; {} in measured frames, {} in warm-up; {} tiles resident at the end",
+        u.per_frame.median, u.per_frame.max, u.total, u.warmup_total, u.resident_at_end
+    );
+    o
+}
+
+fn yes(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { f64::NAN }
+}

@@ -1,0 +1,556 @@
+//! Benchmark of virtual texturing against the fully resident reference: the same scene and camera
+//! path rendered both ways, frame by frame, with GPU pass times, wall times, feedback and upload costs.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+use tessera_core::Atlas;
+use tessera_core::camera::{Camera, CameraPath};
+
+use crate::capture::builtin_meshes;
+use crate::context::GpuContext;
+use crate::error::RenderError;
+use crate::scene::{OffscreenTarget, SceneRenderer, TARGET_FORMAT};
+use crate::vt::{StreamFrame, VirtualTextures, VtConfig};
+
+/// Feedback stride of the sparse-feedback probe: one pixel in 8×8 writes feedback, the fewest the
+/// shaders allow, so the difference to the configured stride is the cost of the feedback writes.
+pub const PROBE_FEEDBACK_STRIDE: u32 = 8;
+
+/// What to benchmark.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// The atlas to stream from (and to build the reference textures from).
+    pub atlas: PathBuf,
+    /// Camera path; frame `i` of the measurement shows its camera at frame `i`.
+    pub camera: CameraPath,
+    /// Measured frames.
+    pub frames: u32,
+    /// Warm-up frames before the measurement, on the path's first camera, so streaming converges;
+    /// they are rendered in every mode but excluded from the statistics.
+    pub warmup: u32,
+    /// Frame size in pixels.
+    pub size: (u32, u32),
+    /// Virtual-texture settings.
+    pub vt: VtConfig,
+    /// Also render a third variant each frame: virtual texturing with
+    /// [`PROBE_FEEDBACK_STRIDE`], to estimate what the feedback writes cost in the scene pass.
+    /// Skipped when the configured stride already is that.
+    pub feedback_probe: bool,
+}
+
+/// Median, 95th percentile, maximum and mean of one measure over the measured frames.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Stat {
+    /// Median.
+    pub median: f64,
+    /// 95th percentile (nearest rank).
+    pub p95: f64,
+    /// Largest value.
+    pub max: f64,
+    /// Arithmetic mean.
+    pub mean: f64,
+    /// Number of samples.
+    pub samples: usize,
+}
+
+impl Stat {
+    /// Statistics of `values` (`None` when empty). NaNs sort last.
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Option<Self> {
+        let mut v: Vec<f64> = values.into_iter().collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let rank = |p: f64| v[((p * n as f64).ceil() as usize).clamp(1, n) - 1];
+        Some(Self {
+            median: if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) },
+            p95: rank(0.95),
+            max: v[n - 1],
+            mean: v.iter().sum::<f64>() / n as f64,
+            samples: n,
+        })
+    }
+}
+
+/// The timings of one rendering mode (virtual texturing, reference, sparse-feedback probe).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ModeStats {
+    /// GPU time of the scene render pass from timestamp queries, ms (`None` without `TIMESTAMP_QUERY`).
+    pub gpu_pass_ms: Option<Stat>,
+    /// Wall time from `queue.submit` until the device is idle again, ms: the GPU work of the
+    /// frame including queued uploads and copies, as the CPU sees it.
+    pub wall_ms: Stat,
+    /// CPU time before the submit, ms: `prepare` (streaming) plus command encoding.
+    pub cpu_ms: Stat,
+    /// The whole frame, `cpu_ms` plus `wall_ms` (frames do not overlap), ms.
+    pub frame_ms: Stat,
+}
+
+/// Virtual texturing divided by the reference, of the medians.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Ratios {
+    /// Of the GPU scene pass (with timestamp queries).
+    pub gpu_pass: Option<f64>,
+    /// Of the submit-to-idle wall time.
+    pub wall: f64,
+    /// Of the whole frame (CPU before submit plus wall).
+    pub frame: f64,
+}
+
+/// What feedback costs.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FeedbackStats {
+    /// CPU time to collect the readback, decode it and decide (`StreamFrame::feedback_ms`), ms.
+    pub cpu_ms: Stat,
+    /// GPU time of clearing the feedback bitset plus copying it to the readback ring, ms
+    /// (`None` without `TIMESTAMP_QUERY_INSIDE_ENCODERS`).
+    pub gpu_clear_copy_ms: Option<Stat>,
+    /// Bytes of feedback read back per frame.
+    pub readback_bytes: u64,
+    /// The configured feedback stride (one pixel in `stride × stride` writes feedback).
+    pub stride: u32,
+    /// Median GPU pass with the configured stride minus the median with
+    /// [`PROBE_FEEDBACK_STRIDE`], ms: the cost of the feedback writes beyond the sparsest
+    /// setting (`None` without the probe or timestamps; can be slightly negative from noise).
+    pub shader_writes_ms: Option<f64>,
+}
+
+/// Tile uploads.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct UploadStats {
+    /// CPU time to issue uploads and page-table writes (`StreamFrame::upload_ms`), ms.
+    pub cpu_ms: Stat,
+    /// Tiles uploaded per measured frame.
+    pub per_frame: Stat,
+    /// Tiles uploaded over the measured frames.
+    pub total: u64,
+    /// Tiles uploaded during warm-up (not counting the pinned coarsest tiles uploaded at setup).
+    pub warmup_total: u64,
+    /// Tiles resident in the pool after the last frame.
+    pub resident_at_end: usize,
+}
+
+/// One measured frame.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct BenchFrame {
+    /// Frame index on the camera path.
+    pub frame: u32,
+    /// Virtual texturing: GPU scene pass, ms.
+    pub vt_gpu_pass_ms: Option<f64>,
+    /// Virtual texturing: submit to idle, ms.
+    pub vt_wall_ms: f64,
+    /// Virtual texturing: CPU before submit, ms.
+    pub vt_cpu_ms: f64,
+    /// Virtual texturing: GPU clear + copy of the feedback bitset, ms.
+    pub vt_feedback_gpu_ms: Option<f64>,
+    /// Reference: GPU scene pass, ms.
+    pub reference_gpu_pass_ms: Option<f64>,
+    /// Reference: submit to idle, ms.
+    pub reference_wall_ms: f64,
+    /// Reference: CPU before submit, ms.
+    pub reference_cpu_ms: f64,
+    /// Sparse-feedback probe: GPU scene pass, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe_gpu_pass_ms: Option<f64>,
+    /// What streaming did in the virtual-texturing frame.
+    pub stream: StreamFrame,
+}
+
+/// The result of [`run`]; serialises to the JSON `tessera bench` writes.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchReport {
+    /// Adapter description ([`GpuContext::describe`]).
+    pub adapter: String,
+    /// The atlas.
+    pub atlas: PathBuf,
+    /// Frame size.
+    pub size: (u32, u32),
+    /// Virtual size of each atlas layer.
+    pub virtual_sizes: Vec<(u32, u32)>,
+    /// GPU tile pool size, MiB.
+    pub pool_mib: f64,
+    /// GPU size of the fully resident reference textures, MiB.
+    pub reference_mib: Option<f64>,
+    /// Measured frames.
+    pub frames: u32,
+    /// Warm-up frames (excluded).
+    pub warmup: u32,
+    /// Whether the adapter has `TIMESTAMP_QUERY` (GPU pass times).
+    pub timestamp_query: bool,
+    /// Whether the adapter has `TIMESTAMP_QUERY_INSIDE_ENCODERS` (GPU feedback clear + copy time).
+    pub timestamp_query_inside_encoders: bool,
+    /// Nanoseconds per timestamp tick.
+    pub timestamp_period_ns: f32,
+    /// Virtual texturing.
+    pub vt: ModeStats,
+    /// The fully resident reference.
+    pub reference: ModeStats,
+    /// Virtual texturing with [`PROBE_FEEDBACK_STRIDE`] (when probed).
+    pub feedback_probe: Option<ModeStats>,
+    /// Virtual texturing / reference.
+    pub ratio: Ratios,
+    /// Feedback costs.
+    pub feedback: FeedbackStats,
+    /// Uploads.
+    pub uploads: UploadStats,
+    /// Every measured frame.
+    pub per_frame: Vec<BenchFrame>,
+}
+
+// Query indices: pass begin/end per mode, then the feedback clear and copy brackets, which start
+// at a second resolve block (resolve offsets must be 256-byte aligned).
+const Q_VT: u32 = 0;
+const Q_REF: u32 = 2;
+const Q_PROBE: u32 = 4;
+const Q_PASSES: u32 = 6;
+const Q_CLEAR: u32 = 8;
+const Q_COPY: u32 = 10;
+const Q_COUNT: u32 = 12;
+const ENCODER_BLOCK: u64 = wgpu::QUERY_RESOLVE_BUFFER_ALIGNMENT;
+
+/// Timestamp queries of one frame: a query set, its resolve buffer and a mappable copy.
+struct Timer {
+    set: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    readback: wgpu::Buffer,
+    inside_encoders: bool,
+    period_ns: f64,
+}
+
+impl Timer {
+    fn new(ctx: &GpuContext) -> Option<Self> {
+        if !ctx.timestamps {
+            return None;
+        }
+        let inside_encoders = ctx.device.features().contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
+        let set = ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("tessera bench timestamps"),
+            ty: wgpu::QueryType::Timestamp,
+            count: Q_COUNT,
+        });
+        let size = 2 * ENCODER_BLOCK;
+        let resolve = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tessera bench timestamps resolve"),
+            size,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        let readback = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tessera bench timestamps readback"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let period_ns = f64::from(ctx.queue.get_timestamp_period());
+        Some(Self { set, resolve, readback, inside_encoders, period_ns })
+    }
+
+    fn pass(&self, first: u32) -> wgpu::RenderPassTimestampWrites<'_> {
+        wgpu::RenderPassTimestampWrites {
+            query_set: &self.set,
+            beginning_of_pass_write_index: Some(first),
+            end_of_pass_write_index: Some(first + 1),
+        }
+    }
+
+    fn mark(&self, encoder: &mut wgpu::CommandEncoder, index: u32) {
+        if self.inside_encoders {
+            encoder.write_timestamp(&self.set, index);
+        }
+    }
+
+    /// Resolves the queries written this frame and reads them back (blocking; outside the timed
+    /// regions). Index `i` of the result is query `i`; unwritten queries read 0.
+    fn read(&self, ctx: &GpuContext, probe: bool) -> Result<Vec<u64>, RenderError> {
+        let mut encoder = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera bench resolve") });
+        let passes = if probe { Q_PASSES } else { Q_PROBE };
+        encoder.resolve_query_set(&self.set, 0..passes, &self.resolve, 0);
+        if self.inside_encoders {
+            encoder.resolve_query_set(&self.set, Q_CLEAR..Q_COUNT, &self.resolve, ENCODER_BLOCK);
+        }
+        encoder.copy_buffer_to_buffer(&self.resolve, 0, &self.readback, 0, None);
+        ctx.queue.submit([encoder.finish()]);
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.readback.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        wait_idle(ctx)?;
+        rx.recv()
+            .map_err(|e| RenderError::Readback(format!("timestamps: {e}")))?
+            .map_err(|e| RenderError::Readback(format!("timestamps: {e}")))?;
+        let mut ticks = vec![0u64; Q_COUNT as usize];
+        {
+            let view = self
+                .readback
+                .get_mapped_range(..)
+                .map_err(|e| RenderError::Readback(format!("timestamps: {e}")))?;
+            let words: &[u64] = bytemuck::cast_slice(&view);
+            ticks[..passes as usize].copy_from_slice(&words[..passes as usize]);
+            if self.inside_encoders {
+                let block = (ENCODER_BLOCK / 8) as usize;
+                let n = (Q_COUNT - Q_CLEAR) as usize;
+                ticks[Q_CLEAR as usize..].copy_from_slice(&words[block..block + n]);
+            }
+        }
+        self.readback.unmap();
+        Ok(ticks)
+    }
+
+    /// Milliseconds between queries `first` and `first + 1`; `None` when the pair is unwritten
+    /// or out of order.
+    fn span_ms(&self, ticks: &[u64], first: u32) -> Option<f64> {
+        let (a, b) = (ticks[first as usize], ticks[first as usize + 1]);
+        (a != 0 && b >= a).then(|| (b - a) as f64 * self.period_ns * 1e-6)
+    }
+}
+
+fn wait_idle(ctx: &GpuContext) -> Result<(), RenderError> {
+    ctx.device
+        .poll(wgpu::PollType::wait_indefinitely())
+        .map(|_| ())
+        .map_err(|e| RenderError::Readback(format!("waiting for the GPU: {e}")))
+}
+
+/// Wall-clock times of one frame of one mode.
+#[derive(Clone, Copy, Default)]
+struct Times {
+    cpu_ms: f64,
+    wall_ms: f64,
+}
+
+/// Submits `encoder` and waits until the device is idle; `started` is when the frame's CPU work began.
+fn submit_and_wait(
+    ctx: &GpuContext,
+    encoder: wgpu::CommandEncoder,
+    started: Instant,
+    after_submit: impl FnOnce(),
+) -> Result<Times, RenderError> {
+    let commands = encoder.finish();
+    let submitted = Instant::now();
+    ctx.queue.submit([commands]);
+    after_submit();
+    wait_idle(ctx)?;
+    let done = Instant::now();
+    Ok(Times {
+        cpu_ms: (submitted - started).as_secs_f64() * 1e3,
+        wall_ms: (done - submitted).as_secs_f64() * 1e3,
+    })
+}
+
+/// Everything the frames of one virtual-texturing variant need.
+struct VtMode {
+    vt: VirtualTextures,
+    scene: SceneRenderer,
+}
+
+impl VtMode {
+    /// One virtual-texturing frame: `prepare`, encode, submit, `after_submit`, wait.
+    fn frame(
+        &mut self,
+        ctx: &GpuContext,
+        target: &OffscreenTarget,
+        camera: &Camera,
+        frame: u64,
+        timer: Option<(&Timer, u32, bool)>,
+    ) -> Result<(StreamFrame, Times), RenderError> {
+        let started = Instant::now();
+        let stream = self.vt.prepare(ctx, frame);
+        let (w, h) = target.size;
+        self.scene.set_camera(&ctx.queue, camera, w as f32 / h as f32);
+        let mut encoder = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera bench vt") });
+        // Only the main variant brackets the feedback clear and copy.
+        let marks = timer.filter(|t| t.2).map(|t| t.0);
+        if let Some(t) = marks {
+            t.mark(&mut encoder, Q_CLEAR);
+        }
+        self.vt.begin_frame(&mut encoder);
+        if let Some(t) = marks {
+            t.mark(&mut encoder, Q_CLEAR + 1);
+        }
+        let writes = timer.map(|(t, first, _)| t.pass(first));
+        self.scene.draw_vt(&mut encoder, &target.color_view, &target.depth_view, &self.vt, writes);
+        if let Some(t) = marks {
+            t.mark(&mut encoder, Q_COPY);
+        }
+        self.vt.end_frame(&mut encoder, frame);
+        if let Some(t) = marks {
+            t.mark(&mut encoder, Q_COPY + 1);
+        }
+        let vt = &mut self.vt;
+        let times = submit_and_wait(ctx, encoder, started, || vt.after_submit())?;
+        Ok((stream, times))
+    }
+}
+
+fn mode_stats(
+    frames: &[BenchFrame],
+    gpu: impl Fn(&BenchFrame) -> Option<f64>,
+    wall: impl Fn(&BenchFrame) -> f64,
+    cpu: impl Fn(&BenchFrame) -> f64,
+) -> ModeStats {
+    ModeStats {
+        gpu_pass_ms: Stat::of(frames.iter().filter_map(&gpu)),
+        wall_ms: Stat::of(frames.iter().map(&wall)).unwrap_or_default(),
+        cpu_ms: Stat::of(frames.iter().map(&cpu)).unwrap_or_default(),
+        frame_ms: Stat::of(frames.iter().map(|f| cpu(f) + wall(f))).unwrap_or_default(),
+    }
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { f64::NAN }
+}
+
+/// Runs the benchmark: sets up the scene as `capture` does (virtual textures, reference textures,
+/// offscreen target; no pixel readback), then per frame renders virtual texturing and the
+/// reference (and the sparse-feedback probe) one after the other on the same camera, each
+/// submitted alone and waited for, so frames never overlap.
+pub fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, RenderError> {
+    let (w, h) = cfg.size;
+    if w == 0 || h == 0 || w > 16384 || h > 16384 {
+        return Err(RenderError::Config(format!("frame size {w}x{h} is out of range (1..=16384)")));
+    }
+    if cfg.frames == 0 {
+        return Err(RenderError::Config("a benchmark needs at least one measured frame".into()));
+    }
+    let atlas = Arc::new(Atlas::open(&cfg.atlas)?);
+    let meshes = builtin_meshes(&atlas);
+    let vt = VirtualTextures::new(ctx, atlas.clone(), cfg.vt.clone())?;
+    let mut scene = SceneRenderer::new(ctx, &vt, &meshes, TARGET_FORMAT);
+    scene.enable_reference(ctx, &atlas, cfg.vt.max_anisotropy)?;
+    let mut main = VtMode { vt, scene };
+    let stride = cfg.vt.feedback_stride.clamp(1, 8).next_power_of_two();
+    let mut probe = if cfg.feedback_probe && stride != PROBE_FEEDBACK_STRIDE {
+        let vt_cfg = VtConfig { feedback_stride: PROBE_FEEDBACK_STRIDE, ..cfg.vt.clone() };
+        let vt = VirtualTextures::new(ctx, atlas.clone(), vt_cfg)?;
+        let scene = SceneRenderer::new(ctx, &vt, &meshes, TARGET_FORMAT);
+        Some(VtMode { vt, scene })
+    } else {
+        None
+    };
+    let target = OffscreenTarget::new(&ctx.device, w, h);
+    let timer = Timer::new(ctx);
+    let aspect = w as f32 / h as f32;
+
+    let mut per_frame = Vec::with_capacity(cfg.frames as usize);
+    let mut warmup_uploads = 0u64;
+    for i in 0..cfg.warmup + cfg.frames {
+        let measured = i >= cfg.warmup;
+        let camera = cfg.camera.camera_at(i.saturating_sub(cfg.warmup));
+        let frame = u64::from(i);
+
+        let (stream, vt_t) =
+            main.frame(ctx, &target, &camera, frame, timer.as_ref().map(|t| (t, Q_VT, true)))?;
+        if let Some(p) = probe.as_mut() {
+            p.frame(ctx, &target, &camera, frame, timer.as_ref().map(|t| (t, Q_PROBE, false)))?;
+        }
+        let started = Instant::now();
+        main.scene.set_camera(&ctx.queue, &camera, aspect);
+        let mut encoder = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("tessera bench reference"),
+        });
+        let writes = timer.as_ref().map(|t| t.pass(Q_REF));
+        main.scene.draw_reference(&mut encoder, &target.color_view, &target.depth_view, writes);
+        let ref_t = submit_and_wait(ctx, encoder, started, || ())?;
+
+        if !measured {
+            warmup_uploads += stream.uploads as u64;
+            continue;
+        }
+        let mut f = BenchFrame {
+            frame: i - cfg.warmup,
+            vt_wall_ms: vt_t.wall_ms,
+            vt_cpu_ms: vt_t.cpu_ms,
+            reference_wall_ms: ref_t.wall_ms,
+            reference_cpu_ms: ref_t.cpu_ms,
+            stream,
+            ..BenchFrame::default()
+        };
+        if let Some(t) = &timer {
+            let ticks = t.read(ctx, probe.is_some())?;
+            f.vt_gpu_pass_ms = t.span_ms(&ticks, Q_VT);
+            f.reference_gpu_pass_ms = t.span_ms(&ticks, Q_REF);
+            f.probe_gpu_pass_ms = probe.as_ref().and_then(|_| t.span_ms(&ticks, Q_PROBE));
+            if t.inside_encoders {
+                f.vt_feedback_gpu_ms =
+                    t.span_ms(&ticks, Q_CLEAR).zip(t.span_ms(&ticks, Q_COPY)).map(|(a, b)| a + b);
+            }
+        }
+        per_frame.push(f);
+    }
+
+    let vt_stats = mode_stats(&per_frame, |f| f.vt_gpu_pass_ms, |f| f.vt_wall_ms, |f| f.vt_cpu_ms);
+    let ref_stats =
+        mode_stats(&per_frame, |f| f.reference_gpu_pass_ms, |f| f.reference_wall_ms, |f| f.reference_cpu_ms);
+    // The probe's wall and CPU times are not kept per frame: only its GPU pass matters.
+    let probe_stats = probe.as_ref().map(|_| ModeStats {
+        gpu_pass_ms: Stat::of(per_frame.iter().filter_map(|f| f.probe_gpu_pass_ms)),
+        ..ModeStats::default()
+    });
+    let ratio_gpu = vt_stats.gpu_pass_ms.zip(ref_stats.gpu_pass_ms).map(|(v, r)| ratio(v.median, r.median));
+    let shader_writes_ms = vt_stats
+        .gpu_pass_ms
+        .zip(probe_stats.as_ref().and_then(|p| p.gpu_pass_ms))
+        .map(|(v, p)| v.median - p.median);
+    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+    let report = BenchReport {
+        adapter: ctx.describe(),
+        atlas: cfg.atlas.clone(),
+        size: cfg.size,
+        virtual_sizes: atlas.layers().iter().map(|l| (l.layout.width(), l.layout.height())).collect(),
+        pool_mib: mib(main.vt.pool().bytes()),
+        reference_mib: main.scene.reference_bytes().map(mib),
+        frames: cfg.frames,
+        warmup: cfg.warmup,
+        timestamp_query: timer.is_some(),
+        timestamp_query_inside_encoders: timer.as_ref().is_some_and(|t| t.inside_encoders),
+        timestamp_period_ns: ctx.queue.get_timestamp_period(),
+        ratio: Ratios {
+            gpu_pass: ratio_gpu,
+            wall: ratio(vt_stats.wall_ms.median, ref_stats.wall_ms.median),
+            frame: ratio(vt_stats.frame_ms.median, ref_stats.frame_ms.median),
+        },
+        feedback: FeedbackStats {
+            cpu_ms: Stat::of(per_frame.iter().map(|f| f.stream.feedback_ms)).unwrap_or_default(),
+            gpu_clear_copy_ms: Stat::of(per_frame.iter().filter_map(|f| f.vt_feedback_gpu_ms)),
+            readback_bytes: main.vt.feedback_bytes(),
+            stride,
+            shader_writes_ms,
+        },
+        uploads: UploadStats {
+            cpu_ms: Stat::of(per_frame.iter().map(|f| f.stream.upload_ms)).unwrap_or_default(),
+            per_frame: Stat::of(per_frame.iter().map(|f| f.stream.uploads as f64)).unwrap_or_default(),
+            total: per_frame.iter().map(|f| f.stream.uploads as u64).sum(),
+            warmup_total: warmup_uploads,
+            resident_at_end: main.vt.residency().resident_count(),
+        },
+        vt: vt_stats,
+        reference: ref_stats,
+        feedback_probe: probe_stats,
+        per_frame,
+    };
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Stat;
+
+    #[test]
+    fn stat_median_p95_max() {
+        let s = Stat::of((1..=100).map(f64::from)).unwrap();
+        assert_eq!(s.median, 50.5);
+        assert_eq!(s.p95, 95.0);
+        assert_eq!(s.max, 100.0);
+        assert_eq!(s.samples, 100);
+        assert_eq!(Stat::of([3.0, 1.0, 2.0]).unwrap().median, 2.0);
+        assert!(Stat::of(std::iter::empty()).is_none());
+    }
+}

@@ -1,0 +1,238 @@
+//! Headless GPU tests on lavapipe (or any Vulkan driver): golden images, convergence
+//! to the fully resident reference, seams, a tiny pool, a corrupted tile, and that no
+//! frame ever shows an unwritten pool texel.
+
+#![allow(clippy::unwrap_used)] // Tests fail loudly by design.
+
+use glam::{Vec3, Vec4};
+use tessera::VtConfig;
+use tessera::capture::{CaptureConfig, CaptureReport, capture};
+use tessera_core::Atlas;
+use tessera_core::camera::{Camera, CameraPath};
+use tessera_core::compare::compare;
+use tessera_core::source::{Generated, ImageSource};
+use tessera_core::tile::TileId;
+use tessera_tests::{bake_source, check_golden, gpu, real_jpeg, write_failure};
+
+fn run(
+    atlas: &std::path::Path,
+    camera: CameraPath,
+    frames: u32,
+    size: (u32, u32),
+    vt: VtConfig,
+) -> CaptureReport {
+    run_with(atlas, camera, frames, size, vt, true)
+}
+
+fn run_with(
+    atlas: &std::path::Path,
+    camera: CameraPath,
+    frames: u32,
+    size: (u32, u32),
+    vt: VtConfig,
+    reference: bool,
+) -> CaptureReport {
+    let cfg = CaptureConfig {
+        atlas: atlas.to_path_buf(),
+        camera,
+        frames,
+        size,
+        every: 0,
+        out: None,
+        reference,
+        vt,
+    };
+    let report = capture(gpu(), &cfg).unwrap();
+    for f in &report.frames {
+        assert_eq!(f.unwritten_pixels, 0, "frame {} shows unwritten pool texels", f.frame);
+    }
+    report
+}
+
+fn psnrs(r: &CaptureReport) -> Vec<f64> {
+    r.frames.iter().map(|f| f.psnr_db.unwrap()).collect()
+}
+
+#[test]
+fn golden_views_of_the_builtin_scene() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = bake_source(dir.path(), "golden", Generated::new(2048, 1024));
+    let size = (256, 144);
+    for (preset, frame) in [("static", 8), ("orbit", 30), ("cut", 40)] {
+        let path = CameraPath::preset(preset).unwrap();
+        let r = run(&atlas, path, frame + 1, size, VtConfig::default());
+        check_golden(&format!("{preset}-{frame}"), size, &r.last_frame, 40.0);
+    }
+}
+
+#[test]
+fn static_camera_converges_on_a_real_photograph() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = bake_source(dir.path(), "earth", ImageSource::open(&real_jpeg()).unwrap());
+    let r = run(&atlas, CameraPath::preset("static").unwrap(), 30, (480, 270), VtConfig::default());
+    let p = psnrs(&r);
+    let first = p.iter().position(|&v| v >= 40.0);
+    if first.is_none() {
+        write_failure("converge-static", r.size, &r.last_frame, r.last_reference.as_ref().unwrap());
+    }
+    assert!(first.is_some_and(|f| f < 30), "never reached 40 dB within 30 frames: {p:?}");
+    let tail: usize = r.frames[20..].iter().map(|f| f.uploads).sum();
+    assert_eq!(tail, 0, "steady state must upload nothing");
+}
+
+#[test]
+fn camera_cut_recovers_within_five_frames() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = bake_source(dir.path(), "cut", Generated::new(4096, 2048));
+    let r = run(&atlas, CameraPath::preset("cut").unwrap(), 45, (320, 180), VtConfig::default());
+    let p = psnrs(&r);
+    // The preset cuts at frame 30; feedback of the new view arrives a frame later.
+    let recovered = (30..45).find(|&f| p[f] >= 40.0);
+    assert!(
+        recovered.is_some_and(|f| f <= 35),
+        "no recovery to 40 dB by frame 35 after the cut: {:?}",
+        &p[28..]
+    );
+}
+
+/// Texture coordinates of the ground plane at each pixel (None off the plane).
+fn ground_uv(camera: &Camera, size: (u32, u32), half: (f32, f32)) -> Vec<Option<(f32, f32)>> {
+    let inv = camera.view_projection(size.0 as f32 / size.1 as f32).inverse();
+    let mut out = Vec::with_capacity((size.0 * size.1) as usize);
+    for y in 0..size.1 {
+        for x in 0..size.0 {
+            let nx = (x as f32 + 0.5) / size.0 as f32 * 2.0 - 1.0;
+            let ny = 1.0 - (y as f32 + 0.5) / size.1 as f32 * 2.0;
+            let a: Vec4 = inv * Vec4::new(nx, ny, 0.0, 1.0);
+            let b: Vec4 = inv * Vec4::new(nx, ny, 1.0, 1.0);
+            let (a, b) = (a.truncate() / a.w, b.truncate() / b.w);
+            let t = a.y / (a.y - b.y);
+            let p = a + (b - a) * t;
+            let inside = (0.0..=1.0).contains(&t) && p.x.abs() < half.0 && p.z.abs() < half.1;
+            out.push(inside.then(|| ((p.x + half.0) / (2.0 * half.0), (p.z + half.1) / (2.0 * half.1))));
+        }
+    }
+    out
+}
+
+/// Mean error at pixels on tile edges against pixels on the pattern's other edges.
+fn seam_errors(
+    actual: &[u8],
+    reference: &[u8],
+    uv: &[Option<(f32, f32)>],
+    w: usize,
+    tex: (f32, f32),
+) -> (f64, f64) {
+    let (mut tile, mut inner) = ((0.0, 0usize), (0.0, 0usize));
+    for i in 0..uv.len() {
+        let (Some((u, v)), Some(Some((u2, _)))) = (uv[i], uv.get(i + 1)) else { continue };
+        let (tx, ty) = (u * tex.0, v * tex.1);
+        let step = ((u2 - u) * tex.0).abs().max(0.5) * 2.0;
+        let near = |c: f32, period: f32| {
+            let d = c % period;
+            d.min(period - d) < step
+        };
+        let err =
+            (0..3).map(|k| f64::from(actual[i * 4 + k].abs_diff(reference[i * 4 + k]))).sum::<f64>() / 3.0;
+        if near(tx, 128.0) || near(ty, 128.0) {
+            tile = (tile.0 + err, tile.1 + 1);
+        } else if near(tx, 16.0) || near(ty, 16.0) {
+            inner = (inner.0 + err, inner.1 + 1);
+        }
+        let _ = w;
+    }
+    assert!(tile.1 > 100 && inner.1 > 100, "too few edge pixels: {} {}", tile.1, inner.1);
+    (tile.0 / tile.1 as f64, inner.0 / inner.1 as f64)
+}
+
+/// A black-and-white checker of 16-texel cells: a sharp edge at every tile edge and
+/// at seven more places inside each tile, along both axes.
+fn checker(w: u32, h: u32) -> ImageSource {
+    let texels = (0..w * h)
+        .flat_map(|i| {
+            let (x, y) = (i % w, i / w);
+            let v = if ((x / 16) + (y / 16)).is_multiple_of(2) { 230 } else { 20 };
+            [v, v / 2 + 60, 255 - v, 255]
+        })
+        .collect();
+    ImageSource::from_rgba(w, h, texels)
+}
+
+#[test]
+fn no_seams_at_tile_edges_under_bilinear_trilinear_and_anisotropic_filtering() {
+    let dir = tempfile::tempdir().unwrap();
+    let tex = (1024.0, 512.0);
+    let atlas = bake_source(dir.path(), "checker", checker(1024, 512));
+    let size = (320, 180);
+    let half = (1.0, 0.5);
+    let top_down = |h: f32| Camera {
+        up: Vec3::NEG_Z,
+        ..Camera::look_at(Vec3::new(0.03, h, 0.02), Vec3::new(0.03, 0.0, 0.02))
+    };
+    let views = [
+        ("bilinear", top_down(0.3), 1),
+        ("trilinear", top_down(0.75), 1),
+        ("anisotropic", Camera::look_at(Vec3::new(-0.2, 0.18, 0.45), Vec3::new(0.3, 0.0, -0.1)), 4),
+    ];
+    for (name, camera, aniso) in views {
+        let vt = VtConfig { max_anisotropy: aniso, ..VtConfig::default() };
+        let r = run(&atlas, CameraPath::fixed(camera), 6, size, vt);
+        let reference = r.last_reference.as_ref().unwrap();
+        let uv = ground_uv(&camera, size, half);
+        let (at_tiles, inside) = seam_errors(&r.last_frame, reference, &uv, size.0 as usize, tex);
+        if at_tiles > inside * 1.25 + 1.0 {
+            write_failure(&format!("seams-{name}"), size, &r.last_frame, reference);
+        }
+        assert!(
+            at_tiles <= inside * 1.25 + 1.0,
+            "{name}: mean error {at_tiles:.2} at tile edges vs {inside:.2} at the pattern's other edges"
+        );
+        if aniso == 1 {
+            let p = compare(&r.last_frame, reference).psnr_db;
+            assert!(p >= 40.0, "{name}: PSNR {p:.2} dB against the reference");
+        }
+    }
+}
+
+#[test]
+fn tiny_pool_settles_at_a_coarser_mip_without_thrashing() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = bake_source(dir.path(), "tiny", Generated::new(4096, 2048));
+    // 1 MiB holds 14 slots of 136² RGBA8, laid out as a 4 x 3 grid.
+    let vt = VtConfig { pool_mib: 1, ..VtConfig::default() };
+    let r = run(&atlas, CameraPath::preset("static").unwrap(), 30, (640, 360), vt);
+    assert_eq!(r.pool_slots, 12);
+    let tail: Vec<usize> = r.frames[15..].iter().map(|f| f.uploads).collect();
+    assert!(tail.iter().all(|&u| u == 0), "uploads keep happening: {tail:?}");
+    let last = r.frames.last().unwrap();
+    assert!(last.tiles_needed > 14, "the view should need more tiles than the pool holds");
+    // A sensible, blurrier picture: not uniform, and still close to the reference.
+    let p = compare(&r.last_frame, r.last_reference.as_ref().unwrap()).psnr_db;
+    assert!(p > 18.0, "PSNR {p:.2} dB: the coarse picture is not the scene");
+    let first = &r.last_frame[..4];
+    assert!(r.last_frame.chunks(4).any(|px| px != first), "uniform frame");
+}
+
+#[test]
+fn corrupted_tile_is_reported_once_and_replaced_by_its_ancestor() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = bake_source(dir.path(), "corrupt", checker(1024, 512));
+    // The close-up looks at mip 0 around the centre; break tile (3, 1) there.
+    let bad = TileId::new(0, 0, 3, 1);
+    let e = Atlas::open(&path).unwrap().entry(bad).unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[e.offset as usize + 100] ^= 0xff;
+    let broken = dir.path().join("broken.tsa");
+    std::fs::write(&broken, bytes).unwrap();
+    let camera = Camera {
+        up: Vec3::NEG_Z,
+        ..Camera::look_at(Vec3::new(-0.15, 0.35, -0.1), Vec3::new(-0.15, 0.0, -0.1))
+    };
+    let good = run(&path, CameraPath::fixed(camera), 20, (320, 180), VtConfig::default());
+    let r = run_with(&broken, CameraPath::fixed(camera), 20, (320, 180), VtConfig::default(), false);
+    let s = &r.final_stats;
+    assert_eq!(s.loader.failed, 1, "the corrupted tile is requested (and reported) once: {:?}", s.loader);
+    let p = compare(&r.last_frame, &good.last_frame).psnr_db;
+    assert!(p.is_finite() && p > 12.0 && p < 40.0, "the ancestor shows where the tile failed: PSNR {p:.2}");
+    assert!(r.frames.iter().skip(5).all(|f| f.uploads == 0), "the failed tile must not loop");
+}
