@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use tessera::GpuContext;
-use tessera::bench::{BenchConfig, BenchReport, PROBE_FEEDBACK_STRIDE, Stat};
+use tessera::bench::{BenchConfig, BenchReport, ModeStats, PROBE_FEEDBACK_STRIDE, Stat};
 
 /// Arguments of `tessera bench`.
 #[derive(clap::Args)]
@@ -127,23 +127,11 @@ fn table(r: &BenchReport, camera: &str) -> String {
         "{:<20} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
         "", "median", "p95", "median", "p95", "median", "median", "p95"
     );
-    let mut row = |name: &str, m: &tessera::bench::ModeStats| {
-        let (g50, g95) = med_p95(m.gpu_pass_ms.as_ref());
-        let _ = writeln!(
-            o,
-            "{name:<20} {g50:>10} {g95:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
-            ms(m.wall_ms.median),
-            ms(m.wall_ms.p95),
-            ms(m.cpu_ms.median),
-            ms(m.frame_ms.median),
-            ms(m.frame_ms.p95)
-        );
-    };
-    row("virtual texturing", &r.vt);
-    row("reference", &r.reference);
+    row(&mut o, "virtual texturing", &r.vt);
+    row(&mut o, "reference", &r.reference);
     let _ = writeln!(
         o,
-        "{:<20} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
+        "{:<20} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
         "ratio VT/reference",
         x(r.ratio.gpu_pass),
         "",
@@ -153,6 +141,10 @@ fn table(r: &BenchReport, camera: &str) -> String {
         x(Some(r.ratio.frame)),
         ""
     );
+    if let Some(p) = &r.feedback_probe {
+        row(&mut o, &format!("VT, fb stride {PROBE_FEEDBACK_STRIDE}"), p);
+    }
+    o.push('\n');
     let f = &r.feedback;
     let _ = writeln!(o, "feedback CPU (readback, decode, decide): {}", times(&f.cpu_ms));
     let _ = writeln!(
@@ -184,6 +176,20 @@ fn table(r: &BenchReport, camera: &str) -> String {
         u.per_frame.median, u.per_frame.max, u.total, u.warmup_total, u.resident_at_end
     );
     o
+}
+
+/// One row of the timing table.
+fn row(o: &mut String, name: &str, m: &ModeStats) {
+    let (g50, g95) = med_p95(m.gpu_pass_ms.as_ref());
+    let _ = writeln!(
+        o,
+        "{name:<20} {g50:>10} {g95:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        ms(m.wall_ms.median),
+        ms(m.wall_ms.p95),
+        ms(m.cpu_ms.median),
+        ms(m.frame_ms.median),
+        ms(m.frame_ms.p95)
+    );
 }
 
 fn yes(b: bool) -> &'static str {

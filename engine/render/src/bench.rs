@@ -156,6 +156,12 @@ pub struct BenchFrame {
     /// Sparse-feedback probe: GPU scene pass, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probe_gpu_pass_ms: Option<f64>,
+    /// Sparse-feedback probe: submit to idle, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe_wall_ms: Option<f64>,
+    /// Sparse-feedback probe: CPU before submit, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe_cpu_ms: Option<f64>,
     /// What streaming did in the virtual-texturing frame.
     pub stream: StreamFrame,
 }
@@ -448,9 +454,12 @@ pub fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, RenderErr
 
         let (stream, vt_t) =
             main.frame(ctx, &target, &camera, frame, timer.as_ref().map(|t| (t, Q_VT, true)))?;
-        if let Some(p) = probe.as_mut() {
-            p.frame(ctx, &target, &camera, frame, timer.as_ref().map(|t| (t, Q_PROBE, false)))?;
-        }
+        let probe_t = match probe.as_mut() {
+            Some(p) => {
+                Some(p.frame(ctx, &target, &camera, frame, timer.as_ref().map(|t| (t, Q_PROBE, false)))?.1)
+            }
+            None => None,
+        };
         let started = Instant::now();
         main.scene.set_camera(&ctx.queue, &camera, aspect);
         let mut encoder = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
@@ -470,6 +479,8 @@ pub fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, RenderErr
             vt_cpu_ms: vt_t.cpu_ms,
             reference_wall_ms: ref_t.wall_ms,
             reference_cpu_ms: ref_t.cpu_ms,
+            probe_wall_ms: probe_t.map(|t| t.wall_ms),
+            probe_cpu_ms: probe_t.map(|t| t.cpu_ms),
             stream,
             ..BenchFrame::default()
         };
@@ -489,10 +500,13 @@ pub fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, RenderErr
     let vt_stats = mode_stats(&per_frame, |f| f.vt_gpu_pass_ms, |f| f.vt_wall_ms, |f| f.vt_cpu_ms);
     let ref_stats =
         mode_stats(&per_frame, |f| f.reference_gpu_pass_ms, |f| f.reference_wall_ms, |f| f.reference_cpu_ms);
-    // The probe's wall and CPU times are not kept per frame: only its GPU pass matters.
-    let probe_stats = probe.as_ref().map(|_| ModeStats {
-        gpu_pass_ms: Stat::of(per_frame.iter().filter_map(|f| f.probe_gpu_pass_ms)),
-        ..ModeStats::default()
+    let probe_stats = probe.as_ref().map(|_| {
+        mode_stats(
+            &per_frame,
+            |f| f.probe_gpu_pass_ms,
+            |f| f.probe_wall_ms.unwrap_or(f64::NAN),
+            |f| f.probe_cpu_ms.unwrap_or(f64::NAN),
+        )
     });
     let ratio_gpu = vt_stats.gpu_pass_ms.zip(ref_stats.gpu_pass_ms).map(|(v, r)| ratio(v.median, r.median));
     let shader_writes_ms = vt_stats
