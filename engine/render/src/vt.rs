@@ -331,9 +331,10 @@ impl VirtualTextures {
         let mut out = StreamFrame::default();
         if let Some(fb) = self.feedback.poll(&ctx.device) {
             let needed = self.layout.decode(&fb.words);
+            let misses_before = self.residency.counters().misses;
             let requests = self.residency.on_feedback(frame, &needed);
             out.tiles_needed = self.residency.needed_count();
-            out.misses = requests.len();
+            out.misses = (self.residency.counters().misses - misses_before) as usize;
             out.feedback_frame = Some(fb.frame);
             for (tile, priority) in requests {
                 if self.loader.request(tile, priority, frame) {
