@@ -111,6 +111,10 @@ pub(crate) fn parse_size(s: &str) -> Result<(u32, u32), String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Engine logs (adapter choice, corrupted tiles) go to stderr; RUST_LOG overrides the level.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
     let result = match cli.command {
         Command::Bake(args) => run_bake(&args),
         Command::Inspect { atlas, json } => inspect::run(&atlas, json),
