@@ -40,6 +40,7 @@ fn run_with(
         every: 0,
         out: None,
         reference,
+        reference_atlas: None,
         vt,
     };
     let report = capture(gpu(), &cfg).unwrap();

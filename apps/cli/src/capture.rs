@@ -34,6 +34,10 @@ pub(crate) struct VtArgs {
     /// Loader threads (0 = one per core).
     #[arg(long, default_value_t = 0)]
     pub(crate) loader_threads: usize,
+    /// Force the VRAM pool's format: rgba8, bc7, bc1, astc, etc2 (default: the best the GPU
+    /// and the atlas allow; block formats need Basis layers).
+    #[arg(long)]
+    pub(crate) pool_format: Option<tessera::core::codec::TargetFormat>,
 }
 
 impl VtArgs {
@@ -46,6 +50,7 @@ impl VtArgs {
             max_anisotropy: self.aniso,
             mip_bias: self.mip_bias,
             feedback_stride: self.feedback_stride,
+            pool_format: self.pool_format,
             ..VtConfig::default()
         }
     }
@@ -75,6 +80,10 @@ pub(crate) struct CaptureArgs {
     /// Also render the fully resident reference and record PSNR per frame.
     #[arg(long)]
     reference: bool,
+    /// Build the reference from this atlas instead (e.g. the lossless bake of the same
+    /// source, so that PSNR includes the codec's loss).
+    #[arg(long, requires = "reference")]
+    reference_atlas: Option<PathBuf>,
     #[command(flatten)]
     vt: VtArgs,
 }
@@ -104,6 +113,7 @@ pub(crate) fn run(args: &CaptureArgs) -> Result<ExitCode> {
         every: args.every,
         out: Some(args.out.clone()),
         reference: args.reference,
+        reference_atlas: args.reference_atlas.clone(),
         vt: args.vt.config(),
     };
     let ctx = GpuContext::headless()?;

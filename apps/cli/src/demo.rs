@@ -92,6 +92,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
         every: args.every,
         out: Some(args.out.join("frames")),
         reference: true,
+        reference_atlas: None,
         vt: args.vt.config(),
     };
     println!(

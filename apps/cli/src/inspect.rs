@@ -69,12 +69,15 @@ pub(crate) fn table(s: &AtlasSummary) -> String {
         }
         let _ = writeln!(
             o,
-            "  total {} tiles, {:.2} MiB on disk, {:.2} MiB decoded, compression ratio {:.2}x",
+            "  total {} tiles, {:.2} MiB on disk, {:.2} MiB decoded, compression ratio {:.2}x, {:.2} bits/texel on disk",
             l.tiles,
             mib(l.stored_bytes),
             mib(l.raw_bytes),
-            l.compression_ratio
+            l.compression_ratio,
+            l.bits_per_texel
         );
+        let vram: Vec<String> = l.vram_bytes_per_tile.iter().map(|(t, b)| format!("{t} {b} B")).collect();
+        let _ = writeln!(o, "  VRAM per tile: {}", vram.join(", "));
     }
     o
 }

@@ -72,9 +72,18 @@ struct BakeArgs {
     /// Border texels copied from neighbouring tiles on each side.
     #[arg(long, default_value_t = 4)]
     border: u32,
-    /// Tile codec.
+    /// Tile codec: raw (RGBA8), lz4 (lossless), etc1s (Basis, ~1–2 bits/texel, lossy) or
+    /// uastc (Basis, ~5–8 bits/texel, near-lossless; LZ4 on top where it shrinks).
+    /// Basis tiles are transcoded at load time to the GPU's own block format (BC7 on desktop).
     #[arg(long, default_value = "lz4", value_parser = parse_codec)]
     codec: Codec,
+    /// Basis quality 1–255: the ETC1S quality level; for UASTC, higher is a slower, better pack level.
+    #[arg(long, default_value_t = tessera_core::codec::QUALITY_DEFAULT,
+          value_parser = clap::value_parser!(u32).range(1..=255))]
+    quality: u32,
+    /// UASTC rate-distortion optimisation (e.g. 1.0: smaller after LZ4, slightly lossier).
+    #[arg(long)]
+    uastc_rdo: Option<f32>,
     /// What lies beyond the texture's edges: borders repeat the edge or wrap around.
     #[arg(long, value_enum, default_value_t = WrapArg::Clamp)]
     wrap: WrapArg,
@@ -157,6 +166,19 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
         ColorArg::Srgb => ColorSpace::Srgb,
         ColorArg::Linear => ColorSpace::Linear,
     };
+    // Unreadable inputs are reported below, by the image loader, with a clearer message.
+    let fingerprint = bake_fingerprint(args).ok();
+    let stamp = stamp_path(&args.output);
+    if let Some(fp) = &fingerprint
+        && Atlas::open(&args.output).is_ok()
+        && std::fs::read_to_string(&stamp).is_ok_and(|old| &old == fp)
+    {
+        println!(
+            "{} is up to date (same inputs and options): reusing the previous bake",
+            args.output.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut inputs = Vec::new();
     for path in &args.inputs {
         let source = ImageSource::open(path)?;
@@ -174,12 +196,18 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
         tile_size: args.tile_size,
         border: args.border,
         codec: args.codec,
+        quality: args.quality,
+        uastc_rdo: args.uastc_rdo,
         scratch_dir: args.scratch_dir.clone(),
     };
     let pb = progress_bar(0);
     let report = bake(inputs, &args.output, &opts, &pb)
         .with_context(|| format!("baking {}", args.output.display()))?;
     pb.finish_and_clear();
+    // Best effort: without the stamp the next bake simply runs again.
+    if let Some(fp) = &fingerprint {
+        let _ = std::fs::write(&stamp, fp);
+    }
     let tiles: u64 = report.layers.iter().map(|l| l.tiles).sum();
     let raw: u64 = report.layers.iter().map(|l| l.raw_bytes).sum();
     println!(
@@ -191,6 +219,38 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
         report.seconds
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where the fingerprint of the inputs and options of a bake is kept: beside the atlas.
+fn stamp_path(atlas: &Path) -> PathBuf {
+    let mut name = atlas.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".bake");
+    atlas.with_file_name(name)
+}
+
+/// What decides a bake's output: every input's contents (CRC-32 and length), the
+/// generated layers, every option and this build's version.
+fn bake_fingerprint(args: &BakeArgs) -> Result<String> {
+    use std::fmt::Write as _;
+    let mut f = format!(
+        "tessera {} tile {} border {} codec {} quality {} rdo {:?} wrap {:?} color {:?}\n",
+        env!("CARGO_PKG_VERSION"),
+        args.tile_size,
+        args.border,
+        args.codec,
+        args.quality,
+        args.uastc_rdo,
+        args.wrap as u8,
+        args.color as u8
+    );
+    for path in &args.inputs {
+        let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read input", path.display()))?;
+        let _ = writeln!(f, "input {} {} {:08x}", path.display(), bytes.len(), crc32fast::hash(&bytes));
+    }
+    for (w, h) in &args.generate {
+        let _ = writeln!(f, "generated {w}x{h}");
+    }
+    Ok(f)
 }
 
 /// The layer name for an input path: its file stem.

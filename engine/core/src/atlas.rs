@@ -695,6 +695,10 @@ pub struct LayerSummary {
     pub raw_bytes: u64,
     /// `raw_bytes / stored_bytes`.
     pub compression_ratio: f64,
+    /// Bits per stored texel on disk (tile borders included).
+    pub bits_per_texel: f64,
+    /// GPU bytes per tile for each pool format this layer can be loaded into.
+    pub vram_bytes_per_tile: Vec<(crate::codec::TargetFormat, usize)>,
     /// Per mip, finest first.
     pub mips: Vec<MipSummary>,
 }
@@ -767,6 +771,12 @@ impl Atlas {
                     stored_bytes,
                     raw_bytes,
                     compression_ratio: raw_bytes as f64 / stored_bytes.max(1) as f64,
+                    bits_per_texel: stored_bytes as f64 * 8.0 / (raw_bytes.max(1) as f64 / 4.0),
+                    vram_bytes_per_tile: crate::codec::TargetFormat::ALL
+                        .into_iter()
+                        .filter(|t| l.codec.is_basis() || !t.is_block_compressed())
+                        .map(|t| (t, t.bytes_per_tile(lay.padded_tile_size())))
+                        .collect(),
                     mips,
                 }
             })

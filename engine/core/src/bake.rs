@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::atlas::{AtlasError, AtlasWriter, ColorSpace, LayerInfo, Wrap};
-use crate::codec::Codec;
+use crate::codec::{Codec, CodecError, EncodeOptions, QUALITY_DEFAULT};
 use crate::source::{LevelStore, RowSource, TEXEL_BYTES};
 use crate::tile::{LayoutError, TextureLayout};
 
@@ -35,15 +35,28 @@ pub struct BakeOptions {
     pub tile_size: u32,
     /// Border texels on each side of a tile.
     pub border: u32,
-    /// Codec for every tile (a tile is stored raw when the codec does not shrink it).
+    /// Codec for every tile (an LZ4 tile is stored raw when LZ4 does not shrink it, a
+    /// UASTC tile LZ4-supercompressed when that shrinks it; see [`Codec::encode`]).
     pub codec: Codec,
+    /// Basis quality, 1..=255 (ETC1S quality level; UASTC pack level, see
+    /// [`EncodeOptions::quality`]); raw and LZ4 ignore it.
+    pub quality: u32,
+    /// UASTC rate-distortion optimisation λ (`None`: off), see [`EncodeOptions::uastc_rdo`].
+    pub uastc_rdo: Option<f32>,
     /// Where large intermediate mip levels are spilled; default: the output's folder.
     pub scratch_dir: Option<PathBuf>,
 }
 
 impl Default for BakeOptions {
     fn default() -> Self {
-        Self { tile_size: 128, border: 4, codec: Codec::Lz4, scratch_dir: None }
+        Self {
+            tile_size: 128,
+            border: 4,
+            codec: Codec::Lz4,
+            quality: QUALITY_DEFAULT,
+            uastc_rdo: None,
+            scratch_dir: None,
+        }
     }
 }
 
@@ -100,6 +113,17 @@ pub enum BakeError {
     /// Writing the atlas failed.
     #[error(transparent)]
     Atlas(#[from] AtlasError),
+    /// A tile could not be encoded.
+    #[error("input '{name}': encoding a tile: {source}")]
+    Encode {
+        /// The input's layer name.
+        name: String,
+        /// The codec's complaint.
+        source: CodecError,
+    },
+    /// The bake options are out of range.
+    #[error("bake options: {0}")]
+    Options(CodecError),
     /// Nothing to bake.
     #[error("no inputs to bake")]
     NoInputs,
@@ -114,6 +138,11 @@ pub fn bake(
 ) -> Result<BakeReport, BakeError> {
     if inputs.is_empty() {
         return Err(BakeError::NoInputs);
+    }
+    let encode_opts =
+        EncodeOptions { quality: opts.quality, uastc_rdo: opts.uastc_rdo, ..EncodeOptions::default() };
+    if opts.codec.is_basis() {
+        encode_opts.validate().map_err(BakeError::Options)?;
     }
     let start = Instant::now();
     let mut layers = Vec::with_capacity(inputs.len());
@@ -138,7 +167,8 @@ pub fn bake(
     let mut writer = AtlasWriter::create(out, layers.clone())?;
     let mut reports = Vec::with_capacity(inputs.len());
     for (input, layer) in inputs.iter().zip(&layers) {
-        reports.push(bake_layer(input, layer, opts.codec, &scratch, &mut writer, progress)?);
+        let encode = EncodeOptions { color: layer.color, ..encode_opts };
+        reports.push(bake_layer(input, layer, opts.codec, &encode, &scratch, &mut writer, progress)?);
     }
     let file_bytes = writer.finish()?;
     Ok(BakeReport { layers: reports, file_bytes, seconds: start.elapsed().as_secs_f64() })
@@ -148,6 +178,7 @@ fn bake_layer(
     input: &BakeInput,
     layer: &LayerInfo,
     codec: Codec,
+    encode: &EncodeOptions,
     scratch: &Path,
     writer: &mut AtlasWriter,
     progress: &ProgressBar,
@@ -187,17 +218,15 @@ fn bake_layer(
             let rows: Vec<u32> =
                 (0..i64::from(p)).map(|r| edge(y0 - i64::from(b) + r, h, layer.wrap)).collect();
             read_mapped_rows(level, &rows, &mut band, row_bytes).map_err(read_err)?;
-            let blobs: Vec<(Vec<u8>, Codec)> = (0..tiles_x)
+            // One tile per rayon task; a Basis encoder uses only its calling thread.
+            let blobs: Vec<_> = (0..tiles_x)
                 .into_par_iter()
-                .map(|tx| {
-                    let texels = cut_tile(&band, w, tx * t, b, p, layer.wrap);
-                    let enc = codec.encode(&texels);
-                    if enc.len() < texels.len() { (enc, codec) } else { (texels, Codec::Raw) }
-                })
-                .collect();
-            for (blob, c) in &blobs {
-                writer.push_tile(blob, *c, raw_len as u32)?;
-                report.stored_bytes += blob.len() as u64;
+                .map(|tx| codec.encode(&cut_tile(&band, w, tx * t, b, p, layer.wrap), p, encode))
+                .collect::<Result<_, _>>()
+                .map_err(|source| BakeError::Encode { name: input.name.clone(), source })?;
+            for enc in &blobs {
+                writer.push_tile(&enc.data, enc.codec, raw_len as u32)?;
+                report.stored_bytes += enc.data.len() as u64;
             }
             if let Some(next) = &mut next {
                 let payload_rows = (h - ty * t).min(t) as usize;

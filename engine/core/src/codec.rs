@@ -1,12 +1,14 @@
-//! Per-tile codecs: how a tile's texels are stored on disk and turned back into
-//! GPU-ready bytes.
+//! Per-tile codecs: how a tile's texels are stored on disk (raw, LZ4, Basis Universal
+//! ETC1S / UASTC) and turned back into GPU-ready bytes (RGBA8 or a block format).
 
 use serde::{Deserialize, Serialize};
 
+use crate::atlas::ColorSpace;
+use crate::basis::{self, BasisMode, DataCheck};
+
 /// How a tile's texels are stored in the atlas.
 ///
-/// The numeric value is the on-disk code (see `docs/atlas-format.md`); new codecs
-/// (Basis Universal ETC1S / UASTC) take the next free codes.
+/// The numeric value is the on-disk code (see `docs/atlas-format.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
@@ -16,11 +18,20 @@ pub enum Codec {
     Raw = 0,
     /// RGBA8 compressed with the LZ4 block format (`lz4_flex`).
     Lz4 = 1,
+    /// A Basis Universal `.basis` file in ETC1S mode (lossy, about 1–2 bits per texel).
+    Etc1s = 2,
+    /// A Basis Universal `.basis` file in UASTC mode (near-lossless, 8 bits per texel).
+    Uastc = 3,
+    /// A UASTC `.basis` file supercompressed with LZ4: a little-endian `u32` holding the
+    /// `.basis` file's length, then the file in the LZ4 block format. The baker stores a
+    /// tile of a `uastc` layer this way only when it is smaller than the plain file.
+    #[serde(rename = "uastc+lz4")]
+    UastcLz4 = 4,
 }
 
 impl Codec {
     /// Every codec this build can read and write.
-    pub const ALL: [Codec; 2] = [Codec::Raw, Codec::Lz4];
+    pub const ALL: [Codec; 5] = [Codec::Raw, Codec::Lz4, Codec::Etc1s, Codec::Uastc, Codec::UastcLz4];
 
     /// The codec stored under on-disk code `code`, if this build knows it.
     pub fn from_code(code: u8) -> Option<Self> {
@@ -32,31 +43,79 @@ impl Codec {
         match self {
             Codec::Raw => "raw",
             Codec::Lz4 => "lz4",
+            Codec::Etc1s => "etc1s",
+            Codec::Uastc => "uastc",
+            Codec::UastcLz4 => "uastc+lz4",
         }
     }
 
-    /// Encodes `rgba` (RGBA8 texels). The result may be larger than the input for
-    /// incompressible data; the baker then stores the tile raw.
-    pub fn encode(self, rgba: &[u8]) -> Vec<u8> {
-        match self {
-            Codec::Raw => rgba.to_vec(),
-            Codec::Lz4 => lz4_flex::block::compress(rgba),
-        }
+    /// Whether tiles of this codec are Basis Universal files, which transcode to every
+    /// [`TargetFormat`]; raw and LZ4 tiles only decode to [`TargetFormat::Rgba8`].
+    pub fn is_basis(self) -> bool {
+        matches!(self, Codec::Etc1s | Codec::Uastc | Codec::UastcLz4)
     }
 
-    /// Decodes a stored tile back into `raw_len` bytes of RGBA8.
+    /// Encodes one square tile of `side × side` RGBA8 texels (`rgba`, border included)
+    /// and returns the smallest stored form this codec allows, with the codec it is
+    /// stored with:
+    ///
+    /// - `raw`: the texels as they are;
+    /// - `lz4`: LZ4, or `raw` when LZ4 does not make the tile strictly smaller;
+    /// - `etc1s`: a `.basis` file (never raw: a basis layer must transcode);
+    /// - `uastc` and `uastc+lz4`: a `.basis` file, supercompressed with LZ4
+    ///   ([`Codec::UastcLz4`]) when [`EncodeOptions::uastc_lz4`] is set and that is smaller.
+    ///
+    /// Basis encoding runs on the calling thread only (callers parallelise across tiles).
+    pub fn encode(self, rgba: &[u8], side: u32, opts: &EncodeOptions) -> Result<Encoded, CodecError> {
+        let expected = tile_bytes(side);
+        if rgba.len() != expected {
+            return Err(CodecError::Length { expected, found: rgba.len() });
+        }
+        let encoded = match self {
+            Codec::Raw => Encoded { data: rgba.to_vec(), codec: Codec::Raw },
+            Codec::Lz4 => {
+                let data = lz4_flex::block::compress(rgba);
+                if data.len() < rgba.len() {
+                    Encoded { data, codec: Codec::Lz4 }
+                } else {
+                    Encoded { data: rgba.to_vec(), codec: Codec::Raw }
+                }
+            }
+            Codec::Etc1s => {
+                Encoded { data: basis::encode(rgba, side, BasisMode::Etc1s, opts)?, codec: Codec::Etc1s }
+            }
+            Codec::Uastc | Codec::UastcLz4 => {
+                let file = basis::encode(rgba, side, BasisMode::Uastc, opts)?;
+                match opts.uastc_lz4.then(|| lz4_wrap(&file)).filter(|z| z.len() < file.len()) {
+                    Some(data) => Encoded { data, codec: Codec::UastcLz4 },
+                    None => Encoded { data: file, codec: Codec::Uastc },
+                }
+            }
+        };
+        Ok(encoded)
+    }
+
+    /// Decodes a stored tile back into `raw_len` bytes of RGBA8 (a square tile of
+    /// `raw_len / 4` texels). Works for every codec.
     pub fn decode(self, data: &[u8], raw_len: usize) -> Result<Vec<u8>, CodecError> {
         match self {
             Codec::Raw if data.len() == raw_len => Ok(data.to_vec()),
             Codec::Raw => Err(CodecError::Length { expected: raw_len, found: data.len() }),
             Codec::Lz4 => {
                 let out = lz4_flex::block::decompress(data, raw_len)
-                    .map_err(|e| CodecError::Corrupt(e.to_string()))?;
+                    .map_err(|e| CodecError::Corrupt(format!("lz4: {e}")))?;
                 if out.len() == raw_len {
                     Ok(out)
                 } else {
                     Err(CodecError::Length { expected: raw_len, found: out.len() })
                 }
+            }
+            Codec::Etc1s | Codec::Uastc | Codec::UastcLz4 => {
+                let side = (raw_len / 4).isqrt();
+                if tile_bytes(side as u32) != raw_len {
+                    return Err(CodecError::NotSquare { raw_len });
+                }
+                transcode(self, data, raw_len, side as u32, TargetFormat::Rgba8)
             }
         }
     }
@@ -78,11 +137,243 @@ impl std::str::FromStr for Codec {
     }
 }
 
-/// A stored tile that cannot be decoded.
+/// Bytes of a `side × side` RGBA8 tile.
+fn tile_bytes(side: u32) -> usize {
+    side as usize * side as usize * 4
+}
+
+/// Lowest [`EncodeOptions::quality`].
+pub const QUALITY_MIN: u32 = 1;
+/// Highest [`EncodeOptions::quality`].
+pub const QUALITY_MAX: u32 = 255;
+/// Default [`EncodeOptions::quality`]: Basis Universal's default ETC1S quality level,
+/// and UASTC pack level 2 ("default").
+pub const QUALITY_DEFAULT: u32 = 128;
+
+/// Settings for [`Codec::encode`]; raw and LZ4 ignore them.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EncodeOptions {
+    /// Quality, [`QUALITY_MIN`]`..=`[`QUALITY_MAX`], higher is better and slower.
+    /// ETC1S: the Basis quality level itself (codebook size). UASTC: mapped onto the
+    /// five pack levels, `(quality − 1) · 5 / 255` (1–51 fastest … 205–255 very slow;
+    /// the default 128 is level 2), see [`EncodeOptions::uastc_level`].
+    pub quality: u32,
+    /// UASTC rate-distortion optimisation: `Some(λ)` trades quality for a smaller
+    /// LZ4-compressed tile (Basis suggests 0.2 ..= 4; lower is better quality); `None`
+    /// turns it off. Only useful together with [`EncodeOptions::uastc_lz4`].
+    pub uastc_rdo: Option<f32>,
+    /// UASTC: store the tile LZ4-compressed ([`Codec::UastcLz4`]) when that is smaller.
+    pub uastc_lz4: bool,
+    /// sRGB colour uses perceptual error metrics; linear data (normals) plain RGB error.
+    pub color: ColorSpace,
+}
+
+impl Default for EncodeOptions {
+    fn default() -> Self {
+        Self { quality: QUALITY_DEFAULT, uastc_rdo: None, uastc_lz4: true, color: ColorSpace::Srgb }
+    }
+}
+
+impl EncodeOptions {
+    /// The UASTC pack level (0 fastest ..= 4 very slow) that [`EncodeOptions::quality`] selects.
+    pub fn uastc_level(&self) -> u32 {
+        (self.quality.clamp(QUALITY_MIN, QUALITY_MAX) - 1) * 5 / 255
+    }
+
+    /// Checks the ranges: quality in `1..=255`, RDO λ finite and in `0.001..=50`.
+    pub fn validate(&self) -> Result<(), CodecError> {
+        if !(QUALITY_MIN..=QUALITY_MAX).contains(&self.quality) {
+            return Err(CodecError::Options(format!(
+                "quality {} is outside {QUALITY_MIN}..={QUALITY_MAX}",
+                self.quality
+            )));
+        }
+        if let Some(l) = self.uastc_rdo
+            && !(0.001..=50.0).contains(&l)
+        {
+            return Err(CodecError::Options(format!("UASTC RDO lambda {l} is outside 0.001..=50")));
+        }
+        Ok(())
+    }
+}
+
+/// One encoded tile: its bytes and the codec they are stored with (which may differ
+/// from the codec asked for, see [`Codec::encode`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Encoded {
+    /// The blob to store.
+    pub data: Vec<u8>,
+    /// The codec to record in the tile's index entry.
+    pub codec: Codec,
+}
+
+/// Prefixes the length and LZ4-compresses a UASTC `.basis` file.
+fn lz4_wrap(file: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + lz4_flex::block::get_maximum_output_size(file.len()));
+    out.extend_from_slice(&(file.len() as u32).to_le_bytes());
+    out.extend_from_slice(&lz4_flex::block::compress(file));
+    out
+}
+
+/// Undoes [`lz4_wrap`]; the stated length must be plausible for a tile of `raw_len` bytes.
+fn lz4_unwrap(data: &[u8], raw_len: usize) -> Result<Vec<u8>, CodecError> {
+    let corrupt = |what: String| CodecError::Corrupt(format!("uastc+lz4: {what}"));
+    let (len, body) =
+        data.split_first_chunk::<4>().ok_or_else(|| corrupt("shorter than its length".into()))?;
+    let len = u32::from_le_bytes(*len) as usize;
+    // A UASTC file holds 16 bytes per 4×4 block (≤ 1 byte per texel) plus small headers.
+    if len > raw_len + 4096 {
+        return Err(corrupt(format!("stated length {len} is implausible for a {raw_len}-byte tile")));
+    }
+    let out = lz4_flex::block::decompress(body, len).map_err(|e| corrupt(e.to_string()))?;
+    if out.len() != len {
+        return Err(corrupt(format!("decompressed {} bytes, expected {len}", out.len())));
+    }
+    Ok(out)
+}
+
+/// The texel format of the bytes a loader hands to the GPU pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum TargetFormat {
+    /// Uncompressed RGBA8, row-major (`p² × 4` bytes): every codec decodes to it.
+    #[serde(rename = "rgba8")]
+    Rgba8,
+    /// BC7 RGBA, 16 bytes per 4×4 block.
+    #[serde(rename = "bc7")]
+    Bc7,
+    /// BC1, 8 bytes per 4×4 block; opaque (three-colour blocks are never produced, so
+    /// sampling it as BC1 RGBA never yields transparent black).
+    #[serde(rename = "bc1")]
+    Bc1,
+    /// ASTC 4×4 LDR, 16 bytes per block.
+    #[serde(rename = "astc")]
+    Astc4x4,
+    /// ETC2 RGBA8 (EAC alpha), 16 bytes per 4×4 block.
+    #[serde(rename = "etc2")]
+    Etc2Rgba,
+}
+
+impl TargetFormat {
+    /// Every target format.
+    pub const ALL: [TargetFormat; 5] = [
+        TargetFormat::Rgba8,
+        TargetFormat::Bc7,
+        TargetFormat::Bc1,
+        TargetFormat::Astc4x4,
+        TargetFormat::Etc2Rgba,
+    ];
+
+    /// Short lowercase name, as used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetFormat::Rgba8 => "rgba8",
+            TargetFormat::Bc7 => "bc7",
+            TargetFormat::Bc1 => "bc1",
+            TargetFormat::Astc4x4 => "astc",
+            TargetFormat::Etc2Rgba => "etc2",
+        }
+    }
+
+    /// Whether this is a 4×4 block-compressed format.
+    pub fn is_block_compressed(self) -> bool {
+        self != TargetFormat::Rgba8
+    }
+
+    /// Bytes per 4×4 block, or per texel for [`TargetFormat::Rgba8`].
+    pub fn bytes_per_block(self) -> usize {
+        match self {
+            TargetFormat::Rgba8 => 4,
+            TargetFormat::Bc1 => 8,
+            TargetFormat::Bc7 | TargetFormat::Astc4x4 | TargetFormat::Etc2Rgba => 16,
+        }
+    }
+
+    /// Bytes of one `padded × padded` tile in this format; block formats round the side
+    /// up to whole 4×4 blocks.
+    pub fn bytes_per_tile(self, padded: u32) -> usize {
+        if self.is_block_compressed() {
+            let blocks = padded.div_ceil(4) as usize;
+            blocks * blocks * self.bytes_per_block()
+        } else {
+            tile_bytes(padded)
+        }
+    }
+}
+
+impl std::fmt::Display for TargetFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for TargetFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL.into_iter().find(|t| t.name() == s).ok_or_else(|| {
+            let names: Vec<_> = Self::ALL.iter().map(|t| t.name()).collect();
+            format!("unknown texture format '{s}' (expected one of: {})", names.join(", "))
+        })
+    }
+}
+
+/// Turns a stored tile of `codec` (`blob`) into `target` bytes for a `padded_side²`
+/// tile whose RGBA8 size is `raw_len` ([`TargetFormat::bytes_per_tile`] bytes out).
+///
+/// Raw and LZ4 tiles decode only to [`TargetFormat::Rgba8`] (layers stored that way
+/// use an RGBA8 pool); Basis tiles transcode to every target. Malformed data of any
+/// codec is a [`CodecError`], never a panic.
+pub fn transcode(
+    codec: Codec,
+    blob: &[u8],
+    raw_len: usize,
+    padded_side: u32,
+    target: TargetFormat,
+) -> Result<Vec<u8>, CodecError> {
+    transcode_with(codec, blob, raw_len, padded_side, target, DataCheck::Crc16)
+}
+
+/// [`transcode`] for a blob whose bytes the caller has verified already (an atlas
+/// tile after [`crate::atlas::Atlas::read_tile`]'s CRC-32): skips the Basis data CRC-16,
+/// a fifth of a UASTC tile's transcode time. Structure checks still run.
+pub fn transcode_verified(
+    codec: Codec,
+    blob: &[u8],
+    raw_len: usize,
+    padded_side: u32,
+    target: TargetFormat,
+) -> Result<Vec<u8>, CodecError> {
+    transcode_with(codec, blob, raw_len, padded_side, target, DataCheck::AlreadyVerified)
+}
+
+fn transcode_with(
+    codec: Codec,
+    blob: &[u8],
+    raw_len: usize,
+    padded_side: u32,
+    target: TargetFormat,
+    check: DataCheck,
+) -> Result<Vec<u8>, CodecError> {
+    let expected = tile_bytes(padded_side);
+    if raw_len != expected {
+        return Err(CodecError::Length { expected, found: raw_len });
+    }
+    match codec {
+        Codec::Raw | Codec::Lz4 if target == TargetFormat::Rgba8 => codec.decode(blob, raw_len),
+        Codec::Raw | Codec::Lz4 => Err(CodecError::Unsupported { codec, target }),
+        Codec::Etc1s => basis::transcode(blob, BasisMode::Etc1s, padded_side, target, check),
+        Codec::Uastc => basis::transcode(blob, BasisMode::Uastc, padded_side, target, check),
+        Codec::UastcLz4 => {
+            basis::transcode(&lz4_unwrap(blob, raw_len)?, BasisMode::Uastc, padded_side, target, check)
+        }
+    }
+}
+
+/// A tile that cannot be encoded, decoded or transcoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CodecError {
-    /// The decoded size is not what the index promised.
+    /// The decoded size is not what the index promised (or the input is not a tile).
     #[error("decoded {found} bytes, expected {expected}")]
     Length {
         /// Size the index promised.
@@ -93,30 +384,115 @@ pub enum CodecError {
     /// The compressed stream is malformed.
     #[error("corrupt compressed data: {0}")]
     Corrupt(String),
+    /// A Basis tile's decoded size must be a square tile's (`side² × 4` bytes).
+    #[error("{raw_len} bytes is not the RGBA8 size of a square tile")]
+    NotSquare {
+        /// The decoded size asked for.
+        raw_len: usize,
+    },
+    /// The codec cannot produce that GPU format (raw and LZ4 only decode to RGBA8).
+    #[error("{codec} tiles cannot be transcoded to {target} (only Basis tiles can; use an rgba8 pool)")]
+    Unsupported {
+        /// The tile's codec.
+        codec: Codec,
+        /// The format asked for.
+        target: TargetFormat,
+    },
+    /// Encoding options out of range.
+    #[error("invalid encode options: {0}")]
+    Options(String),
+    /// The Basis Universal encoder failed.
+    #[error("basis encoder failed: {0}")]
+    Encode(String),
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn tile(side: u32) -> Vec<u8> {
+        (0..side * side * 4).map(|i| (i % 251) as u8).collect()
+    }
+
     #[test]
-    fn round_trip_every_codec() {
-        let data: Vec<u8> = (0..136 * 136 * 4).map(|i| (i % 251) as u8).collect();
+    fn lossless_codecs_round_trip() {
+        let data = tile(136);
+        for c in [Codec::Raw, Codec::Lz4] {
+            let enc = c.encode(&data, 136, &EncodeOptions::default()).unwrap();
+            assert_eq!(enc.codec, c);
+            assert_eq!(enc.codec.decode(&enc.data, data.len()).unwrap(), data, "{c}");
+            assert_eq!(transcode(c, &enc.data, data.len(), 136, TargetFormat::Rgba8).unwrap(), data);
+        }
         for c in Codec::ALL {
-            let enc = c.encode(&data);
-            assert_eq!(c.decode(&enc, data.len()).unwrap(), data, "{c}");
             assert_eq!(c.name().parse::<Codec>().unwrap(), c);
             assert_eq!(Codec::from_code(c as u8), Some(c));
+            let json = serde_json::to_string(&c).unwrap();
+            assert_eq!(json, format!("\"{}\"", c.name()));
         }
         assert!("basis".parse::<Codec>().is_err());
+        assert_eq!(Codec::from_code(5), None);
+    }
+
+    #[test]
+    fn incompressible_lz4_tile_is_stored_raw() {
+        let mut s = 0x9e37_79b9_u32;
+        let noise: Vec<u8> = (0..32 * 32 * 4)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                s as u8
+            })
+            .collect();
+        let enc = Codec::Lz4.encode(&noise, 32, &EncodeOptions::default()).unwrap();
+        assert_eq!(enc.codec, Codec::Raw);
+        assert_eq!(enc.data, noise);
     }
 
     #[test]
     fn corrupt_lz4_is_an_error() {
         let data = vec![7u8; 4096];
-        let mut enc = Codec::Lz4.encode(&data);
+        let mut enc = Codec::Lz4.encode(&data, 32, &EncodeOptions::default()).unwrap().data;
         enc.truncate(enc.len() / 2);
         assert!(Codec::Lz4.decode(&enc, data.len()).is_err());
         assert!(Codec::Raw.decode(&data[..10], data.len()).is_err());
+        assert!(lz4_unwrap(&[1, 2], 4096).is_err());
+        assert!(lz4_unwrap(&u32::MAX.to_le_bytes(), 4096).is_err());
+    }
+
+    #[test]
+    fn raw_tiles_only_decode_to_rgba8() {
+        let data = tile(8);
+        let err = transcode(Codec::Raw, &data, data.len(), 8, TargetFormat::Bc7).unwrap_err();
+        assert_eq!(err, CodecError::Unsupported { codec: Codec::Raw, target: TargetFormat::Bc7 });
+        assert!(err.to_string().contains("rgba8 pool"), "{err}");
+        assert!(transcode(Codec::Raw, &data, data.len(), 9, TargetFormat::Rgba8).is_err());
+        assert!(Codec::Lz4.encode(&data, 9, &EncodeOptions::default()).is_err());
+    }
+
+    #[test]
+    fn target_formats() {
+        assert_eq!(TargetFormat::Rgba8.bytes_per_tile(136), 136 * 136 * 4);
+        assert_eq!(TargetFormat::Bc7.bytes_per_tile(136), 34 * 34 * 16);
+        assert_eq!(TargetFormat::Bc1.bytes_per_tile(136), 34 * 34 * 8);
+        assert_eq!(TargetFormat::Astc4x4.bytes_per_tile(22), 6 * 6 * 16);
+        assert_eq!(TargetFormat::Etc2Rgba.bytes_per_tile(136), 34 * 34 * 16);
+        for t in TargetFormat::ALL {
+            assert_eq!(t.name().parse::<TargetFormat>().unwrap(), t);
+            assert_eq!(t.to_string(), t.name());
+            assert_eq!(serde_json::to_string(&t).unwrap(), format!("\"{}\"", t.name()));
+        }
+        assert!("bc3".parse::<TargetFormat>().unwrap_err().contains("bc7"));
+    }
+
+    #[test]
+    fn quality_maps_to_uastc_levels_and_is_checked() {
+        let level = |quality| EncodeOptions { quality, ..EncodeOptions::default() }.uastc_level();
+        assert_eq!([level(1), level(51), level(52), level(128), level(255)], [0, 0, 1, 2, 4]);
+        assert!(EncodeOptions::default().validate().is_ok());
+        assert!(EncodeOptions { quality: 0, ..EncodeOptions::default() }.validate().is_err());
+        assert!(EncodeOptions { quality: 256, ..EncodeOptions::default() }.validate().is_err());
+        let nan = EncodeOptions { uastc_rdo: Some(f32::NAN), ..EncodeOptions::default() };
+        assert!(nan.validate().is_err());
     }
 }

@@ -9,6 +9,7 @@
 pub mod atlas;
 pub mod atlas_loader;
 pub mod bake;
+pub mod basis;
 pub mod camera;
 pub mod codec;
 pub mod feedback;
@@ -30,3 +31,4 @@ pub use loader::{LoadOutcome, LoadResult, LoaderPool, TileLoader};
 pub use stats::StatsSnapshot;
 pub use tile::{TextureLayout, TileId};
 pub mod compare;
+pub mod pool_format;

@@ -28,7 +28,7 @@ fn random_image(w: u32, h: u32, seed: u64) -> ImageSource {
 
 fn bake_to(dir: &Path, inputs: Vec<BakeInput>, tile: u32, border: u32, codec: Codec) -> PathBuf {
     let path = dir.join("a.tsa");
-    let opts = BakeOptions { tile_size: tile, border, codec, scratch_dir: None };
+    let opts = BakeOptions { tile_size: tile, border, codec, ..BakeOptions::default() };
     bake(inputs, &path, &opts, &ProgressBar::hidden()).expect("bake");
     path
 }
@@ -297,7 +297,7 @@ fn writes_are_atomic() {
             Ok(())
         }
     }
-    let opts = BakeOptions { tile_size: 32, border: 4, codec: Codec::Lz4, scratch_dir: None };
+    let opts = BakeOptions { tile_size: 32, border: 4, codec: Codec::Lz4, ..BakeOptions::default() };
     let err = bake(vec![input("f", Failing, Wrap::Clamp)], &path, &opts, &ProgressBar::hidden()).unwrap_err();
     assert!(err.to_string().contains("disk on fire"));
     assert_eq!(std::fs::read(&path).unwrap(), first);

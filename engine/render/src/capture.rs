@@ -35,6 +35,9 @@ pub struct CaptureConfig {
     pub out: Option<PathBuf>,
     /// Also render the fully resident reference and record PSNR per frame.
     pub reference: bool,
+    /// Build the reference from this atlas instead of the streamed one (the lossless
+    /// bake of the same source, so PSNR includes the codec's loss).
+    pub reference_atlas: Option<PathBuf>,
     /// Virtual-texture settings.
     pub vt: VtConfig,
 }
@@ -82,6 +85,8 @@ pub struct CaptureReport {
     pub pool_slots: u32,
     /// Pool bytes.
     pub pool_bytes: u64,
+    /// Pool texel format.
+    pub pool_format: String,
     /// Bytes the fully resident reference textures take (with `reference`).
     pub reference_bytes: Option<u64>,
     /// Per-frame statistics.
@@ -158,7 +163,24 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
     let mut vt = VirtualTextures::new(ctx, atlas.clone(), cfg.vt.clone())?;
     let mut scene = SceneRenderer::new(ctx, &vt, &builtin_meshes(&atlas), TARGET_FORMAT);
     if cfg.reference {
-        scene.enable_reference(ctx, &atlas, cfg.vt.max_anisotropy)?;
+        match &cfg.reference_atlas {
+            Some(path) => {
+                let other = Atlas::open(path)?;
+                let (a, b) = (&atlas.layers()[0].layout, &other.layers()[0].layout);
+                if (a.width(), a.height()) != (b.width(), b.height()) {
+                    return Err(RenderError::Config(format!(
+                        "reference atlas {} is {}x{}, the streamed atlas is {}x{}",
+                        path.display(),
+                        b.width(),
+                        b.height(),
+                        a.width(),
+                        a.height()
+                    )));
+                }
+                scene.enable_reference(ctx, &other, cfg.vt.max_anisotropy)?;
+            }
+            None => scene.enable_reference(ctx, &atlas, cfg.vt.max_anisotropy)?,
+        }
     }
     let target = OffscreenTarget::new(&ctx.device, w, h);
     let ref_target = cfg.reference.then(|| OffscreenTarget::new(&ctx.device, w, h));
@@ -218,6 +240,7 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
         size: cfg.size,
         pool_slots: vt.pool().slot_count(),
         pool_bytes: vt.pool().bytes(),
+        pool_format: vt.pool().target().name().to_string(),
         reference_bytes: scene.reference_bytes(),
         frames,
         final_stats: vt.stats(),

@@ -49,7 +49,11 @@ impl GpuContext {
             .map_err(|e| RenderError::NoAdapter(e.to_string()))?;
         let info = adapter.get_info();
         let available = adapter.features();
-        let wanted = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
+        let wanted = wgpu::Features::TIMESTAMP_QUERY
+            | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS
+            | wgpu::Features::TEXTURE_COMPRESSION_BC
+            | wgpu::Features::TEXTURE_COMPRESSION_ETC2
+            | wgpu::Features::TEXTURE_COMPRESSION_ASTC;
         let features = available & wanted;
         let timestamps = features.contains(wgpu::Features::TIMESTAMP_QUERY);
         let desc = wgpu::DeviceDescriptor {

@@ -1,12 +1,36 @@
 //! The physical tile pool: one fixed-size texture divided into a grid of bordered
 //! tile slots. Which tile lives in which slot is decided by `tessera_core::residency`.
 
+use tessera_core::codec::{Codec, EncodeOptions, TargetFormat, transcode};
 use tessera_core::page_table::SlotCoord;
 
 use crate::error::RenderError;
 
-/// Texture format of the pool (RGBA8, sRGB-encoded colour).
+/// Texture format of an RGBA8 pool and of the reference textures (sRGB colour).
 pub const POOL_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::Rgba8UnormSrgb;
+
+/// The wgpu texture format (sRGB colour) for a tile target format.
+pub fn wgpu_format(target: TargetFormat) -> wgpu::TextureFormat {
+    match target {
+        TargetFormat::Bc7 => wgpu::TextureFormat::Bc7RgbaUnormSrgb,
+        TargetFormat::Bc1 => wgpu::TextureFormat::Bc1RgbaUnormSrgb,
+        TargetFormat::Astc4x4 => {
+            wgpu::TextureFormat::Astc { block: wgpu::AstcBlock::B4x4, channel: wgpu::AstcChannel::UnormSrgb }
+        }
+        TargetFormat::Etc2Rgba => wgpu::TextureFormat::Etc2Rgba8UnormSrgb,
+        _ => POOL_FORMAT,
+    }
+}
+
+/// What the adapter's device can sample, for [`tessera_core::pool_format::select`].
+pub fn format_support(device: &wgpu::Device) -> tessera_core::pool_format::FormatSupport {
+    let f = device.features();
+    tessera_core::pool_format::FormatSupport {
+        bc: f.contains(wgpu::Features::TEXTURE_COMPRESSION_BC),
+        astc: f.contains(wgpu::Features::TEXTURE_COMPRESSION_ASTC),
+        etc2: f.contains(wgpu::Features::TEXTURE_COMPRESSION_ETC2),
+    }
+}
 
 /// Colour the pool is cleared to before any tile is written, so tests can prove that
 /// no frame ever shows an unwritten texel.
@@ -14,6 +38,7 @@ pub const UNWRITTEN: [u8; 4] = [255, 0, 255, 255];
 
 /// The pool texture and its slot grid.
 pub struct TilePool {
+    target: TargetFormat,
     texture: wgpu::Texture,
     view: wgpu::TextureView,
     slot_texels: u32,
@@ -22,15 +47,16 @@ pub struct TilePool {
 }
 
 impl TilePool {
-    /// A pool of about `mib` MiB of `slot_texels²` RGBA8 slots, as square as the
-    /// adapter's texture limit allows, cleared to [`UNWRITTEN`].
+    /// A pool of about `mib` MiB of `slot_texels²` slots in `target` format, as square
+    /// as the adapter's texture limit allows, every slot filled with [`UNWRITTEN`].
     pub fn new(
         device: &wgpu::Device,
         queue: &wgpu::Queue,
         mib: u32,
         slot_texels: u32,
+        target: TargetFormat,
     ) -> Result<Self, RenderError> {
-        let slot_bytes = u64::from(slot_texels).pow(2) * 4;
+        let slot_bytes = target.bytes_per_tile(slot_texels) as u64;
         let wanted = (u64::from(mib) << 20) / slot_bytes;
         let max_side = device.limits().max_texture_dimension_2d / slot_texels;
         let max_slots = u64::from(max_side).pow(2).min(1 << 24);
@@ -54,14 +80,47 @@ impl TilePool {
             mip_level_count: 1,
             sample_count: 1,
             dimension: wgpu::TextureDimension::D2,
-            format: POOL_FORMAT,
-            usage: wgpu::TextureUsages::TEXTURE_BINDING
-                | wgpu::TextureUsages::COPY_DST
-                | wgpu::TextureUsages::COPY_SRC
-                | wgpu::TextureUsages::RENDER_ATTACHMENT,
+            format: wgpu_format(target),
+            usage: if target.is_block_compressed() {
+                wgpu::TextureUsages::TEXTURE_BINDING
+                    | wgpu::TextureUsages::COPY_DST
+                    | wgpu::TextureUsages::COPY_SRC
+            } else {
+                wgpu::TextureUsages::TEXTURE_BINDING
+                    | wgpu::TextureUsages::COPY_DST
+                    | wgpu::TextureUsages::COPY_SRC
+                    | wgpu::TextureUsages::RENDER_ATTACHMENT
+            },
             view_formats: &[],
         });
         let view = texture.create_view(&wgpu::TextureViewDescriptor::default());
+        let pool = Self { target, texture, view, slot_texels, slots_x, slots_y };
+        if target.is_block_compressed() {
+            pool.fill_unwritten(queue)?;
+        } else {
+            pool.clear_unwritten(device, queue);
+        }
+        Ok(pool)
+    }
+
+    /// Block-compressed pools cannot be render targets: write a magenta tile, encoded
+    /// and transcoded like any other, into every slot.
+    fn fill_unwritten(&self, queue: &wgpu::Queue) -> Result<(), RenderError> {
+        let s = self.slot_texels;
+        let rgba: Vec<u8> = UNWRITTEN.iter().copied().cycle().take((s * s * 4) as usize).collect();
+        let fail = |e: tessera_core::codec::CodecError| RenderError::Config(format!("pool fill tile: {e}"));
+        let enc = Codec::Uastc.encode(&rgba, s, &EncodeOptions::default()).map_err(fail)?;
+        let bytes = transcode(enc.codec, &enc.data, rgba.len(), s, self.target).map_err(fail)?;
+        for y in 0..self.slots_y {
+            for x in 0..self.slots_x {
+                self.upload(queue, SlotCoord { x: x as u16, y: y as u16 }, &bytes);
+            }
+        }
+        Ok(())
+    }
+
+    fn clear_unwritten(&self, device: &wgpu::Device, queue: &wgpu::Queue) {
+        let view = &self.view;
         let mut encoder =
             device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("pool clear") });
         {
@@ -69,7 +128,7 @@ impl TilePool {
             let _pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
                 label: Some("pool clear"),
                 color_attachments: &[Some(wgpu::RenderPassColorAttachment {
-                    view: &view,
+                    view,
                     depth_slice: None,
                     resolve_target: None,
                     ops: wgpu::Operations {
@@ -89,7 +148,11 @@ impl TilePool {
             });
         }
         queue.submit([encoder.finish()]);
-        Ok(Self { texture, view, slot_texels, slots_x, slots_y })
+    }
+
+    /// The format tiles are stored in.
+    pub fn target(&self) -> TargetFormat {
+        self.target
     }
 
     /// Slots across.
@@ -108,9 +171,13 @@ impl TilePool {
     pub fn slot_texels(&self) -> u32 {
         self.slot_texels
     }
+    /// Bytes of one slot.
+    pub fn slot_bytes(&self) -> u64 {
+        self.target.bytes_per_tile(self.slot_texels) as u64
+    }
     /// Bytes of GPU memory the pool takes.
     pub fn bytes(&self) -> u64 {
-        u64::from(self.slot_count()) * u64::from(self.slot_texels).pow(2) * 4
+        u64::from(self.slot_count()) * self.slot_bytes()
     }
     /// Size of the pool texture in texels.
     pub fn texels(&self) -> (u32, u32) {
@@ -125,9 +192,14 @@ impl TilePool {
         &self.view
     }
 
-    /// Copies one decoded tile (`slot_texels² × 4` bytes, RGBA8) into `slot`.
+    /// Copies one tile in the pool's format (`target().bytes_per_tile(slot_texels)` bytes) into `slot`.
     pub fn upload(&self, queue: &wgpu::Queue, slot: SlotCoord, texels: &[u8]) {
         let s = self.slot_texels;
+        let (bytes_per_row, rows) = if self.target.is_block_compressed() {
+            (s.div_ceil(4) * self.target.bytes_per_block() as u32, s.div_ceil(4))
+        } else {
+            (s * 4, s)
+        };
         queue.write_texture(
             wgpu::TexelCopyTextureInfo {
                 texture: &self.texture,
@@ -136,7 +208,11 @@ impl TilePool {
                 aspect: wgpu::TextureAspect::All,
             },
             texels,
-            wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(s * 4), rows_per_image: Some(s) },
+            wgpu::TexelCopyBufferLayout {
+                offset: 0,
+                bytes_per_row: Some(bytes_per_row),
+                rows_per_image: Some(rows),
+            },
             wgpu::Extent3d { width: s, height: s, depth_or_array_layers: 1 },
         );
     }

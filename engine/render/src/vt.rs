@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
+use tessera_core::codec::TargetFormat;
 use tessera_core::feedback::FeedbackLayout;
 use tessera_core::loader::{LoadOutcome, LoaderConfig, LoaderPool};
 use tessera_core::residency::{Residency, ResidencyConfig};
@@ -15,7 +16,7 @@ use tessera_core::{Atlas, AtlasLoader, HostCache, TileId};
 use crate::context::GpuContext;
 use crate::error::RenderError;
 use crate::feedback::Feedback;
-use crate::pool::TilePool;
+use crate::pool::{TilePool, format_support};
 
 /// Most anisotropic taps: with a 4-texel border, more would reach past the border.
 pub const MAX_ANISOTROPY: u16 = 4;
@@ -64,6 +65,8 @@ pub struct VtConfig {
     pub mip_bias: f32,
     /// Debug view: 0 off, 1 mip colours, 2 fallback depth.
     pub debug_view: u32,
+    /// Force the pool's texel format (default: the best the adapter and the atlas allow).
+    pub pool_format: Option<TargetFormat>,
 }
 
 impl Default for VtConfig {
@@ -78,6 +81,7 @@ impl Default for VtConfig {
             max_anisotropy: 1,
             mip_bias: 0.0,
             debug_view: 0,
+            pool_format: None,
         }
     }
 }
@@ -144,7 +148,12 @@ impl VirtualTextures {
                 l.name
             )));
         }
-        let pool = TilePool::new(&ctx.device, &ctx.queue, config.pool_mib, slot)?;
+        let codecs: Vec<_> = layers.iter().map(|l| l.codec).collect();
+        let target =
+            tessera_core::pool_format::select(&codecs, format_support(&ctx.device), config.pool_format)
+                .map_err(|e| RenderError::Config(format!("{}: {e}", atlas.path().display())))?;
+        let pool = TilePool::new(&ctx.device, &ctx.queue, config.pool_mib, slot, target)?;
+        tracing::info!(format = target.name(), slots = pool.slot_count(), "tile pool");
         let layouts: Vec<_> = layers.iter().map(|l| l.layout).collect();
         if (pool.slot_count() as usize) < layouts.len() + 1 {
             return Err(RenderError::Config(format!(
@@ -171,7 +180,7 @@ impl VirtualTextures {
             config.loader_threads
         };
         let loader = LoaderPool::new(
-            Arc::new(AtlasLoader::new(atlas.clone(), cache.clone())),
+            Arc::new(AtlasLoader::with_target(atlas.clone(), cache.clone(), target)),
             threads,
             LoaderConfig::default(),
         );
@@ -272,7 +281,7 @@ impl VirtualTextures {
             .enumerate()
             .map(|(i, l)| TileId::new(i as u16, l.layout.coarsest_mip(), 0, 0))
             .collect();
-        let loader = AtlasLoader::new(self.atlas.clone(), self.cache.clone());
+        let loader = AtlasLoader::with_target(self.atlas.clone(), self.cache.clone(), self.pool.target());
         for (tile, _) in self.residency.on_feedback(0, &roots) {
             match tessera_core::TileLoader::load(&loader, tile) {
                 Ok(bytes) => self.residency.on_loaded(tile, bytes),
@@ -411,7 +420,7 @@ impl VirtualTextures {
     /// Statistics of every tier.
     pub fn stats(&self) -> StatsSnapshot {
         let mut s = StatsSnapshot::gather(&self.atlas, &self.cache, Some(&self.loader));
-        let slot_bytes = u64::from(self.pool.slot_texels()).pow(2) * 4;
+        let slot_bytes = self.pool.slot_bytes();
         let resident = self.residency.resident_count() as u64;
         s.vram = TierStats { tiles: resident, bytes: resident * slot_bytes };
         s.vram_counters.uploads = self.total_uploads;
