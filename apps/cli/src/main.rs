@@ -3,6 +3,7 @@
 
 mod bench;
 mod capture;
+mod codecs;
 mod demo;
 mod inspect;
 
@@ -54,6 +55,8 @@ enum Command {
     /// Benchmark virtual texturing against the fully resident reference on the same scene and
     /// camera path: GPU pass and wall times, their ratio, feedback and upload costs (table + JSON).
     Bench(bench::BenchArgs),
+    /// Measure every codec on real images: bits per texel, PSNR, transcode and streaming throughput.
+    Codecs(codecs::CodecsArgs),
 }
 
 #[derive(clap::Args)]
@@ -131,6 +134,7 @@ fn main() -> ExitCode {
         Command::Capture(args) => capture::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Codecs(args) => codecs::run(&args),
     };
     match result {
         Ok(code) => code,

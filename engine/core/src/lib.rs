@@ -12,6 +12,7 @@ pub mod bake;
 pub mod basis;
 pub mod camera;
 pub mod codec;
+pub mod codec_bench;
 pub mod feedback;
 pub mod host_cache;
 pub mod loader;

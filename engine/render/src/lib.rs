@@ -17,6 +17,7 @@ pub mod pool;
 pub mod reference;
 pub mod scene;
 pub mod shaders;
+pub mod stream_bench;
 pub mod vt;
 
 pub use context::GpuContext;

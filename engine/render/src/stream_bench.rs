@@ -1,0 +1,208 @@
+//! End-to-end streaming throughput, disk → VRAM: loader threads read, CRC-check and
+//! transcode tiles of an atlas (host cache cold) while the calling thread uploads each
+//! finished tile into its own slot of a tile pool, until every requested tile is resident.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tessera_core::codec::TargetFormat;
+use tessera_core::loader::{LoadOutcome, LoaderConfig, LoaderPool};
+use tessera_core::page_table::SlotCoord;
+use tessera_core::{Atlas, AtlasLoader, HostCache, TileId};
+
+use crate::context::GpuContext;
+use crate::error::RenderError;
+use crate::pool::{TilePool, format_support};
+
+/// Uploads between two queue submissions, so staged upload memory is recycled.
+const SUBMIT_EVERY: usize = 64;
+
+/// What to stream.
+#[derive(Clone, Debug)]
+pub struct StreamBenchConfig {
+    /// The tiles to make resident (duplicates are streamed once).
+    pub tiles: Vec<TileId>,
+    /// Loader threads (0 = one per core).
+    pub threads: usize,
+    /// Force the pool's format (default: the best the adapter and the atlas allow).
+    pub pool_format: Option<TargetFormat>,
+    /// Rounds (each with an emptied host cache) are repeated until this much time has passed.
+    pub min_duration: Duration,
+}
+
+impl Default for StreamBenchConfig {
+    fn default() -> Self {
+        Self { tiles: Vec::new(), threads: 0, pool_format: None, min_duration: Duration::from_millis(500) }
+    }
+}
+
+/// What a streaming run measured.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StreamReport {
+    /// The adapter.
+    pub adapter: String,
+    /// The pool's texel format (what the loaders transcoded to).
+    pub target: TargetFormat,
+    /// Loader threads.
+    pub threads: usize,
+    /// Distinct tiles made resident per round.
+    pub tiles_per_round: usize,
+    /// Rounds run.
+    pub rounds: u32,
+    /// Tiles streamed over all rounds.
+    pub tiles: u64,
+    /// Wall time of all rounds, from the first request to the GPU being idle after the last upload.
+    pub seconds: f64,
+    /// `tiles / seconds`.
+    pub tiles_per_s: f64,
+    /// Bytes uploaded per second, MiB.
+    pub upload_mib_per_s: f64,
+    /// Slots of the pool (tiles beyond them reuse slots).
+    pub pool_slots: u32,
+    /// GPU bytes of the pool.
+    pub pool_bytes: u64,
+}
+
+/// The smallest pool size in MiB whose slot grid ([`TilePool::new`]'s arithmetic) holds at
+/// least `slots` slots of `slot_bytes`, or as many as `max_side × max_side` allows.
+pub fn pool_mib_for(slots: u64, slot_bytes: u64, max_side: u32) -> u32 {
+    let fits = |mib: u64| {
+        let wanted = (mib << 20) / slot_bytes;
+        let n = wanted.min(u64::from(max_side).pow(2)).min(1 << 24);
+        let sx = ((n as f64).sqrt().ceil() as u64).clamp(1, u64::from(max_side));
+        let sy = (n / sx).clamp(1, u64::from(max_side));
+        sx * sy >= slots.max(2) || sx * sy >= u64::from(max_side).pow(2)
+    };
+    let mut mib = (slots.max(2) * slot_bytes).div_ceil(1 << 20).max(1);
+    while !fits(mib) && mib < u64::from(u32::MAX) {
+        mib += 1;
+    }
+    mib.min(u64::from(u32::MAX)) as u32
+}
+
+/// Streams `cfg.tiles` of `atlas` from disk into a new pool on `ctx`, in rounds, and
+/// reports the rate. Every round empties the host cache, requests every tile from the
+/// loader pool, uploads each result as it arrives and waits for the GPU.
+pub fn stream(
+    ctx: &GpuContext,
+    atlas: Arc<Atlas>,
+    cfg: &StreamBenchConfig,
+) -> Result<StreamReport, RenderError> {
+    let mut tiles = cfg.tiles.clone();
+    tiles.sort_unstable();
+    tiles.dedup();
+    let layers = atlas.layers();
+    let slot = layers.first().map(|l| l.layout.padded_tile_size()).unwrap_or(0);
+    if tiles.is_empty() || slot == 0 {
+        return Err(RenderError::Config("nothing to stream: no tiles given".into()));
+    }
+    let codecs: Vec<_> = layers.iter().map(|l| l.codec).collect();
+    let target = tessera_core::pool_format::select(&codecs, format_support(&ctx.device), cfg.pool_format)
+        .map_err(|e| RenderError::Config(format!("{}: {e}", atlas.path().display())))?;
+    let slot_bytes = target.bytes_per_tile(slot) as u64;
+    let max_side = ctx.device.limits().max_texture_dimension_2d / slot;
+    let mib = pool_mib_for(tiles.len() as u64, slot_bytes, max_side);
+    let pool = TilePool::new(&ctx.device, &ctx.queue, mib, slot, target)?;
+    wait_idle(ctx)?;
+    let threads = if cfg.threads == 0 {
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    } else {
+        cfg.threads
+    };
+    let cache = Arc::new(HostCache::new(u64::MAX / 4));
+    let loader = LoaderPool::try_new(
+        Arc::new(AtlasLoader::with_target(atlas.clone(), cache.clone(), target)),
+        threads,
+        LoaderConfig::default(),
+    )
+    .map_err(|e| RenderError::Config(format!("starting loader threads: {e}")))?;
+    let (mut rounds, mut streamed, mut busy) = (0u32, 0u64, Duration::ZERO);
+    while rounds == 0 || busy < cfg.min_duration {
+        cache.clear();
+        let start = Instant::now();
+        streamed += stream_round(ctx, &loader, &pool, &tiles)?;
+        busy += start.elapsed();
+        rounds += 1;
+    }
+    drop(loader);
+    let seconds = busy.as_secs_f64();
+    Ok(StreamReport {
+        adapter: ctx.describe(),
+        target,
+        threads,
+        tiles_per_round: tiles.len(),
+        rounds,
+        tiles: streamed,
+        seconds,
+        tiles_per_s: streamed as f64 / seconds,
+        upload_mib_per_s: (streamed * slot_bytes) as f64 / seconds / f64::from(1 << 20),
+        pool_slots: pool.slot_count(),
+        pool_bytes: pool.bytes(),
+    })
+}
+
+/// One round: request every tile, upload each as it arrives, wait for the GPU.
+fn stream_round(
+    ctx: &GpuContext,
+    loader: &LoaderPool,
+    pool: &TilePool,
+    tiles: &[TileId],
+) -> Result<u64, RenderError> {
+    let queued = tiles.iter().filter(|&&t| loader.request(t, 0, 0)).count();
+    let (sx, slots) = (pool.slots_x() as usize, pool.slot_count() as usize);
+    for i in 0..queued {
+        let result =
+            loader.results().recv().map_err(|e| RenderError::Config(format!("loader pool stopped: {e}")))?;
+        let bytes = match result.outcome {
+            LoadOutcome::Ready(bytes) => bytes,
+            LoadOutcome::Failed(e) => return Err(RenderError::Config(format!("loading a tile: {e}"))),
+            LoadOutcome::Cancelled => {
+                return Err(RenderError::Config(format!("loading {} was cancelled", result.tile)));
+            }
+        };
+        let s = i % slots;
+        pool.upload(&ctx.queue, SlotCoord { x: (s % sx) as u16, y: (s / sx) as u16 }, &bytes);
+        if (i + 1) % SUBMIT_EVERY == 0 {
+            ctx.queue.submit([]);
+        }
+    }
+    ctx.queue.submit([]);
+    wait_idle(ctx)?;
+    Ok(queued as u64)
+}
+
+fn wait_idle(ctx: &GpuContext) -> Result<(), RenderError> {
+    ctx.device
+        .poll(wgpu::PollType::wait_indefinitely())
+        .map(|_| ())
+        .map_err(|e| RenderError::Readback(format!("waiting for the GPU: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Mirrors the slot grid [`TilePool::new`] makes of `mib`.
+    fn slots(mib: u32, slot_bytes: u64, max_side: u32) -> u64 {
+        let n = ((u64::from(mib) << 20) / slot_bytes).min(u64::from(max_side).pow(2));
+        let sx = ((n as f64).sqrt().ceil() as u64).clamp(1, u64::from(max_side));
+        sx * (n / sx).clamp(1, u64::from(max_side))
+    }
+
+    #[test]
+    fn pool_size_holds_every_tile() {
+        let rgba = TargetFormat::Rgba8.bytes_per_tile(136) as u64;
+        let bc7 = TargetFormat::Bc7.bytes_per_tile(136) as u64;
+        for n in [1u64, 2, 3, 64, 255, 256, 257, 1000, 3655] {
+            for b in [rgba, bc7] {
+                let mib = pool_mib_for(n, b, 120);
+                assert!(slots(mib, b, 120) >= n, "{n} tiles of {b} bytes: {mib} MiB");
+                assert!(mib == 1 || slots(mib - 1, b, 120) < n.max(2), "{n} tiles of {b} bytes: {mib} MiB");
+            }
+        }
+        // More tiles than the largest texture holds: the largest pool, slots are reused.
+        let mib = pool_mib_for(20_000, bc7, 120);
+        assert_eq!(slots(mib, bc7, 120), 120 * 120);
+    }
+}
