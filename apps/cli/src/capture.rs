@@ -29,7 +29,7 @@ pub(crate) struct VtArgs {
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub(crate) mip_bias: f32,
     /// Feedback is written by one pixel in every N×N block (1, 2, 4, 8).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = parse_stride)]
     pub(crate) feedback_stride: u32,
     /// Loader threads (0 = one per core).
     #[arg(long, default_value_t = 0)]
@@ -86,6 +86,14 @@ pub(crate) struct CaptureArgs {
     reference_atlas: Option<PathBuf>,
     #[command(flatten)]
     vt: VtArgs,
+}
+
+/// Parses a feedback stride: 1, 2, 4 or 8.
+fn parse_stride(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(n @ (1 | 2 | 4 | 8)) => Ok(n),
+        _ => Err(format!("'{s}' is not a feedback stride: use 1, 2, 4 or 8")),
+    }
 }
 
 /// A preset name or a camera JSON file.

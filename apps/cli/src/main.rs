@@ -72,7 +72,9 @@ struct BakeArgs {
     /// Tile payload side in texels (multiple of 4).
     #[arg(long, default_value_t = 128)]
     tile_size: u32,
-    /// Border texels copied from neighbouring tiles on each side.
+    /// Border texels copied from neighbouring tiles on each side (1 to tile size / 2; at
+    /// least 4 for seamless anisotropic filtering; Basis codecs need tile + 2 x border to be
+    /// a multiple of 4).
     #[arg(long, default_value_t = 4)]
     border: u32,
     /// Tile codec: raw (RGBA8), lz4 (lossless), etc1s (Basis, ~1–2 bits/texel, lossy) or

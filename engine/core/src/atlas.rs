@@ -392,7 +392,7 @@ impl Atlas {
                 stored_bytes += u64::from(e.length);
                 let bad = e.offset < atlas.data_offset
                     || e.offset % BLOB_ALIGN != 0
-                    || e.offset + u64::from(e.length) > len
+                    || e.offset.checked_add(u64::from(e.length)).is_none_or(|end| end > len)
                     || u64::from(e.raw_length) != expect_raw;
                 if bad {
                     let (m, x, y) = layer.layout.tile_at_index(i).unwrap_or_default();
@@ -465,7 +465,14 @@ impl Atlas {
     /// The stored bytes of `tile`, after checking their CRC.
     pub fn read_tile(&self, tile: TileId) -> Result<&[u8], AtlasError> {
         let e = self.entry(tile)?;
-        let blob = &self.map[e.offset as usize..(e.offset + u64::from(e.length)) as usize];
+        // Offsets were checked on open; `get` keeps a bad one from panicking all the same.
+        let blob = usize::try_from(e.offset)
+            .ok()
+            .and_then(|start| self.map.get(start..start.checked_add(e.length as usize)?))
+            .ok_or_else(|| AtlasError::Invalid {
+                path: self.path.clone(),
+                what: format!("index entry for {tile} (points outside the data)"),
+            })?;
         if crc32fast::hash(blob) != e.crc32 {
             return Err(AtlasError::TileChecksum { path: self.path.clone(), tile });
         }
@@ -534,6 +541,7 @@ impl Atlas {
 pub struct AtlasWriter {
     dest: PathBuf,
     tmp: PathBuf,
+    renamed: bool,
     out: Option<BufWriter<File>>,
     layers: Vec<LayerInfo>,
     entries: Vec<TileEntry>,
@@ -564,6 +572,7 @@ impl AtlasWriter {
             dest,
             out: Some(BufWriter::with_capacity(1 << 20, file)),
             tmp,
+            renamed: false,
             entries: Vec::with_capacity(first as usize),
             layers,
             pos: data_offset,
@@ -641,8 +650,9 @@ impl AtlasWriter {
 }
 
 impl Drop for AtlasWriter {
+    /// An unfinished or failed write leaves nothing behind.
     fn drop(&mut self) {
-        if self.out.is_some() {
+        if !self.renamed {
             self.out = None;
             let _ = std::fs::remove_file(&self.tmp);
         }

@@ -124,6 +124,9 @@ pub enum BakeError {
     /// The bake options are out of range.
     #[error("bake options: {0}")]
     Options(CodecError),
+    /// Tile geometry that the chosen codec cannot store.
+    #[error("bake options: {0}")]
+    Geometry(String),
     /// Nothing to bake.
     #[error("no inputs to bake")]
     NoInputs,
@@ -145,6 +148,14 @@ pub fn bake(
         encode_opts.validate().map_err(BakeError::Options)?;
     }
     let start = Instant::now();
+    if opts.codec.is_basis() && !(opts.tile_size + 2 * opts.border).is_multiple_of(4) {
+        return Err(BakeError::Geometry(format!(
+            "codec {} needs tiles whose stored side (tile size + 2 x border = {}) is a multiple of 4 \
+             (4x4 GPU blocks); use an even border",
+            opts.codec,
+            opts.tile_size + 2 * opts.border
+        )));
+    }
     let mut layers = Vec::with_capacity(inputs.len());
     for input in &inputs {
         let (w, h) = input.source.size();

@@ -271,6 +271,31 @@ fn index_pointing_outside_the_file() {
 }
 
 #[test]
+fn index_offset_that_overflows_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, mut bytes) = baked_sample(dir.path());
+    let entry = HEADER_BYTES + LAYER_BYTES + 2 * ENTRY_BYTES;
+    bytes[entry..entry + 8].copy_from_slice(&(u64::MAX - 15).to_le_bytes());
+    bytes[entry + 8..entry + 12].copy_from_slice(&0x20u32.to_le_bytes());
+    fix_checksums(&mut bytes);
+    let err = open_bytes(dir.path(), &bytes).unwrap_err();
+    assert!(err.to_string().contains("outside"), "{err}");
+}
+
+#[test]
+fn a_failed_finish_leaves_no_temporary_file() {
+    let dir = tempfile::tempdir().unwrap();
+    // The destination is an existing folder, so the final rename fails.
+    let dest = dir.path().join("taken");
+    std::fs::create_dir(&dest).unwrap();
+    let input = input("g", Generated::with_cell(40, 40, 16), Wrap::Clamp);
+    let opts = BakeOptions { tile_size: 16, border: 2, codec: Codec::Lz4, ..BakeOptions::default() };
+    assert!(bake(vec![input], &dest, &opts, &ProgressBar::hidden()).is_err());
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("taken")]);
+}
+
+#[test]
 fn corrupted_index_is_a_checksum_error() {
     let dir = tempfile::tempdir().unwrap();
     let (_, mut bytes) = baked_sample(dir.path());

@@ -44,6 +44,17 @@ pub fn build(ctx: &GpuContext, atlas: &Atlas, layer: usize) -> Result<ReferenceT
     let align = 1u32 << (mips - 1);
     let (bw, bh) = (lay.width().div_ceil(align) * align, lay.height().div_ceil(align) * align);
     let max = ctx.device.limits().max_texture_dimension_2d;
+    // Mip 0 alone of a 16K² RGBA8 texture is 1 GiB; beyond 4 GiB the reference is not worth building.
+    const MAX_REFERENCE_BYTES: u64 = 4 << 30;
+    if u64::from(bw) * u64::from(bh) * 4 > MAX_REFERENCE_BYTES {
+        return Err(RenderError::Config(format!(
+            "layer '{}' ({}x{}) is too large for a fully resident reference (over {} GiB)",
+            info.name,
+            lay.width(),
+            lay.height(),
+            MAX_REFERENCE_BYTES >> 30
+        )));
+    }
     if bw > max || bh > max {
         return Err(RenderError::Config(format!(
             "layer '{}' ({}x{}) does not fit the adapter's {max}² texture limit, so it has no fully resident reference",
@@ -67,7 +78,7 @@ pub fn build(ctx: &GpuContext, atlas: &Atlas, layer: usize) -> Result<ReferenceT
     for m in 0..mips {
         let (mw, mh) = lay.mip_size(m);
         let (lw, lh) = (bw >> m, bh >> m);
-        let mut img = vec![0u8; (mw * mh * 4) as usize];
+        let mut img = vec![0u8; mw as usize * mh as usize * 4];
         let (tx, ty) = lay.tiles_at(m);
         for y in 0..ty {
             for x in 0..tx {
@@ -75,21 +86,21 @@ pub fn build(ctx: &GpuContext, atlas: &Atlas, layer: usize) -> Result<ReferenceT
                 for r in 0..t.min(mh - y * t) {
                     let w = t.min(mw - x * t) as usize * 4;
                     let src = (((r + b) * p + b) * 4) as usize;
-                    let dst = (((y * t + r) * mw + x * t) * 4) as usize;
+                    let dst = ((y * t + r) as usize * mw as usize + (x * t) as usize) * 4;
                     img[dst..dst + w].copy_from_slice(&tile[src..src + w]);
                 }
             }
         }
         // Extend to the padded level size by the layer's edge rule (what the atlas'
         // partial edge tiles hold too).
-        let mut level = vec![0u8; (lw * lh * 4) as usize];
+        let mut level = vec![0u8; lw as usize * lh as usize * 4];
         let wrap = if info.wrap == Wrap::Repeat { Wrap::Repeat } else { Wrap::Clamp };
         for yy in 0..lh {
             let sy = edge(i64::from(yy), mh, wrap);
             for xx in 0..lw {
                 let sx = edge(i64::from(xx), mw, wrap);
-                let s = ((sy * mw + sx) * 4) as usize;
-                let d = ((yy * lw + xx) * 4) as usize;
+                let s = (sy as usize * mw as usize + sx as usize) * 4;
+                let d = (yy as usize * lw as usize + xx as usize) * 4;
                 level[d..d + 4].copy_from_slice(&img[s..s + 4]);
             }
         }
