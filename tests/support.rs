@@ -59,9 +59,7 @@ pub fn bake_source(dir: &Path, name: &str, source: impl RowSource + 'static) -> 
 
 /// The real photograph fetched by `assets/fetch-data.sh` (Blue Marble, 5400x2700).
 pub fn real_jpeg() -> PathBuf {
-    let dir = std::env::var_os("TESSERA_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/tessera/data"));
+    let dir = tessera_core::source::data_dir();
     let p = dir.join("bmng.jpg");
     assert!(p.exists(), "{} is missing: run assets/fetch-data.sh (scripts/test does)", p.display());
     p

@@ -31,9 +31,7 @@ fn assert_clean_failure(o: &Output, name: &str, what: &str) {
 
 /// The real photograph fetched by `assets/fetch-data.sh` (Blue Marble, 5400x2700 JPEG).
 fn real_jpeg() -> PathBuf {
-    let dir = std::env::var_os("TESSERA_DATA").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/tessera/data")
-    });
+    let dir = tessera_core::source::data_dir();
     let p = dir.join("bmng.jpg");
     assert!(
         p.exists(),

@@ -223,9 +223,7 @@ mod tests {
 
     /// The real photograph fetched by `assets/fetch-data.sh` (Blue Marble, 5400×2700).
     fn real_jpeg() -> PathBuf {
-        let dir = std::env::var_os("TESSERA_DATA").map(PathBuf::from).unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/tessera/data")
-        });
+        let dir = crate::source::data_dir();
         let p = dir.join("bmng.jpg");
         assert!(p.exists(), "{} is missing: run assets/fetch-data.sh (scripts/test does)", p.display());
         p

@@ -15,6 +15,18 @@ pub const TEXEL_BYTES: usize = 4;
 /// Largest decoded image accepted from a file, in bytes (RGBA8).
 pub const MAX_DECODED_BYTES: u64 = 8 << 30;
 
+/// Where `assets/fetch-data.sh` puts the real test images: `$TESSERA_DATA`, else
+/// `$XDG_CACHE_HOME/tessera/data`, else `~/.cache/tessera/data` (the script's own rule).
+pub fn data_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("TESSERA_DATA") {
+        return d.into();
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from).unwrap_or_else(|| {
+        std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(std::env::temp_dir).join(".cache")
+    });
+    cache.join("tessera/data")
+}
+
 /// A `width × height` RGBA8 image that can be read in bands of whole rows.
 pub trait RowSource: Send + Sync {
     /// Width and height in texels.

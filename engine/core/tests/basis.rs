@@ -24,9 +24,7 @@ const BORDER: u32 = 4;
 
 /// A 300×200 crop of the Blue Marble fetched by `assets/fetch-data.sh` (Western Europe).
 fn real_crop() -> Vec<u8> {
-    let dir = std::env::var_os("TESSERA_DATA").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/tessera/data")
-    });
+    let dir = tessera_core::source::data_dir();
     let path = dir.join("bmng.jpg");
     assert!(path.exists(), "{} is missing: run assets/fetch-data.sh (scripts/test does)", path.display());
     let img = ImageSource::open(&path).unwrap();
