@@ -363,6 +363,18 @@ impl Residency {
         self.lru.iter().map(|(t, s)| (*t, s.slot)).chain(self.pinned.iter().map(|(t, s)| (*t, *s)))
     }
 
+    /// Tiles asked of the loader without a result yet, and loaded tiles waiting for a
+    /// slot: the "in flight" tiles of residency maps, in no particular order.
+    pub fn requested_tiles(&self) -> impl Iterator<Item = TileId> + '_ {
+        self.requested.iter().copied().chain(self.ready.keys().copied())
+    }
+
+    /// Changes the per-frame upload budget (tiles and bytes; each at least 1).
+    pub fn set_upload_budget(&mut self, tiles: usize, bytes: u64) {
+        self.config.max_uploads_per_frame = tiles.max(1);
+        self.config.max_upload_bytes_per_frame = bytes.max(1);
+    }
+
     /// Requests sent to the loader without a result yet.
     pub fn requested_count(&self) -> usize {
         self.requested.len()
@@ -509,6 +521,27 @@ mod tests {
         assert_eq!(res.ready_count(), 0);
         let v = res.vram_counters();
         assert_eq!((v.uploads, v.slots_used, v.slots_total), (7, 7, 16));
+    }
+
+    #[test]
+    fn requested_tiles_lists_pending_and_ready_and_budget_changes() {
+        let mut res = Residency::new(&[l1024()], cfg(16, 1));
+        let needed = [TileId::new(0, 0, 1, 1)];
+        let req = res.on_feedback(0, &needed);
+        assert_eq!(req.len(), 4);
+        let mut pending: Vec<TileId> = res.requested_tiles().collect();
+        pending.sort();
+        assert_eq!(pending, req.iter().map(|r| r.0).collect::<Vec<_>>());
+        // Loaded but over the one-per-frame budget: still in flight until uploaded.
+        for &(t, _) in &req {
+            res.on_loaded(t, bytes());
+        }
+        assert_eq!(res.plan_uploads(0).uploads.len(), 1);
+        assert_eq!(res.requested_tiles().count(), 3);
+        res.set_upload_budget(8, 1 << 30);
+        assert_eq!(res.config().max_uploads_per_frame, 8);
+        assert_eq!(res.plan_uploads(1).uploads.len(), 3);
+        assert_eq!(res.requested_tiles().count(), 0);
     }
 
     #[test]

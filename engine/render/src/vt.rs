@@ -125,8 +125,10 @@ pub struct VirtualTextures {
     params: Vec<(VtParams, wgpu::Buffer, wgpu::BindGroup)>,
     config: VtConfig,
     reported_failures: HashSet<TileId>,
+    recent_feedback: std::collections::VecDeque<Vec<TileId>>,
     total_uploads: u64,
     total_evictions: u64,
+    frozen: bool,
 }
 
 impl VirtualTextures {
@@ -152,6 +154,19 @@ impl VirtualTextures {
         let target =
             tessera_core::pool_format::select(&codecs, format_support(&ctx.device), config.pool_format)
                 .map_err(|e| RenderError::Config(format!("{}: {e}", atlas.path().display())))?;
+        if layers[0].layout.border() == 0 {
+            return Err(RenderError::Config(format!(
+                "{}: tiles have no border, so filtering would read neighbouring pool slots; bake with --border 4",
+                atlas.path().display()
+            )));
+        }
+        if target.is_block_compressed() && !slot.is_multiple_of(4) {
+            return Err(RenderError::Config(format!(
+                "{}: stored tiles are {slot}² texels, not a multiple of the 4×4 blocks of a {} pool",
+                atlas.path().display(),
+                target.name()
+            )));
+        }
         let pool = TilePool::new(&ctx.device, &ctx.queue, config.pool_mib, slot, target)?;
         tracing::info!(format = target.name(), slots = pool.slot_count(), "tile pool");
         let layouts: Vec<_> = layers.iter().map(|l| l.layout).collect();
@@ -265,8 +280,10 @@ impl VirtualTextures {
             params,
             config,
             reported_failures: HashSet::new(),
+            recent_feedback: std::collections::VecDeque::new(),
             total_uploads: 0,
             total_evictions: 0,
+            frozen: false,
         };
         vt.make_coarsest_resident(ctx)?;
         Ok(vt)
@@ -338,8 +355,18 @@ impl VirtualTextures {
     pub fn prepare(&mut self, ctx: &GpuContext, frame: u64) -> StreamFrame {
         let t0 = std::time::Instant::now();
         let mut out = StreamFrame::default();
-        if let Some(fb) = self.feedback.poll(&ctx.device) {
-            let needed = self.layout.decode(&fb.words);
+        if let Some(fb) = self.feedback.poll(&ctx.device).filter(|_| !self.frozen) {
+            // Each frame only one pixel per stride² block writes feedback, so a tile that
+            // covers a few pixels shows up in some frames only: the needed set is the union
+            // of the last stride² readbacks, so such tiles are neither dropped nor evicted.
+            let window = ((self.params[0].0.feedback_mask + 1).pow(2)) as usize;
+            self.recent_feedback.push_back(self.layout.decode(&fb.words));
+            while self.recent_feedback.len() > window {
+                self.recent_feedback.pop_front();
+            }
+            let mut needed: Vec<TileId> = self.recent_feedback.iter().flatten().copied().collect();
+            needed.sort_unstable();
+            needed.dedup();
             let misses_before = self.residency.counters().misses;
             let requests = self.residency.on_feedback(frame, &needed);
             out.tiles_needed = self.residency.needed_count();
@@ -348,6 +375,13 @@ impl VirtualTextures {
             for (tile, priority) in requests {
                 if self.loader.request(tile, priority, frame) {
                     out.requests += 1;
+                }
+            }
+            // Renew queued loads that are still wanted, so the loader's staleness rule
+            // cancels only requests that the feedback no longer asks for.
+            for tile in self.layout.with_ancestors(&needed) {
+                if self.loader.is_requested(tile) {
+                    self.loader.request(tile, 0, frame);
                 }
             }
         } else {
@@ -415,6 +449,57 @@ impl VirtualTextures {
     /// Call right after submitting the frame's encoder.
     pub fn after_submit(&mut self) {
         self.feedback.after_submit();
+    }
+
+    /// Changes the mip bias (positive = blurrier, fewer tiles) from the next frame on.
+    pub fn set_mip_bias(&mut self, bias: f32) {
+        self.config.mip_bias = bias;
+        for (p, _, _) in &mut self.params {
+            p.mip_bias = bias;
+        }
+    }
+
+    /// Changes the debug view (0 off, 1 mip colours, 2 fallback depth) from the next frame on.
+    pub fn set_debug_view(&mut self, view: u32) {
+        self.config.debug_view = view;
+        for (p, _, _) in &mut self.params {
+            p.debug = view;
+        }
+    }
+
+    /// Changes the most tiles uploaded per frame.
+    pub fn set_upload_budget(&mut self, tiles: usize) {
+        self.config.max_uploads_per_frame = tiles.max(1);
+        self.residency.set_upload_budget(tiles, self.config.max_upload_bytes_per_frame);
+    }
+
+    /// Changes the host cache budget, evicting least recently used tiles until it fits.
+    pub fn set_host_budget_mib(&mut self, mib: u32) {
+        self.config.host_cache_mib = mib;
+        self.cache.set_budget(u64::from(mib) << 20);
+    }
+
+    /// While frozen, arriving feedback is dropped: nothing new is requested, so the
+    /// resident set stays as it is while the camera moves (a debugging aid).
+    pub fn set_feedback_frozen(&mut self, frozen: bool) {
+        self.frozen = frozen;
+    }
+
+    /// Whether feedback is frozen.
+    pub fn feedback_frozen(&self) -> bool {
+        self.frozen
+    }
+
+    /// Evicts every unpinned tile from the VRAM pool; they stream in again.
+    pub fn flush_vram(&mut self) {
+        let before = self.residency.counters().evictions;
+        self.residency.flush();
+        self.total_evictions += self.residency.counters().evictions - before;
+    }
+
+    /// Empties the host cache; tiles are read from disk again.
+    pub fn flush_host_cache(&self) {
+        self.cache.clear();
     }
 
     /// Statistics of every tier.

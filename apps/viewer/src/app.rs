@@ -1,0 +1,714 @@
+//! The window, the GPU state and the frame loop: the scene and the overlay are drawn
+//! into an offscreen target of the window's size, which is blitted to the surface and
+//! read back for `--screenshot`.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use tessera::capture::{builtin_meshes, write_png};
+use tessera::core::Atlas;
+use tessera::core::camera::{Camera, CameraPath, PRESETS};
+use tessera::scene::{OffscreenTarget, SceneRenderer, TARGET_FORMAT};
+use tessera::{GpuContext, VirtualTextures, VtConfig};
+use tessera_egui::{
+    DebugView, FrameSample, History, OverlayControls, OverlayModel, ResidencySnapshot, overlay_ui,
+};
+use winit::application::ApplicationHandler;
+use winit::dpi::PhysicalSize;
+use winit::event::{ElementState, MouseButton, MouseScrollDelta, WindowEvent};
+use winit::event_loop::{ActiveEventLoop, ControlFlow, EventLoop};
+use winit::keyboard::{KeyCode, PhysicalKey};
+use winit::window::{Window, WindowId};
+
+use crate::Args;
+use crate::camera::{Mode, Rig};
+
+/// Keys and what they do, for the overlay's help panel.
+const KEYS: &[(&str, &str)] = &[
+    ("W A S D", "fly forward / left / back / right"),
+    ("Q E", "down / up"),
+    ("Shift", "move four times faster"),
+    ("right drag", "look around (fly) or turn around the pivot (orbit)"),
+    ("scroll", "zoom"),
+    ("O", "switch between fly and orbit"),
+    ("1 2 3 4", "presets: static, flyover, orbit, cut"),
+    ("C", "cut to the next view"),
+    ("P", "play the --camera path"),
+    ("V", "vsync on / off"),
+    ("H", "show / hide the overlay"),
+    ("F", "freeze feedback"),
+    ("M", "next debug view"),
+    ("Esc", "quit"),
+];
+
+/// Most tiles in a residency map drawn every frame; finer mips are left out.
+const MAX_MAP_TILES: u64 = 8192;
+
+const BLIT_WGSL: &str = r"
+@group(0) @binding(0) var src: texture_2d<f32>;
+
+@vertex
+fn vs_main(@builtin(vertex_index) i: u32) -> @builtin(position) vec4<f32> {
+    let p = vec2<f32>(f32((i << 1u) & 2u), f32(i & 2u));
+    return vec4<f32>(p * 2.0 - 1.0, 0.0, 1.0);
+}
+
+@fragment
+fn fs_main(@builtin(position) pos: vec4<f32>) -> @location(0) vec4<f32> {
+    return textureLoad(src, vec2<i32>(pos.xy), 0);
+}
+";
+
+/// The streamed atlas and the scene drawn with it.
+struct Scene {
+    vt: VirtualTextures,
+    renderer: SceneRenderer,
+    pool_mib: u32,
+}
+
+fn load_scene(ctx: &GpuContext, path: &Path, args: &Args, pool_mib: u32) -> Result<Scene> {
+    let atlas = Arc::new(Atlas::open(path).with_context(|| format!("opening atlas {}", path.display()))?);
+    let cfg = VtConfig {
+        pool_mib,
+        host_cache_mib: args.host_cache_mib,
+        max_uploads_per_frame: args.upload_budget.max(1),
+        mip_bias: args.mip_bias,
+        ..VtConfig::default()
+    };
+    let vt = VirtualTextures::new(ctx, atlas.clone(), cfg)
+        .with_context(|| format!("setting up virtual textures for {}", path.display()))?;
+    let renderer = SceneRenderer::new(ctx, &vt, &builtin_meshes(&atlas), TARGET_FORMAT);
+    Ok(Scene { vt, renderer, pool_mib })
+}
+
+/// Everything that needs the window: surface, device, targets, egui.
+struct Gfx {
+    window: Arc<Window>,
+    ctx: GpuContext,
+    surface: wgpu::Surface<'static>,
+    config: wgpu::SurfaceConfiguration,
+    view_format: wgpu::TextureFormat,
+    blit: wgpu::RenderPipeline,
+    blit_layout: wgpu::BindGroupLayout,
+    blit_group: wgpu::BindGroup,
+    target: OffscreenTarget,
+    scene: Scene,
+    pool_texture: egui::TextureId,
+    egui_ctx: egui::Context,
+    egui_state: egui_winit::State,
+    egui_renderer: egui_wgpu::Renderer,
+}
+
+impl Gfx {
+    fn new(window: Arc<Window>, atlas: &Path, args: &Args) -> Result<Self> {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_with_display_handle_from_env(
+            Box::new(window.clone()),
+        ));
+        let surface = instance.create_surface(window.clone()).context("creating the window surface")?;
+        let ctx = GpuContext::with_instance(instance, Some(&surface))?;
+        println!("adapter: {}", ctx.describe());
+        let size = window.inner_size();
+        let caps = surface.get_capabilities(&ctx.adapter);
+        let format = caps
+            .formats
+            .iter()
+            .copied()
+            .find(wgpu::TextureFormat::is_srgb)
+            .or_else(|| caps.formats.first().copied())
+            .context("the window surface supports no texture format")?;
+        let mut config = surface
+            .get_default_config(&ctx.adapter, size.width.max(1), size.height.max(1))
+            .context("the adapter cannot present to this window")?;
+        config.format = format;
+        // A linear surface format is viewed as sRGB so the blit writes encoded colour.
+        let view_format = format.add_srgb_suffix();
+        config.view_formats = if view_format == format { vec![] } else { vec![view_format] };
+        config.present_mode =
+            if args.no_vsync { wgpu::PresentMode::AutoNoVsync } else { wgpu::PresentMode::AutoVsync };
+        surface.configure(&ctx.device, &config);
+        let device = &ctx.device;
+        let blit_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("viewer blit"),
+            entries: &[wgpu::BindGroupLayoutEntry {
+                binding: 0,
+                visibility: wgpu::ShaderStages::FRAGMENT,
+                ty: wgpu::BindingType::Texture {
+                    sample_type: wgpu::TextureSampleType::Float { filterable: false },
+                    view_dimension: wgpu::TextureViewDimension::D2,
+                    multisampled: false,
+                },
+                count: None,
+            }],
+        });
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("viewer blit"),
+            source: wgpu::ShaderSource::Wgsl(BLIT_WGSL.into()),
+        });
+        let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("viewer blit"),
+            bind_group_layouts: &[Some(&blit_layout)],
+            immediate_size: 0,
+        });
+        let blit = device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
+            label: Some("viewer blit"),
+            layout: Some(&layout),
+            vertex: wgpu::VertexState {
+                module: &module,
+                entry_point: Some("vs_main"),
+                compilation_options: Default::default(),
+                buffers: &[],
+            },
+            primitive: Default::default(),
+            depth_stencil: None,
+            multisample: Default::default(),
+            fragment: Some(wgpu::FragmentState {
+                module: &module,
+                entry_point: Some("fs_main"),
+                compilation_options: Default::default(),
+                targets: &[Some(view_format.into())],
+            }),
+            multiview_mask: None,
+            cache: None,
+        });
+        let target = OffscreenTarget::new(device, config.width, config.height);
+        let blit_group = blit_group(device, &blit_layout, &target);
+        let scene = load_scene(&ctx, atlas, args, args.pool_mib)?;
+        let egui_ctx = egui::Context::default();
+        let egui_state = egui_winit::State::new(
+            egui_ctx.clone(),
+            egui::ViewportId::ROOT,
+            &window,
+            Some(window.scale_factor() as f32),
+            None,
+            Some(device.limits().max_texture_dimension_2d as usize),
+        );
+        let mut egui_renderer = egui_wgpu::Renderer::new(device, TARGET_FORMAT, Default::default());
+        let pool_texture =
+            egui_renderer.register_native_texture(device, scene.vt.pool().view(), wgpu::FilterMode::Linear);
+        Ok(Self {
+            window,
+            ctx,
+            surface,
+            config,
+            view_format,
+            blit,
+            blit_layout,
+            blit_group,
+            target,
+            scene,
+            pool_texture,
+            egui_ctx,
+            egui_state,
+            egui_renderer,
+        })
+    }
+
+    /// Replaces the scene, re-registering the pool thumbnail.
+    fn set_scene(&mut self, scene: Scene) {
+        self.egui_renderer.free_texture(&self.pool_texture);
+        self.pool_texture = self.egui_renderer.register_native_texture(
+            &self.ctx.device,
+            scene.vt.pool().view(),
+            wgpu::FilterMode::Linear,
+        );
+        self.scene = scene;
+    }
+
+    fn resize(&mut self, size: PhysicalSize<u32>) {
+        if size.width == 0 || size.height == 0 {
+            return;
+        }
+        self.config.width = size.width;
+        self.config.height = size.height;
+        self.surface.configure(&self.ctx.device, &self.config);
+        self.target = OffscreenTarget::new(&self.ctx.device, size.width, size.height);
+        self.blit_group = blit_group(&self.ctx.device, &self.blit_layout, &self.target);
+    }
+}
+
+fn blit_group(
+    device: &wgpu::Device,
+    layout: &wgpu::BindGroupLayout,
+    target: &OffscreenTarget,
+) -> wgpu::BindGroup {
+    device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("viewer blit"),
+        layout,
+        entries: &[wgpu::BindGroupEntry {
+            binding: 0,
+            resource: wgpu::BindingResource::TextureView(&target.color_view),
+        }],
+    })
+}
+
+/// The settings last applied to the engine, to notice changes in the overlay.
+#[derive(Clone, Copy, PartialEq)]
+struct Applied {
+    mip_bias: f32,
+    upload_budget: usize,
+    host_budget_mib: u32,
+    freeze: bool,
+    debug: DebugView,
+}
+
+impl Applied {
+    fn of(c: &OverlayControls) -> Self {
+        Self {
+            mip_bias: c.mip_bias,
+            upload_budget: c.upload_budget,
+            host_budget_mib: c.host_budget_mib,
+            freeze: c.freeze_feedback,
+            debug: c.debug_view,
+        }
+    }
+}
+
+/// The viewer's state across frames.
+struct App {
+    args: Args,
+    atlas: PathBuf,
+    gfx: Option<Gfx>,
+    path: CameraPath,
+    views: Vec<Camera>,
+    view: usize,
+    rig: Rig,
+    playing: Option<u32>,
+    keys_down: HashSet<KeyCode>,
+    looking: bool,
+    cursor: Option<(f64, f64)>,
+    vsync: bool,
+    overlay: bool,
+    controls: OverlayControls,
+    /// `None` after the scene was rebuilt: apply every control again.
+    applied: Option<Applied>,
+    history: History,
+    frame: u64,
+    start: Instant,
+    last_frame: Instant,
+    error: Option<anyhow::Error>,
+}
+
+/// Opens the window and runs until it closes (or the screenshot is written).
+pub(crate) fn run(args: Args) -> Result<ExitCode> {
+    let atlas = crate::resolve_atlas(args.input.as_deref())?;
+    let path = crate::camera_path(&args.camera)?;
+    let mut views: Vec<Camera> =
+        PRESETS.iter().filter_map(|p| CameraPath::preset(p)).map(|p| p.camera_at(0)).collect();
+    if let Some(cut) = CameraPath::preset("cut") {
+        views.push(cut.camera_at(cut.end_frame()));
+    }
+    let controls = OverlayControls::new(
+        args.pool_mib,
+        args.mip_bias,
+        args.upload_budget.max(1),
+        args.host_cache_mib,
+        KEYS,
+    );
+    let mut app = App {
+        rig: Rig::from_camera(&path.camera_at(0), Mode::Orbit),
+        atlas,
+        gfx: None,
+        path,
+        views,
+        view: 0,
+        playing: None,
+        keys_down: HashSet::new(),
+        looking: false,
+        cursor: None,
+        vsync: !args.no_vsync,
+        overlay: !args.no_overlay,
+        applied: None,
+        controls,
+        history: History::default(),
+        frame: 0,
+        start: Instant::now(),
+        last_frame: Instant::now(),
+        error: None,
+        args,
+    };
+    let event_loop = EventLoop::new()
+        .context("opening the display (no DISPLAY? run under `xvfb-run -a` for headless use)")?;
+    event_loop.set_control_flow(ControlFlow::Poll);
+    event_loop.run_app(&mut app).context("running the event loop")?;
+    match app.error {
+        Some(e) => Err(e),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+impl App {
+    fn fail(&mut self, event_loop: &ActiveEventLoop, e: anyhow::Error) {
+        self.error = Some(e);
+        event_loop.exit();
+    }
+
+    fn key_pressed(&mut self, event_loop: &ActiveEventLoop, key: KeyCode) {
+        match key {
+            KeyCode::Escape => event_loop.exit(),
+            KeyCode::Digit1 | KeyCode::Digit2 | KeyCode::Digit3 | KeyCode::Digit4 => {
+                let i = match key {
+                    KeyCode::Digit1 => 0,
+                    KeyCode::Digit2 => 1,
+                    KeyCode::Digit3 => 2,
+                    _ => 3,
+                };
+                self.jump_to_view(i);
+            }
+            KeyCode::KeyC => self.jump_to_view((self.view + 1) % self.views.len()),
+            KeyCode::KeyO => {
+                self.rig.mode = if self.rig.mode == Mode::Fly { Mode::Orbit } else { Mode::Fly };
+            }
+            KeyCode::KeyP => self.playing = Some(0),
+            KeyCode::KeyH => self.overlay = !self.overlay,
+            KeyCode::KeyF => self.controls.freeze_feedback = !self.controls.freeze_feedback,
+            KeyCode::KeyM => self.controls.debug_view = self.controls.debug_view.next(),
+            KeyCode::KeyV => {
+                self.vsync = !self.vsync;
+                if let Some(g) = &mut self.gfx {
+                    g.config.present_mode = if self.vsync {
+                        wgpu::PresentMode::AutoVsync
+                    } else {
+                        wgpu::PresentMode::AutoNoVsync
+                    };
+                    g.surface.configure(&g.ctx.device, &g.config);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn jump_to_view(&mut self, i: usize) {
+        if let Some(c) = self.views.get(i) {
+            self.view = i;
+            self.playing = None;
+            self.rig = Rig::from_camera(c, self.rig.mode);
+        }
+    }
+
+    fn move_rig(&mut self, dt: f32) {
+        let k = |c| if self.keys_down.contains(&c) { 1.0 } else { 0.0 };
+        let fast = if self.keys_down.contains(&KeyCode::ShiftLeft)
+            || self.keys_down.contains(&KeyCode::ShiftRight)
+        {
+            4.0
+        } else {
+            1.0
+        };
+        let right = k(KeyCode::KeyD) - k(KeyCode::KeyA);
+        let up = k(KeyCode::KeyE) - k(KeyCode::KeyQ);
+        let forward = k(KeyCode::KeyW) - k(KeyCode::KeyS);
+        if right != 0.0 || up != 0.0 || forward != 0.0 {
+            self.playing = None;
+            let s = 0.5 * fast * dt;
+            self.rig.translate(right * s, up * s, forward * s);
+        }
+    }
+
+    /// The camera of this frame: the path in screenshot mode or while playing, else the rig.
+    fn frame_camera(&mut self, dt: f32) -> Camera {
+        if self.args.screenshot.is_some() {
+            return self.path.camera_at(self.frame as u32);
+        }
+        self.move_rig(dt);
+        if let Some(f) = self.playing {
+            let c = self.path.camera_at(f);
+            self.rig = Rig::from_camera(&c, self.rig.mode);
+            self.playing = (f < self.path.end_frame()).then_some(f + 1);
+            return c;
+        }
+        self.rig.camera()
+    }
+
+    fn apply_controls(&mut self) {
+        let now = Applied::of(&self.controls);
+        let Some(g) = &mut self.gfx else { return };
+        // A new pool size rebuilds the scene once the slider is let go.
+        let dragging = g.egui_ctx.input(|i| i.pointer.any_down());
+        if self.controls.pool_mib != g.scene.pool_mib && !dragging {
+            match load_scene(&g.ctx, &self.atlas, &self.args, self.controls.pool_mib) {
+                Ok(scene) => {
+                    g.set_scene(scene);
+                    self.applied = None;
+                }
+                Err(e) => {
+                    eprintln!("cannot rebuild the pool at {} MiB: {e:#}", self.controls.pool_mib);
+                    self.controls.pool_mib = g.scene.pool_mib;
+                }
+            }
+        }
+        let vt = &mut g.scene.vt;
+        if Some(now) != self.applied {
+            vt.set_mip_bias(now.mip_bias);
+            vt.set_upload_budget(now.upload_budget);
+            vt.set_host_budget_mib(now.host_budget_mib);
+            vt.set_feedback_frozen(now.freeze);
+            vt.set_debug_view(now.debug.index());
+            self.applied = Some(now);
+        }
+        if std::mem::take(&mut self.controls.flush_vram) {
+            vt.flush_vram();
+        }
+        if std::mem::take(&mut self.controls.flush_host) {
+            vt.flush_host_cache();
+        }
+    }
+
+    /// Renders one frame; returns true when the screenshot was written and the viewer should exit.
+    fn redraw(&mut self) -> Result<bool> {
+        let Some(size) = self.gfx.as_ref().map(|g| g.window.inner_size()) else { return Ok(false) };
+        if size.width == 0 || size.height == 0 {
+            return Ok(false);
+        }
+        let now = Instant::now();
+        let dt = (now - self.last_frame).as_secs_f32();
+        self.last_frame = now;
+        let camera = self.frame_camera(dt.min(0.1));
+        self.apply_controls();
+        let Some(g) = &mut self.gfx else { return Ok(false) };
+        if (size.width, size.height) != g.target.size {
+            g.resize(size);
+        }
+        let frame = self.frame;
+        let stream = g.scene.vt.prepare(&g.ctx, frame);
+        g.scene.renderer.set_camera(&g.ctx.queue, &camera, size.width as f32 / size.height as f32);
+
+        let stats = g.scene.vt.stats();
+        self.history.push(
+            self.start.elapsed().as_secs_f64(),
+            &stats,
+            FrameSample {
+                frame_ms: f64::from(dt) * 1e3,
+                uploads: stream.uploads,
+                misses: stream.misses,
+                host_hit_rate: stats.host_hit_rate(),
+            },
+        );
+        let raw = g.egui_state.take_egui_input(&g.window);
+        let overlay = self.overlay;
+        let (w, h) = g.scene.vt.pool().texels();
+        self.controls.pool_thumbnail = Some((g.pool_texture, [w, h]));
+        let (controls, history) = (&mut self.controls, &self.history);
+        let vt = &g.scene.vt;
+        let mut full = g.egui_ctx.run_ui(raw, |ui| {
+            if !overlay {
+                return;
+            }
+            let layout = vt.atlas().layers()[0].layout;
+            let residency = vt.residency();
+            let snapshot = ResidencySnapshot::build(
+                &layout,
+                0,
+                residency.resident_tiles().map(|(t, _)| t),
+                residency.requested_tiles(),
+                vt.host_cache().resident_tiles(),
+                MAX_MAP_TILES,
+            );
+            let model = OverlayModel::from_stats(&stats, snapshot, history);
+            egui::Panel::right("tessera overlay").default_size(340.0).show(ui, |ui| {
+                egui::ScrollArea::vertical().show(ui, |ui| overlay_ui(ui, &model, controls));
+            });
+        });
+        g.egui_state.handle_platform_output(&g.window, full.platform_output);
+        let ppp = full.pixels_per_point;
+        let jobs = g.egui_ctx.tessellate(full.shapes, ppp);
+        let screen =
+            egui_wgpu::ScreenDescriptor { size_in_pixels: [size.width, size.height], pixels_per_point: ppp };
+        let (device, queue) = (&g.ctx.device, &g.ctx.queue);
+        for (id, deltas) in full.textures_delta.set.drain() {
+            for d in &deltas {
+                g.egui_renderer.update_texture(device, queue, id, d);
+            }
+        }
+
+        let mut encoder =
+            device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("viewer frame") });
+        g.scene.vt.begin_frame(&mut encoder);
+        g.scene.renderer.draw_vt(&mut encoder, &g.target.color_view, &g.target.depth_view, &g.scene.vt, None);
+        g.scene.vt.end_frame(&mut encoder, frame);
+        let egui_cmds = g.egui_renderer.update_buffers(device, queue, &mut encoder, &jobs, &screen);
+        {
+            let pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
+                label: Some("overlay"),
+                color_attachments: &[Some(wgpu::RenderPassColorAttachment {
+                    view: &g.target.color_view,
+                    depth_slice: None,
+                    resolve_target: None,
+                    ops: wgpu::Operations { load: wgpu::LoadOp::Load, store: wgpu::StoreOp::Store },
+                })],
+                depth_stencil_attachment: None,
+                timestamp_writes: None,
+                occlusion_query_set: None,
+                multiview_mask: None,
+            });
+            g.egui_renderer.render(&mut pass.forget_lifetime(), &jobs, &screen);
+        }
+        let last = self.args.screenshot.is_some() && frame + 1 >= u64::from(self.args.frames.max(1));
+        if last {
+            g.target.copy_out(&mut encoder);
+        }
+        let mut reconfigure = false;
+        let surface_texture = match g.surface.get_current_texture() {
+            wgpu::CurrentSurfaceTexture::Success(t) => Some(t),
+            wgpu::CurrentSurfaceTexture::Suboptimal(t) => {
+                reconfigure = true;
+                Some(t)
+            }
+            wgpu::CurrentSurfaceTexture::Lost => {
+                g.surface = g
+                    .ctx
+                    .instance
+                    .create_surface(g.window.clone())
+                    .context("recreating the lost window surface")?;
+                g.surface.configure(device, &g.config);
+                None
+            }
+            wgpu::CurrentSurfaceTexture::Outdated => {
+                g.surface.configure(device, &g.config);
+                None
+            }
+            // Timeout, occluded: skip presenting this frame; the scene still streams.
+            _ => None,
+        };
+        if let Some(t) = &surface_texture {
+            let view = t.texture.create_view(&wgpu::TextureViewDescriptor {
+                format: Some(g.view_format),
+                ..Default::default()
+            });
+            let mut pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
+                label: Some("blit to surface"),
+                color_attachments: &[Some(wgpu::RenderPassColorAttachment {
+                    view: &view,
+                    depth_slice: None,
+                    resolve_target: None,
+                    ops: wgpu::Operations {
+                        load: wgpu::LoadOp::Clear(wgpu::Color::BLACK),
+                        store: wgpu::StoreOp::Store,
+                    },
+                })],
+                depth_stencil_attachment: None,
+                timestamp_writes: None,
+                occlusion_query_set: None,
+                multiview_mask: None,
+            });
+            pass.set_pipeline(&g.blit);
+            pass.set_bind_group(0, &g.blit_group, &[]);
+            pass.draw(0..3, 0..1);
+        }
+        queue.submit(egui_cmds.into_iter().chain([encoder.finish()]));
+        g.scene.vt.after_submit();
+        if let Some(t) = surface_texture {
+            queue.present(t);
+        }
+        if reconfigure {
+            g.surface.configure(device, &g.config);
+        }
+        for id in full.textures_delta.free.drain() {
+            g.egui_renderer.free_texture(&id);
+        }
+        self.frame += 1;
+        if last && let Some(path) = &self.args.screenshot {
+            let rgba = g.target.read(device)?;
+            write_png(path, g.target.size, &rgba).with_context(|| format!("writing {}", path.display()))?;
+            println!("screenshot after {} frames written to {}", self.frame, path.display());
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}
+
+impl ApplicationHandler for App {
+    fn resumed(&mut self, event_loop: &ActiveEventLoop) {
+        if self.gfx.is_some() {
+            return;
+        }
+        let name = self.atlas.file_stem().map_or(String::new(), |s| s.to_string_lossy().into_owned());
+        let attrs = Window::default_attributes()
+            .with_title(format!("Tessera viewer: {name}"))
+            .with_inner_size(PhysicalSize::new(self.args.size.0, self.args.size.1));
+        let result = event_loop
+            .create_window(attrs)
+            .context("creating the window")
+            .and_then(|w| Gfx::new(Arc::new(w), &self.atlas, &self.args));
+        match result {
+            Ok(g) => {
+                g.window.request_redraw();
+                self.gfx = Some(g);
+            }
+            Err(e) => self.fail(event_loop, e),
+        }
+    }
+
+    fn window_event(&mut self, event_loop: &ActiveEventLoop, _id: WindowId, event: WindowEvent) {
+        let Some(g) = &mut self.gfx else { return };
+        let consumed = g.egui_state.on_window_event(&g.window, &event).consumed;
+        match event {
+            WindowEvent::CloseRequested => event_loop.exit(),
+            WindowEvent::Resized(size) => g.resize(size),
+            WindowEvent::RedrawRequested => match self.redraw() {
+                Ok(true) => event_loop.exit(),
+                Ok(false) => {}
+                Err(e) => self.fail(event_loop, e),
+            },
+            WindowEvent::KeyboardInput { event, .. } => {
+                let PhysicalKey::Code(code) = event.physical_key else { return };
+                if event.state == ElementState::Released {
+                    self.keys_down.remove(&code);
+                } else if !consumed && !g.egui_ctx.egui_wants_keyboard_input() {
+                    if !event.repeat {
+                        self.key_pressed(event_loop, code);
+                    }
+                    self.keys_down.insert(code);
+                }
+            }
+            WindowEvent::MouseInput { button: MouseButton::Right, state, .. } => {
+                self.looking = state == ElementState::Pressed && !consumed;
+            }
+            WindowEvent::CursorMoved { position, .. } => {
+                if self.looking
+                    && let Some((x, y)) = self.cursor
+                {
+                    self.playing = None;
+                    self.rig.drag((position.x - x) as f32, (position.y - y) as f32);
+                }
+                self.cursor = Some((position.x, position.y));
+            }
+            WindowEvent::MouseWheel { delta, .. } if !consumed => {
+                let steps = match delta {
+                    MouseScrollDelta::LineDelta(_, y) => y,
+                    MouseScrollDelta::PixelDelta(p) => p.y as f32 / 40.0,
+                };
+                self.playing = None;
+                self.rig.zoom(steps);
+            }
+            WindowEvent::DroppedFile(path) => {
+                let loaded = crate::resolve_atlas(Some(&path)).and_then(|a| {
+                    let scene = load_scene(&g.ctx, &a, &self.args, self.controls.pool_mib)?;
+                    Ok((a, scene))
+                });
+                match loaded {
+                    Ok((a, scene)) => {
+                        g.set_scene(scene);
+                        g.window.set_title(&format!(
+                            "Tessera viewer: {}",
+                            a.file_stem().map_or(String::new(), |s| s.to_string_lossy().into_owned())
+                        ));
+                        self.atlas = a;
+                        self.applied = None;
+                    }
+                    Err(e) => eprintln!("cannot open {}: {e:#}", path.display()),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn about_to_wait(&mut self, _event_loop: &ActiveEventLoop) {
+        if let Some(g) = &self.gfx {
+            g.window.request_redraw();
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! egui widgets that draw an [`OverlayModel`]: tier panels, per-mip residency maps,
+//! rolling plots, the controls the application applies, and a help panel of keys.
+
+use egui::{Color32, ColorImage, RichText, TextureHandle, TextureOptions};
+use egui_plot::{Line, Plot};
+
+use crate::model::{OverlayModel, TileState};
+
+/// The renderer's debug views, as the overlay's selector offers them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DebugView {
+    /// The texture as it is.
+    #[default]
+    Off,
+    /// Each mip level tinted with its own colour.
+    MipColours,
+    /// How many mips coarser than wanted the sampled tile is.
+    FallbackDepth,
+}
+
+impl DebugView {
+    /// The value of `VtConfig::debug_view` for this view.
+    pub fn index(self) -> u32 {
+        match self {
+            Self::Off => 0,
+            Self::MipColours => 1,
+            Self::FallbackDepth => 2,
+        }
+    }
+
+    /// Name shown in the selector.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::MipColours => "mip colours",
+            Self::FallbackDepth => "fallback depth",
+        }
+    }
+
+    /// The next view, wrapping around (for a key that cycles views).
+    pub fn next(self) -> Self {
+        match self {
+            Self::Off => Self::MipColours,
+            Self::MipColours => Self::FallbackDepth,
+            Self::FallbackDepth => Self::Off,
+        }
+    }
+}
+
+/// What the user set in the overlay; the application applies it to the engine.
+///
+/// `flush_vram` and `flush_host` are one-shot requests: the application acts on them
+/// and sets them back to `false`.
+#[derive(Default)]
+pub struct OverlayControls {
+    /// Added to every level of detail.
+    pub mip_bias: f32,
+    /// Most tiles uploaded per frame.
+    pub upload_budget: usize,
+    /// Host cache budget, MiB.
+    pub host_budget_mib: u32,
+    /// Drop arriving feedback so nothing new streams.
+    pub freeze_feedback: bool,
+    /// Debug view of the scene.
+    pub debug_view: DebugView,
+    /// Evict every unpinned tile from VRAM (one-shot).
+    pub flush_vram: bool,
+    /// Empty the host cache (one-shot).
+    pub flush_host: bool,
+    /// VRAM pool size, MiB; changing it rebuilds the pool (the application decides when).
+    pub pool_mib: u32,
+    /// The physical pool texture registered with egui and its size in texels, for a
+    /// live thumbnail (the application registers it).
+    pub pool_thumbnail: Option<(egui::TextureId, [u32; 2])>,
+    /// Keys and what they do, listed in the help panel.
+    pub keys: Vec<(String, String)>,
+    maps: Vec<TextureHandle>,
+}
+
+impl std::fmt::Debug for OverlayControls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OverlayControls")
+            .field("pool_mib", &self.pool_mib)
+            .field("mip_bias", &self.mip_bias)
+            .field("upload_budget", &self.upload_budget)
+            .field("host_budget_mib", &self.host_budget_mib)
+            .field("freeze_feedback", &self.freeze_feedback)
+            .field("debug_view", &self.debug_view)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OverlayControls {
+    /// Controls starting from the engine's current settings, with the application's keys.
+    pub fn new(
+        pool_mib: u32,
+        mip_bias: f32,
+        upload_budget: usize,
+        host_budget_mib: u32,
+        keys: &[(&str, &str)],
+    ) -> Self {
+        Self {
+            pool_mib,
+            mip_bias,
+            upload_budget,
+            host_budget_mib,
+            keys: keys.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            ..Self::default()
+        }
+    }
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1u32 << 20)
+}
+
+fn color(state: TileState) -> Color32 {
+    let [r, g, b, a] = state.color();
+    Color32::from_rgba_unmultiplied(r, g, b, a)
+}
+
+/// Draws the overlay into `ui`: tier panels, residency maps, plots, controls, help.
+pub fn overlay_ui(ui: &mut egui::Ui, model: &OverlayModel, controls: &mut OverlayControls) {
+    egui::CollapsingHeader::new(RichText::new("Tiers").strong()).default_open(true).show(ui, |ui| {
+        tiers_ui(ui, model);
+        if let Some((id, [w, h])) = controls.pool_thumbnail {
+            ui.label("physical pool");
+            let width = (ui.available_width() - 8.0).clamp(32.0, 320.0);
+            ui.image((id, egui::vec2(width, width * h as f32 / w.max(1) as f32)));
+        }
+    });
+    egui::CollapsingHeader::new(
+        RichText::new(format!("Residency, layer {}", model.residency.layer)).strong(),
+    )
+    .default_open(true)
+    .show(ui, |ui| residency_ui(ui, model, controls));
+    egui::CollapsingHeader::new(RichText::new("Plots").strong()).default_open(true).show(ui, |ui| {
+        plots_ui(ui, model);
+    });
+    egui::CollapsingHeader::new(RichText::new("Controls").strong()).default_open(true).show(ui, |ui| {
+        controls_ui(ui, controls);
+    });
+    egui::CollapsingHeader::new(RichText::new("Help").strong()).default_open(false).show(ui, |ui| {
+        egui::Grid::new("tessera keys").num_columns(2).striped(true).show(ui, |ui| {
+            for (k, v) in &controls.keys {
+                ui.monospace(k);
+                ui.label(v);
+                ui.end_row();
+            }
+        });
+    });
+}
+
+fn tiers_ui(ui: &mut egui::Ui, m: &OverlayModel) {
+    ui.label(RichText::new("VRAM pool").color(color(TileState::Vram)));
+    ui.add(egui::ProgressBar::new(m.vram_fill() as f32).text(format!(
+        "{} / {} slots, {:.1} MiB",
+        m.vram_slots_used,
+        m.vram_slots_total,
+        mib(m.vram_bytes)
+    )));
+    ui.label(format!("{:.0} uploads/s, {:.0} evictions/s", m.uploads_per_s, m.evictions_per_s));
+    ui.separator();
+    ui.label(RichText::new("Host cache").color(color(TileState::Host)));
+    ui.add(egui::ProgressBar::new(m.host_fill().min(1.0) as f32).text(format!(
+        "{} tiles, {:.1} / {:.0} MiB",
+        m.host_tiles,
+        mib(m.host_bytes),
+        mib(m.host_budget_bytes)
+    )));
+    ui.label(format!("hit rate {:.1}%", 100.0 * m.host_hit_rate));
+    ui.separator();
+    ui.label(RichText::new("Disk (atlas)").color(Color32::GRAY));
+    ui.label(format!(
+        "{} tiles, {:.1} MiB, {:.0} reads/s{}",
+        m.disk_tiles,
+        mib(m.disk_bytes),
+        m.reads_per_s,
+        if m.failed_loads > 0 { format!(", {} failed", m.failed_loads) } else { String::new() }
+    ));
+}
+
+fn residency_ui(ui: &mut egui::Ui, m: &OverlayModel, controls: &mut OverlayControls) {
+    ui.horizontal_wrapped(|ui| {
+        for s in TileState::ALL {
+            let (rect, _) = ui.allocate_exact_size(egui::vec2(10.0, 10.0), egui::Sense::hover());
+            ui.painter().rect_filled(rect, 2.0, color(s));
+            ui.label(s.label());
+        }
+    });
+    let width = (ui.available_width() - 8.0).max(32.0);
+    for (i, map) in m.residency.mips.iter().enumerate() {
+        let image =
+            ColorImage::from_rgba_unmultiplied([map.tiles_x as usize, map.tiles_y as usize], &map.rgba());
+        if let Some(h) = controls.maps.get_mut(i) {
+            h.set(image, TextureOptions::NEAREST);
+        } else {
+            let h = ui.ctx().load_texture(format!("tessera residency {i}"), image, TextureOptions::NEAREST);
+            controls.maps.push(h);
+        }
+        let scale = (width / map.tiles_x as f32).min(12.0);
+        let size = egui::vec2(map.tiles_x as f32 * scale, map.tiles_y as f32 * scale);
+        ui.label(format!(
+            "mip {}: {}×{} tiles, {} in VRAM, {} in flight",
+            map.mip,
+            map.tiles_x,
+            map.tiles_y,
+            map.count(TileState::Vram),
+            map.count(TileState::InFlight)
+        ));
+        ui.image((controls.maps[i].id(), size));
+    }
+}
+
+fn plot(ui: &mut egui::Ui, id: &str, name: &str, values: &[f64], color: Color32) {
+    let last = values.last().copied().unwrap_or(0.0);
+    ui.label(format!("{name}: {last:.1}"));
+    let points: Vec<[f64; 2]> = values.iter().enumerate().map(|(i, v)| [i as f64, *v]).collect();
+    Plot::new(id)
+        .height(60.0)
+        .show_axes([false, true])
+        .allow_drag(false)
+        .allow_zoom(false)
+        .allow_scroll(false)
+        .allow_boxed_zoom(false)
+        .include_y(0.0)
+        .show(ui, |p| p.line(Line::new(name, points).color(color)));
+}
+
+fn plots_ui(ui: &mut egui::Ui, m: &OverlayModel) {
+    plot(ui, "tessera frame ms", "frame ms", &m.frame_ms, Color32::LIGHT_GRAY);
+    plot(ui, "tessera uploads", "uploads / frame", &m.uploads, color(TileState::Vram));
+    plot(ui, "tessera misses", "misses / frame", &m.misses, color(TileState::InFlight));
+    plot(ui, "tessera hit rate", "host hit rate %", &m.hit_rate_pct, color(TileState::Host));
+}
+
+fn controls_ui(ui: &mut egui::Ui, c: &mut OverlayControls) {
+    ui.add(egui::Slider::new(&mut c.pool_mib, 4..=1024).logarithmic(true).text("pool MiB"));
+    ui.add(egui::Slider::new(&mut c.mip_bias, -2.0..=4.0).text("mip bias"));
+    ui.add(egui::Slider::new(&mut c.upload_budget, 1..=1024).logarithmic(true).text("uploads / frame"));
+    ui.add(egui::Slider::new(&mut c.host_budget_mib, 16..=4096).logarithmic(true).text("host MiB"));
+    ui.checkbox(&mut c.freeze_feedback, "freeze feedback");
+    egui::ComboBox::from_label("debug view").selected_text(c.debug_view.label()).show_ui(ui, |ui| {
+        for v in [DebugView::Off, DebugView::MipColours, DebugView::FallbackDepth] {
+            ui.selectable_value(&mut c.debug_view, v, v.label());
+        }
+    });
+    ui.horizontal(|ui| {
+        if ui.button("flush VRAM").clicked() {
+            c.flush_vram = true;
+        }
+        if ui.button("flush host cache").clicked() {
+            c.flush_host = true;
+        }
+    });
+}
