@@ -22,6 +22,16 @@ pub fn wgpu_format(target: TargetFormat) -> wgpu::TextureFormat {
     }
 }
 
+/// The slot grid (across, down) of a `mib` MiB pool of `slot_bytes` slots whose sides
+/// hold at most `max_side` slots: as square as possible, at most 2^24 slots.
+pub fn slot_grid(mib: u32, slot_bytes: u64, max_side: u32) -> (u32, u32) {
+    let wanted = (u64::from(mib) << 20) / slot_bytes.max(1);
+    let n = wanted.min(u64::from(max_side).pow(2)).min(1 << 24);
+    let slots_x = ((n as f64).sqrt().ceil() as u32).clamp(1, max_side.max(1));
+    let slots_y = ((n / u64::from(slots_x)) as u32).clamp(1, max_side.max(1));
+    (slots_x, slots_y)
+}
+
 /// What the adapter's device can sample, for [`tessera_core::pool_format::select`].
 pub fn format_support(device: &wgpu::Device) -> tessera_core::pool_format::FormatSupport {
     let f = device.features();
@@ -59,16 +69,13 @@ impl TilePool {
         let slot_bytes = target.bytes_per_tile(slot_texels) as u64;
         let wanted = (u64::from(mib) << 20) / slot_bytes;
         let max_side = device.limits().max_texture_dimension_2d / slot_texels;
-        let max_slots = u64::from(max_side).pow(2).min(1 << 24);
         if wanted < 2 {
             return Err(RenderError::Config(format!(
                 "a {mib} MiB pool holds fewer than 2 tiles of {slot_texels}² texels; give at least {} MiB",
                 (2 * slot_bytes).div_ceil(1 << 20)
             )));
         }
-        let n = wanted.min(max_slots);
-        let slots_x = ((n as f64).sqrt().ceil() as u32).clamp(1, max_side);
-        let slots_y = ((n / u64::from(slots_x)) as u32).clamp(1, max_side);
+        let (slots_x, slots_y) = slot_grid(mib, slot_bytes, max_side);
         let size = wgpu::Extent3d {
             width: slots_x * slot_texels,
             height: slots_y * slot_texels,

@@ -68,11 +68,9 @@ pub struct StreamReport {
 /// least `slots` slots of `slot_bytes`, or as many as `max_side × max_side` allows.
 pub fn pool_mib_for(slots: u64, slot_bytes: u64, max_side: u32) -> u32 {
     let fits = |mib: u64| {
-        let wanted = (mib << 20) / slot_bytes;
-        let n = wanted.min(u64::from(max_side).pow(2)).min(1 << 24);
-        let sx = ((n as f64).sqrt().ceil() as u64).clamp(1, u64::from(max_side));
-        let sy = (n / sx).clamp(1, u64::from(max_side));
-        sx * sy >= slots.max(2) || sx * sy >= u64::from(max_side).pow(2)
+        let (sx, sy) = crate::pool::slot_grid(mib.min(u64::from(u32::MAX)) as u32, slot_bytes, max_side);
+        let n = u64::from(sx) * u64::from(sy);
+        n >= slots.max(2) || n >= u64::from(max_side).pow(2)
     };
     let mut mib = (slots.max(2) * slot_bytes).div_ceil(1 << 20).max(1);
     while !fits(mib) && mib < u64::from(u32::MAX) {
@@ -185,9 +183,8 @@ mod tests {
 
     /// Mirrors the slot grid [`TilePool::new`] makes of `mib`.
     fn slots(mib: u32, slot_bytes: u64, max_side: u32) -> u64 {
-        let n = ((u64::from(mib) << 20) / slot_bytes).min(u64::from(max_side).pow(2));
-        let sx = ((n as f64).sqrt().ceil() as u64).clamp(1, u64::from(max_side));
-        sx * (n / sx).clamp(1, u64::from(max_side))
+        let (sx, sy) = crate::pool::slot_grid(mib, slot_bytes, max_side);
+        u64::from(sx) * u64::from(sy)
     }
 
     #[test]
