@@ -9,6 +9,11 @@
 //       (GPU feedback). Call it in uniform control flow: it takes derivatives of uv.
 //   vt_sample_grad(uv, ddx_uv, ddy_uv, frag_coord) -> vec4<f32>
 //       The same with explicit derivatives, usable anywhere.
+//   vt_sample_layers(uv, ddx_uv, ddy_uv, frag_coord, max_lod) -> VtLayers
+//       For a stacked atlas (albedo, normal, roughness-metal... sharing one page table):
+//       one page-table lookup, then the same texel of every layer's pool (l0, l1, l2;
+//       a layer the atlas lacks repeats layer 0). The level of detail is limited to
+//       `max_lod`, e.g. the coarsest mip at which a packed texture still owns whole tiles.
 //
 // Page-table entry (one u32 per tile, indexed like the atlas' tile index):
 //   bits 0..11 slot x, 12..23 slot y, 24..28 mip of the tile held in that slot
@@ -26,7 +31,7 @@ struct VtParams {
     feedback_mask: u32,       // a pixel records feedback when (xy & mask) == phase
     feedback_phase: u32,      // phase x | phase y << 8, rotated every frame
     wrap: u32,                // 0 clamp, 1 repeat
-    debug: u32,               // 0 off, 1 mip colours, 2 fallback depth
+    debug: u32,               // 0 off, 1 mip colours, 2 fallback depth, 3 tile borders
     _pad0: u32,
     _pad1: u32,
     mips: array<vec4<u32>, 20>, // per mip: (first entry, tiles across, tiles down, 0)
@@ -37,6 +42,25 @@ struct VtParams {
 @group(1) @binding(2) var<storage, read_write> vt_feedback: array<atomic<u32>>;
 @group(1) @binding(3) var vt_pool: texture_2d<f32>;
 @group(1) @binding(4) var vt_pool_sampler: sampler;
+@group(1) @binding(5) var vt_pool1: texture_2d<f32>;
+@group(1) @binding(6) var vt_pool2: texture_2d<f32>;
+
+// Filtered texels of up to three stacked layers at one virtual position.
+struct VtLayers {
+    l0: vec4<f32>,
+    l1: vec4<f32>,
+    l2: vec4<f32>,
+}
+
+// Where one filtered sample reads the pool: the tap centre in pool texels, the
+// anisotropic axis (in pool texels) and the tap count; `valid` is false for an
+// unmapped page-table entry.
+struct VtTap {
+    centre: vec2<f32>,
+    axis: vec2<f32>,
+    n: f32,
+    valid: bool,
+}
 
 fn vt_address(uv: vec2<f32>) -> vec2<f32> {
     if vt.wrap == 1u {
@@ -60,14 +84,14 @@ fn vt_entry_index(uv: vec2<f32>, m: u32) -> u32 {
 
 // Level of detail and anisotropic tap count, as the Vulkan specification describes
 // anisotropic filtering: n = min(ceil(major / minor), max_aniso), lod = log2(major / n).
-fn vt_lod(gx: vec2<f32>, gy: vec2<f32>) -> vec2<f32> {
+fn vt_lod(gx: vec2<f32>, gy: vec2<f32>, max_lod: f32) -> vec2<f32> {
     let lx = length(gx * vt.size);
     let ly = length(gy * vt.size);
     let major = max(max(lx, ly), 1e-8);
     let minor = max(min(lx, ly), 1e-8);
     let n = clamp(ceil(major / minor), 1.0, vt.max_aniso);
     let lod = log2(major / n) + vt.mip_bias;
-    return vec2<f32>(clamp(lod, 0.0, f32(vt.mip_count - 1u)), n);
+    return vec2<f32>(clamp(lod, 0.0, min(f32(vt.mip_count - 1u), max_lod)), n);
 }
 
 fn vt_mark(uv: vec2<f32>, m: u32, frag: vec4<f32>) {
@@ -86,16 +110,16 @@ fn vt_mark(uv: vec2<f32>, m: u32, frag: vec4<f32>) {
     }
 }
 
-// Sample of mip `m` (or of its nearest resident ancestor): bilinear, or `n` bilinear
-// taps along the footprint's major axis for anisotropic filtering. The pool sampler is
-// plain bilinear; doing anisotropy here keeps every tap inside the tile's border
-// (with n <= 4 the taps stay within half the footprint, under 4 texels of the centre)
-// and is fast on software rasterisers too.
-fn vt_sample_level(uv: vec2<f32>, m: u32, gx: vec2<f32>, gy: vec2<f32>, n: f32) -> vec4<f32> {
+// Where mip `m` (or its nearest resident ancestor) is read for `uv`: bilinear, or `n`
+// bilinear taps along the footprint's major axis for anisotropic filtering. The pool
+// sampler is plain bilinear; doing anisotropy here keeps every tap inside the tile's
+// border (with n <= 4 the taps stay within half the footprint, under 4 texels of the
+// centre) and is fast on software rasterisers too.
+fn vt_locate(uv: vec2<f32>, m: u32, gx: vec2<f32>, gy: vec2<f32>, n: f32) -> VtTap {
+    var tap: VtTap;
     let e = vt_page_table[vt_entry_index(uv, m)];
-    if (e & 0x80000000u) == 0u {
-        return vec4<f32>(0.0, 0.0, 0.0, 1.0);
-    }
+    tap.valid = (e & 0x80000000u) != 0u;
+    tap.n = n;
     let slot = vec2<f32>(f32(e & 0xfffu), f32((e >> 12u) & 0xfffu));
     let rm = (e >> 24u) & 0x1fu;
     let scale = exp2(-f32(rm));
@@ -103,10 +127,7 @@ fn vt_sample_level(uv: vec2<f32>, m: u32, gx: vec2<f32>, gy: vec2<f32>, n: f32) 
     let origin = vec2<f32>(vt_tile_at(uv, rm)) * vt.tile;
     let local = clamp(p - origin, vec2<f32>(0.0), vec2<f32>(vt.tile));
     let padded = vt.tile + 2.0 * vt.border;
-    let centre = slot * padded + vt.border + local;
-    if n <= 1.0 {
-        return textureSampleLevel(vt_pool, vt_pool_sampler, centre / vt.pool_texels, 0.0);
-    }
+    tap.centre = slot * padded + vt.border + local;
     // Major axis of the footprint in texels of the resident mip, limited to the border.
     var axis = gx * vt.size * scale;
     let ay = gy * vt.size * scale;
@@ -118,13 +139,29 @@ fn vt_sample_level(uv: vec2<f32>, m: u32, gx: vec2<f32>, gy: vec2<f32>, n: f32) 
     if len > limit {
         axis = axis * (limit / len);
     }
-    var sum = vec4<f32>(0.0);
-    let taps = u32(n);
-    for (var i = 0u; i < taps; i = i + 1u) {
-        let t = (f32(i) + 0.5) / n - 0.5;
-        sum = sum + textureSampleLevel(vt_pool, vt_pool_sampler, (centre + axis * t) / vt.pool_texels, 0.0);
+    tap.axis = axis;
+    return tap;
+}
+
+// The filtered texel of one pool at a located sample.
+fn vt_fetch(pool: texture_2d<f32>, tap: VtTap) -> vec4<f32> {
+    if !tap.valid {
+        return vec4<f32>(0.0, 0.0, 0.0, 1.0);
     }
-    return sum / n;
+    if tap.n <= 1.0 {
+        return textureSampleLevel(pool, vt_pool_sampler, tap.centre / vt.pool_texels, 0.0);
+    }
+    var sum = vec4<f32>(0.0);
+    let taps = u32(tap.n);
+    for (var i = 0u; i < taps; i = i + 1u) {
+        let t = (f32(i) + 0.5) / tap.n - 0.5;
+        sum = sum + textureSampleLevel(pool, vt_pool_sampler, (tap.centre + tap.axis * t) / vt.pool_texels, 0.0);
+    }
+    return sum / tap.n;
+}
+
+fn vt_sample_level(uv: vec2<f32>, m: u32, gx: vec2<f32>, gy: vec2<f32>, n: f32) -> vec4<f32> {
+    return vt_fetch(vt_pool, vt_locate(uv, m, gx, gy, n));
 }
 
 fn vt_debug_colour(m: u32) -> vec3<f32> {
@@ -135,9 +172,31 @@ fn vt_debug_colour(m: u32) -> vec3<f32> {
     return palette[m % 8u];
 }
 
+// The debug views applied to a filtered colour (see VtParams::debug).
+fn vt_debug(c: vec4<f32>, uv: vec2<f32>, m0: u32, gx: vec2<f32>, gy: vec2<f32>) -> vec4<f32> {
+    if vt.debug == 1u {
+        return vec4<f32>(mix(c.rgb, vt_debug_colour(m0), 0.5), c.a);
+    } else if vt.debug == 2u {
+        let rm = (vt_page_table[vt_entry_index(uv, m0)] >> 24u) & 0x1fu;
+        return vec4<f32>(mix(c.rgb, vt_debug_colour(rm - m0), 0.6), c.a);
+    } else if vt.debug == 3u {
+        // Payload edges of the tiles of mip m0, about one pixel wide whatever the zoom,
+        // coloured by how many mips the page table had to fall back.
+        let scale = exp2(-f32(m0));
+        let p = uv * vt.size * scale / vt.tile;
+        let d = min(fract(p), vec2<f32>(1.0) - fract(p));
+        let per_pixel = max(length(gx * vt.size * scale), length(gy * vt.size * scale)) / vt.tile;
+        if min(d.x, d.y) < max(per_pixel, 1e-6) {
+            let rm = (vt_page_table[vt_entry_index(uv, m0)] >> 24u) & 0x1fu;
+            return vec4<f32>(vt_debug_colour(rm - m0), c.a);
+        }
+    }
+    return c;
+}
+
 fn vt_sample_grad(uv_in: vec2<f32>, gx: vec2<f32>, gy: vec2<f32>, frag: vec4<f32>) -> vec4<f32> {
     let uv = vt_address(uv_in);
-    let lod_n = vt_lod(gx, gy);
+    let lod_n = vt_lod(gx, gy, f32(vt.mip_count));
     let lod = lod_n.x;
     let m0 = u32(floor(lod));
     let f = lod - f32(m0);
@@ -146,13 +205,29 @@ fn vt_sample_grad(uv_in: vec2<f32>, gx: vec2<f32>, gy: vec2<f32>, frag: vec4<f32
     if f > 0.0 && m0 + 1u < vt.mip_count {
         c = mix(c, vt_sample_level(uv, m0 + 1u, gx, gy, lod_n.y), f);
     }
-    if vt.debug == 1u {
-        c = vec4<f32>(mix(c.rgb, vt_debug_colour(m0), 0.5), c.a);
-    } else if vt.debug == 2u {
-        let rm = (vt_page_table[vt_entry_index(uv, m0)] >> 24u) & 0x1fu;
-        c = vec4<f32>(mix(c.rgb, vt_debug_colour(rm - m0), 0.6), c.a);
+    return vt_debug(c, uv, m0, gx, gy);
+}
+
+fn vt_sample_layers(uv_in: vec2<f32>, gx: vec2<f32>, gy: vec2<f32>, frag: vec4<f32>, max_lod: f32) -> VtLayers {
+    let uv = vt_address(uv_in);
+    let lod_n = vt_lod(gx, gy, max_lod);
+    let lod = lod_n.x;
+    let m0 = u32(floor(lod));
+    let f = lod - f32(m0);
+    vt_mark(uv, m0, frag);
+    let a = vt_locate(uv, m0, gx, gy, lod_n.y);
+    var out: VtLayers;
+    out.l0 = vt_fetch(vt_pool, a);
+    out.l1 = vt_fetch(vt_pool1, a);
+    out.l2 = vt_fetch(vt_pool2, a);
+    if f > 0.0 && m0 + 1u < vt.mip_count {
+        let b = vt_locate(uv, m0 + 1u, gx, gy, lod_n.y);
+        out.l0 = mix(out.l0, vt_fetch(vt_pool, b), f);
+        out.l1 = mix(out.l1, vt_fetch(vt_pool1, b), f);
+        out.l2 = mix(out.l2, vt_fetch(vt_pool2, b), f);
     }
-    return c;
+    out.l0 = vt_debug(out.l0, uv, m0, gx, gy);
+    return out;
 }
 
 fn vt_sample(uv: vec2<f32>, frag: vec4<f32>) -> vec4<f32> {

@@ -36,6 +36,8 @@ fn bake_crop(dir: &Path, codec: Codec) -> PathBuf {
         source: Box::new(crop()),
         wrap: Wrap::Clamp,
         color: ColorSpace::Srgb,
+        codec: None,
+        regions: Vec::new(),
     };
     let opts = BakeOptions { codec, ..BakeOptions::default() };
     bake(vec![input], &path, &opts, &ProgressBar::hidden()).unwrap();
@@ -53,6 +55,7 @@ fn run(atlas: &Path, reference: Option<&Path>, pool: TargetFormat) -> CaptureRep
         reference: true,
         reference_atlas: reference.map(Path::to_path_buf),
         vt: VtConfig { pool_format: Some(pool), ..VtConfig::default() },
+        scene: None,
     };
     let r = capture(gpu(), &cfg).unwrap_or_else(|e| panic!("{e} (does this Vulkan driver sample BC7?)"));
     assert!(r.frames.iter().all(|f| f.unwritten_pixels == 0), "unwritten pool texels shown");
@@ -112,6 +115,7 @@ fn corrupted_compressed_tile_is_replaced_by_its_ancestor() {
         reference: false,
         reference_atlas: None,
         vt: VtConfig { pool_format: Some(TargetFormat::Bc7), ..VtConfig::default() },
+        scene: None,
     };
     let r = capture(gpu(), &cfg).unwrap();
     let failed = r.final_stats.loader.failed;

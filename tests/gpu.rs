@@ -42,6 +42,7 @@ fn run_with(
         reference,
         reference_atlas: None,
         vt,
+        scene: None,
     };
     let report = capture(gpu(), &cfg).unwrap();
     for f in &report.frames {

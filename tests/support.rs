@@ -45,8 +45,14 @@ pub fn output_dir(test: &str) -> PathBuf {
 /// Bakes `source` into `dir/name.tsa` with lz4 (lossless).
 pub fn bake_source(dir: &Path, name: &str, source: impl RowSource + 'static) -> PathBuf {
     let path = dir.join(format!("{name}.tsa"));
-    let input =
-        BakeInput { name: name.into(), source: Box::new(source), wrap: Wrap::Clamp, color: ColorSpace::Srgb };
+    let input = BakeInput {
+        name: name.into(),
+        source: Box::new(source),
+        wrap: Wrap::Clamp,
+        color: ColorSpace::Srgb,
+        codec: None,
+        regions: Vec::new(),
+    };
     bake(
         vec![input],
         &path,

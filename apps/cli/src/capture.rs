@@ -5,8 +5,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
+use std::sync::Arc;
 use tessera::capture::{CaptureConfig, capture};
-use tessera::core::camera::{CameraPath, PRESETS};
+
+use tessera::core::camera::{CameraPath, PRESETS, SCENE_PRESETS};
+use tessera::core::material_scene::{self, MaterialScene};
 use tessera::{GpuContext, VtConfig};
 
 /// Options shared by `capture`, `demo` and `bench`: streaming and sampling settings.
@@ -59,12 +62,27 @@ impl VtArgs {
 /// Arguments of `tessera capture`.
 #[derive(clap::Args)]
 pub(crate) struct CaptureArgs {
-    /// The atlas to render.
+    /// The atlas to render (or give --scene).
+    #[arg(long, required_unless_present = "scene")]
+    atlas: Option<PathBuf>,
+    /// A named real-data scene (dungeon, globe), baked into the cache when needed,
+    /// instead of --atlas with --gltf / --globe.
+    #[arg(long, conflicts_with_all = ["atlas", "gltf", "globe"])]
+    scene: Option<String>,
+    /// Codec for baking --scene.
+    #[arg(long, default_value = "lz4")]
+    codec: tessera::core::Codec,
+    /// Camera path: a preset (built-in scene: static, flyover, orbit, cut; glTF or
+    /// globe scene: overview, walk, fly, cut) or a JSON file. Default: static, or
+    /// overview (the whole scene) with --gltf / --globe.
     #[arg(long)]
-    atlas: PathBuf,
-    /// Camera path: a preset (static, flyover, orbit, cut) or a JSON file.
-    #[arg(long, default_value = "static")]
-    camera: String,
+    camera: Option<String>,
+    /// Render this glTF scene, baked into --atlas by `tessera bake --gltf`.
+    #[arg(long, conflicts_with = "globe")]
+    gltf: Option<PathBuf>,
+    /// Render a globe textured with this image, baked into --atlas by `tessera bake --globe`.
+    #[arg(long)]
+    globe: Option<PathBuf>,
     /// Frames to render.
     #[arg(long, default_value_t = 60)]
     frames: u32,
@@ -98,24 +116,58 @@ fn parse_stride(s: &str) -> Result<u32, String> {
 
 /// A preset name or a camera JSON file.
 pub(crate) fn camera_path(spec: &str) -> Result<CameraPath> {
-    if let Some(p) = CameraPath::preset(spec) {
+    camera_for(Some(spec), None)
+}
+
+/// The camera path `spec` (default: `static`, or `overview` for a scene) for the
+/// built-in scene or, given, a material scene (whose presets follow its bounds).
+pub(crate) fn camera_for(spec: Option<&str>, scene: Option<&MaterialScene>) -> Result<CameraPath> {
+    let spec = spec.unwrap_or(if scene.is_some() { "overview" } else { "static" });
+    let preset = match scene {
+        Some(s) => {
+            let floor = tessera::core::scene::floor_level(s.meshes.iter().map(|m| &m.mesh));
+            CameraPath::scene_preset(spec, s.bounds_min, s.bounds_max, floor)
+        }
+        None => CameraPath::preset(spec),
+    };
+    if let Some(p) = preset {
         return Ok(p);
     }
     let path = PathBuf::from(spec);
     if !path.exists() {
-        anyhow::bail!(
-            "camera '{spec}' is neither a preset ({}) nor an existing JSON file",
-            PRESETS.join(", ")
-        );
+        let names = if scene.is_some() { SCENE_PRESETS } else { PRESETS };
+        anyhow::bail!("camera '{spec}' is neither a preset ({}) nor an existing JSON file", names.join(", "));
     }
     Ok(CameraPath::load(&path)?)
 }
 
+/// The material scene named by `--gltf` or `--globe`, if any.
+pub(crate) fn load_scene(
+    gltf: Option<&PathBuf>,
+    globe: Option<&PathBuf>,
+) -> Result<Option<Arc<MaterialScene>>> {
+    let scene = match (gltf, globe) {
+        (Some(g), _) => Some(material_scene::load_gltf(g)?),
+        (None, Some(image)) => Some(material_scene::globe_scene(image, GLOBE_RADIUS, 256, 128)?),
+        (None, None) => None,
+    };
+    Ok(scene.map(Arc::new))
+}
+
+/// Radius of the globe scene (world units).
+pub(crate) const GLOBE_RADIUS: f32 = 1.0;
+
 /// Runs `tessera capture`.
 pub(crate) fn run(args: &CaptureArgs) -> Result<ExitCode> {
+    let (atlas, scene) = match (&args.scene, &args.atlas) {
+        (Some(name), _) => crate::demo::scene_atlas(name, (0, 0), args.codec, false)?,
+        (None, Some(atlas)) => (atlas.clone(), load_scene(args.gltf.as_ref(), args.globe.as_ref())?),
+        (None, None) => anyhow::bail!("give --atlas or --scene"),
+    };
     let cfg = CaptureConfig {
-        atlas: args.atlas.clone(),
-        camera: camera_path(&args.camera)?,
+        atlas: atlas.clone(),
+        camera: camera_for(args.camera.as_deref(), scene.as_deref())?,
+        scene,
         frames: args.frames.max(1),
         size: args.size,
         every: args.every,
@@ -126,7 +178,7 @@ pub(crate) fn run(args: &CaptureArgs) -> Result<ExitCode> {
     };
     let ctx = GpuContext::headless()?;
     println!("adapter: {}", ctx.describe());
-    let report = capture(&ctx, &cfg).with_context(|| format!("capturing {}", args.atlas.display()))?;
+    let report = capture(&ctx, &cfg).with_context(|| format!("capturing {}", atlas.display()))?;
     println!("frames and stats.json written to {}", args.out.display());
     println!("{}", report.summary());
     Ok(ExitCode::SUCCESS)

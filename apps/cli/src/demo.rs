@@ -22,9 +22,18 @@ pub(crate) struct DemoArgs {
     /// Size of the built-in texture.
     #[arg(long, default_value = "8192x4096", value_parser = crate::parse_size)]
     texture: (u32, u32),
-    /// Camera path: a preset (static, flyover, orbit, cut) or a JSON file.
-    #[arg(long, default_value = "flyover")]
-    camera: String,
+    /// Scene: builtin (a generated labelled texture on a plane, globe and cube), or a
+    /// scene from real data: dungeon (glTF) or globe (see `tessera scenes`).
+    #[arg(long, default_value = "builtin")]
+    scene: String,
+    /// Codec for baking a real-data scene (raw, lz4, etc1s, uastc, uastc+lz4).
+    #[arg(long, default_value = "lz4")]
+    codec: tessera_core::Codec,
+    /// Camera path: a preset (built-in scene: static, flyover, orbit, cut; real-data
+    /// scenes: overview, walk, fly, cut) or a JSON file. Default: flyover, or walk for
+    /// the dungeon and fly for the globe.
+    #[arg(long)]
+    camera: Option<String>,
     /// Frames to render.
     #[arg(long, default_value_t = 120)]
     frames: u32,
@@ -43,13 +52,29 @@ pub(crate) struct DemoArgs {
 
 /// Folder for cached bakes: `$TESSERA_CACHE`, else `$XDG_CACHE_HOME/tessera`, else `~/.cache/tessera`.
 pub(crate) fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("TESSERA_CACHE") {
-        return d.into();
+    tessera_core::catalog::cache_dir()
+}
+
+/// The atlas and (for real-data scenes) meshes of scene `name`, baked when needed.
+pub(crate) fn scene_atlas(
+    name: &str,
+    builtin: (u32, u32),
+    codec: tessera_core::Codec,
+    rebake: bool,
+) -> Result<(PathBuf, Option<std::sync::Arc<tessera_core::material_scene::MaterialScene>>)> {
+    if name == "builtin" {
+        return Ok((ensure_demo_atlas(builtin.0, builtin.1, rebake)?, None));
     }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return PathBuf::from(d).join("tessera");
-    }
-    std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(std::env::temp_dir).join(".cache/tessera")
+    let pb = crate::progress_bar(0);
+    let data = tessera_core::source::data_dir();
+    let prepared = tessera_core::catalog::prepare(name, &data, &cache_dir(), codec, rebake, &pb)?;
+    pb.finish_and_clear();
+    println!(
+        "{} scene '{name}': {}",
+        if prepared.baked { "baked" } else { "using the cached bake of" },
+        prepared.atlas.display()
+    );
+    Ok((prepared.atlas, Some(std::sync::Arc::new(prepared.scene))))
 }
 
 /// The cached atlas of the built-in `w × h` labelled texture, baked first when missing,
@@ -68,6 +93,8 @@ pub(crate) fn ensure_demo_atlas(w: u32, h: u32, rebake: bool) -> Result<PathBuf>
             source: Box::new(Generated::new(w, h)),
             wrap: Wrap::Clamp,
             color: ColorSpace::Srgb,
+            codec: None,
+            regions: Vec::new(),
         };
         let pb = crate::progress_bar(0);
         bake(vec![input], &atlas_path, &BakeOptions::default(), &pb)?;
@@ -78,15 +105,22 @@ pub(crate) fn ensure_demo_atlas(w: u32, h: u32, rebake: bool) -> Result<PathBuf>
 
 /// Runs `tessera demo`.
 pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
-    let (w, h) = args.texture;
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
-    let atlas_path = ensure_demo_atlas(w, h, args.rebake)?;
+    let (atlas_path, scene) = scene_atlas(&args.scene, args.texture, args.codec, args.rebake)?;
+    let camera_name = args.camera.clone().unwrap_or_else(|| {
+        match args.scene.as_str() {
+            "builtin" => "flyover",
+            "dungeon" => "walk",
+            _ => "fly",
+        }
+        .to_string()
+    });
     print!("{}", crate::inspect::table(&Atlas::open(&atlas_path)?.summary()));
     let ctx = GpuContext::headless()?;
     println!("adapter: {}", ctx.describe());
     let cfg = CaptureConfig {
         atlas: atlas_path.clone(),
-        camera: crate::capture::camera_path(&args.camera)?,
+        camera: crate::capture::camera_for(Some(&camera_name), scene.as_deref())?,
         frames: args.frames.max(1),
         size: args.size,
         every: args.every,
@@ -94,13 +128,14 @@ pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
         reference: true,
         reference_atlas: None,
         vt: args.vt.config(),
+        scene,
     };
     println!(
         "capturing {} frames of '{}' at {}x{} (virtual texture and reference)",
-        cfg.frames, args.camera, cfg.size.0, cfg.size.1
+        cfg.frames, camera_name, cfg.size.0, cfg.size.1
     );
     let report = capture(&ctx, &cfg)?;
-    let text = report_text(&report, &args.camera);
+    let text = report_text(&report, &camera_name);
     let md = args.out.join("report.md");
     std::fs::write(&md, &text).with_context(|| format!("writing {}", md.display()))?;
     print!("{text}");

@@ -16,6 +16,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tessera_core::atlas::{Atlas, ColorSpace, Wrap};
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
 use tessera_core::codec::Codec;
+use tessera_core::material_scene::{globe_scene, load_gltf};
+use tessera_core::scene_bake::{SceneManifest, bake_scene};
 use tessera_core::source::{Generated, ImageSource};
 
 /// Tessera: streaming virtual textures far larger than VRAM.
@@ -63,6 +65,14 @@ enum Command {
 struct BakeArgs {
     /// Input images (PNG or JPEG); each becomes one layer, in order.
     inputs: Vec<PathBuf>,
+    /// Bake the materials of a glTF scene into one stacked atlas (albedo, normal, ORM
+    /// layers) and write SCENE.scene.json, the material rectangles, beside it.
+    #[arg(long, value_name = "SCENE.gltf", conflicts_with_all = ["inputs", "generate", "globe"])]
+    gltf: Option<PathBuf>,
+    /// Bake an equirectangular image as a globe scene (one material, repeating in u),
+    /// like --gltf.
+    #[arg(long, value_name = "IMAGE", conflicts_with_all = ["inputs", "generate"])]
+    globe: Option<PathBuf>,
     /// Output atlas path (written atomically).
     #[arg(short, long)]
     output: PathBuf,
@@ -161,8 +171,11 @@ pub(crate) fn progress_bar(len: u64) -> ProgressBar {
 }
 
 fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
+    if args.gltf.is_some() || args.globe.is_some() {
+        return run_scene_bake(args);
+    }
     if args.inputs.is_empty() && args.generate.is_empty() {
-        bail!("nothing to bake: give at least one INPUT image or --generate WxH");
+        bail!("nothing to bake: give at least one INPUT image, --generate WxH, --gltf or --globe");
     }
     let wrap = match args.wrap {
         WrapArg::Clamp => Wrap::Clamp,
@@ -188,7 +201,14 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
     let mut inputs = Vec::new();
     for path in &args.inputs {
         let source = ImageSource::open(path)?;
-        inputs.push(BakeInput { name: layer_name(path), source: Box::new(source), wrap, color });
+        inputs.push(BakeInput {
+            name: layer_name(path),
+            source: Box::new(source),
+            wrap,
+            color,
+            codec: None,
+            regions: Vec::new(),
+        });
     }
     for &(w, h) in &args.generate {
         inputs.push(BakeInput {
@@ -196,16 +216,11 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
             source: Box::new(Generated::new(w, h)),
             wrap,
             color: ColorSpace::Srgb,
+            codec: None,
+            regions: Vec::new(),
         });
     }
-    let opts = BakeOptions {
-        tile_size: args.tile_size,
-        border: args.border,
-        codec: args.codec,
-        quality: args.quality,
-        uastc_rdo: args.uastc_rdo,
-        scratch_dir: args.scratch_dir.clone(),
-    };
+    let opts = bake_options(args);
     let pb = progress_bar(0);
     let report = bake(inputs, &args.output, &opts, &pb)
         .with_context(|| format!("baking {}", args.output.display()))?;
@@ -224,6 +239,46 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
         raw as f64 / report.file_bytes.max(1) as f64,
         report.seconds
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn bake_options(args: &BakeArgs) -> BakeOptions {
+    BakeOptions {
+        tile_size: args.tile_size,
+        border: args.border,
+        codec: args.codec,
+        quality: args.quality,
+        uastc_rdo: args.uastc_rdo,
+        scratch_dir: args.scratch_dir.clone(),
+        stacked: false,
+    }
+}
+
+/// `bake --gltf` / `bake --globe`: the scene's materials into one stacked atlas + manifest.
+fn run_scene_bake(args: &BakeArgs) -> Result<ExitCode> {
+    let scene = match (&args.gltf, &args.globe) {
+        (Some(gltf), _) => load_gltf(gltf)?,
+        (None, Some(image)) => globe_scene(image, 1.0, 128, 64)?,
+        (None, None) => bail!("nothing to bake: give --gltf SCENE or --globe IMAGE"),
+    };
+    let pb = progress_bar(0);
+    let (report, manifest) = bake_scene(&scene, &args.output, &bake_options(args), &pb)?;
+    pb.finish_and_clear();
+    let tiles: u64 = report.layers.iter().map(|l| l.tiles).sum();
+    let rects = manifest.materials.iter().filter_map(|m| m.rect).collect::<std::collections::HashSet<_>>();
+    println!(
+        "baked {} material(s) in {} rectangle(s) into {} stacked layers, {}x{} virtual, {tiles} tiles, {} \
+         ({:.1} MiB) in {:.2} s",
+        manifest.materials.len(),
+        rects.len(),
+        report.layers.len(),
+        manifest.width,
+        manifest.height,
+        args.output.display(),
+        report.file_bytes as f64 / (1 << 20) as f64,
+        report.seconds
+    );
+    println!("manifest: {}", SceneManifest::path_for(&args.output).display());
     Ok(ExitCode::SUCCESS)
 }
 

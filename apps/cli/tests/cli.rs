@@ -146,3 +146,52 @@ fn bad_input_gives_one_line_errors() {
     std::fs::write(d("v9.tsa"), &bytes).unwrap();
     assert_clean_failure(&tessera(&["verify", &d("v9.tsa")]), "v9.tsa", "version 9");
 }
+
+/// A one-triangle glTF whose material's base colour is `texture` (relative to the glTF).
+fn triangle_gltf(dir: &Path, texture: &str) -> PathBuf {
+    let mut bin = Vec::new();
+    for v in [0.0f32, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0] {
+        bin.extend_from_slice(&v.to_le_bytes());
+    }
+    std::fs::write(dir.join("tri.bin"), bin).unwrap();
+    let gltf = serde_json::json!({
+        "asset": {"version": "2.0"},
+        "scene": 0,
+        "scenes": [{"nodes": [0]}],
+        "nodes": [{"mesh": 0}],
+        "meshes": [{"primitives": [{"attributes": {"POSITION": 0}, "material": 0}]}],
+        "materials": [{"name": "stone", "pbrMetallicRoughness": {"baseColorTexture": {"index": 0}}}],
+        "textures": [{"source": 0}],
+        "images": [{"uri": texture}],
+        "buffers": [{"uri": "tri.bin", "byteLength": 36}],
+        "bufferViews": [{"buffer": 0, "byteLength": 36}],
+        "accessors": [{"bufferView": 0, "componentType": 5126, "count": 3, "type": "VEC3",
+                       "min": [0.0, 0.0, 0.0], "max": [1.0, 1.0, 0.0]}]
+    });
+    let path = dir.join("tri.gltf");
+    std::fs::write(&path, serde_json::to_vec(&gltf).unwrap()).unwrap();
+    path
+}
+
+#[test]
+fn gltf_bake_writes_a_stacked_atlas_and_names_a_missing_texture() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("scene.tsa");
+    let gltf = triangle_gltf(dir.path(), "stone_albedo.png");
+    let o = tessera(&["bake", "--gltf", gltf.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert_clean_failure(&o, "stone_albedo.png", "not found");
+    assert!(stderr(&o).contains("stone"), "names the material: {}", stderr(&o));
+    assert!(!out.exists(), "no atlas is left behind");
+
+    image::RgbaImage::from_pixel(64, 32, image::Rgba([90, 120, 30, 255]))
+        .save(dir.path().join("stone_albedo.png"))
+        .unwrap();
+    let o = tessera(&["bake", "--gltf", gltf.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("baked 1 material(s) in 1 rectangle(s)"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("scene.scene.json"), "{}", stdout(&o));
+    let o = tessera(&["inspect", out.to_str().unwrap(), "--json"]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["stacked"], true);
+    assert_eq!(j["layers"].as_array().unwrap().len(), 3);
+}

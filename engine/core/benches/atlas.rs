@@ -41,6 +41,8 @@ impl Texture {
             source: Box::new(ImageSource::from_rgba(self.width, self.height, self.texels.clone())),
             wrap: Wrap::Clamp,
             color: ColorSpace::Srgb,
+            codec: None,
+            regions: Vec::new(),
         }
     }
 }

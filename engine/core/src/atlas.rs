@@ -25,6 +25,13 @@ pub const ENTRY_BYTES: usize = 24;
 pub const BLOB_ALIGN: u64 = 16;
 /// Longest layer name in bytes.
 pub const MAX_NAME_BYTES: usize = 32;
+/// Header flag bit 0: the layers are *stacked*. Every layer has the same
+/// [`TextureLayout`] and they share tile ids: tile (mip, x, y) of every layer is
+/// streamed, made resident and evicted together, and layer 0 is the one the page
+/// table and feedback index (albedo, normal, ORM of one material atlas).
+pub const FLAG_STACKED: u32 = 1;
+/// Every header flag bit this build understands; a reader rejects any other bit.
+pub const KNOWN_FLAGS: u32 = FLAG_STACKED;
 
 /// How texels outside a texture are found when building borders (and sampling).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -196,6 +203,7 @@ fn rd_u64(b: &[u8], at: usize) -> u64 {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Header {
     layer_count: u32,
+    flags: u32,
     tile_count: u64,
     index_offset: u64,
     data_offset: u64,
@@ -210,7 +218,7 @@ impl Header {
         b[8..12].copy_from_slice(&VERSION.to_le_bytes());
         b[12..16].copy_from_slice(&(HEADER_BYTES as u32).to_le_bytes());
         b[16..20].copy_from_slice(&self.layer_count.to_le_bytes());
-        // 20..24: flags, zero in version 1.
+        b[20..24].copy_from_slice(&self.flags.to_le_bytes());
         b[24..32].copy_from_slice(&self.tile_count.to_le_bytes());
         b[32..40].copy_from_slice(&self.index_offset.to_le_bytes());
         b[40..48].copy_from_slice(&self.data_offset.to_le_bytes());
@@ -267,6 +275,7 @@ pub struct Atlas {
     tile_count: u64,
     data_offset: u64,
     stored_bytes: u64,
+    flags: u32,
 }
 
 impl std::fmt::Debug for Atlas {
@@ -306,14 +315,22 @@ impl Atlas {
         }
         let header = Header {
             layer_count: rd_u32(h, 16),
+            flags: rd_u32(h, 20),
             tile_count: rd_u64(h, 24),
             index_offset: rd_u64(h, 32),
             data_offset: rd_u64(h, 40),
             file_size: rd_u64(h, 48),
             meta_crc: rd_u32(h, 56),
         };
-        if rd_u32(h, 12) != HEADER_BYTES as u32 || rd_u32(h, 20) != 0 {
-            return Err(invalid("header size or flags".into()));
+        if rd_u32(h, 12) != HEADER_BYTES as u32 {
+            return Err(invalid(format!("header size {}", rd_u32(h, 12))));
+        }
+        if header.flags & !KNOWN_FLAGS != 0 {
+            return Err(invalid(format!(
+                "header flags {:#x}: unknown flag bits {:#x} (this build knows {KNOWN_FLAGS:#x})",
+                header.flags,
+                header.flags & !KNOWN_FLAGS
+            )));
         }
         if header.file_size != len {
             return Err(AtlasError::Truncated { path, expected: header.file_size, found: len });
@@ -374,6 +391,11 @@ impl Atlas {
         if next_tile != header.tile_count {
             return Err(invalid(format!("tile count {} (layers hold {next_tile})", header.tile_count)));
         }
+        if header.flags & FLAG_STACKED != 0
+            && let Some(what) = stacked_mismatch(&layers)
+        {
+            return Err(invalid(what));
+        }
         let atlas = Atlas {
             path,
             map,
@@ -382,6 +404,7 @@ impl Atlas {
             tile_count: header.tile_count,
             data_offset: header.data_offset,
             stored_bytes: 0,
+            flags: header.flags,
         };
         let mut atlas = atlas;
         let mut stored_bytes = 0u64;
@@ -427,6 +450,16 @@ impl Atlas {
             crc32: rd_u32(b, 16),
             codec,
         })
+    }
+
+    /// The header flags (see [`FLAG_STACKED`]).
+    pub fn flags(&self) -> u32 {
+        self.flags
+    }
+
+    /// Whether the layers are stacked: one layout, shared tile ids (see [`FLAG_STACKED`]).
+    pub fn is_stacked(&self) -> bool {
+        self.flags & FLAG_STACKED != 0
     }
 
     /// The file this atlas was opened from.
@@ -547,14 +580,61 @@ pub struct AtlasWriter {
     entries: Vec<TileEntry>,
     pos: u64,
     data_offset: u64,
+    flags: u32,
+}
+
+/// Why a set of layers cannot be stacked: the first layer whose layout differs from layer 0's.
+fn stacked_mismatch(layers: &[LayerInfo]) -> Option<String> {
+    let first = layers.first()?;
+    layers.iter().enumerate().skip(1).find(|(_, l)| l.layout != first.layout).map(|(i, l)| {
+        let d = |l: &LayerInfo| {
+            let y = l.layout;
+            format!(
+                "{}x{} tile {} border {} mips {}",
+                y.width(),
+                y.height(),
+                y.tile_size(),
+                y.border(),
+                y.mip_count()
+            )
+        };
+        format!(
+            "stacked layers: layer {i} '{}' is {}, layer 0 '{}' is {} (stacked layers share one layout)",
+            l.name,
+            d(l),
+            first.name,
+            d(first)
+        )
+    })
 }
 
 impl AtlasWriter {
-    /// Starts an atlas with the given layers (their `first_tile` is recomputed).
-    pub fn create(dest: impl AsRef<Path>, mut layers: Vec<LayerInfo>) -> Result<Self, AtlasError> {
+    /// Starts an atlas with the given layers (their `first_tile` is recomputed) and no flags.
+    pub fn create(dest: impl AsRef<Path>, layers: Vec<LayerInfo>) -> Result<Self, AtlasError> {
+        Self::create_with_flags(dest, layers, 0)
+    }
+
+    /// Starts an atlas with header `flags` (e.g. [`FLAG_STACKED`]); unknown flag bits and
+    /// stacked layers whose layouts differ are rejected.
+    pub fn create_with_flags(
+        dest: impl AsRef<Path>,
+        mut layers: Vec<LayerInfo>,
+        flags: u32,
+    ) -> Result<Self, AtlasError> {
         let dest = dest.as_ref().to_path_buf();
         if layers.is_empty() || layers.len() > MAX_LAYERS as usize {
             return Err(AtlasError::Invalid { path: dest, what: format!("layer count {}", layers.len()) });
+        }
+        if flags & !KNOWN_FLAGS != 0 {
+            return Err(AtlasError::Invalid {
+                path: dest,
+                what: format!("header flags {flags:#x}: unknown flag bits {:#x}", flags & !KNOWN_FLAGS),
+            });
+        }
+        if flags & FLAG_STACKED != 0
+            && let Some(what) = stacked_mismatch(&layers)
+        {
+            return Err(AtlasError::Invalid { path: dest, what });
         }
         let mut first = 0;
         for l in &mut layers {
@@ -577,6 +657,7 @@ impl AtlasWriter {
             layers,
             pos: data_offset,
             data_offset,
+            flags,
         })
     }
 
@@ -625,6 +706,7 @@ impl AtlasWriter {
         }
         let header = Header {
             layer_count: self.layers.len() as u32,
+            flags: self.flags,
             tile_count: expected,
             index_offset: (HEADER_BYTES + self.layers.len() * LAYER_BYTES) as u64,
             data_offset: self.data_offset,
@@ -666,6 +748,9 @@ pub struct AtlasSummary {
     pub path: PathBuf,
     /// Format version.
     pub version: u32,
+    /// Whether the layers are stacked (header flag [`FLAG_STACKED`]).
+    #[serde(default)]
+    pub stacked: bool,
     /// File size in bytes.
     pub file_bytes: u64,
     /// Tiles over all layers.
@@ -794,6 +879,7 @@ impl Atlas {
         AtlasSummary {
             path: self.path.clone(),
             version: VERSION,
+            stacked: self.is_stacked(),
             file_bytes: self.file_size(),
             tiles: self.tile_count,
             layers,

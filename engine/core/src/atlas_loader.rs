@@ -70,3 +70,47 @@ impl TileLoader for AtlasLoader {
         Ok(bytes)
     }
 }
+
+/// Loads the tiles of a stacked atlas (all layers share layer 0's tile ids): one
+/// request for a layer-0 tile reads, checks and transcodes that tile of every layer,
+/// each to its own format, and hands out the concatenation, layer 0 first. A tile is
+/// delivered for all layers or fails as a whole, so the pools never disagree. The
+/// cache holds the concatenations under the layer-0 id.
+pub struct StackedLoader {
+    layers: Vec<AtlasLoader>,
+    cache: Arc<HostCache>,
+}
+
+impl StackedLoader {
+    /// A loader over `atlas` handing out layer `i` in `targets[i]`; `targets` has one
+    /// format per layer.
+    pub fn new(atlas: Arc<Atlas>, cache: Arc<HostCache>, targets: &[TargetFormat]) -> Self {
+        let layers =
+            targets.iter().map(|&t| AtlasLoader::with_target(atlas.clone(), cache.clone(), t)).collect();
+        Self { layers, cache }
+    }
+
+    /// Bytes of each layer's part of a delivered tile of `side²` texels.
+    pub fn part_lengths(&self, side: u32) -> Vec<usize> {
+        self.layers.iter().map(|l| l.target().bytes_per_tile(side)).collect()
+    }
+}
+
+impl TileLoader for StackedLoader {
+    fn load(&self, tile: TileId) -> Result<Arc<[u8]>, LoadError> {
+        if let Some(bytes) = self.cache.get(tile) {
+            return Ok(bytes);
+        }
+        let mut all = Vec::new();
+        for (i, l) in self.layers.iter().enumerate() {
+            let part = l.transcode_tile(TileId::new(i as u16, tile.mip, tile.x, tile.y))?;
+            if all.is_empty() {
+                all.reserve(part.len() * self.layers.len());
+            }
+            all.extend_from_slice(&part);
+        }
+        let bytes: Arc<[u8]> = all.into();
+        self.cache.insert(tile, bytes.clone());
+        Ok(bytes)
+    }
+}

@@ -26,6 +26,40 @@ pub struct BakeInput {
     pub wrap: Wrap,
     /// How the texels are encoded (sRGB colour is filtered in linear light).
     pub color: ColorSpace,
+    /// Codec of this layer's tiles; `None` takes [`BakeOptions::codec`].
+    pub codec: Option<Codec>,
+    /// Sub-rectangles (e.g. packed material textures) whose tiles take their borders
+    /// from inside the rectangle by its own wrap rule; see [`Region`].
+    pub regions: Vec<Region>,
+}
+
+/// A rectangle of a layer, in mip-0 texels, that behaves as a texture of its own at the
+/// tile borders: for a tile of mip `m` that lies inside the rectangle scaled to mip `m`
+/// (which needs `x`, `y`, `width` and `height` to be multiples of `tile_size · 2^m`), the
+/// border texels come from inside the rectangle, clamped to its edge or repeated within
+/// it per axis, rather than from the neighbouring texels of the whole layer. Tiles outside
+/// every such rectangle keep the layer's rule. When regions overlap, the first one listed wins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Region {
+    /// Left edge, mip-0 texels.
+    pub x: u32,
+    /// Top edge, mip-0 texels.
+    pub y: u32,
+    /// Width, mip-0 texels.
+    pub width: u32,
+    /// Height, mip-0 texels.
+    pub height: u32,
+    /// Edge rule along u (columns) and v (rows).
+    pub wrap: [Wrap; 2],
+}
+
+impl Region {
+    /// The region at mip `mip` in texels, when it still owns whole tiles of side `tile` there.
+    fn at_mip(&self, mip: u32, tile: u32) -> Option<[u32; 4]> {
+        let unit = u64::from(tile) << mip;
+        let r = [self.x, self.y, self.width, self.height];
+        r.iter().all(|&v| u64::from(v).is_multiple_of(unit)).then(|| r.map(|v| v >> mip))
+    }
 }
 
 /// Settings shared by every layer of a bake.
@@ -45,6 +79,9 @@ pub struct BakeOptions {
     pub uastc_rdo: Option<f32>,
     /// Where large intermediate mip levels are spilled; default: the output's folder.
     pub scratch_dir: Option<PathBuf>,
+    /// Write a stacked atlas ([`crate::atlas::FLAG_STACKED`]): every input must have the
+    /// same size, and the layers share tile ids.
+    pub stacked: bool,
 }
 
 impl Default for BakeOptions {
@@ -56,6 +93,7 @@ impl Default for BakeOptions {
             quality: QUALITY_DEFAULT,
             uastc_rdo: None,
             scratch_dir: None,
+            stacked: false,
         }
     }
 }
@@ -130,6 +168,37 @@ pub enum BakeError {
     /// Nothing to bake.
     #[error("no inputs to bake")]
     NoInputs,
+    /// A stacked bake whose inputs do not all have the first input's size.
+    #[error(
+        "stacked bake: input '{name}' is {width}x{height} but input '{first}' is \
+         {first_width}x{first_height} (stacked layers need one size)"
+    )]
+    StackedSize {
+        /// The input whose size differs.
+        name: String,
+        /// Its width.
+        width: u32,
+        /// Its height.
+        height: u32,
+        /// The first input's name.
+        first: String,
+        /// The first input's width.
+        first_width: u32,
+        /// The first input's height.
+        first_height: u32,
+    },
+    /// A region that is empty or reaches outside its input.
+    #[error("input '{name}': region {region:?} is empty or outside the {width}x{height} texture")]
+    Region {
+        /// The input's layer name.
+        name: String,
+        /// The bad region.
+        region: Region,
+        /// The input's width.
+        width: u32,
+        /// The input's height.
+        height: u32,
+    },
 }
 
 /// Bakes `inputs` into the atlas `out` (written atomically).
@@ -144,27 +213,46 @@ pub fn bake(
     }
     let encode_opts =
         EncodeOptions { quality: opts.quality, uastc_rdo: opts.uastc_rdo, ..EncodeOptions::default() };
-    if opts.codec.is_basis() {
+    let codecs: Vec<Codec> = inputs.iter().map(|i| i.codec.unwrap_or(opts.codec)).collect();
+    if let Some(basis) = codecs.iter().find(|c| c.is_basis()) {
         encode_opts.validate().map_err(BakeError::Options)?;
+        if !(opts.tile_size + 2 * opts.border).is_multiple_of(4) {
+            return Err(BakeError::Geometry(format!(
+                "codec {basis} needs tiles whose stored side (tile size + 2 x border = {}) is a multiple of 4 \
+                 (4x4 GPU blocks); use an even border",
+                opts.tile_size + 2 * opts.border
+            )));
+        }
     }
     let start = Instant::now();
-    if opts.codec.is_basis() && !(opts.tile_size + 2 * opts.border).is_multiple_of(4) {
-        return Err(BakeError::Geometry(format!(
-            "codec {} needs tiles whose stored side (tile size + 2 x border = {}) is a multiple of 4 \
-             (4x4 GPU blocks); use an even border",
-            opts.codec,
-            opts.tile_size + 2 * opts.border
-        )));
-    }
     let mut layers = Vec::with_capacity(inputs.len());
-    for input in &inputs {
+    for (input, &codec) in inputs.iter().zip(&codecs) {
         let (w, h) = input.source.size();
+        if opts.stacked {
+            let (fw, fh) = inputs[0].source.size();
+            if (w, h) != (fw, fh) {
+                return Err(BakeError::StackedSize {
+                    name: input.name.clone(),
+                    width: w,
+                    height: h,
+                    first: inputs[0].name.clone(),
+                    first_width: fw,
+                    first_height: fh,
+                });
+            }
+        }
+        for r in &input.regions {
+            let fits = |o: u32, s: u32, n: u32| s > 0 && o.checked_add(s).is_some_and(|e| e <= n);
+            if !fits(r.x, r.width, w) || !fits(r.y, r.height, h) {
+                return Err(BakeError::Region { name: input.name.clone(), region: *r, width: w, height: h });
+            }
+        }
         let layout = TextureLayout::new(w, h, opts.tile_size, opts.border)
             .map_err(|source| BakeError::Layout { name: input.name.clone(), source })?;
         layers.push(LayerInfo {
             name: crate::atlas::truncate_name(&input.name).to_string(),
             layout,
-            codec: opts.codec,
+            codec,
             wrap: input.wrap,
             color: input.color,
             first_tile: 0,
@@ -175,11 +263,12 @@ pub fn bake(
         Some(d) => d.clone(),
         None => out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf(),
     };
-    let mut writer = AtlasWriter::create(out, layers.clone())?;
+    let flags = if opts.stacked { crate::atlas::FLAG_STACKED } else { 0 };
+    let mut writer = AtlasWriter::create_with_flags(out, layers.clone(), flags)?;
     let mut reports = Vec::with_capacity(inputs.len());
     for (input, layer) in inputs.iter().zip(&layers) {
         let encode = EncodeOptions { color: layer.color, ..encode_opts };
-        reports.push(bake_layer(input, layer, opts.codec, &encode, &scratch, &mut writer, progress)?);
+        reports.push(bake_layer(input, layer, layer.codec, &encode, &scratch, &mut writer, progress)?);
     }
     let file_bytes = writer.finish()?;
     Ok(BakeReport { layers: reports, file_bytes, seconds: start.elapsed().as_secs_f64() })
@@ -223,16 +312,50 @@ fn bake_layer(
         };
         let (tiles_x, tiles_y) = layout.tiles_at(mip);
         let row_bytes = w as usize * TEXEL_BYTES;
-        let mut band = vec![0u8; p as usize * row_bytes];
+        let regions: Vec<([u32; 4], [Wrap; 2])> =
+            input.regions.iter().filter_map(|r| Some((r.at_mip(mip, t)?, r.wrap))).collect();
+        let mut band = Vec::new();
         for ty in 0..tiles_y {
-            let y0 = i64::from(ty * t);
-            let rows: Vec<u32> =
-                (0..i64::from(p)).map(|r| edge(y0 - i64::from(b) + r, h, layer.wrap)).collect();
+            let y0 = ty * t;
+            // Each tile's source rows and columns: its region's rule inside a region, else the layer's.
+            let maps: Vec<(Vec<u32>, Vec<u32>)> = (0..tiles_x)
+                .map(|tx| {
+                    let x0 = tx * t;
+                    let region = regions.iter().find(|([rx, ry, rw, rh], _)| {
+                        (*rx..rx + rw).contains(&x0) && (*ry..ry + rh).contains(&y0)
+                    });
+                    let axis = |start: u32, n: u32, wrap: Wrap, r: Option<(u32, u32, Wrap)>| -> Vec<u32> {
+                        (0..i64::from(p))
+                            .map(|k| {
+                                let c = i64::from(start) - i64::from(b) + k;
+                                match r {
+                                    Some((o, len, rw)) => o + edge(c - i64::from(o), len, rw),
+                                    None => edge(c, n, wrap),
+                                }
+                            })
+                            .collect()
+                    };
+                    let (rx, ry) = match region {
+                        Some(([rx, ry, rw, rh], wr)) => (Some((*rx, *rw, wr[0])), Some((*ry, *rh, wr[1]))),
+                        None => (None, None),
+                    };
+                    (axis(y0, h, layer.wrap, ry), axis(x0, w, layer.wrap, rx))
+                })
+                .collect();
+            // The union of the rows any tile of this row needs, read once each (coalesced).
+            let mut rows: Vec<u32> = maps.iter().flat_map(|(r, _)| r.iter().copied()).collect();
+            rows.sort_unstable();
+            rows.dedup();
+            band.resize(rows.len() * row_bytes, 0);
             read_mapped_rows(level, &rows, &mut band, row_bytes).map_err(read_err)?;
+            let slot = |y: u32| rows.binary_search(&y).unwrap_or(0);
             // One tile per rayon task; a Basis encoder uses only its calling thread.
-            let blobs: Vec<_> = (0..tiles_x)
-                .into_par_iter()
-                .map(|tx| codec.encode(&cut_tile(&band, w, tx * t, b, p, layer.wrap), p, encode))
+            let blobs: Vec<_> = maps
+                .par_iter()
+                .map(|(tile_rows, cols)| {
+                    let slots: Vec<usize> = tile_rows.iter().map(|&y| slot(y)).collect();
+                    codec.encode(&cut_tile(&band, row_bytes, &slots, cols), p, encode)
+                })
                 .collect::<Result<_, _>>()
                 .map_err(|source| BakeError::Encode { name: input.name.clone(), source })?;
             for enc in &blobs {
@@ -240,9 +363,11 @@ fn bake_layer(
                 report.stored_bytes += enc.data.len() as u64;
             }
             if let Some(next) = &mut next {
-                let payload_rows = (h - ty * t).min(t) as usize;
-                let payload = &band[b as usize * row_bytes..(b as usize + payload_rows) * row_bytes];
-                let out = downsample(payload, w, mip, layout.width(), ty * t, layout.height(), layer.color);
+                // Rows y0.. are consecutive integers, hence consecutive in the sorted union.
+                let payload_rows = (h - y0).min(t) as usize;
+                let first = slot(y0);
+                let payload = &band[first * row_bytes..(first + payload_rows) * row_bytes];
+                let out = downsample(payload, w, mip, layout.width(), y0, layout.height(), layer.color);
                 next.append_rows(&out).map_err(read_err)?;
             }
             progress.inc(u64::from(tiles_x));
@@ -280,17 +405,15 @@ fn read_mapped_rows(
     Ok(())
 }
 
-/// Cuts the `p × p` tile whose payload starts at column `x0` out of a band of `p`
-/// rows, taking border columns from the neighbours (or the edge rule).
-fn cut_tile(band: &[u8], w: u32, x0: u32, border: u32, p: u32, wrap: Wrap) -> Vec<u8> {
-    let cols: Vec<usize> =
-        (0..i64::from(p)).map(|c| edge(i64::from(x0) - i64::from(border) + c, w, wrap) as usize).collect();
-    let row_bytes = w as usize * TEXEL_BYTES;
-    let mut out = vec![0u8; (p * p) as usize * TEXEL_BYTES];
-    for (r, dst) in out.chunks_exact_mut(p as usize * TEXEL_BYTES).enumerate() {
-        let src = &band[r * row_bytes..(r + 1) * row_bytes];
-        for (c, px) in dst.chunks_exact_mut(TEXEL_BYTES).enumerate() {
-            let s = cols[c] * TEXEL_BYTES;
+/// Cuts a `p × p` tile out of a band of rows: stored row `r` is band row `slots[r]`,
+/// stored column `c` is texel column `cols[c]`.
+fn cut_tile(band: &[u8], row_bytes: usize, slots: &[usize], cols: &[u32]) -> Vec<u8> {
+    let p = cols.len();
+    let mut out = vec![0u8; p * slots.len() * TEXEL_BYTES];
+    for (&slot, dst) in slots.iter().zip(out.chunks_exact_mut(p * TEXEL_BYTES)) {
+        let src = &band[slot * row_bytes..(slot + 1) * row_bytes];
+        for (&c, px) in cols.iter().zip(dst.chunks_exact_mut(TEXEL_BYTES)) {
+            let s = c as usize * TEXEL_BYTES;
             px.copy_from_slice(&src[s..s + TEXEL_BYTES]);
         }
     }

@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 /// Names accepted by [`CameraPath::preset`], in the order tools should list them.
 pub const PRESETS: &[&str] = &["static", "flyover", "orbit", "cut"];
 
+/// Names of the camera paths [`CameraPath::scene_preset`] builds for any scene from its
+/// bounding box; `overview` is the default.
+pub const SCENE_PRESETS: &[&str] = &["overview", "walk", "fly", "cut"];
+
 /// Placeholder file name in errors about paths that did not come from a file.
 const STRING_SOURCE: &str = "<string>";
 
@@ -416,6 +420,101 @@ impl CameraPath {
     }
 }
 
+impl CameraPath {
+    /// A camera path named in [`SCENE_PRESETS`] for a scene whose bounding box is
+    /// `min..max` (world units, Y up) and whose floor, when known, is at height `floor`
+    /// (see [`crate::scene::floor_level`]); `None` for other names or an empty box.
+    ///
+    /// - `overview`: one camera above and in front of the box, 30° down, far enough
+    ///   for the whole box to fit a 16:9 frame.
+    /// - `walk`: a walk at eye height (1.7 units above the floor, at most 30% of the box
+    ///   height) along the longer horizontal axis through the centre, 150 frames.
+    /// - `fly`: one turn around the box, above it and outside it, over 120 frames.
+    /// - `cut`: the overview for 30 frames, then a hard cut to a close view of the
+    ///   floor at the centre, held until frame 120.
+    pub fn scene_preset(name: &str, min: Vec3, max: Vec3, floor: Option<f32>) -> Option<Self> {
+        let size = max - min;
+        if size.max_element() <= 0.0 || !size.is_finite() {
+            return None;
+        }
+        let centre = (min + max) * 0.5;
+        let radius = (size.length() * 0.5).max(1e-3);
+        let fov = 50.0_f32;
+        // Distance at which a sphere of `radius` fits the vertical fov.
+        let distance = radius / (fov.to_radians() * 0.5).sin();
+        let clip = |near: f32, c: Camera| Camera {
+            near,
+            far: distance * 4.0 + radius * 4.0,
+            fov_y_degrees: fov,
+            ..c
+        };
+        let overview = {
+            let dir = Vec3::new(0.0, 30f32.to_radians().sin(), 30f32.to_radians().cos());
+            clip(distance * 0.01, Camera::look_at(centre + dir * distance, centre))
+        };
+        let fixed = |frame: f32, camera: Camera, cut: bool| Keyframe { frame, camera, cut };
+        match name {
+            "overview" => Some(Self::fixed(overview)),
+            "walk" => {
+                let ground = floor.unwrap_or(min.y).clamp(min.y, max.y);
+                let eye = ground + (size.y * 0.3).min(1.7);
+                let (axis, half) =
+                    if size.x >= size.z { (Vec3::X, size.x * 0.4) } else { (Vec3::Z, size.z * 0.4) };
+                let near = (radius * 0.0005).max(1e-4);
+                let base = Vec3::new(centre.x, eye, centre.z);
+                let keyframes = (0..=5)
+                    .map(|i| {
+                        let s = i as f32 / 5.0;
+                        let position = base + axis * (-half + 2.0 * half * s);
+                        let target = position + axis * radius * 0.3 - Vec3::Y * (eye - ground) * 0.3;
+                        fixed(150.0 * s, clip(near, Camera::look_at(position, target)), false)
+                    })
+                    .collect();
+                Some(Self { keyframes })
+            }
+            "fly" => {
+                const STEPS: u32 = 24;
+                let keyframes = (0..=STEPS)
+                    .map(|i| {
+                        let a = std::f32::consts::TAU * i as f32 / STEPS as f32;
+                        let position = centre
+                            + Vec3::new(
+                                a.sin() * distance * 0.8,
+                                size.y * 0.5 + distance * 0.35,
+                                a.cos() * distance * 0.8,
+                            );
+                        fixed(
+                            120.0 * i as f32 / STEPS as f32,
+                            clip(distance * 0.01, Camera::look_at(position, centre)),
+                            false,
+                        )
+                    })
+                    .collect();
+                Some(Self { keyframes })
+            }
+            "cut" => {
+                let floor = Vec3::new(centre.x, floor.unwrap_or(min.y).clamp(min.y, max.y), centre.z);
+                let up = (size.y * 0.15).max(radius * 0.02);
+                let close = clip(
+                    (up * 0.01).max(1e-4),
+                    Camera::look_at(
+                        floor + Vec3::new(0.0, up, up * 0.8),
+                        floor - Vec3::new(0.0, 0.0, up * 0.5),
+                    ),
+                );
+                Some(Self {
+                    keyframes: vec![
+                        fixed(0.0, overview, false),
+                        fixed(30.0, close, true),
+                        fixed(120.0, close, false),
+                    ],
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
 fn lerp(a: f32, b: f32, s: f32) -> f32 {
     a + (b - a) * s
 }
@@ -524,6 +623,40 @@ mod tests {
         }
         let path = path_with_cut();
         assert_eq!(CameraPath::from_json_str(&path.to_json()).unwrap(), path);
+    }
+
+    #[test]
+    fn scene_presets_see_the_box() {
+        let (min, max) = (Vec3::new(-10.0, 0.0, -4.0), Vec3::new(12.0, 5.0, 6.0));
+        let centre = (min + max) * 0.5;
+        for name in SCENE_PRESETS.iter().copied() {
+            let path = CameraPath::scene_preset(name, min, max, Some(1.0)).unwrap();
+            path.validate().unwrap();
+            for f in 0..path.end_frame() {
+                let c = path.camera_at(f);
+                assert!(c.position.is_finite() && c.near > 0.0 && c.far > c.near, "{name} {f}");
+                // The centre of the box lies inside the far plane.
+                assert!(c.position.distance(centre) < c.far, "{name} {f}");
+            }
+        }
+        // The overview sees all eight corners.
+        let c = CameraPath::scene_preset("overview", min, max, None).unwrap().camera_at(0);
+        let vp = c.view_projection(16.0 / 9.0);
+        for i in 0..8 {
+            let p = Vec3::new(
+                if i & 1 == 0 { min.x } else { max.x },
+                if i & 2 == 0 { min.y } else { max.y },
+                if i & 4 == 0 { min.z } else { max.z },
+            );
+            let q = vp * p.extend(1.0);
+            let ndc = q.truncate() / q.w;
+            assert!(q.w > 0.0 && ndc.x.abs() <= 1.0 && ndc.y.abs() <= 1.0, "corner {p} at {ndc}");
+        }
+        assert!(CameraPath::scene_preset("nope", min, max, None).is_none());
+        assert!(CameraPath::scene_preset("overview", min, min, None).is_none());
+        // The walk keeps eye height above the floor.
+        let walk = CameraPath::scene_preset("walk", min, max, Some(1.0)).unwrap();
+        assert!((walk.camera_at(10).position.y - 2.5).abs() < 1e-4);
     }
 
     #[test]

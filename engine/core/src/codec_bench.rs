@@ -204,6 +204,8 @@ pub fn measure(
         source: Box::new(SharedImage(image.clone())),
         wrap: Wrap::Clamp,
         color,
+        codec: None,
+        regions: Vec::new(),
     };
     let report = bake(vec![input], atlas_path, &bake_opts, &ProgressBar::hidden())?;
     let atlas = Arc::new(Atlas::open(atlas_path)?);

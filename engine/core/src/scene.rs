@@ -64,6 +64,34 @@ impl Mesh {
     }
 }
 
+/// The height of the floor of `meshes`: the median height, weighted by area, of the
+/// triangles facing up (normal within about 37° of +Y); `None` when none face up.
+pub fn floor_level<'a>(meshes: impl IntoIterator<Item = &'a Mesh>) -> Option<f32> {
+    let mut samples: Vec<(f32, f32)> = Vec::new();
+    for m in meshes {
+        for t in m.indices.chunks_exact(3) {
+            let p = |i: u32| m.vertices.get(i as usize).map(|v| Vec3::from(v.position));
+            let (Some(a), Some(b), Some(c)) = (p(t[0]), p(t[1]), p(t[2])) else { continue };
+            let n = (b - a).cross(c - a);
+            let area = n.length() * 0.5;
+            if area > 0.0 && n.y / (2.0 * area) > 0.8 {
+                samples.push(((a.y + b.y + c.y) / 3.0, area));
+            }
+        }
+    }
+    samples.retain(|s| s.0.is_finite());
+    samples.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total: f32 = samples.iter().map(|s| s.1).sum();
+    let mut acc = 0.0;
+    samples
+        .into_iter()
+        .find(|s| {
+            acc += s.1;
+            acc >= total * 0.5
+        })
+        .map(|s| s.0)
+}
+
 /// A ground plane on y = 0 spanning `[-half_x, half_x] × [-half_z, half_z]`, facing +Y, split
 /// into `subdivisions` × `subdivisions` quads (at least one).
 ///
@@ -188,6 +216,27 @@ pub fn builtin_scene(aspect: f32) -> Vec<(String, Mesh)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn floor_is_the_largest_upward_area() {
+        let ground = plane(5.0, 5.0, 4);
+        let mut table = plane(0.5, 0.5, 1);
+        for v in &mut table.vertices {
+            v.position[1] = 0.8;
+        }
+        let cube = cube(Vec3::new(2.0, 3.0, 0.0), 1.0);
+        assert_eq!(floor_level([&ground, &table, &cube]), Some(0.0));
+        assert_eq!(floor_level([&table]), Some(0.8));
+        let wall = Mesh {
+            vertices: vec![
+                Vertex::new(Vec3::ZERO, Vec3::X, [0.0; 2]),
+                Vertex::new(Vec3::Y, Vec3::X, [0.0; 2]),
+                Vertex::new(Vec3::Z, Vec3::X, [0.0; 2]),
+            ],
+            indices: vec![0, 1, 2],
+        };
+        assert_eq!(floor_level([&wall]), None);
+    }
 
     fn meshes() -> Vec<(String, Mesh)> {
         let mut all = builtin_scene(2.0);

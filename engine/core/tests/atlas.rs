@@ -34,7 +34,14 @@ fn bake_to(dir: &Path, inputs: Vec<BakeInput>, tile: u32, border: u32, codec: Co
 }
 
 fn input(name: &str, src: impl RowSource + 'static, wrap: Wrap) -> BakeInput {
-    BakeInput { name: name.into(), source: Box::new(src), wrap, color: ColorSpace::Srgb }
+    BakeInput {
+        name: name.into(),
+        source: Box::new(src),
+        wrap,
+        color: ColorSpace::Srgb,
+        codec: None,
+        regions: Vec::new(),
+    }
 }
 
 fn texel(tile: &[u8], p: u32, x: u32, y: u32) -> [u8; 4] {

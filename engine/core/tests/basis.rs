@@ -41,6 +41,8 @@ fn bake_codec(dir: &std::path::Path, texels: &[u8], codec: Codec) -> PathBuf {
         source: Box::new(ImageSource::from_rgba(W, H, texels.to_vec())),
         wrap: Wrap::Clamp,
         color: ColorSpace::Srgb,
+        codec: None,
+        regions: Vec::new(),
     };
     let opts = BakeOptions { tile_size: TILE, border: BORDER, codec, ..BakeOptions::default() };
     bake(vec![input], &path, &opts, &ProgressBar::hidden()).unwrap();
@@ -159,6 +161,8 @@ fn out_of_range_quality_is_a_bake_error() {
         source: Box::new(ImageSource::from_rgba(8, 8, vec![9; 8 * 8 * 4])),
         wrap: Wrap::Clamp,
         color: ColorSpace::Linear,
+        codec: None,
+        regions: Vec::new(),
     };
     let opts = BakeOptions { codec: Codec::Etc1s, quality: 0, ..BakeOptions::default() };
     let err = bake(vec![input], &dir.path().join("q.tsa"), &opts, &ProgressBar::hidden()).unwrap_err();

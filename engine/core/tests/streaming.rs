@@ -21,6 +21,8 @@ fn baked(dir: &std::path::Path) -> std::path::PathBuf {
         source: Box::new(Generated::new(700, 400)),
         wrap: Wrap::Clamp,
         color: ColorSpace::Srgb,
+        codec: None,
+        regions: Vec::new(),
     };
     let opts = BakeOptions { codec: Codec::Lz4, ..BakeOptions::default() };
     bake(vec![input], &path, &opts, &ProgressBar::hidden()).unwrap();

@@ -184,7 +184,7 @@ fn main() -> anyhow::Result<()> {
             });
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &look_group, &[]);
-            pass.set_bind_group(1, vt.bind_group(0), &[]); // layer 0 of the atlas
+            pass.set_bind_group(1, vt.bind_group(0).expect("every atlas has a layer 0"), &[]);
             pass.draw(0..6, 0..1);
         }
         vt.end_frame(&mut encoder, frame); // queues the feedback readback
@@ -219,6 +219,8 @@ fn bake_test_atlas(dir: &Path) -> anyhow::Result<PathBuf> {
         source: Box::new(Generated::new(4096, 4096)),
         wrap: Wrap::Clamp,
         color: ColorSpace::Srgb,
+        codec: None,
+        regions: Vec::new(),
     };
     let report = bake(vec![input], &path, &BakeOptions::default(), &ProgressBar::hidden())?;
     println!("baked {} ({} bytes) in {:.2} s", path.display(), report.file_bytes, report.seconds);

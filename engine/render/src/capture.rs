@@ -10,10 +10,13 @@ use serde::{Deserialize, Serialize};
 use tessera_core::Atlas;
 use tessera_core::camera::CameraPath;
 use tessera_core::compare::{compare, count_colour};
+use tessera_core::material_scene::MaterialScene;
+use tessera_core::scene_bake::SceneManifest;
 use tessera_core::stats::StatsSnapshot;
 
 use crate::context::GpuContext;
 use crate::error::RenderError;
+use crate::material::MaterialRenderer;
 use crate::pool::UNWRITTEN;
 use crate::scene::{OffscreenTarget, SceneRenderer, TARGET_FORMAT};
 use crate::vt::{VirtualTextures, VtConfig};
@@ -40,6 +43,9 @@ pub struct CaptureConfig {
     pub reference_atlas: Option<PathBuf>,
     /// Virtual-texture settings.
     pub vt: VtConfig,
+    /// A material scene (glTF or globe) baked into `atlas` with its manifest beside it
+    /// (`SceneManifest::path_for`); `None`: the built-in scene.
+    pub scene: Option<Arc<MaterialScene>>,
 }
 
 /// Statistics of one captured frame (one entry of `stats.json`'s `frames`).
@@ -70,6 +76,12 @@ pub struct FrameStats {
     pub psnr_db: Option<f64>,
     /// Pixels showing the pool's never-written colour (must stay 0).
     pub unwritten_pixels: usize,
+    /// Mean request-to-resident latency of the tiles uploaded this frame, ms (0: none arrived).
+    #[serde(default)]
+    pub latency_ms_mean: f64,
+    /// Mean request-to-resident latency of the tiles uploaded this frame, frames.
+    #[serde(default)]
+    pub latency_frames_mean: f64,
 }
 
 /// The result of a capture.
@@ -131,17 +143,133 @@ impl CaptureReport {
 }
 
 /// The meshes of the built-in scene and which layer each samples: the globe takes
-/// layer 1 when the atlas has one.
+/// layer 1 when the atlas has one (and is not stacked).
 pub fn builtin_meshes(atlas: &Atlas) -> Vec<(String, tessera_core::scene::Mesh, usize)> {
     let l = &atlas.layers()[0].layout;
     let aspect = l.width() as f32 / l.height() as f32;
     tessera_core::scene::builtin_scene(aspect)
         .into_iter()
         .map(|(name, mesh)| {
-            let layer = if name == "globe" && atlas.layers().len() > 1 { 1 } else { 0 };
+            // A stacked atlas's layers are one texture's maps, sampled together.
+            let layer =
+                if name == "globe" && atlas.layers().len() > 1 && !atlas.is_stacked() { 1 } else { 0 };
             (name, mesh, layer)
         })
         .collect()
+}
+
+/// The reference atlas must have the streamed atlas' layers, each of the same size.
+fn check_same_layers(atlas: &Atlas, other: &Atlas) -> Result<(), RenderError> {
+    if other.layers().len() < atlas.layers().len() {
+        return Err(RenderError::Config(format!(
+            "reference atlas {} has {} layers, the streamed atlas {}",
+            other.path().display(),
+            other.layers().len(),
+            atlas.layers().len()
+        )));
+    }
+    for (a, b) in atlas.layers().iter().zip(other.layers()) {
+        let (a, b) = (&a.layout, &b.layout);
+        if (a.width(), a.height()) != (b.width(), b.height()) {
+            return Err(RenderError::Config(format!(
+                "reference atlas {} is {}x{}, the streamed atlas is {}x{}",
+                other.path().display(),
+                b.width(),
+                b.height(),
+                a.width(),
+                a.height()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What a capture, bench or viewer draws: the built-in scene or a material scene.
+pub enum Drawer {
+    /// The built-in plane, globe and cube.
+    Builtin(SceneRenderer),
+    /// A baked glTF or globe scene.
+    Material(MaterialRenderer),
+}
+
+impl Drawer {
+    /// The built-in scene over `vt`'s atlas, or `scene` with the manifest beside the atlas.
+    pub fn new(
+        ctx: &GpuContext,
+        vt: &VirtualTextures,
+        scene: Option<&MaterialScene>,
+    ) -> Result<Self, RenderError> {
+        match scene {
+            None => {
+                Ok(Self::Builtin(SceneRenderer::new(ctx, vt, &builtin_meshes(vt.atlas()), TARGET_FORMAT)))
+            }
+            Some(scene) => {
+                let path = SceneManifest::path_for(vt.atlas().path());
+                let manifest = SceneManifest::load(&path).map_err(|e| {
+                    RenderError::Config(format!("{e} (bake the scene with tessera bake --gltf)"))
+                })?;
+                Ok(Self::Material(MaterialRenderer::new(ctx, vt, scene, &manifest, TARGET_FORMAT)?))
+            }
+        }
+    }
+
+    /// Builds the fully resident reference from `atlas`.
+    pub fn enable_reference(
+        &mut self,
+        ctx: &GpuContext,
+        atlas: &Atlas,
+        max_anisotropy: u16,
+    ) -> Result<(), RenderError> {
+        match self {
+            Self::Builtin(s) => s.enable_reference(ctx, atlas, max_anisotropy),
+            Self::Material(s) => s.enable_reference(ctx, atlas),
+        }
+    }
+
+    /// GPU bytes of the reference textures, when enabled.
+    pub fn reference_bytes(&self) -> Option<u64> {
+        match self {
+            Self::Builtin(s) => s.reference_bytes(),
+            Self::Material(s) => s.reference_bytes(),
+        }
+    }
+
+    /// Sets the camera for the next draws.
+    pub fn set_camera(&self, queue: &wgpu::Queue, camera: &tessera_core::camera::Camera, aspect: f32) {
+        match self {
+            Self::Builtin(s) => s.set_camera(queue, camera, aspect),
+            Self::Material(s) => s.set_camera(queue, camera, aspect),
+        }
+    }
+
+    /// Draws through the virtual texture.
+    pub fn draw_vt(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        color: &wgpu::TextureView,
+        depth: &wgpu::TextureView,
+        vt: &VirtualTextures,
+        timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
+    ) {
+        match self {
+            Self::Builtin(s) => s.draw_vt(encoder, color, depth, vt, timestamps),
+            Self::Material(s) => s.draw_vt(encoder, color, depth, vt, timestamps),
+        }
+    }
+
+    /// Draws through the reference textures (no-op unless enabled).
+    pub fn draw_reference(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        color: &wgpu::TextureView,
+        depth: &wgpu::TextureView,
+        timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
+    ) {
+        match self {
+            Self::Builtin(s) => s.draw_reference(encoder, color, depth, timestamps),
+            Self::Material(s) => s.draw_reference(encoder, color, depth, timestamps),
+        }
+    }
 }
 
 /// Writes RGBA8 pixels as a PNG.
@@ -161,22 +289,12 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
         std::fs::create_dir_all(out).map_err(|source| RenderError::Io { path: out.clone(), source })?;
     }
     let mut vt = VirtualTextures::new(ctx, atlas.clone(), cfg.vt.clone())?;
-    let mut scene = SceneRenderer::new(ctx, &vt, &builtin_meshes(&atlas), TARGET_FORMAT);
+    let mut scene = Drawer::new(ctx, &vt, cfg.scene.as_deref())?;
     if cfg.reference {
         match &cfg.reference_atlas {
             Some(path) => {
                 let other = Atlas::open(path)?;
-                let (a, b) = (&atlas.layers()[0].layout, &other.layers()[0].layout);
-                if (a.width(), a.height()) != (b.width(), b.height()) {
-                    return Err(RenderError::Config(format!(
-                        "reference atlas {} is {}x{}, the streamed atlas is {}x{}",
-                        path.display(),
-                        b.width(),
-                        b.height(),
-                        a.width(),
-                        a.height()
-                    )));
-                }
+                check_same_layers(&atlas, &other)?;
                 scene.enable_reference(ctx, &other, cfg.vt.max_anisotropy)?;
             }
             None => scene.enable_reference(ctx, &atlas, cfg.vt.max_anisotropy)?,
@@ -228,6 +346,8 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
             frame_ms: t0.elapsed().as_secs_f64() * 1e3,
             psnr_db,
             unwritten_pixels: count_colour(&pixels, UNWRITTEN, 2),
+            latency_ms_mean: stream.latency_ms_mean,
+            latency_frames_mean: stream.latency_frames_mean,
         });
         if last {
             last_frame = pixels;
@@ -239,7 +359,7 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
         atlas: cfg.atlas.clone(),
         size: cfg.size,
         pool_slots: vt.pool().slot_count(),
-        pool_bytes: vt.pool().bytes(),
+        pool_bytes: vt.pools().iter().map(|p| p.bytes()).sum(),
         pool_format: vt.pool().target().name().to_string(),
         reference_bytes: scene.reference_bytes(),
         frames,

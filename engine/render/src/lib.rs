@@ -13,6 +13,7 @@ pub mod capture;
 pub mod context;
 pub mod error;
 pub mod feedback;
+pub mod material;
 pub mod pool;
 pub mod reference;
 pub mod scene;

@@ -1,6 +1,7 @@
 //! The physical tile pool: one fixed-size texture divided into a grid of bordered
 //! tile slots. Which tile lives in which slot is decided by `tessera_core::residency`.
 
+use tessera_core::atlas::ColorSpace;
 use tessera_core::codec::{Codec, EncodeOptions, TargetFormat, transcode};
 use tessera_core::page_table::SlotCoord;
 
@@ -9,16 +10,30 @@ use crate::error::RenderError;
 /// Texture format of an RGBA8 pool and of the reference textures (sRGB colour).
 pub const POOL_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::Rgba8UnormSrgb;
 
+/// Texture format of an RGBA8 pool and reference texture holding linear data (normals,
+/// roughness): sampled as stored, without the sRGB decode.
+pub const POOL_FORMAT_LINEAR: wgpu::TextureFormat = wgpu::TextureFormat::Rgba8Unorm;
+
 /// The wgpu texture format (sRGB colour) for a tile target format.
 pub fn wgpu_format(target: TargetFormat) -> wgpu::TextureFormat {
-    match target {
-        TargetFormat::Bc7 => wgpu::TextureFormat::Bc7RgbaUnormSrgb,
-        TargetFormat::Bc1 => wgpu::TextureFormat::Bc1RgbaUnormSrgb,
-        TargetFormat::Astc4x4 => {
-            wgpu::TextureFormat::Astc { block: wgpu::AstcBlock::B4x4, channel: wgpu::AstcChannel::UnormSrgb }
-        }
-        TargetFormat::Etc2Rgba => wgpu::TextureFormat::Etc2Rgba8UnormSrgb,
-        _ => POOL_FORMAT,
+    wgpu_format_for(target, ColorSpace::Srgb)
+}
+
+/// The wgpu texture format for a tile target format holding texels of `color`: the
+/// sRGB variant for colour, the plain one for linear data.
+pub fn wgpu_format_for(target: TargetFormat, color: ColorSpace) -> wgpu::TextureFormat {
+    let srgb = color == ColorSpace::Srgb;
+    let channel = if srgb { wgpu::AstcChannel::UnormSrgb } else { wgpu::AstcChannel::Unorm };
+    match (target, srgb) {
+        (TargetFormat::Bc7, true) => wgpu::TextureFormat::Bc7RgbaUnormSrgb,
+        (TargetFormat::Bc7, false) => wgpu::TextureFormat::Bc7RgbaUnorm,
+        (TargetFormat::Bc1, true) => wgpu::TextureFormat::Bc1RgbaUnormSrgb,
+        (TargetFormat::Bc1, false) => wgpu::TextureFormat::Bc1RgbaUnorm,
+        (TargetFormat::Astc4x4, _) => wgpu::TextureFormat::Astc { block: wgpu::AstcBlock::B4x4, channel },
+        (TargetFormat::Etc2Rgba, true) => wgpu::TextureFormat::Etc2Rgba8UnormSrgb,
+        (TargetFormat::Etc2Rgba, false) => wgpu::TextureFormat::Etc2Rgba8Unorm,
+        (_, true) => POOL_FORMAT,
+        (_, false) => POOL_FORMAT_LINEAR,
     }
 }
 
@@ -67,7 +82,19 @@ impl TilePool {
         target: TargetFormat,
     ) -> Result<Self, RenderError> {
         let slot_bytes = target.bytes_per_tile(slot_texels) as u64;
-        let wanted = (u64::from(mib) << 20) / slot_bytes;
+        let (slots_x, slots_y) = Self::grid_for(device, mib, slot_bytes, slot_texels)?;
+        Self::with_grid(device, queue, (slots_x, slots_y), slot_texels, target, ColorSpace::Srgb)
+    }
+
+    /// The slot grid of a `mib` MiB pool whose slots (all layers of a stack together)
+    /// take `slot_bytes` each; an error when fewer than 2 slots fit.
+    pub fn grid_for(
+        device: &wgpu::Device,
+        mib: u32,
+        slot_bytes: u64,
+        slot_texels: u32,
+    ) -> Result<(u32, u32), RenderError> {
+        let wanted = (u64::from(mib) << 20) / slot_bytes.max(1);
         let max_side = device.limits().max_texture_dimension_2d / slot_texels;
         if wanted < 2 {
             return Err(RenderError::Config(format!(
@@ -75,7 +102,20 @@ impl TilePool {
                 (2 * slot_bytes).div_ceil(1 << 20)
             )));
         }
-        let (slots_x, slots_y) = slot_grid(mib, slot_bytes, max_side);
+        Ok(slot_grid(mib, slot_bytes, max_side))
+    }
+
+    /// A pool of exactly `grid` (across, down) slots of `slot_texels²` texels in
+    /// `target` format, sampled as `color`, every slot filled with [`UNWRITTEN`].
+    pub fn with_grid(
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        grid: (u32, u32),
+        slot_texels: u32,
+        target: TargetFormat,
+        color: ColorSpace,
+    ) -> Result<Self, RenderError> {
+        let (slots_x, slots_y) = grid;
         let size = wgpu::Extent3d {
             width: slots_x * slot_texels,
             height: slots_y * slot_texels,
@@ -87,7 +127,7 @@ impl TilePool {
             mip_level_count: 1,
             sample_count: 1,
             dimension: wgpu::TextureDimension::D2,
-            format: wgpu_format(target),
+            format: wgpu_format_for(target, color),
             usage: if target.is_block_compressed() {
                 wgpu::TextureUsages::TEXTURE_BINDING
                     | wgpu::TextureUsages::COPY_DST

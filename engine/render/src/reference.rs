@@ -2,13 +2,13 @@
 //! ordinary mip-mapped texture sampled by the hardware. Ground truth for convergence.
 
 use bytemuck::{Pod, Zeroable};
-use tessera_core::atlas::{Atlas, LayerInfo, Wrap};
+use tessera_core::atlas::{Atlas, ColorSpace, LayerInfo, Wrap};
 use tessera_core::bake::edge;
 use tessera_core::tile::TileId;
 
 use crate::context::GpuContext;
 use crate::error::RenderError;
-use crate::pool::POOL_FORMAT;
+use crate::pool::{POOL_FORMAT, POOL_FORMAT_LINEAR};
 
 /// Uniform of `scene_reference.wgsl`.
 #[repr(C)]
@@ -69,7 +69,7 @@ pub fn build(ctx: &GpuContext, atlas: &Atlas, layer: usize) -> Result<ReferenceT
         mip_level_count: mips,
         sample_count: 1,
         dimension: wgpu::TextureDimension::D2,
-        format: POOL_FORMAT,
+        format: if info.color == ColorSpace::Linear { POOL_FORMAT_LINEAR } else { POOL_FORMAT },
         usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
         view_formats: &[],
     });

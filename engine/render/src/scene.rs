@@ -65,6 +65,19 @@ fn pipeline(
     layouts: &[Option<&wgpu::BindGroupLayout>],
     color_format: wgpu::TextureFormat,
 ) -> wgpu::RenderPipeline {
+    mesh_pipeline(device, label, source, layouts, color_format, Some(wgpu::Face::Back))
+}
+
+/// A pipeline drawing [`Vertex`] meshes with depth into `color_format`, from a WGSL
+/// source with `vs_main` and `fs_main`.
+pub(crate) fn mesh_pipeline(
+    device: &wgpu::Device,
+    label: &str,
+    source: String,
+    layouts: &[Option<&wgpu::BindGroupLayout>],
+    color_format: wgpu::TextureFormat,
+    cull_mode: Option<wgpu::Face>,
+) -> wgpu::RenderPipeline {
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some(label),
         source: wgpu::ShaderSource::Wgsl(source.into()),
@@ -83,7 +96,7 @@ fn pipeline(
             compilation_options: Default::default(),
             buffers: &[Some(vertex_layout())],
         },
-        primitive: wgpu::PrimitiveState { cull_mode: Some(wgpu::Face::Back), ..Default::default() },
+        primitive: wgpu::PrimitiveState { cull_mode, ..Default::default() },
         depth_stencil: Some(wgpu::DepthStencilState {
             format: DEPTH_FORMAT,
             depth_write_enabled: Some(true),
@@ -256,7 +269,8 @@ impl SceneRenderer {
         queue.write_buffer(&self.frame_buffer, 0, bytemuck::bytes_of(&u));
     }
 
-    fn pass<'a>(
+    /// A render pass clearing `color` and `depth`, for drawing a scene.
+    pub(crate) fn pass<'a>(
         encoder: &'a mut wgpu::CommandEncoder,
         color: &'a wgpu::TextureView,
         depth: &'a wgpu::TextureView,
@@ -300,7 +314,9 @@ impl SceneRenderer {
         pass.set_pipeline(&self.vt_pipeline);
         pass.set_bind_group(0, &self.frame_group, &[]);
         for m in &self.meshes {
-            pass.set_bind_group(1, vt.bind_group(m.layer), &[]);
+            // SceneRenderer::new checked every mesh's layer; a stack samples through layer 0.
+            let Some(group) = vt.bind_group(m.layer).or_else(|| vt.bind_group(0)) else { continue };
+            pass.set_bind_group(1, group, &[]);
             pass.set_vertex_buffer(0, m.vertices.slice(..));
             pass.set_index_buffer(m.indices.slice(..), wgpu::IndexFormat::Uint32);
             pass.draw_indexed(0..m.count, 0, 0..1);

@@ -10,6 +10,23 @@ pub const SCENE_VT_WGSL: &str = include_str!("../../../shaders/scene_vt.wgsl");
 /// Built-in scene fragment stage through the fully resident reference texture.
 pub const SCENE_REFERENCE_WGSL: &str = include_str!("../../../shaders/scene_reference.wgsl");
 
+/// Material scenes (glTF): camera, vertex stage, material block and lighting.
+pub const MATERIAL_WGSL: &str = include_str!("../../../shaders/material.wgsl");
+/// Material scene fragment stage through the stacked virtual texture.
+pub const MATERIAL_VT_WGSL: &str = include_str!("../../../shaders/material_vt.wgsl");
+/// Material scene fragment stage through fully resident reference textures.
+pub const MATERIAL_REFERENCE_WGSL: &str = include_str!("../../../shaders/material_reference.wgsl");
+
+/// The complete virtual-texture material-scene shader.
+pub fn material_vt_source() -> String {
+    [VT_WGSL, MATERIAL_WGSL, MATERIAL_VT_WGSL].join("\n")
+}
+
+/// The complete reference material-scene shader.
+pub fn material_reference_source() -> String {
+    [MATERIAL_WGSL, MATERIAL_REFERENCE_WGSL].join("\n")
+}
+
 /// The complete virtual-texture scene shader.
 pub fn scene_vt_source() -> String {
     [VT_WGSL, SCENE_WGSL, SCENE_VT_WGSL].join("\n")
@@ -38,5 +55,7 @@ mod tests {
         validate("scene_vt", &scene_vt_source());
         validate("scene_reference", &scene_reference_source());
         validate("vt alone", VT_WGSL);
+        validate("material_vt", &material_vt_source());
+        validate("material_reference", &material_reference_source());
     }
 }

@@ -2,16 +2,18 @@
 //! bitset and one parameter block per layer, plus the streaming that keeps them fed
 //! (feedback → residency decisions → loader threads → host cache → budgeted uploads).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytemuck::{Pod, Zeroable};
+use tessera_core::atlas::ColorSpace;
 use tessera_core::codec::TargetFormat;
 use tessera_core::feedback::FeedbackLayout;
 use tessera_core::loader::{LoadOutcome, LoaderConfig, LoaderPool};
 use tessera_core::residency::{Residency, ResidencyConfig};
 use tessera_core::stats::{StatsSnapshot, TierStats};
-use tessera_core::{Atlas, AtlasLoader, HostCache, TileId};
+use tessera_core::{Atlas, AtlasLoader, HostCache, StackedLoader, TileId, TileLoader};
 
 use crate::context::GpuContext;
 use crate::error::RenderError;
@@ -63,7 +65,7 @@ pub struct VtConfig {
     pub max_anisotropy: u16,
     /// Added to every level of detail (positive = blurrier, fewer tiles).
     pub mip_bias: f32,
-    /// Debug view: 0 off, 1 mip colours, 2 fallback depth.
+    /// Debug view: 0 off, 1 mip colours, 2 fallback depth, 3 tile borders.
     pub debug_view: u32,
     /// Force the pool's texel format (default: the best the adapter and the atlas allow).
     pub pool_format: Option<TargetFormat>,
@@ -109,6 +111,14 @@ pub struct StreamFrame {
     pub feedback_ms: f64,
     /// CPU time spent issuing uploads and page-table writes, milliseconds.
     pub upload_ms: f64,
+    /// Request-to-resident latency of the tiles uploaded this frame (from the frame
+    /// whose feedback asked for them to the upload), milliseconds: mean and maximum
+    /// (0 when nothing that was requested arrived).
+    pub latency_ms_mean: f64,
+    /// See [`StreamFrame::latency_ms_mean`].
+    pub latency_ms_max: f64,
+    /// The same latency in frames (upload frame − feedback frame): mean.
+    pub latency_frames_mean: f64,
 }
 
 /// The GPU side of an atlas' virtual textures plus the streaming that fills them.
@@ -118,7 +128,12 @@ pub struct VirtualTextures {
     loader: LoaderPool,
     residency: Residency,
     layout: FeedbackLayout,
-    pool: TilePool,
+    /// One pool, or one per layer of a stack (same slot grid).
+    pools: Vec<TilePool>,
+    /// Bytes of each pool's part of a loaded tile.
+    part_lengths: Vec<usize>,
+    tile_loader: Arc<dyn TileLoader>,
+    stacked: bool,
     page_table: wgpu::Buffer,
     feedback: Feedback,
     layout_bgl: wgpu::BindGroupLayout,
@@ -126,6 +141,8 @@ pub struct VirtualTextures {
     config: VtConfig,
     reported_failures: HashSet<TileId>,
     recent_feedback: std::collections::VecDeque<Vec<TileId>>,
+    /// When each outstanding request was made: feedback frame and CPU time.
+    request_times: HashMap<TileId, (u64, Instant)>,
     total_uploads: u64,
     total_evictions: u64,
     frozen: bool,
@@ -150,31 +167,70 @@ impl VirtualTextures {
                 l.name
             )));
         }
-        let codecs: Vec<_> = layers.iter().map(|l| l.codec).collect();
-        let target =
-            tessera_core::pool_format::select(&codecs, format_support(&ctx.device), config.pool_format)
-                .map_err(|e| RenderError::Config(format!("{}: {e}", atlas.path().display())))?;
+        let stacked = atlas.is_stacked();
+        let support = format_support(&ctx.device);
+        let select = |codecs: &[tessera_core::Codec]| {
+            tessera_core::pool_format::select(codecs, support, config.pool_format)
+                .map_err(|e| RenderError::Config(format!("{}: {e}", atlas.path().display())))
+        };
+        // A stack has one pool per layer, each in the best format for that layer's codec;
+        // otherwise one pool holds every layer in one format.
+        let targets: Vec<TargetFormat> = if stacked {
+            layers.iter().map(|l| select(&[l.codec])).collect::<Result<_, _>>()?
+        } else {
+            let codecs: Vec<_> = layers.iter().map(|l| l.codec).collect();
+            vec![select(&codecs)?]
+        };
         if layers[0].layout.border() == 0 {
             return Err(RenderError::Config(format!(
                 "{}: tiles have no border, so filtering would read neighbouring pool slots; bake with --border 4",
                 atlas.path().display()
             )));
         }
-        if target.is_block_compressed() && !slot.is_multiple_of(4) {
+        if let Some(target) =
+            targets.iter().find(|t| t.is_block_compressed()).filter(|_| !slot.is_multiple_of(4))
+        {
             return Err(RenderError::Config(format!(
                 "{}: stored tiles are {slot}² texels, not a multiple of the 4×4 blocks of a {} pool",
                 atlas.path().display(),
                 target.name()
             )));
         }
-        let pool = TilePool::new(&ctx.device, &ctx.queue, config.pool_mib, slot, target)?;
-        tracing::info!(format = target.name(), slots = pool.slot_count(), "tile pool");
-        let layouts: Vec<_> = layers.iter().map(|l| l.layout).collect();
+        let stack_slot_bytes: u64 = targets.iter().map(|t| t.bytes_per_tile(slot) as u64).sum();
+        let grid = TilePool::grid_for(&ctx.device, config.pool_mib, stack_slot_bytes, slot)?;
+        let pools: Vec<TilePool> = targets
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| {
+                let color = if stacked { layers[i].color } else { ColorSpace::Srgb };
+                TilePool::with_grid(&ctx.device, &ctx.queue, grid, slot, t, color)
+            })
+            .collect::<Result<_, _>>()?;
+        let pool = &pools[0];
+        tracing::info!(
+            formats = ?targets.iter().map(|t| t.name()).collect::<Vec<_>>(),
+            slots = pool.slot_count(),
+            stacked,
+            "tile pool"
+        );
+        // The layouts that own tile ids: a stack's layers share layer 0's.
+        let layouts: Vec<_> =
+            if stacked { vec![layers[0].layout] } else { layers.iter().map(|l| l.layout).collect() };
         if (pool.slot_count() as usize) < layouts.len() + 1 {
             return Err(RenderError::Config(format!(
                 "a pool of {} slots cannot pin the coarsest tile of {} layers",
                 pool.slot_count(),
                 layouts.len()
+            )));
+        }
+        let entries = layouts.iter().map(|l| l.tile_count()).sum::<u64>() as usize;
+        let max_binding = ctx.device.limits().max_storage_buffer_binding_size;
+        if (entries as u64) * 4 > max_binding {
+            return Err(RenderError::Config(format!(
+                "{}: the page table needs {} MiB but the adapter binds at most {} MiB of storage buffer",
+                atlas.path().display(),
+                (entries as u64 * 4) >> 20,
+                max_binding >> 20
             )));
         }
         let residency = Residency::new(
@@ -194,13 +250,14 @@ impl VirtualTextures {
         } else {
             config.loader_threads
         };
-        let loader = LoaderPool::new(
-            Arc::new(AtlasLoader::with_target(atlas.clone(), cache.clone(), target)),
-            threads,
-            LoaderConfig::default(),
-        );
+        let tile_loader: Arc<dyn TileLoader> = if stacked {
+            Arc::new(StackedLoader::new(atlas.clone(), cache.clone(), &targets))
+        } else {
+            Arc::new(AtlasLoader::with_target(atlas.clone(), cache.clone(), targets[0]))
+        };
+        let part_lengths: Vec<usize> = targets.iter().map(|t| t.bytes_per_tile(slot)).collect();
+        let loader = LoaderPool::new(tile_loader.clone(), threads, LoaderConfig::default());
         let device = &ctx.device;
-        let entries = atlas.tile_count() as usize;
         let page_table = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("tessera page table"),
             size: (entries.max(1) * 4) as u64,
@@ -222,7 +279,10 @@ impl VirtualTextures {
         let (pw, ph) = pool.texels();
         let stride = config.feedback_stride.clamp(1, 8).next_power_of_two();
         let mut params = Vec::with_capacity(layers.len());
-        for l in layers {
+        // A stack is sampled through layer 0's parameters (all its pools at once).
+        let sampled = if stacked { &layers[..1] } else { layers };
+        let view = |i: usize| pools.get(i).unwrap_or(&pools[0]).view();
+        for l in sampled {
             let lay = l.layout;
             let mut p = VtParams {
                 size: [lay.width() as f32, lay.height() as f32],
@@ -260,9 +320,17 @@ impl VirtualTextures {
                     wgpu::BindGroupEntry { binding: 2, resource: feedback.bitset().as_entire_binding() },
                     wgpu::BindGroupEntry {
                         binding: 3,
-                        resource: wgpu::BindingResource::TextureView(pool.view()),
+                        resource: wgpu::BindingResource::TextureView(view(0)),
                     },
                     wgpu::BindGroupEntry { binding: 4, resource: wgpu::BindingResource::Sampler(&sampler) },
+                    wgpu::BindGroupEntry {
+                        binding: 5,
+                        resource: wgpu::BindingResource::TextureView(view(1)),
+                    },
+                    wgpu::BindGroupEntry {
+                        binding: 6,
+                        resource: wgpu::BindingResource::TextureView(view(2)),
+                    },
                 ],
             });
             params.push((p, buffer, bind_group));
@@ -273,7 +341,10 @@ impl VirtualTextures {
             loader,
             residency,
             layout,
-            pool,
+            pools,
+            part_lengths,
+            tile_loader,
+            stacked,
             page_table,
             feedback,
             layout_bgl,
@@ -281,6 +352,7 @@ impl VirtualTextures {
             config,
             reported_failures: HashSet::new(),
             recent_feedback: std::collections::VecDeque::new(),
+            request_times: HashMap::new(),
             total_uploads: 0,
             total_evictions: 0,
             frozen: false,
@@ -291,16 +363,14 @@ impl VirtualTextures {
 
     /// Loads the coarsest tile of every layer synchronously and uploads it.
     fn make_coarsest_resident(&mut self, ctx: &GpuContext) -> Result<(), RenderError> {
-        let roots: Vec<TileId> = self
-            .atlas
-            .layers()
+        let owners = if self.stacked { 1 } else { self.atlas.layers().len() };
+        let roots: Vec<TileId> = self.atlas.layers()[..owners]
             .iter()
             .enumerate()
             .map(|(i, l)| TileId::new(i as u16, l.layout.coarsest_mip(), 0, 0))
             .collect();
-        let loader = AtlasLoader::with_target(self.atlas.clone(), self.cache.clone(), self.pool.target());
         for (tile, _) in self.residency.on_feedback(0, &roots) {
-            match tessera_core::TileLoader::load(&loader, tile) {
+            match self.tile_loader.load(tile) {
                 Ok(bytes) => self.residency.on_loaded(tile, bytes),
                 Err(e) => {
                     return Err(RenderError::Config(format!(
@@ -319,9 +389,17 @@ impl VirtualTextures {
         &self.layout_bgl
     }
 
-    /// The bind group (group 1 in `vt.wgsl`) that samples layer `layer`.
-    pub fn bind_group(&self, layer: usize) -> &wgpu::BindGroup {
-        &self.params[layer.min(self.params.len() - 1)].2
+    /// The bind group (group 1 in `vt.wgsl`) that samples layer `layer`, or `None`
+    /// when there is no such layer. Of a stacked atlas there is one, layer 0's, which
+    /// samples every layer of the stack (`vt_sample_layers`).
+    pub fn bind_group(&self, layer: usize) -> Option<&wgpu::BindGroup> {
+        self.params.get(layer).map(|p| &p.2)
+    }
+
+    /// Whether the atlas is stacked: its layers share tile ids, residency and one
+    /// page table, each in its own pool.
+    pub fn is_stacked(&self) -> bool {
+        self.stacked
     }
 
     /// The atlas being streamed.
@@ -329,9 +407,14 @@ impl VirtualTextures {
         &self.atlas
     }
 
-    /// The tile pool.
+    /// The tile pool (of a stack: layer 0's).
     pub fn pool(&self) -> &TilePool {
-        &self.pool
+        &self.pools[0]
+    }
+
+    /// Every pool: one, or one per layer of a stack.
+    pub fn pools(&self) -> &[TilePool] {
+        &self.pools
     }
 
     /// The residency manager (page-table mirror, slots, counters).
@@ -372,10 +455,12 @@ impl VirtualTextures {
             out.tiles_needed = self.residency.needed_count();
             out.misses = (self.residency.counters().misses - misses_before) as usize;
             out.feedback_frame = Some(fb.frame);
+            let now = Instant::now();
             for (tile, priority) in requests {
                 if self.loader.request(tile, priority, frame) {
                     out.requests += 1;
                 }
+                self.request_times.entry(tile).or_insert((fb.frame, now));
             }
             // Renew queued loads that are still wanted, so the loader's staleness rule
             // cancels only requests that the feedback no longer asks for.
@@ -396,13 +481,18 @@ impl VirtualTextures {
                         tracing::error!("{e}; showing its nearest resident ancestor instead");
                     }
                     self.residency.on_failed(r.tile);
+                    self.request_times.remove(&r.tile);
                 }
-                LoadOutcome::Cancelled => self.residency.on_cancelled(r.tile),
+                LoadOutcome::Cancelled => {
+                    self.residency.on_cancelled(r.tile);
+                    self.request_times.remove(&r.tile);
+                }
             }
         }
         out.feedback_ms = t0.elapsed().as_secs_f64() * 1e3;
         let t1 = std::time::Instant::now();
-        let (uploads, evictions) = self.apply_uploads(ctx, frame);
+        let (uploads, evictions, latency) = self.apply_uploads(ctx, frame);
+        (out.latency_ms_mean, out.latency_ms_max, out.latency_frames_mean) = latency;
         out.uploads = uploads;
         out.evictions = evictions;
         out.upload_ms = t1.elapsed().as_secs_f64() * 1e3;
@@ -419,12 +509,34 @@ impl VirtualTextures {
         out
     }
 
-    fn apply_uploads(&mut self, ctx: &GpuContext, frame: u64) -> (usize, usize) {
+    /// Uploads what the residency plan allows; returns uploads, evictions and the
+    /// (mean ms, max ms, mean frames) request-to-resident latency of the uploaded tiles.
+    fn apply_uploads(&mut self, ctx: &GpuContext, frame: u64) -> (usize, usize, (f64, f64, f64)) {
         let plan = self.residency.plan_uploads(frame);
         let mut evictions = 0;
+        let now = Instant::now();
+        let (mut sum_ms, mut max_ms, mut sum_frames, mut timed) = (0.0f64, 0.0f64, 0.0f64, 0usize);
         for u in &plan.uploads {
-            self.pool.upload(&ctx.queue, u.slot, &u.bytes);
+            let mut rest: &[u8] = &u.bytes;
+            for (pool, &len) in self.pools.iter().zip(&self.part_lengths) {
+                let Some((part, tail)) = rest.split_at_checked(len) else { break };
+                pool.upload(&ctx.queue, u.slot, part);
+                rest = tail;
+            }
             evictions += usize::from(u.evicted.is_some());
+            if let Some((fb_frame, at)) = self.request_times.remove(&u.tile) {
+                let ms = now.duration_since(at).as_secs_f64() * 1e3;
+                sum_ms += ms;
+                max_ms = max_ms.max(ms);
+                sum_frames += frame.saturating_sub(fb_frame) as f64;
+                timed += 1;
+            }
+        }
+        // Requests whose result was dropped (no longer needed) never upload: forget them
+        // once they are neither requested nor waiting.
+        if self.request_times.len() > 4 * self.pools[0].slot_count() as usize {
+            let live: HashSet<TileId> = self.residency.requested_tiles().collect();
+            self.request_times.retain(|t, _| live.contains(t));
         }
         let pt = self.residency.page_table_mut();
         for range in pt.take_dirty_ranges() {
@@ -433,7 +545,12 @@ impl VirtualTextures {
         }
         self.total_uploads += plan.uploads.len() as u64;
         self.total_evictions += evictions as u64;
-        (plan.uploads.len(), evictions)
+        let latency = if timed == 0 {
+            (0.0, 0.0, 0.0)
+        } else {
+            (sum_ms / timed as f64, max_ms, sum_frames / timed as f64)
+        };
+        (plan.uploads.len(), evictions, latency)
     }
 
     /// Record into the frame's encoder before any pass that samples virtual textures.
@@ -459,11 +576,23 @@ impl VirtualTextures {
         }
     }
 
-    /// Changes the debug view (0 off, 1 mip colours, 2 fallback depth) from the next frame on.
+    /// Changes the debug view (0 off, 1 mip colours, 2 fallback depth, 3 tile borders)
+    /// from the next frame on.
     pub fn set_debug_view(&mut self, view: u32) {
         self.config.debug_view = view;
         for (p, _, _) in &mut self.params {
             p.debug = view;
+        }
+    }
+
+    /// Changes the feedback resolution: one pixel in every `stride × stride` block
+    /// writes feedback each frame (1, 2, 4 or 8; other values round up to the next of
+    /// these). Larger strides cost less GPU time and see small tiles later.
+    pub fn set_feedback_stride(&mut self, stride: u32) {
+        let stride = stride.clamp(1, 8).next_power_of_two();
+        self.config.feedback_stride = stride;
+        for (p, _, _) in &mut self.params {
+            p.feedback_mask = stride - 1;
         }
     }
 
@@ -505,13 +634,13 @@ impl VirtualTextures {
     /// Statistics of every tier.
     pub fn stats(&self) -> StatsSnapshot {
         let mut s = StatsSnapshot::gather(&self.atlas, &self.cache, Some(&self.loader));
-        let slot_bytes = self.pool.slot_bytes();
+        let slot_bytes: u64 = self.pools.iter().map(TilePool::slot_bytes).sum();
         let resident = self.residency.resident_count() as u64;
         s.vram = TierStats { tiles: resident, bytes: resident * slot_bytes };
         s.vram_counters.uploads = self.total_uploads;
         s.vram_counters.evictions = self.total_evictions;
         s.vram_counters.slots_used = resident;
-        s.vram_counters.slots_total = u64::from(self.pool.slot_count());
+        s.vram_counters.slots_total = u64::from(self.pools[0].slot_count());
         s
     }
 
@@ -523,6 +652,11 @@ impl VirtualTextures {
 
 fn bind_group_layout(device: &wgpu::Device) -> wgpu::BindGroupLayout {
     let frag = wgpu::ShaderStages::FRAGMENT;
+    let pool_texture = wgpu::BindingType::Texture {
+        sample_type: wgpu::TextureSampleType::Float { filterable: true },
+        view_dimension: wgpu::TextureViewDimension::D2,
+        multisampled: false,
+    };
     let storage = |read_only| wgpu::BindingType::Buffer {
         ty: wgpu::BufferBindingType::Storage { read_only },
         has_dynamic_offset: false,
@@ -543,22 +677,15 @@ fn bind_group_layout(device: &wgpu::Device) -> wgpu::BindGroupLayout {
             },
             wgpu::BindGroupLayoutEntry { binding: 1, visibility: frag, ty: storage(true), count: None },
             wgpu::BindGroupLayoutEntry { binding: 2, visibility: frag, ty: storage(false), count: None },
-            wgpu::BindGroupLayoutEntry {
-                binding: 3,
-                visibility: frag,
-                ty: wgpu::BindingType::Texture {
-                    sample_type: wgpu::TextureSampleType::Float { filterable: true },
-                    view_dimension: wgpu::TextureViewDimension::D2,
-                    multisampled: false,
-                },
-                count: None,
-            },
+            wgpu::BindGroupLayoutEntry { binding: 3, visibility: frag, ty: pool_texture, count: None },
             wgpu::BindGroupLayoutEntry {
                 binding: 4,
                 visibility: frag,
                 ty: wgpu::BindingType::Sampler(wgpu::SamplerBindingType::Filtering),
                 count: None,
             },
+            wgpu::BindGroupLayoutEntry { binding: 5, visibility: frag, ty: pool_texture, count: None },
+            wgpu::BindGroupLayoutEntry { binding: 6, visibility: frag, ty: pool_texture, count: None },
         ],
     })
 }

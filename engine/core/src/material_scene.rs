@@ -1,0 +1,564 @@
+//! glTF 2.0 scenes as Tessera sees them: world-space meshes, PBR materials and the image
+//! files behind their textures, ready to be packed into one stacked virtual atlas.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use glam::{Mat3, Mat4, Vec3, Vec4};
+
+use crate::atlas::{AtlasError, Wrap};
+use crate::bake::BakeError;
+use crate::scene::{Mesh, Vertex};
+
+/// A scene loaded from glTF: meshes in world space and the materials they use.
+#[derive(Clone, Debug)]
+pub struct MaterialScene {
+    /// Every triangle primitive of the default scene, transformed to world space.
+    pub meshes: Vec<SceneMesh>,
+    /// The materials; a default one is appended when a primitive has none.
+    pub materials: Vec<Material>,
+    /// Smallest world-space corner of all vertices (zero when there are none).
+    pub bounds_min: Vec3,
+    /// Largest world-space corner of all vertices (zero when there are none).
+    pub bounds_max: Vec3,
+    /// Direction the light of the first `KHR_lights_punctual` directional light travels,
+    /// world space, unit length.
+    pub sun_direction: Option<Vec3>,
+    /// The file the scene came from (the image itself for [`globe_scene`]).
+    pub source: PathBuf,
+}
+
+/// One triangle primitive of a scene, in world space.
+#[derive(Clone, Debug)]
+pub struct SceneMesh {
+    /// The glTF mesh name (or node name), with `#i` for the i-th primitive after the first.
+    pub name: String,
+    /// World-space vertices; `uv` is glTF `TEXCOORD_0` unchanged.
+    pub mesh: Mesh,
+    /// Index into [`MaterialScene::materials`].
+    pub material: usize,
+}
+
+/// A glTF metallic-roughness material.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Material {
+    /// The material name (`material N` when the glTF has none).
+    pub name: String,
+    /// Linear RGBA multiplier of the base colour.
+    pub base_color_factor: [f32; 4],
+    /// Metalness multiplier.
+    pub metallic_factor: f32,
+    /// Roughness multiplier.
+    pub roughness_factor: f32,
+    /// Scale of the normal map's X and Y.
+    pub normal_scale: f32,
+    /// Alpha-test threshold when the material is alpha-masked.
+    pub alpha_cutoff: Option<f32>,
+    /// Whether back faces are drawn.
+    pub double_sided: bool,
+    /// Base colour texture (sRGB).
+    pub base_color: Option<TextureRef>,
+    /// Tangent-space normal map (linear).
+    pub normal: Option<TextureRef>,
+    /// Metallic-roughness texture: G roughness, B metallic (linear).
+    pub metallic_roughness: Option<TextureRef>,
+}
+
+impl Default for Material {
+    /// glTF's default material: white, fully metallic, fully rough, no textures.
+    fn default() -> Self {
+        Self {
+            name: "default".into(),
+            base_color_factor: [1.0; 4],
+            metallic_factor: 1.0,
+            roughness_factor: 1.0,
+            normal_scale: 1.0,
+            alpha_cutoff: None,
+            double_sided: false,
+            base_color: None,
+            normal: None,
+            metallic_roughness: None,
+        }
+    }
+}
+
+/// An image and how it is sampled.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TextureRef {
+    /// Where the texels are.
+    pub image: ImageRef,
+    /// Edge rule along u and v (glTF mirrored repeat becomes repeat).
+    pub wrap: [Wrap; 2],
+}
+
+/// Where an image's encoded bytes are.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ImageRef {
+    /// An image file (path resolved against the glTF's folder).
+    File(PathBuf),
+    /// An image inside the glTF (buffer view or data URI): glTF image `index`.
+    Embedded {
+        /// The glTF image index.
+        index: usize,
+        /// The image name, for messages.
+        name: String,
+    },
+}
+
+impl std::fmt::Display for ImageRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ImageRef::File(p) => write!(f, "{}", p.display()),
+            ImageRef::Embedded { index, name } => write!(f, "embedded image {index} '{name}'"),
+        }
+    }
+}
+
+/// Why a scene could not be loaded or baked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SceneError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The glTF itself is malformed or uses something unsupported.
+    #[error("{path}: not a usable glTF 2.0 file: {reason}")]
+    Gltf {
+        /// The glTF file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A buffer (`.bin`) the glTF refers to is missing, unreadable or too short.
+    #[error("{path}: buffer {index} of {gltf}: {reason}")]
+    Buffer {
+        /// The buffer file (or the glTF for embedded buffers).
+        path: PathBuf,
+        /// The glTF file.
+        gltf: PathBuf,
+        /// The glTF buffer index.
+        index: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A texture image does not exist.
+    #[error("{image}: texture of material '{material}' not found")]
+    MissingTexture {
+        /// The image file.
+        image: PathBuf,
+        /// The material using it.
+        material: String,
+    },
+    /// A texture image exists but cannot be decoded.
+    #[error("{image}: cannot decode texture of material '{material}': {reason}")]
+    BadTexture {
+        /// The image (a file path, or `embedded image N 'name'`).
+        image: String,
+        /// The material using it.
+        material: String,
+        /// What the decoder said.
+        reason: String,
+    },
+    /// Baking the atlas failed.
+    #[error(transparent)]
+    Bake(#[from] BakeError),
+    /// The baked atlas could not be read back.
+    #[error(transparent)]
+    Atlas(#[from] AtlasError),
+    /// A scene manifest is malformed.
+    #[error("{path}: bad scene manifest: {reason}")]
+    Manifest {
+        /// The manifest file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Loads the default scene (else the first) of a `.gltf` or `.glb` file: every triangle
+/// primitive of every node, recursively, transformed to world space, and the materials.
+///
+/// Texture files are checked to exist and to have a readable image header, so that a
+/// missing or broken texture is reported here, naming the file and the material.
+pub fn load_gltf(path: &Path) -> Result<MaterialScene, SceneError> {
+    let (doc, buffers) = open_document(path)?;
+    let base = path.parent().unwrap_or(Path::new(""));
+    let mut materials: Vec<Material> =
+        doc.materials().enumerate().map(|(i, m)| material(path, base, i, &m)).collect();
+    for m in &materials {
+        for t in [&m.base_color, &m.normal, &m.metallic_roughness].into_iter().flatten() {
+            if let ImageRef::File(file) = &t.image {
+                check_image_file(file, &m.name)?;
+            }
+        }
+    }
+    let mut out = MaterialScene {
+        meshes: Vec::new(),
+        materials: Vec::new(),
+        bounds_min: Vec3::ZERO,
+        bounds_max: Vec3::ZERO,
+        sun_direction: None,
+        source: path.to_path_buf(),
+    };
+    let mut default_material = None;
+    let scene = doc.default_scene().or_else(|| doc.scenes().next());
+    let mut stack: Vec<(gltf::Node, Mat4)> =
+        scene.iter().flat_map(|s| s.nodes()).map(|n| (n, Mat4::IDENTITY)).collect();
+    stack.reverse();
+    while let Some((node, parent)) = stack.pop() {
+        let world = parent * Mat4::from_cols_array_2d(&node.transform().matrix());
+        if let Some(light) = node.light()
+            && matches!(light.kind(), gltf::khr_lights_punctual::Kind::Directional)
+            && out.sun_direction.is_none()
+        {
+            // A glTF light shines along its node's local -Z.
+            let d = (world * Vec4::new(0.0, 0.0, -1.0, 0.0)).truncate();
+            out.sun_direction = Some(d.normalize_or_zero()).filter(|d| *d != Vec3::ZERO);
+        }
+        if let Some(mesh) = node.mesh() {
+            let name = mesh
+                .name()
+                .or(node.name())
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("mesh {}", mesh.index()));
+            for (k, prim) in mesh.primitives().enumerate() {
+                let prim_name = if k == 0 { name.clone() } else { format!("{name}#{k}") };
+                if prim.mode() != gltf::mesh::Mode::Triangles {
+                    tracing::warn!(
+                        "{}: skipping primitive '{prim_name}': mode {:?}",
+                        path.display(),
+                        prim.mode()
+                    );
+                    continue;
+                }
+                let Some(mesh) = primitive_mesh(&prim, &buffers, world) else {
+                    tracing::warn!("{}: skipping primitive '{prim_name}': no positions", path.display());
+                    continue;
+                };
+                let material = match prim.material().index() {
+                    Some(i) => i,
+                    None => *default_material.get_or_insert(materials.len()),
+                };
+                out.meshes.push(SceneMesh { name: prim_name, mesh, material });
+            }
+        }
+        let children: Vec<_> = node.children().map(|c| (c, world)).collect();
+        stack.extend(children.into_iter().rev());
+    }
+    if default_material.is_some() {
+        materials.push(Material::default());
+    }
+    out.materials = materials;
+    let mut points = out.meshes.iter().flat_map(|m| m.mesh.vertices.iter()).map(|v| Vec3::from(v.position));
+    if let Some(first) = points.next() {
+        let (lo, hi) = points.fold((first, first), |(lo, hi), p| (lo.min(p), hi.max(p)));
+        out.bounds_min = lo;
+        out.bounds_max = hi;
+    }
+    Ok(out)
+}
+
+/// A UV sphere of `radius` at the origin textured with `image` (equirectangular, repeating
+/// in u, clamped in v): the globe as a one-material scene.
+pub fn globe_scene(
+    image: &Path,
+    radius: f32,
+    segments: u32,
+    rings: u32,
+) -> Result<MaterialScene, SceneError> {
+    let name = image.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "globe".into());
+    check_image_file(image, &name)?;
+    let mesh = crate::scene::uv_sphere(Vec3::ZERO, radius, segments, rings);
+    let material = Material {
+        name: name.clone(),
+        metallic_factor: 0.0,
+        base_color: Some(TextureRef {
+            image: ImageRef::File(image.to_path_buf()),
+            wrap: [Wrap::Repeat, Wrap::Clamp],
+        }),
+        ..Material::default()
+    };
+    Ok(MaterialScene {
+        meshes: vec![SceneMesh { name, mesh, material: 0 }],
+        materials: vec![material],
+        bounds_min: Vec3::splat(-radius),
+        bounds_max: Vec3::splat(radius),
+        sun_direction: None,
+        source: image.to_path_buf(),
+    })
+}
+
+/// The encoded bytes of glTF image `index` of `gltf` (buffer view or data URI).
+pub(crate) fn embedded_image_bytes(gltf: &Path, index: usize) -> Result<Vec<u8>, SceneError> {
+    let (doc, buffers) = open_document(gltf)?;
+    let bad = |reason: String| SceneError::Gltf { path: gltf.to_path_buf(), reason };
+    let image = doc.images().nth(index).ok_or_else(|| bad(format!("no image {index}")))?;
+    match image.source() {
+        gltf::image::Source::View { view, .. } => {
+            let data = &buffers[view.buffer().index()];
+            data.get(view.offset()..view.offset() + view.length())
+                .map(<[u8]>::to_vec)
+                .ok_or_else(|| bad(format!("image {index}: buffer view outside its buffer")))
+        }
+        gltf::image::Source::Uri { uri, .. } => {
+            data_uri(uri).ok_or_else(|| bad(format!("image {index}: bad data URI")))
+        }
+    }
+}
+
+/// Checks that an image file exists and that its header can be read.
+pub(crate) fn check_image_file(file: &Path, material: &str) -> Result<(), SceneError> {
+    if !file.is_file() {
+        return Err(SceneError::MissingTexture { image: file.to_path_buf(), material: material.into() });
+    }
+    image_size(file, material).map(|_| ())
+}
+
+/// The size of an image file, from its header.
+pub(crate) fn image_size(file: &Path, material: &str) -> Result<(u32, u32), SceneError> {
+    let bad = |reason: String| SceneError::BadTexture {
+        image: file.display().to_string(),
+        material: material.into(),
+        reason,
+    };
+    image::ImageReader::open(file)
+        .map_err(|e| bad(e.to_string()))?
+        .with_guessed_format()
+        .map_err(|e| bad(e.to_string()))?
+        .into_dimensions()
+        .map_err(|e| bad(e.to_string()))
+}
+
+fn open_document(path: &Path) -> Result<(gltf::Document, Vec<Vec<u8>>), SceneError> {
+    let bytes = std::fs::read(path).map_err(|source| SceneError::Io { path: path.to_path_buf(), source })?;
+    let gltf::Gltf { document, mut blob } = gltf::Gltf::from_slice(&bytes)
+        .map_err(|e| SceneError::Gltf { path: path.to_path_buf(), reason: e.to_string() })?;
+    let base = path.parent().unwrap_or(Path::new(""));
+    let mut buffers = Vec::new();
+    for buffer in document.buffers() {
+        let index = buffer.index();
+        let err = |file: PathBuf, reason: String| SceneError::Buffer {
+            path: file,
+            gltf: path.to_path_buf(),
+            index,
+            reason,
+        };
+        let data = match buffer.source() {
+            gltf::buffer::Source::Bin => {
+                blob.take().ok_or_else(|| err(path.to_path_buf(), "no binary chunk".into()))?
+            }
+            gltf::buffer::Source::Uri(uri) if uri.starts_with("data:") => {
+                data_uri(uri).ok_or_else(|| err(path.to_path_buf(), "bad data URI".into()))?
+            }
+            gltf::buffer::Source::Uri(uri) => {
+                let file = base.join(percent_decode(uri));
+                if !file.is_file() {
+                    return Err(err(file, "file not found".into()));
+                }
+                std::fs::read(&file).map_err(|e| err(file.clone(), e.to_string()))?
+            }
+        };
+        if data.len() < buffer.length() {
+            let file = match buffer.source() {
+                gltf::buffer::Source::Uri(uri) if !uri.starts_with("data:") => base.join(percent_decode(uri)),
+                _ => path.to_path_buf(),
+            };
+            return Err(err(file, format!("{} bytes, the glTF says {}", data.len(), buffer.length())));
+        }
+        buffers.push(data);
+    }
+    Ok((document, buffers))
+}
+
+fn material(path: &Path, base: &Path, index: usize, m: &gltf::Material) -> Material {
+    let name = m.name().map(str::to_string).unwrap_or_else(|| format!("material {index}"));
+    let pbr = m.pbr_metallic_roughness();
+    let tex = |t: gltf::Texture, set: u32| {
+        if set != 0 {
+            tracing::warn!(
+                "{}: material '{name}' uses TEXCOORD_{set}; only TEXCOORD_0 is read",
+                path.display()
+            );
+        }
+        texture_ref(path, base, &t)
+    };
+    Material {
+        name: name.clone(),
+        base_color_factor: pbr.base_color_factor(),
+        metallic_factor: pbr.metallic_factor(),
+        roughness_factor: pbr.roughness_factor(),
+        normal_scale: m.normal_texture().map_or(1.0, |n| n.scale()),
+        alpha_cutoff: match m.alpha_mode() {
+            gltf::material::AlphaMode::Mask => Some(m.alpha_cutoff().unwrap_or(0.5)),
+            _ => None,
+        },
+        double_sided: m.double_sided(),
+        base_color: pbr.base_color_texture().map(|i| tex(i.texture(), i.tex_coord())),
+        normal: m.normal_texture().map(|i| tex(i.texture(), i.tex_coord())),
+        metallic_roughness: pbr.metallic_roughness_texture().map(|i| tex(i.texture(), i.tex_coord())),
+    }
+}
+
+fn texture_ref(path: &Path, base: &Path, t: &gltf::Texture) -> TextureRef {
+    static MIRROR_WARNED: AtomicBool = AtomicBool::new(false);
+    let wrap = |w: gltf::texture::WrappingMode| match w {
+        gltf::texture::WrappingMode::ClampToEdge => Wrap::Clamp,
+        gltf::texture::WrappingMode::Repeat => Wrap::Repeat,
+        gltf::texture::WrappingMode::MirroredRepeat => {
+            if !MIRROR_WARNED.swap(true, Ordering::Relaxed) {
+                tracing::warn!("{}: mirrored repeat is baked as plain repeat", path.display());
+            }
+            Wrap::Repeat
+        }
+    };
+    let sampler = t.sampler();
+    let img = t.source();
+    let image = match img.source() {
+        gltf::image::Source::Uri { uri, .. } if !uri.starts_with("data:") => {
+            ImageRef::File(base.join(percent_decode(uri)))
+        }
+        _ => ImageRef::Embedded {
+            index: img.index(),
+            name: img.name().map(str::to_string).unwrap_or_else(|| format!("image {}", img.index())),
+        },
+    };
+    TextureRef { image, wrap: [wrap(sampler.wrap_s()), wrap(sampler.wrap_t())] }
+}
+
+/// Reads one triangle primitive into world space; `None` without positions.
+fn primitive_mesh(prim: &gltf::Primitive, buffers: &[Vec<u8>], world: Mat4) -> Option<Mesh> {
+    let reader = prim.reader(|b| buffers.get(b.index()).map(Vec::as_slice));
+    let positions: Vec<Vec3> =
+        reader.read_positions()?.map(|p| world.transform_point3(Vec3::from(p))).collect();
+    let n = positions.len();
+    let normal_matrix = Mat3::from_mat4(world).inverse().transpose();
+    let normals: Option<Vec<Vec3>> = reader
+        .read_normals()
+        .map(|it| it.map(|v| (normal_matrix * Vec3::from(v)).normalize_or_zero()).collect());
+    let uvs: Vec<[f32; 2]> = reader.read_tex_coords(0).map(|t| t.into_f32().collect()).unwrap_or_default();
+    let mut indices: Vec<u32> = match reader.read_indices() {
+        Some(i) => i.into_u32().collect(),
+        None => (0..n as u32).collect(),
+    };
+    indices.truncate(indices.len() / 3 * 3);
+    indices.retain(|&i| (i as usize) < n);
+    indices.truncate(indices.len() / 3 * 3);
+    if world.determinant() < 0.0 {
+        for tri in indices.chunks_exact_mut(3) {
+            tri.swap(1, 2);
+        }
+    }
+    let normals = match normals {
+        Some(v) if v.len() == n => v,
+        _ => face_normals(&positions, &indices),
+    };
+    let vertices = (0..n)
+        .map(|i| Vertex {
+            position: positions[i].to_array(),
+            normal: normals[i].to_array(),
+            uv: uvs.get(i).copied().unwrap_or([0.0, 0.0]),
+        })
+        .collect();
+    Some(Mesh { vertices, indices })
+}
+
+/// Area-weighted vertex normals of counter-clockwise triangles.
+fn face_normals(positions: &[Vec3], indices: &[u32]) -> Vec<Vec3> {
+    let mut normals = vec![Vec3::ZERO; positions.len()];
+    for tri in indices.chunks_exact(3) {
+        let [a, b, c] = [tri[0], tri[1], tri[2]].map(|i| i as usize);
+        let n = (positions[b] - positions[a]).cross(positions[c] - positions[a]);
+        for i in [a, b, c] {
+            normals[i] += n;
+        }
+    }
+    normals.into_iter().map(|n| n.try_normalize().unwrap_or(Vec3::Y)).collect()
+}
+
+/// Decodes `%XX` escapes of a relative URI.
+fn percent_decode(uri: &str) -> String {
+    let b = uri.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The bytes of a base64 `data:` URI.
+fn data_uri(uri: &str) -> Option<Vec<u8>> {
+    let (head, payload) = uri.strip_prefix("data:")?.split_once(',')?;
+    if !head.ends_with(";base64") {
+        return Some(percent_decode(payload).into_bytes());
+    }
+    base64_decode(payload)
+}
+
+/// Standard-alphabet base64 with optional padding; `None` on a bad character.
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    let value = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' | b'-' => 62,
+            b'/' | b'_' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for &c in s.as_bytes().iter().filter(|c| !c.is_ascii_whitespace() && **c != b'=') {
+        acc = (acc << 6) | value(c)?;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+/// The distinct images a scene's materials use, in first-use order.
+pub fn scene_images(scene: &MaterialScene) -> Vec<ImageRef> {
+    let mut seen = HashSet::new();
+    scene
+        .materials
+        .iter()
+        .flat_map(|m| [&m.base_color, &m.normal, &m.metallic_roughness])
+        .flatten()
+        .filter(|t| seen.insert(t.image.clone()))
+        .map(|t| t.image.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_and_percent() {
+        assert_eq!(base64_decode("aGVsbG8=").unwrap(), b"hello");
+        assert_eq!(base64_decode("AAECAw==").unwrap(), [0, 1, 2, 3]);
+        assert_eq!(percent_decode("a%20b.png"), "a b.png");
+        assert_eq!(data_uri("data:application/octet-stream;base64,AAEC").unwrap(), [0, 1, 2]);
+    }
+}

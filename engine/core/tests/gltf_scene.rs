@@ -1,0 +1,280 @@
+//! glTF import (transforms, default material, lights, missing and broken textures) and
+//! the scene bake into one stacked atlas with its manifest, on small generated glTFs.
+
+#![allow(clippy::unwrap_used)] // Test helpers fail loudly by design.
+
+use std::path::{Path, PathBuf};
+
+use glam::Vec3;
+use indicatif::ProgressBar;
+use serde_json::{Value, json};
+use tessera_core::atlas::{Atlas, Wrap};
+use tessera_core::bake::BakeOptions;
+use tessera_core::codec::Codec;
+use tessera_core::material_scene::{ImageRef, SceneError, globe_scene, load_gltf};
+use tessera_core::scene_bake::{SCENE_LAYERS, SceneManifest, bake_scene};
+use tessera_core::tile::TileId;
+
+/// A unit quad in the XY plane (z = 0) facing +Z, uv (0,0) top-left.
+fn quad_buffer() -> Vec<u8> {
+    let mut b = Vec::new();
+    for p in [[0.0f32, 0.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [0.0, 1.0, 0.0]] {
+        p.iter().for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
+    }
+    for uv in [[0.0f32, 1.0], [1.0, 1.0], [1.0, 0.0], [0.0, 0.0]] {
+        uv.iter().for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
+    }
+    for i in [0u16, 1, 2, 0, 2, 3] {
+        b.extend_from_slice(&i.to_le_bytes());
+    }
+    b
+}
+
+/// A glTF with the quad mesh used by `nodes`, the given materials, images and samplers;
+/// the buffer in `quad.bin` beside it. Mesh 0 uses material 0, mesh 1 has no material.
+fn write_gltf(
+    dir: &Path,
+    nodes: Value,
+    materials: Value,
+    images: Value,
+    textures: Value,
+    samplers: Value,
+) -> PathBuf {
+    std::fs::write(dir.join("quad.bin"), quad_buffer()).unwrap();
+    let node_count = nodes.as_array().unwrap().len();
+    let prim = |material: Option<usize>| {
+        let mut p = json!({"attributes": {"POSITION": 0, "TEXCOORD_0": 1}, "indices": 2});
+        if let Some(m) = material {
+            p["material"] = json!(m);
+        }
+        p
+    };
+    let gltf = json!({
+        "asset": {"version": "2.0"},
+        "extensionsUsed": ["KHR_lights_punctual"],
+        "extensionsRequired": ["KHR_lights_punctual"],
+        "extensions": {"KHR_lights_punctual": {"lights": [{"type": "directional", "name": "Sun"}]}},
+        "scene": 0,
+        "scenes": [{"nodes": (0..node_count).filter(|&i| i != 1).collect::<Vec<_>>()}],
+        "nodes": nodes,
+        "meshes": [{"name": "quad", "primitives": [prim(Some(0))]}, {"name": "plain", "primitives": [prim(None)]}],
+        "materials": materials,
+        "images": images,
+        "textures": textures,
+        "samplers": samplers,
+        "buffers": [{"uri": "quad.bin", "byteLength": 92}],
+        "bufferViews": [
+            {"buffer": 0, "byteOffset": 0, "byteLength": 48},
+            {"buffer": 0, "byteOffset": 48, "byteLength": 32},
+            {"buffer": 0, "byteOffset": 80, "byteLength": 12}
+        ],
+        "accessors": [
+            {"bufferView": 0, "componentType": 5126, "count": 4, "type": "VEC3",
+             "min": [0.0, 0.0, 0.0], "max": [1.0, 1.0, 0.0]},
+            {"bufferView": 1, "componentType": 5126, "count": 4, "type": "VEC2"},
+            {"bufferView": 2, "componentType": 5123, "count": 6, "type": "SCALAR"}
+        ]
+    });
+    let path = dir.join("scene.gltf");
+    std::fs::write(&path, serde_json::to_vec_pretty(&gltf).unwrap()).unwrap();
+    path
+}
+
+fn texel_of(x: u32, y: u32, seed: u32) -> [u8; 4] {
+    [(x * 7 + seed) as u8, (y * 13 + seed) as u8, ((x ^ y) * 3) as u8, 255]
+}
+
+fn write_png(path: &Path, w: u32, h: u32, seed: u32) {
+    image::RgbaImage::from_fn(w, h, |x, y| image::Rgba(texel_of(x, y, seed))).save(path).unwrap();
+}
+
+fn one_material(texture: Option<usize>) -> Value {
+    let mut pbr = json!({"metallicFactor": 0.25, "roughnessFactor": 0.75});
+    if let Some(t) = texture {
+        pbr["baseColorTexture"] = json!({"index": t});
+    }
+    json!([{"name": "painted", "pbrMetallicRoughness": pbr, "alphaMode": "MASK", "doubleSided": true}])
+}
+
+#[test]
+fn transforms_lights_and_default_material() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = json!([
+        // Parent: translate (10, 0, 0), scale 2; child 1 moves up by 1 (in parent units).
+        {"name": "parent", "translation": [10.0, 0.0, 0.0], "scale": [2.0, 2.0, 2.0], "children": [1]},
+        {"name": "child", "translation": [0.0, 1.0, 0.0], "mesh": 0},
+        // Mirrored: the winding must flip so the face still points outwards.
+        {"name": "mirror", "scale": [-1.0, 1.0, 1.0], "mesh": 1},
+        // The sun, turned 90° about X: local -Z becomes world -Y (light shining down).
+        {"name": "sun", "rotation": [-0.70710677, 0.0, 0.0, 0.70710677],
+         "extensions": {"KHR_lights_punctual": {"light": 0}}}
+    ]);
+    let path = write_gltf(dir.path(), nodes, one_material(None), json!([]), json!([]), json!([]));
+    let scene = load_gltf(&path).unwrap();
+    assert_eq!(scene.meshes.len(), 2);
+    let quad = &scene.meshes[0];
+    assert_eq!(quad.name, "quad");
+    // Vertex 2 (1, 1, 0) → child (1, 2, 0) → parent (12, 4, 0).
+    assert_eq!(quad.mesh.vertices[2].position, [12.0, 4.0, 0.0]);
+    assert_eq!(quad.mesh.vertices[2].uv, [1.0, 0.0]);
+    assert_eq!(quad.mesh.vertices[0].normal, [0.0, 0.0, 1.0], "missing normals computed");
+    assert_eq!(quad.material, 0);
+    let mirror = &scene.meshes[1];
+    assert_eq!(mirror.mesh.vertices[1].position, [-1.0, 0.0, 0.0]);
+    assert_eq!(mirror.mesh.indices[..3], [0, 2, 1], "winding flipped under a negative determinant");
+    assert_eq!(mirror.mesh.vertices[0].normal, [0.0, 0.0, 1.0]);
+    // The primitive without a material gets a default one, appended.
+    assert_eq!(scene.materials.len(), 2);
+    assert_eq!(mirror.material, 1);
+    assert_eq!(scene.materials[1].name, "default");
+    let m = &scene.materials[0];
+    assert_eq!((m.name.as_str(), m.metallic_factor, m.roughness_factor), ("painted", 0.25, 0.75));
+    assert_eq!((m.alpha_cutoff, m.double_sided), (Some(0.5), true));
+    assert_eq!(scene.bounds_min, Vec3::new(-1.0, 0.0, 0.0));
+    assert_eq!(scene.bounds_max, Vec3::new(12.0, 4.0, 0.0));
+    let sun = scene.sun_direction.unwrap();
+    assert!((sun - Vec3::NEG_Y).length() < 1e-5, "{sun}");
+}
+
+fn textured(dir: &Path, uri: &str) -> PathBuf {
+    let nodes = json!([{"mesh": 0}, {"name": "unused"}]);
+    write_gltf(
+        dir,
+        nodes,
+        one_material(Some(0)),
+        json!([{"uri": uri}]),
+        json!([{"source": 0, "sampler": 0}]),
+        json!([{"wrapS": 33648, "wrapT": 33071}]),
+    )
+}
+
+#[test]
+fn textures_resolve_next_to_the_gltf() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("tex")).unwrap();
+    write_png(&dir.path().join("tex/my wall.png"), 4, 4, 0);
+    let scene = load_gltf(&textured(dir.path(), "tex/my%20wall.png")).unwrap();
+    let t = scene.materials[0].base_color.as_ref().unwrap();
+    assert_eq!(t.image, ImageRef::File(dir.path().join("tex/my wall.png")));
+    assert_eq!(t.wrap, [Wrap::Repeat, Wrap::Clamp], "mirrored repeat → repeat, clamp to edge → clamp");
+}
+
+#[test]
+fn a_missing_texture_names_the_file_and_the_material() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = load_gltf(&textured(dir.path(), "gone.png")).unwrap_err();
+    assert!(matches!(err, SceneError::MissingTexture { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("gone.png") && msg.contains("'painted'"), "{msg}");
+}
+
+#[test]
+fn a_broken_png_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("broken.png"), b"\x89PNG\r\n\x1a\nthis is not a png").unwrap();
+    let err = load_gltf(&textured(dir.path(), "broken.png")).unwrap_err();
+    assert!(matches!(err, SceneError::BadTexture { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("broken.png") && msg.contains("'painted'"), "{msg}");
+}
+
+#[test]
+fn a_missing_bin_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path =
+        write_gltf(dir.path(), json!([{"mesh": 0}, {}]), one_material(None), json!([]), json!([]), json!([]));
+    std::fs::remove_file(dir.path().join("quad.bin")).unwrap();
+    let err = load_gltf(&path).unwrap_err();
+    assert!(err.to_string().contains("quad.bin") && err.to_string().contains("not found"), "{err}");
+}
+
+#[test]
+fn a_two_material_scene_bakes_into_one_stacked_atlas() {
+    let dir = tempfile::tempdir().unwrap();
+    // Material 0: 32² repeat texture + 16² normal map (resampled to 32²); material 1:
+    // 16x48 clamp texture; material 2 shares material 0's images (and rectangle); 3: none.
+    write_png(&dir.path().join("a.png"), 32, 32, 1);
+    write_png(&dir.path().join("a_n.png"), 16, 16, 2);
+    write_png(&dir.path().join("b.png"), 16, 48, 3);
+    let materials = json!([
+        {"name": "a", "pbrMetallicRoughness": {"baseColorTexture": {"index": 0}}, "normalTexture": {"index": 1}},
+        {"name": "b", "pbrMetallicRoughness": {"baseColorTexture": {"index": 2}}},
+        {"name": "a2", "pbrMetallicRoughness": {"baseColorTexture": {"index": 0}}, "normalTexture": {"index": 1}},
+        {"name": "plain", "pbrMetallicRoughness": {"baseColorFactor": [1.0, 0.0, 0.0, 1.0]}}
+    ]);
+    let path = write_gltf(
+        dir.path(),
+        json!([{"mesh": 0}, {}]),
+        materials,
+        json!([{"uri": "a.png"}, {"uri": "a_n.png"}, {"uri": "b.png"}]),
+        json!([{"source": 0, "sampler": 0}, {"source": 1, "sampler": 0}, {"source": 2, "sampler": 1}]),
+        json!([{"wrapS": 10497, "wrapT": 10497}, {"wrapS": 33071, "wrapT": 33071}]),
+    );
+    let scene = load_gltf(&path).unwrap();
+    let out = dir.path().join("scene.tsa");
+    let opts = BakeOptions { tile_size: 16, border: 2, codec: Codec::Raw, ..BakeOptions::default() };
+    let (report, manifest) = bake_scene(&scene, &out, &opts, &ProgressBar::hidden()).unwrap();
+    assert_eq!(report.layers.len(), 3);
+    let atlas = Atlas::open(&out).unwrap();
+    assert!(atlas.is_stacked());
+    let names: Vec<_> = atlas.layers().iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(names, SCENE_LAYERS);
+    // The manifest was written beside the atlas and reads back the same.
+    assert_eq!(SceneManifest::path_for(&out), dir.path().join("scene.scene.json"));
+    assert_eq!(SceneManifest::load(&SceneManifest::path_for(&out)).unwrap(), manifest);
+    assert_eq!(manifest.gltf.as_deref(), Some("scene.gltf"));
+    assert_eq!(
+        (manifest.width, manifest.height),
+        (atlas.layers()[0].layout.width(), atlas.layers()[0].layout.height())
+    );
+    let [ra, rb, ra2, rp] = [0, 1, 2, 3].map(|i| manifest.materials[i].rect);
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    assert_eq!(ra2, Some(ra), "same images share a rectangle");
+    assert_eq!(rp, None);
+    assert_eq!(manifest.materials[3].base_color_factor, [1.0, 0.0, 0.0, 1.0]);
+    assert_eq!([ra[2], ra[3], rb[2], rb[3]], [32, 32, 16, 48]);
+    let overlap =
+        ra[0] < rb[0] + rb[2] && rb[0] < ra[0] + ra[2] && ra[1] < rb[1] + rb[3] && rb[1] < ra[1] + ra[3];
+    assert!(!overlap, "{ra:?} {rb:?}");
+    assert_eq!(manifest.materials[0].wrap, [Wrap::Repeat; 2]);
+    assert_eq!(manifest.materials[1].wrap, [Wrap::Clamp; 2]);
+    assert!(manifest.materials[0].has_normal_map && !manifest.materials[1].has_normal_map);
+    assert_eq!(manifest.materials[0].max_mip, 1, "32² at a multiple of 32 owns whole tiles down to mip 1");
+
+    // The top-left tile of rectangle a: payload = a.png, left border wraps to a.png's right edge.
+    let p = 20u32;
+    let tile = atlas.decode_tile(TileId::new(0, 0, ra[0] / 16, ra[1] / 16)).unwrap();
+    let at = |i: u32, j: u32| {
+        let s = ((j * p + i) * 4) as usize;
+        [tile[s], tile[s + 1], tile[s + 2], tile[s + 3]]
+    };
+    assert_eq!(at(2 + 5, 2 + 3), texel_of(5, 3, 1));
+    assert_eq!(at(0, 2 + 3), texel_of(30, 3, 1), "repeat border wraps inside the rectangle");
+    assert_eq!(at(2 + 5, 0), texel_of(5, 30, 1));
+    // Rectangle b clamps: its top border repeats its first row.
+    let tile_b = atlas.decode_tile(TileId::new(0, 0, rb[0] / 16, rb[1] / 16)).unwrap();
+    let s = ((2 + 4) * 4) as usize; // stored (4 + 2, 0)
+    assert_eq!(tile_b[s..s + 4], texel_of(4, 0, 3));
+    // The untextured parts of the normal layer are flat; rectangle b has no normal map.
+    let n = atlas.decode_tile(TileId::new(1, 0, rb[0] / 16, rb[1] / 16)).unwrap();
+    assert_eq!(n[0..4], [128, 128, 255, 255]);
+    let orm = atlas.decode_tile(TileId::new(2, 0, ra[0] / 16, ra[1] / 16)).unwrap();
+    assert!(orm.iter().all(|&v| v == 255), "no metallic-roughness texture: white");
+}
+
+#[test]
+fn etc1s_scenes_store_normals_and_orm_as_uastc() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("earth.png");
+    write_png(&img, 64, 32, 5);
+    let scene = globe_scene(&img, 1.0, 16, 8).unwrap();
+    assert_eq!(scene.materials[0].base_color.as_ref().unwrap().wrap, [Wrap::Repeat, Wrap::Clamp]);
+    let out = dir.path().join("globe.tsa");
+    let opts = BakeOptions { tile_size: 16, border: 2, codec: Codec::Etc1s, ..BakeOptions::default() };
+    let (_, manifest) = bake_scene(&scene, &out, &opts, &ProgressBar::hidden()).unwrap();
+    assert_eq!(manifest.gltf, None);
+    assert_eq!(manifest.materials[0].rect, Some([0, 0, 64, 32]));
+    let atlas = Atlas::open(&out).unwrap();
+    let codecs: Vec<_> = atlas.layers().iter().map(|l| l.codec).collect();
+    assert_eq!(codecs, [Codec::Etc1s, Codec::Uastc, Codec::Uastc]);
+}

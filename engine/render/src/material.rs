@@ -1,0 +1,387 @@
+//! Material scenes (glTF meshes with albedo, normal and roughness-metal maps) drawn
+//! through one stacked virtual texture, and the same scene through fully resident
+//! reference textures. The GPU-free side (import, packing, the manifest that maps each
+//! material to its rectangle) lives in `tessera_core::material_scene` and
+//! `tessera_core::scene_bake`.
+
+use bytemuck::{Pod, Zeroable};
+use glam::Vec3;
+use tessera_core::atlas::{Atlas, Wrap};
+use tessera_core::camera::Camera;
+use tessera_core::material_scene::MaterialScene;
+use tessera_core::scene_bake::SceneManifest;
+use wgpu::util::DeviceExt;
+
+use crate::context::GpuContext;
+use crate::error::RenderError;
+use crate::reference;
+use crate::scene::{SceneRenderer, mesh_pipeline};
+use crate::shaders;
+use crate::vt::VirtualTextures;
+
+/// Direction the light travels when the scene has no directional light of its own.
+pub const DEFAULT_SUN: Vec3 = Vec3::new(-0.35, -1.0, -0.45);
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct FrameUniform {
+    view_proj: [[f32; 4]; 4],
+    camera_pos: [f32; 4],
+    light_dir: [f32; 4],
+    light_colour: [f32; 4],
+}
+
+/// `Material` in `shaders/material.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+struct MaterialUniform {
+    base_colour: [f32; 4],
+    rect: [f32; 4],
+    rect_texels: [f32; 2],
+    wrap: [f32; 2],
+    metallic: f32,
+    roughness: f32,
+    normal_scale: f32,
+    alpha_cutoff: f32,
+    max_lod: f32,
+    textured: f32,
+    has_normal_map: f32,
+    _pad: f32,
+}
+
+/// Dynamic-offset stride of the material buffer (the WebGPU minimum alignment).
+const MATERIAL_STRIDE: u64 = 256;
+
+struct GpuMesh {
+    vertices: wgpu::Buffer,
+    indices: wgpu::Buffer,
+    count: u32,
+    material: u32,
+}
+
+struct ReferencePass {
+    pipeline: wgpu::RenderPipeline,
+    group: wgpu::BindGroup,
+    bytes: u64,
+}
+
+/// The meshes, materials and pipelines of a baked material scene.
+pub struct MaterialRenderer {
+    meshes: Vec<GpuMesh>,
+    frame_buffer: wgpu::Buffer,
+    frame_group: wgpu::BindGroup,
+    frame_layout: wgpu::BindGroupLayout,
+    material_layout: wgpu::BindGroupLayout,
+    material_group: wgpu::BindGroup,
+    vt_pipeline: wgpu::RenderPipeline,
+    reference: Option<ReferencePass>,
+    color_format: wgpu::TextureFormat,
+    sun: Vec3,
+    triangles: usize,
+}
+
+fn uniform_entry(binding: u32, dynamic: bool) -> wgpu::BindGroupLayoutEntry {
+    wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility: wgpu::ShaderStages::VERTEX_FRAGMENT,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Uniform,
+            has_dynamic_offset: dynamic,
+            min_binding_size: None,
+        },
+        count: None,
+    }
+}
+
+fn material_uniform(m: &tessera_core::scene_bake::PackedMaterial, size: (f32, f32)) -> MaterialUniform {
+    let (rect, texels) = match m.rect {
+        Some([x, y, w, h]) => (
+            [x as f32 / size.0, y as f32 / size.1, w as f32 / size.0, h as f32 / size.1],
+            [w as f32, h as f32],
+        ),
+        None => ([0.0, 0.0, 1.0 / size.0, 1.0 / size.1], [1.0, 1.0]),
+    };
+    let wrap = |w: Wrap| if w == Wrap::Repeat { 1.0 } else { 0.0 };
+    MaterialUniform {
+        base_colour: m.base_color_factor,
+        rect,
+        rect_texels: texels,
+        wrap: [wrap(m.wrap[0]), wrap(m.wrap[1])],
+        metallic: m.metallic_factor,
+        roughness: m.roughness_factor,
+        normal_scale: m.normal_scale,
+        alpha_cutoff: m.alpha_cutoff.unwrap_or(-1.0),
+        max_lod: m.max_mip as f32,
+        textured: if m.rect.is_some() { 1.0 } else { 0.0 },
+        has_normal_map: if m.has_normal_map && m.rect.is_some() { 1.0 } else { 0.0 },
+        _pad: 0.0,
+    }
+}
+
+impl MaterialRenderer {
+    /// Uploads `scene`'s meshes and the materials of `manifest` (which must describe
+    /// the atlas `vt` streams) and builds the virtual-texture pipeline.
+    pub fn new(
+        ctx: &GpuContext,
+        vt: &VirtualTextures,
+        scene: &MaterialScene,
+        manifest: &SceneManifest,
+        color_format: wgpu::TextureFormat,
+    ) -> Result<Self, RenderError> {
+        let atlas = vt.atlas();
+        let lay = atlas.layers()[0].layout;
+        if (lay.width(), lay.height()) != (manifest.width, manifest.height) {
+            return Err(RenderError::Config(format!(
+                "{}: the scene manifest describes a {}x{} virtual texture but the atlas is {}x{}; bake them together",
+                atlas.path().display(),
+                manifest.width,
+                manifest.height,
+                lay.width(),
+                lay.height()
+            )));
+        }
+        if manifest.materials.len() < scene.materials.len() {
+            return Err(RenderError::Config(format!(
+                "{}: the scene has {} materials but the manifest only {}; bake the atlas from this scene",
+                atlas.path().display(),
+                scene.materials.len(),
+                manifest.materials.len()
+            )));
+        }
+        if let Some(m) = scene.meshes.iter().find(|m| m.material >= manifest.materials.len()) {
+            return Err(RenderError::Config(format!(
+                "mesh '{}' uses material {} which the manifest lacks",
+                m.name, m.material
+            )));
+        }
+        let device = &ctx.device;
+        let mut triangles = 0;
+        let meshes = scene
+            .meshes
+            .iter()
+            .filter(|m| !m.mesh.indices.is_empty())
+            .map(|m| {
+                triangles += m.mesh.triangle_count();
+                GpuMesh {
+                    vertices: device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                        label: Some(&m.name),
+                        contents: m.mesh.vertex_bytes(),
+                        usage: wgpu::BufferUsages::VERTEX,
+                    }),
+                    indices: device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                        label: Some(&m.name),
+                        contents: m.mesh.index_bytes(),
+                        usage: wgpu::BufferUsages::INDEX,
+                    }),
+                    count: m.mesh.indices.len() as u32,
+                    material: m.material as u32,
+                }
+            })
+            .collect();
+        let size = (manifest.width as f32, manifest.height as f32);
+        let mut material_bytes = vec![0u8; manifest.materials.len().max(1) * MATERIAL_STRIDE as usize];
+        for (i, m) in manifest.materials.iter().enumerate() {
+            let u = material_uniform(m, size);
+            let at = i * MATERIAL_STRIDE as usize;
+            material_bytes[at..at + std::mem::size_of::<MaterialUniform>()]
+                .copy_from_slice(bytemuck::bytes_of(&u));
+        }
+        let material_buffer = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("materials"),
+            contents: &material_bytes,
+            usage: wgpu::BufferUsages::UNIFORM,
+        });
+        let material_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("material"),
+            entries: &[uniform_entry(0, true)],
+        });
+        let material_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("material"),
+            layout: &material_layout,
+            entries: &[wgpu::BindGroupEntry {
+                binding: 0,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: &material_buffer,
+                    offset: 0,
+                    size: wgpu::BufferSize::new(std::mem::size_of::<MaterialUniform>() as u64),
+                }),
+            }],
+        });
+        let frame_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("material frame"),
+            entries: &[uniform_entry(0, false)],
+        });
+        let frame_buffer = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("material frame"),
+            size: std::mem::size_of::<FrameUniform>() as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let frame_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("material frame"),
+            layout: &frame_layout,
+            entries: &[wgpu::BindGroupEntry { binding: 0, resource: frame_buffer.as_entire_binding() }],
+        });
+        let vt_pipeline = mesh_pipeline(
+            device,
+            "material vt",
+            shaders::material_vt_source(),
+            &[Some(&frame_layout), Some(vt.bind_group_layout()), Some(&material_layout)],
+            color_format,
+            None,
+        );
+        Ok(Self {
+            meshes,
+            frame_buffer,
+            frame_group,
+            frame_layout,
+            material_layout,
+            material_group,
+            vt_pipeline,
+            reference: None,
+            color_format,
+            sun: scene.sun_direction.unwrap_or(DEFAULT_SUN).normalize_or(DEFAULT_SUN.normalize()),
+            triangles,
+        })
+    }
+
+    /// Triangles drawn per frame.
+    pub fn triangle_count(&self) -> usize {
+        self.triangles
+    }
+
+    /// Builds fully resident reference textures of the atlas' first three layers (a
+    /// layer the atlas lacks repeats layer 0).
+    pub fn enable_reference(&mut self, ctx: &GpuContext, atlas: &Atlas) -> Result<(), RenderError> {
+        let device = &ctx.device;
+        let tex = |binding| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::FRAGMENT,
+            ty: wgpu::BindingType::Texture {
+                sample_type: wgpu::TextureSampleType::Float { filterable: true },
+                view_dimension: wgpu::TextureViewDimension::D2,
+                multisampled: false,
+            },
+            count: None,
+        };
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("material reference"),
+            entries: &[
+                uniform_entry(0, false),
+                tex(1),
+                wgpu::BindGroupLayoutEntry {
+                    binding: 2,
+                    visibility: wgpu::ShaderStages::FRAGMENT,
+                    ty: wgpu::BindingType::Sampler(wgpu::SamplerBindingType::Filtering),
+                    count: None,
+                },
+                tex(3),
+                tex(4),
+            ],
+        });
+        let sampler = device.create_sampler(&wgpu::SamplerDescriptor {
+            label: Some("material reference"),
+            mag_filter: wgpu::FilterMode::Linear,
+            min_filter: wgpu::FilterMode::Linear,
+            mipmap_filter: wgpu::MipmapFilterMode::Linear,
+            ..Default::default()
+        });
+        let n = atlas.layers().len().min(3);
+        let textures: Vec<_> = (0..n).map(|l| reference::build(ctx, atlas, l)).collect::<Result<_, _>>()?;
+        let bytes = textures.iter().map(|t| t.bytes).sum();
+        let view = |i: usize| &textures[i.min(n - 1)].view;
+        let lay = atlas.layers()[0].layout;
+        let params: [f32; 4] = [
+            textures[0].params.uv_scale[0],
+            textures[0].params.uv_scale[1],
+            lay.width() as f32,
+            lay.height() as f32,
+        ];
+        let ubuf = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("material reference"),
+            contents: bytemuck::cast_slice(&params),
+            usage: wgpu::BufferUsages::UNIFORM,
+        });
+        let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("material reference"),
+            layout: &layout,
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: ubuf.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: wgpu::BindingResource::TextureView(view(0)) },
+                wgpu::BindGroupEntry { binding: 2, resource: wgpu::BindingResource::Sampler(&sampler) },
+                wgpu::BindGroupEntry { binding: 3, resource: wgpu::BindingResource::TextureView(view(1)) },
+                wgpu::BindGroupEntry { binding: 4, resource: wgpu::BindingResource::TextureView(view(2)) },
+            ],
+        });
+        let pipeline = mesh_pipeline(
+            device,
+            "material reference",
+            shaders::material_reference_source(),
+            &[Some(&self.frame_layout), Some(&layout), Some(&self.material_layout)],
+            self.color_format,
+            None,
+        );
+        self.reference = Some(ReferencePass { pipeline, group, bytes });
+        Ok(())
+    }
+
+    /// GPU bytes of the reference textures, when enabled.
+    pub fn reference_bytes(&self) -> Option<u64> {
+        self.reference.as_ref().map(|r| r.bytes)
+    }
+
+    /// Sets the camera (and the light) for the next draws.
+    pub fn set_camera(&self, queue: &wgpu::Queue, camera: &Camera, aspect: f32) {
+        let vp = camera.view_projection(aspect);
+        let p = camera.position;
+        let u = FrameUniform {
+            view_proj: vp.to_cols_array_2d(),
+            camera_pos: [p.x, p.y, p.z, 1.0],
+            light_dir: [self.sun.x, self.sun.y, self.sun.z, 2.2],
+            light_colour: [1.0, 0.97, 0.92, 0.35],
+        };
+        queue.write_buffer(&self.frame_buffer, 0, bytemuck::bytes_of(&u));
+    }
+
+    fn draw(&self, pass: &mut wgpu::RenderPass<'_>) {
+        for m in &self.meshes {
+            pass.set_bind_group(2, &self.material_group, &[m.material * MATERIAL_STRIDE as u32]);
+            pass.set_vertex_buffer(0, m.vertices.slice(..));
+            pass.set_index_buffer(m.indices.slice(..), wgpu::IndexFormat::Uint32);
+            pass.draw_indexed(0..m.count, 0, 0..1);
+        }
+    }
+
+    /// Draws the scene through the virtual texture.
+    pub fn draw_vt(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        color: &wgpu::TextureView,
+        depth: &wgpu::TextureView,
+        vt: &VirtualTextures,
+        timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
+    ) {
+        let Some(group) = vt.bind_group(0) else { return };
+        let mut pass = SceneRenderer::pass(encoder, color, depth, timestamps);
+        pass.set_pipeline(&self.vt_pipeline);
+        pass.set_bind_group(0, &self.frame_group, &[]);
+        pass.set_bind_group(1, group, &[]);
+        self.draw(&mut pass);
+    }
+
+    /// Draws the scene through the fully resident reference textures (no-op unless enabled).
+    pub fn draw_reference(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        color: &wgpu::TextureView,
+        depth: &wgpu::TextureView,
+        timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
+    ) {
+        let Some(r) = &self.reference else { return };
+        let mut pass = SceneRenderer::pass(encoder, color, depth, timestamps);
+        pass.set_pipeline(&r.pipeline);
+        pass.set_bind_group(0, &self.frame_group, &[]);
+        pass.set_bind_group(1, &r.group, &[]);
+        self.draw(&mut pass);
+    }
+}
