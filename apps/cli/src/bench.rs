@@ -18,9 +18,16 @@ pub(crate) struct BenchArgs {
     /// Size of the built-in texture used when --atlas is not given.
     #[arg(long, default_value = "8192x4096", value_parser = crate::parse_size)]
     texture: (u32, u32),
-    /// Camera path: a preset (static, flyover, orbit, cut) or a JSON file.
-    #[arg(long, default_value = "flyover")]
-    camera: String,
+    /// A named real-data scene (dungeon, globe) instead of --atlas, baked when needed.
+    #[arg(long, conflicts_with = "atlas")]
+    scene: Option<String>,
+    /// Codec for baking --scene.
+    #[arg(long, default_value = "lz4")]
+    codec: tessera::core::Codec,
+    /// Camera path: a preset (built-in scene: static, flyover, orbit, cut; --scene:
+    /// overview, walk, fly, cut) or a JSON file. Default: flyover, or fly with --scene.
+    #[arg(long)]
+    camera: Option<String>,
     /// Measured frames (frame i shows the camera path at frame i).
     #[arg(long, default_value_t = 120)]
     frames: u32,
@@ -42,13 +49,17 @@ pub(crate) struct BenchArgs {
 
 /// Runs `tessera bench`.
 pub(crate) fn run(args: &BenchArgs) -> Result<ExitCode> {
-    let atlas = match &args.atlas {
-        Some(a) => a.clone(),
-        None => crate::demo::ensure_demo_atlas(args.texture.0, args.texture.1, false)?,
+    let (atlas, scene) = match (&args.atlas, &args.scene) {
+        (Some(a), _) => (a.clone(), None),
+        (None, Some(name)) => crate::demo::scene_atlas(name, args.texture, args.codec, false)?,
+        (None, None) => crate::demo::scene_atlas("builtin", args.texture, args.codec, false)?,
     };
+    let default_camera = if scene.is_some() { "fly" } else { "flyover" };
+    let camera = args.camera.as_deref().unwrap_or(default_camera);
     let cfg = BenchConfig {
         atlas: atlas.clone(),
-        camera: crate::capture::camera_path(&args.camera)?,
+        camera: crate::capture::camera_for(Some(camera), scene.as_deref())?,
+        scene,
         frames: args.frames.max(1),
         warmup: args.warmup,
         size: args.size,
@@ -58,7 +69,7 @@ pub(crate) fn run(args: &BenchArgs) -> Result<ExitCode> {
     let ctx = GpuContext::headless()?;
     println!(
         "benchmarking '{}' at {}x{}: {} warm-up + {} measured frames on {}",
-        args.camera,
+        camera,
         cfg.size.0,
         cfg.size.1,
         cfg.warmup,
@@ -67,7 +78,7 @@ pub(crate) fn run(args: &BenchArgs) -> Result<ExitCode> {
     );
     let report =
         tessera::bench::run(&ctx, &cfg).with_context(|| format!("benchmarking {}", atlas.display()))?;
-    print!("{}", table(&report, &args.camera));
+    print!("{}", table(&report, camera));
     if let Some(dir) = args.json.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }

@@ -114,11 +114,6 @@ fn parse_stride(s: &str) -> Result<u32, String> {
     }
 }
 
-/// A preset name or a camera JSON file.
-pub(crate) fn camera_path(spec: &str) -> Result<CameraPath> {
-    camera_for(Some(spec), None)
-}
-
 /// The camera path `spec` (default: `static`, or `overview` for a scene) for the
 /// built-in scene or, given, a material scene (whose presets follow its bounds).
 pub(crate) fn camera_for(spec: Option<&str>, scene: Option<&MaterialScene>) -> Result<CameraPath> {

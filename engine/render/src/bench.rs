@@ -9,10 +9,11 @@ use serde::Serialize;
 use tessera_core::Atlas;
 use tessera_core::camera::{Camera, CameraPath};
 
-use crate::capture::builtin_meshes;
+use crate::capture::Drawer;
+use tessera_core::material_scene::MaterialScene;
 use crate::context::GpuContext;
 use crate::error::RenderError;
-use crate::scene::{OffscreenTarget, SceneRenderer, TARGET_FORMAT};
+use crate::scene::OffscreenTarget;
 use crate::vt::{StreamFrame, VirtualTextures, VtConfig};
 
 /// Feedback stride of the sparse-feedback probe: one pixel in 8×8 writes feedback, the fewest the
@@ -39,6 +40,8 @@ pub struct BenchConfig {
     /// [`PROBE_FEEDBACK_STRIDE`], to estimate what the feedback writes cost in the scene pass.
     /// Skipped when the configured stride already is that.
     pub feedback_probe: bool,
+    /// A material scene baked into `atlas` (manifest beside it); `None`: the built-in scene.
+    pub scene: Option<Arc<MaterialScene>>,
 }
 
 /// Median, 95th percentile, maximum and mean of one measure over the measured frames.
@@ -352,7 +355,7 @@ fn submit_and_wait(
 /// Everything the frames of one virtual-texturing variant need.
 struct VtMode {
     vt: VirtualTextures,
-    scene: SceneRenderer,
+    scene: Drawer,
 }
 
 impl VtMode {
@@ -427,16 +430,15 @@ pub fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, RenderErr
         return Err(RenderError::Config("a benchmark needs at least one measured frame".into()));
     }
     let atlas = Arc::new(Atlas::open(&cfg.atlas)?);
-    let meshes = builtin_meshes(&atlas);
     let vt = VirtualTextures::new(ctx, atlas.clone(), cfg.vt.clone())?;
-    let mut scene = SceneRenderer::new(ctx, &vt, &meshes, TARGET_FORMAT);
+    let mut scene = Drawer::new(ctx, &vt, cfg.scene.as_deref())?;
     scene.enable_reference(ctx, &atlas, cfg.vt.max_anisotropy)?;
     let mut main = VtMode { vt, scene };
     let stride = cfg.vt.feedback_stride.clamp(1, 8).next_power_of_two();
     let mut probe = if cfg.feedback_probe && stride != PROBE_FEEDBACK_STRIDE {
         let vt_cfg = VtConfig { feedback_stride: PROBE_FEEDBACK_STRIDE, ..cfg.vt.clone() };
         let vt = VirtualTextures::new(ctx, atlas.clone(), vt_cfg)?;
-        let scene = SceneRenderer::new(ctx, &vt, &meshes, TARGET_FORMAT);
+        let scene = Drawer::new(ctx, &vt, cfg.scene.as_deref())?;
         Some(VtMode { vt, scene })
     } else {
         None
