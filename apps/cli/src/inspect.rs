@@ -27,10 +27,11 @@ pub(crate) fn table(s: &AtlasSummary) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "{}: Tessera atlas v{}, {} layer(s), {} tiles, {:.2} MiB",
+        "{}: Tessera atlas v{}, {} layer(s){}, {} tiles, {:.2} MiB",
         s.path.display(),
         s.version,
         s.layers.len(),
+        if s.stacked { " stacked (one layout, shared tile ids)" } else { "" },
         s.tiles,
         mib(s.file_bytes)
     );

@@ -1,6 +1,7 @@
 //! The window, the GPU state and the frame loop: the scene and the overlay are drawn
 //! into an offscreen target of the window's size, which is blitted to the surface and
-//! read back for `--screenshot`.
+//! read back for `--screenshot`. Inputs that must be baked first are baked on a
+//! background thread while the window shows the progress over the current scene.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -8,14 +9,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, anyhow};
 use tessera::capture::{builtin_meshes, write_png};
 use tessera::core::Atlas;
 use tessera::core::camera::{Camera, CameraPath, PRESETS};
 use tessera::scene::{OffscreenTarget, SceneRenderer, TARGET_FORMAT};
 use tessera::{GpuContext, VirtualTextures, VtConfig};
 use tessera_egui::{
-    DebugView, FrameSample, History, OverlayControls, OverlayModel, ResidencySnapshot, overlay_ui,
+    BakeProgress, DebugView, FrameSample, History, Latency, OverlayControls, OverlayModel, ResidencySnapshot,
+    bake_progress_ui, overlay_ui, shown_layer,
 };
 use winit::application::ApplicationHandler;
 use winit::dpi::PhysicalSize;
@@ -25,6 +27,7 @@ use winit::keyboard::{KeyCode, PhysicalKey};
 use winit::window::{Window, WindowId};
 
 use crate::Args;
+use crate::bake::{BakeTask, Resolved};
 use crate::camera::{Mode, Rig};
 
 /// Keys and what they do, for the overlay's help panel.
@@ -41,7 +44,8 @@ const KEYS: &[(&str, &str)] = &[
     ("V", "vsync on / off"),
     ("H", "show / hide the overlay"),
     ("F", "freeze feedback"),
-    ("M", "next debug view"),
+    ("M", "next debug view: mip colours, fallback depth, tile borders, off"),
+    ("drop a file", "open an atlas, or bake an image (in the background) and open it"),
     ("Esc", "quit"),
 ];
 
@@ -96,15 +100,17 @@ struct Gfx {
     blit_layout: wgpu::BindGroupLayout,
     blit_group: wgpu::BindGroup,
     target: OffscreenTarget,
-    scene: Scene,
-    pool_texture: egui::TextureId,
+    /// `None` until the first atlas is open (while it bakes, or after it failed).
+    scene: Option<Scene>,
+    /// The pool texture registered with egui, for the thumbnail.
+    pool_texture: Option<egui::TextureId>,
     egui_ctx: egui::Context,
     egui_state: egui_winit::State,
     egui_renderer: egui_wgpu::Renderer,
 }
 
 impl Gfx {
-    fn new(window: Arc<Window>, atlas: &Path, args: &Args) -> Result<Self> {
+    fn new(window: Arc<Window>, args: &Args) -> Result<Self> {
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_with_display_handle_from_env(
             Box::new(window.clone()),
         ));
@@ -176,7 +182,6 @@ impl Gfx {
         });
         let target = OffscreenTarget::new(device, config.width, config.height);
         let blit_group = blit_group(device, &blit_layout, &target);
-        let scene = load_scene(&ctx, atlas, args, args.pool_mib)?;
         let egui_ctx = egui::Context::default();
         let egui_state = egui_winit::State::new(
             egui_ctx.clone(),
@@ -186,9 +191,7 @@ impl Gfx {
             None,
             Some(device.limits().max_texture_dimension_2d as usize),
         );
-        let mut egui_renderer = egui_wgpu::Renderer::new(device, TARGET_FORMAT, Default::default());
-        let pool_texture =
-            egui_renderer.register_native_texture(device, scene.vt.pool().view(), wgpu::FilterMode::Linear);
+        let egui_renderer = egui_wgpu::Renderer::new(device, TARGET_FORMAT, Default::default());
         Ok(Self {
             window,
             ctx,
@@ -199,8 +202,8 @@ impl Gfx {
             blit_layout,
             blit_group,
             target,
-            scene,
-            pool_texture,
+            scene: None,
+            pool_texture: None,
             egui_ctx,
             egui_state,
             egui_renderer,
@@ -209,13 +212,15 @@ impl Gfx {
 
     /// Replaces the scene, re-registering the pool thumbnail.
     fn set_scene(&mut self, scene: Scene) {
-        self.egui_renderer.free_texture(&self.pool_texture);
-        self.pool_texture = self.egui_renderer.register_native_texture(
+        if let Some(id) = self.pool_texture.take() {
+            self.egui_renderer.free_texture(&id);
+        }
+        self.pool_texture = Some(self.egui_renderer.register_native_texture(
             &self.ctx.device,
             scene.vt.pool().view(),
             wgpu::FilterMode::Linear,
-        );
-        self.scene = scene;
+        ));
+        self.scene = Some(scene);
     }
 
     fn resize(&mut self, size: PhysicalSize<u32>) {
@@ -252,6 +257,7 @@ struct Applied {
     upload_budget: usize,
     host_budget_mib: u32,
     freeze: bool,
+    feedback_stride: u32,
     debug: DebugView,
 }
 
@@ -262,6 +268,7 @@ impl Applied {
             upload_budget: c.upload_budget,
             host_budget_mib: c.host_budget_mib,
             freeze: c.freeze_feedback,
+            feedback_stride: c.feedback_stride,
             debug: c.debug_view,
         }
     }
@@ -270,7 +277,12 @@ impl Applied {
 /// The viewer's state across frames.
 struct App {
     args: Args,
-    atlas: PathBuf,
+    /// The atlas of the scene shown (or to show once the window is up).
+    atlas: Option<PathBuf>,
+    /// The bake running in the background, if any.
+    bake: Option<BakeTask>,
+    /// The last error, shown in the window until dismissed.
+    notice: Option<String>,
     gfx: Option<Gfx>,
     path: CameraPath,
     views: Vec<Camera>,
@@ -294,23 +306,30 @@ struct App {
 
 /// Opens the window and runs until it closes (or the screenshot is written).
 pub(crate) fn run(args: Args) -> Result<ExitCode> {
-    let atlas = crate::resolve_atlas(args.input.as_deref())?;
+    let (atlas, bake) = match crate::bake::resolve(args.input.as_deref())? {
+        Resolved::Ready(atlas) => (Some(atlas), None),
+        Resolved::Bake(job) => (None, Some(job.spawn()?)),
+    };
     let path = crate::camera_path(&args.camera)?;
     let mut views: Vec<Camera> =
         PRESETS.iter().filter_map(|p| CameraPath::preset(p)).map(|p| p.camera_at(0)).collect();
     if let Some(cut) = CameraPath::preset("cut") {
         views.push(cut.camera_at(cut.end_frame()));
     }
-    let controls = OverlayControls::new(
+    let mut controls = OverlayControls::new(
         args.pool_mib,
         args.mip_bias,
         args.upload_budget.max(1),
         args.host_cache_mib,
+        args.feedback_stride,
         KEYS,
     );
+    controls.debug_view = args.debug_view;
     let mut app = App {
         rig: Rig::from_camera(&path.camera_at(0), Mode::Orbit),
         atlas,
+        bake,
+        notice: None,
         gfx: None,
         path,
         views,
@@ -381,6 +400,63 @@ impl App {
         }
     }
 
+    /// Opens a dropped file: at once when it is an atlas or has a fresh bake, else
+    /// after baking it in the background (one bake at a time).
+    fn open(&mut self, path: &Path) {
+        let result = match crate::bake::resolve(Some(path)) {
+            Ok(Resolved::Ready(atlas)) => self.load(atlas),
+            Ok(Resolved::Bake(job)) => match &self.bake {
+                Some(running) => {
+                    Err(anyhow!("still baking {}; drop {} again once that is done", running.name(), job.name))
+                }
+                None => job.spawn().map(|task| self.bake = Some(task)),
+            },
+            Err(e) => Err(e),
+        };
+        if let Err(e) = result {
+            self.report(e.context(format!("cannot open {}", path.display())));
+        }
+    }
+
+    /// Replaces the scene with one streaming `atlas`.
+    fn load(&mut self, atlas: PathBuf) -> Result<()> {
+        let Some(g) = &mut self.gfx else {
+            self.atlas = Some(atlas);
+            return Ok(());
+        };
+        let scene = load_scene(&g.ctx, &atlas, &self.args, self.controls.pool_mib)?;
+        g.set_scene(scene);
+        g.window.set_title(&window_title(&atlas));
+        self.atlas = Some(atlas);
+        self.applied = None;
+        Ok(())
+    }
+
+    /// Logs an error and shows it in the window; the current scene keeps running.
+    fn report(&mut self, e: anyhow::Error) {
+        eprintln!("error: {e:#}");
+        self.notice = Some(format!("{e:#}"));
+    }
+
+    /// Opens the atlas of a finished bake, or reports why it failed. Without a window to
+    /// look at (`--screenshot`), a failed bake is the viewer's error.
+    fn poll_bake(&mut self) -> Result<()> {
+        let Some(result) = self.bake.as_mut().and_then(BakeTask::finished) else { return Ok(()) };
+        let name = self.bake.take().map(|b| b.name().to_owned()).unwrap_or_default();
+        let result = result.and_then(|atlas| {
+            println!("baked {name} into {}", atlas.display());
+            self.load(atlas)
+        });
+        match result {
+            Ok(()) => Ok(()),
+            Err(e) if self.args.screenshot.is_some() => Err(e),
+            Err(e) => {
+                self.report(e.context(format!("cannot open {name}")));
+                Ok(())
+            }
+        }
+    }
+
     fn jump_to_view(&mut self, i: usize) {
         if let Some(c) = self.views.get(i) {
             self.view = i;
@@ -426,26 +502,32 @@ impl App {
     fn apply_controls(&mut self) {
         let now = Applied::of(&self.controls);
         let Some(g) = &mut self.gfx else { return };
+        let (Some(atlas), Some(scene)) = (&self.atlas, &g.scene) else { return };
         // A new pool size rebuilds the scene once the slider is let go.
         let dragging = g.egui_ctx.input(|i| i.pointer.any_down());
-        if self.controls.pool_mib != g.scene.pool_mib && !dragging {
-            match load_scene(&g.ctx, &self.atlas, &self.args, self.controls.pool_mib) {
+        let pool_mib = scene.pool_mib;
+        if self.controls.pool_mib != pool_mib && !dragging {
+            match load_scene(&g.ctx, atlas, &self.args, self.controls.pool_mib) {
                 Ok(scene) => {
                     g.set_scene(scene);
                     self.applied = None;
                 }
                 Err(e) => {
-                    eprintln!("cannot rebuild the pool at {} MiB: {e:#}", self.controls.pool_mib);
-                    self.controls.pool_mib = g.scene.pool_mib;
+                    let e = e.context(format!("cannot rebuild the pool at {} MiB", self.controls.pool_mib));
+                    eprintln!("error: {e:#}");
+                    self.notice = Some(format!("{e:#}"));
+                    self.controls.pool_mib = pool_mib;
                 }
             }
         }
-        let vt = &mut g.scene.vt;
+        let Some(scene) = &mut g.scene else { return };
+        let vt = &mut scene.vt;
         if Some(now) != self.applied {
             vt.set_mip_bias(now.mip_bias);
             vt.set_upload_budget(now.upload_budget);
             vt.set_host_budget_mib(now.host_budget_mib);
             vt.set_feedback_frozen(now.freeze);
+            vt.set_feedback_stride(now.feedback_stride);
             vt.set_debug_view(now.debug.index());
             self.applied = Some(now);
         }
@@ -463,6 +545,14 @@ impl App {
         if size.width == 0 || size.height == 0 {
             return Ok(false);
         }
+        self.poll_bake()?;
+        if std::env::var_os("TMPDBG").is_some() {
+            eprintln!(
+                "DBG redraw frame {} scene {}",
+                self.frame,
+                self.gfx.as_ref().is_some_and(|g| g.scene.is_some())
+            );
+        }
         let now = Instant::now();
         let dt = (now - self.last_frame).as_secs_f32();
         self.last_frame = now;
@@ -473,44 +563,47 @@ impl App {
             g.resize(size);
         }
         let frame = self.frame;
-        let stream = g.scene.vt.prepare(&g.ctx, frame);
-        g.scene.renderer.set_camera(&g.ctx.queue, &camera, size.width as f32 / size.height as f32);
-
-        let stats = g.scene.vt.stats();
-        self.history.push(
-            self.start.elapsed().as_secs_f64(),
-            &stats,
-            FrameSample {
-                frame_ms: f64::from(dt) * 1e3,
-                uploads: stream.uploads,
-                misses: stream.misses,
-                host_hit_rate: stats.host_hit_rate(),
-            },
-        );
+        let stats = g.scene.as_mut().map(|scene| {
+            let stream = scene.vt.prepare(&g.ctx, frame);
+            scene.renderer.set_camera(&g.ctx.queue, &camera, size.width as f32 / size.height as f32);
+            let stats = scene.vt.stats();
+            self.history.push(
+                self.start.elapsed().as_secs_f64(),
+                &stats,
+                FrameSample {
+                    frame_ms: f64::from(dt) * 1e3,
+                    uploads: stream.uploads,
+                    misses: stream.misses,
+                    host_hit_rate: stats.host_hit_rate(),
+                    latency: Latency::from_frame(
+                        stream.latency_ms_mean,
+                        stream.latency_ms_max,
+                        stream.latency_frames_mean,
+                    ),
+                },
+            );
+            stats
+        });
         let raw = g.egui_state.take_egui_input(&g.window);
         let overlay = self.overlay;
-        let (w, h) = g.scene.vt.pool().texels();
-        self.controls.pool_thumbnail = Some((g.pool_texture, [w, h]));
-        let (controls, history) = (&mut self.controls, &self.history);
-        let vt = &g.scene.vt;
-        let mut full = g.egui_ctx.run_ui(raw, |ui| {
-            if !overlay {
-                return;
+        self.controls.pool_thumbnail = match (&g.scene, g.pool_texture) {
+            (Some(scene), Some(id)) => {
+                let (w, h) = scene.vt.pool().texels();
+                Some((id, [w, h]))
             }
-            let layout = vt.atlas().layers()[0].layout;
-            let residency = vt.residency();
-            let snapshot = ResidencySnapshot::build(
-                &layout,
-                0,
-                residency.resident_tiles().map(|(t, _)| t),
-                residency.requested_tiles(),
-                vt.host_cache().resident_tiles(),
-                MAX_MAP_TILES,
-            );
-            let model = OverlayModel::from_stats(&stats, snapshot, history);
-            egui::Panel::right("tessera overlay").default_size(340.0).show(ui, |ui| {
-                egui::ScrollArea::vertical().show(ui, |ui| overlay_ui(ui, &model, controls));
-            });
+            _ => None,
+        };
+        let baking = self.bake.as_mut().map(|b| b.progress().clone());
+        let (controls, history, notice) = (&mut self.controls, &self.history, &mut self.notice);
+        let scene = g.scene.as_ref();
+        let mut full = g.egui_ctx.run_ui(raw, |ui| {
+            if overlay && let (Some(scene), Some(stats)) = (scene, &stats) {
+                let model = overlay_model(&scene.vt, stats, history, controls.residency_layer);
+                egui::Panel::right("tessera overlay").default_size(340.0).show(ui, |ui| {
+                    egui::ScrollArea::vertical().show(ui, |ui| overlay_ui(ui, &model, controls));
+                });
+            }
+            messages_ui(ui, baking.as_ref(), notice, scene.is_none());
         });
         g.egui_state.handle_platform_output(&g.window, full.platform_output);
         let ppp = full.pixels_per_point;
@@ -526,9 +619,20 @@ impl App {
 
         let mut encoder =
             device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("viewer frame") });
-        g.scene.vt.begin_frame(&mut encoder);
-        g.scene.renderer.draw_vt(&mut encoder, &g.target.color_view, &g.target.depth_view, &g.scene.vt, None);
-        g.scene.vt.end_frame(&mut encoder, frame);
+        match &mut g.scene {
+            Some(scene) => {
+                scene.vt.begin_frame(&mut encoder);
+                scene.renderer.draw_vt(
+                    &mut encoder,
+                    &g.target.color_view,
+                    &g.target.depth_view,
+                    &scene.vt,
+                    None,
+                );
+                scene.vt.end_frame(&mut encoder, frame);
+            }
+            None => clear(&mut encoder, &g.target.color_view),
+        }
         let egui_cmds = g.egui_renderer.update_buffers(device, queue, &mut encoder, &jobs, &screen);
         {
             let pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
@@ -546,7 +650,10 @@ impl App {
             });
             g.egui_renderer.render(&mut pass.forget_lifetime(), &jobs, &screen);
         }
-        let last = self.args.screenshot.is_some() && frame + 1 >= u64::from(self.args.frames.max(1));
+        // In screenshot mode frames count once the scene is up (after any bake).
+        let last = self.args.screenshot.is_some()
+            && g.scene.is_some()
+            && frame + 1 >= u64::from(self.args.frames.max(1));
         if last {
             g.target.copy_out(&mut encoder);
         }
@@ -599,7 +706,9 @@ impl App {
             pass.draw(0..3, 0..1);
         }
         queue.submit(egui_cmds.into_iter().chain([encoder.finish()]));
-        g.scene.vt.after_submit();
+        if let Some(scene) = &mut g.scene {
+            scene.vt.after_submit();
+        }
         if let Some(t) = surface_texture {
             queue.present(t);
         }
@@ -609,7 +718,9 @@ impl App {
         for id in full.textures_delta.free.drain() {
             g.egui_renderer.free_texture(&id);
         }
-        self.frame += 1;
+        if g.scene.is_some() {
+            self.frame += 1;
+        }
         if last && let Some(path) = &self.args.screenshot {
             let rgba = g.target.read(device)?;
             write_png(path, g.target.size, &rgba).with_context(|| format!("writing {}", path.display()))?;
@@ -620,25 +731,126 @@ impl App {
     }
 }
 
+fn window_title(atlas: &Path) -> String {
+    format!(
+        "Tessera viewer: {}",
+        atlas.file_stem().map_or(String::new(), |s| s.to_string_lossy().into_owned())
+    )
+}
+
+/// The overlay's model for this frame, with the residency maps of layer `wanted` (or
+/// the atlas' last layer when it has fewer).
+fn overlay_model(
+    vt: &VirtualTextures,
+    stats: &tessera::core::stats::StatsSnapshot,
+    history: &History,
+    wanted: u16,
+) -> OverlayModel {
+    let (layers, stacked) = (vt.atlas().layers(), vt.atlas().is_stacked());
+    let layer = shown_layer(wanted, layers.len(), stacked);
+    let snapshot = match layers.get(usize::from(layer)) {
+        Some(info) => {
+            let residency = vt.residency();
+            ResidencySnapshot::build(
+                &info.layout,
+                layer,
+                residency.resident_tiles().map(|(t, _)| t),
+                residency.requested_tiles(),
+                vt.host_cache().resident_tiles(),
+                MAX_MAP_TILES,
+            )
+        }
+        None => ResidencySnapshot::default(),
+    };
+    OverlayModel::from_stats(stats, snapshot, history)
+        .with_layers(layers.iter().map(|l| l.name.clone()), stacked)
+}
+
+/// The bake progress, the last error (until dismissed) and, with nothing to show, how
+/// to open something.
+fn messages_ui(ui: &mut egui::Ui, baking: Option<&BakeProgress>, notice: &mut Option<String>, empty: bool) {
+    let ctx = ui.ctx().clone();
+    let mut y = 16.0;
+    if let Some(p) = baking {
+        let shown = egui::Window::new("Baking")
+            .anchor(egui::Align2::LEFT_TOP, [16.0, y])
+            .collapsible(false)
+            .resizable(false)
+            .default_width(320.0)
+            .show(&ctx, |ui| bake_progress_ui(ui, p));
+        y += shown.map_or(0.0, |r| r.response.rect.height() + 12.0);
+    }
+    if let Some(text) = notice.as_deref() {
+        let mut dismiss = false;
+        egui::Window::new("Error")
+            .anchor(egui::Align2::LEFT_TOP, [16.0, y])
+            .collapsible(false)
+            .resizable(false)
+            .default_width(320.0)
+            .show(&ctx, |ui| {
+                ui.label(egui::RichText::new(text).color(egui::Color32::from_rgb(255, 140, 120)));
+                dismiss = ui.button("dismiss").clicked();
+            });
+        if dismiss {
+            *notice = None;
+        }
+    } else if empty && baking.is_none() {
+        egui::Window::new("Nothing open")
+            .anchor(egui::Align2::CENTER_CENTER, [0.0, 0.0])
+            .collapsible(false)
+            .resizable(false)
+            .show(&ctx, |ui| ui.label("Drop an image or a Tessera atlas (.tsa) on the window."));
+    }
+}
+
+/// Clears the scene target when there is no scene to draw.
+fn clear(encoder: &mut wgpu::CommandEncoder, view: &wgpu::TextureView) {
+    encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
+        label: Some("no scene"),
+        color_attachments: &[Some(wgpu::RenderPassColorAttachment {
+            view,
+            depth_slice: None,
+            resolve_target: None,
+            ops: wgpu::Operations {
+                load: wgpu::LoadOp::Clear(wgpu::Color { r: 0.05, g: 0.06, b: 0.08, a: 1.0 }),
+                store: wgpu::StoreOp::Store,
+            },
+        })],
+        depth_stencil_attachment: None,
+        timestamp_writes: None,
+        occlusion_query_set: None,
+        multiview_mask: None,
+    });
+}
+
 impl ApplicationHandler for App {
     fn resumed(&mut self, event_loop: &ActiveEventLoop) {
         if self.gfx.is_some() {
             return;
         }
-        let name = self.atlas.file_stem().map_or(String::new(), |s| s.to_string_lossy().into_owned());
+        let title = match (&self.atlas, &self.bake) {
+            (Some(atlas), _) => window_title(atlas),
+            (None, Some(bake)) => format!("Tessera viewer: baking {}", bake.name()),
+            (None, None) => "Tessera viewer".to_owned(),
+        };
         let attrs = Window::default_attributes()
-            .with_title(format!("Tessera viewer: {name}"))
+            .with_title(title)
             .with_inner_size(PhysicalSize::new(self.args.size.0, self.args.size.1));
         let result = event_loop
             .create_window(attrs)
             .context("creating the window")
-            .and_then(|w| Gfx::new(Arc::new(w), &self.atlas, &self.args));
+            .and_then(|w| Gfx::new(Arc::new(w), &self.args));
         match result {
             Ok(g) => {
                 g.window.request_redraw();
                 self.gfx = Some(g);
             }
-            Err(e) => self.fail(event_loop, e),
+            Err(e) => return self.fail(event_loop, e),
+        }
+        if let Some(atlas) = self.atlas.clone()
+            && let Err(e) = self.load(atlas)
+        {
+            self.fail(event_loop, e);
         }
     }
 
@@ -684,24 +896,7 @@ impl ApplicationHandler for App {
                 self.playing = None;
                 self.rig.zoom(steps);
             }
-            WindowEvent::DroppedFile(path) => {
-                let loaded = crate::resolve_atlas(Some(&path)).and_then(|a| {
-                    let scene = load_scene(&g.ctx, &a, &self.args, self.controls.pool_mib)?;
-                    Ok((a, scene))
-                });
-                match loaded {
-                    Ok((a, scene)) => {
-                        g.set_scene(scene);
-                        g.window.set_title(&format!(
-                            "Tessera viewer: {}",
-                            a.file_stem().map_or(String::new(), |s| s.to_string_lossy().into_owned())
-                        ));
-                        self.atlas = a;
-                        self.applied = None;
-                    }
-                    Err(e) => eprintln!("cannot open {}: {e:#}", path.display()),
-                }
-            }
+            WindowEvent::DroppedFile(path) => self.open(&path),
             _ => {}
         }
     }

@@ -2,17 +2,16 @@
 //! texture, fly over it and watch tiles stream through VRAM, host cache and disk.
 
 mod app;
+mod bake;
 mod camera;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use tessera::core::atlas::{Atlas, ColorSpace, Wrap};
-use tessera::core::bake::{BakeInput, BakeOptions, bake};
 use tessera::core::camera::{CameraPath, PRESETS};
-use tessera::core::source::{Generated, ImageSource};
+use tessera_egui::{DebugView, FEEDBACK_STRIDES};
 
 /// Interactive Tessera viewer with the tier-residency overlay.
 #[derive(Parser, Debug, Clone)]
@@ -52,6 +51,27 @@ pub(crate) struct Args {
     /// Start without vsync (V toggles it).
     #[arg(long)]
     no_vsync: bool,
+    /// Feedback resolution: one pixel in every N×N block writes feedback each frame
+    /// (1, 2, 4 or 8).
+    #[arg(long, default_value_t = 2, value_parser = parse_stride)]
+    feedback_stride: u32,
+    /// Debug view to start with (M cycles them): off, mip, fallback, borders (or 0-3).
+    #[arg(long, default_value = "off", value_parser = parse_debug_view)]
+    debug_view: DebugView,
+}
+
+fn parse_stride(s: &str) -> Result<u32, String> {
+    s.parse::<u32>()
+        .ok()
+        .filter(|v| FEEDBACK_STRIDES.contains(v))
+        .ok_or_else(|| format!("'{s}' is not a feedback stride (1, 2, 4 or 8)"))
+}
+
+fn parse_debug_view(s: &str) -> Result<DebugView, String> {
+    DebugView::parse(s).ok_or_else(|| {
+        let names: Vec<_> = DebugView::ALL.iter().map(|v| v.short_name()).collect();
+        format!("'{s}' is not a debug view ({}, or 0-3)", names.join(", "))
+    })
 }
 
 fn parse_size(s: &str) -> Result<(u32, u32), String> {
@@ -76,68 +96,6 @@ pub(crate) fn camera_path(spec: &str) -> Result<CameraPath> {
         PRESETS.join(", ")
     );
     CameraPath::load(&path).with_context(|| format!("reading camera path {}", path.display()))
-}
-
-/// Folder for cached bakes: `$TESSERA_CACHE`, else `$XDG_CACHE_HOME/tessera`, else `~/.cache/tessera`.
-fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("TESSERA_CACHE") {
-        return d.into();
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return PathBuf::from(d).join("tessera");
-    }
-    std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(std::env::temp_dir).join(".cache/tessera")
-}
-
-fn bake_into(input: BakeInput, out: &Path) -> Result<()> {
-    let pb = indicatif::ProgressBar::new(0).with_style(
-        indicatif::ProgressStyle::with_template("baking {msg} [{bar:40}] {pos}/{len} tiles")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    pb.set_message(input.name.clone());
-    let tmp = out.with_extension("tsa.partial");
-    bake(vec![input], &tmp, &BakeOptions::default(), &pb)
-        .with_context(|| format!("baking {}", out.display()))?;
-    pb.finish_and_clear();
-    std::fs::rename(&tmp, out).with_context(|| format!("moving the bake to {}", out.display()))?;
-    Ok(())
-}
-
-/// The atlas to open for `input`: itself when it is an atlas, the cached bake of an
-/// image (baked now when missing or older than the image), or the built-in texture.
-pub(crate) fn resolve_atlas(input: Option<&Path>) -> Result<PathBuf> {
-    let cache = cache_dir();
-    std::fs::create_dir_all(&cache).with_context(|| format!("creating cache folder {}", cache.display()))?;
-    let Some(input) = input else {
-        let out = cache.join("demo-8192x4096.tsa");
-        if Atlas::open(&out).is_err() {
-            println!("baking the built-in 8192x4096 labelled texture into {}", out.display());
-            let source = Box::new(Generated::new(8192, 4096));
-            let input = BakeInput { name: "demo".into(), source, wrap: Wrap::Clamp, color: ColorSpace::Srgb };
-            bake_into(input, &out)?;
-        }
-        return Ok(out);
-    };
-    if Atlas::open(input).is_ok() {
-        return Ok(input.to_path_buf());
-    }
-    let meta = std::fs::metadata(input).with_context(|| format!("opening {}", input.display()))?;
-    let canonical = input.canonicalize().unwrap_or_else(|_| input.to_path_buf());
-    let stem = input.file_stem().map_or("image".into(), |s| s.to_string_lossy().into_owned());
-    let key = crc32fast::hash(canonical.to_string_lossy().as_bytes());
-    let out = cache.join(format!("{stem}-{key:08x}.tsa"));
-    let fresh = std::fs::metadata(&out).and_then(|m| Ok(m.modified()? >= meta.modified()?)).unwrap_or(false);
-    if !fresh || Atlas::open(&out).is_err() {
-        println!("baking {} into {} (once; later opens reuse it)", input.display(), out.display());
-        let source = ImageSource::open(input).with_context(|| {
-            format!("{} is neither a Tessera atlas nor a readable image", input.display())
-        })?;
-        bake_into(
-            BakeInput { name: stem, source: Box::new(source), wrap: Wrap::Clamp, color: ColorSpace::Srgb },
-            &out,
-        )?;
-    }
-    Ok(out)
 }
 
 fn main() -> ExitCode {

@@ -27,6 +27,8 @@ fn small_atlas(dir: &Path) -> PathBuf {
         source: Box::new(Generated::new(2048, 1024)),
         wrap: Wrap::Clamp,
         color: ColorSpace::Srgb,
+        codec: None,
+        regions: Vec::new(),
     };
     bake(vec![input], &out, &BakeOptions::default(), &indicatif::ProgressBar::hidden())
         .expect("baking the test atlas");

@@ -1,8 +1,10 @@
 //! The `.tsa` atlas file, version 1: a memory-mapped, validated reader and an
 //! atomic streaming writer. The byte layout is specified in `docs/atlas-format.md`.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
@@ -197,6 +199,21 @@ fn rd_u64(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(a)
+}
+
+/// Sorts blob spans `(start, end)`, merges identical ones (a shared blob) and returns
+/// the bytes of the distinct blobs, or the first two spans that overlap without being
+/// identical.
+#[allow(clippy::type_complexity)]
+fn shared_spans(spans: &mut Vec<(u64, u64)>) -> Result<u64, ((u64, u64), (u64, u64))> {
+    spans.sort_unstable();
+    spans.dedup();
+    for w in spans.windows(2) {
+        if w[1].0 < w[0].1 {
+            return Err((w[0], w[1]));
+        }
+    }
+    Ok(spans.iter().map(|(a, b)| b - a).sum())
 }
 
 /// The fixed header, decoded.
@@ -408,6 +425,9 @@ impl Atlas {
         };
         let mut atlas = atlas;
         let mut stored_bytes = 0u64;
+        // Blobs in ascending, disjoint order need no sort; shared or reordered ones do.
+        let mut spans: Vec<(u64, u64)> = Vec::new();
+        let (mut in_order, mut prev_end) = (true, 0u64);
         for (li, layer) in atlas.layers.iter().enumerate() {
             let expect_raw = u64::from(layer.layout.padded_tile_size()).pow(2) * 4;
             for i in 0..layer.layout.tile_count() {
@@ -425,7 +445,21 @@ impl Atlas {
                         what: format!("index entry for {tile} (points outside the data)"),
                     });
                 }
+                let end = e.offset + u64::from(e.length);
+                in_order &= e.offset >= prev_end;
+                prev_end = prev_end.max(end);
+                spans.push((e.offset, end));
             }
+        }
+        if !in_order {
+            stored_bytes = shared_spans(&mut spans).map_err(|(a, b)| AtlasError::Invalid {
+                path: atlas.path.clone(),
+                what: format!(
+                    "tile index: blobs [{}, {}) and [{}, {}) partially overlap \
+                     (blobs must be identical or disjoint)",
+                    a.0, a.1, b.0, b.1
+                ),
+            })?;
         }
         atlas.stored_bytes = stored_bytes;
         Ok(atlas)
@@ -477,7 +511,8 @@ impl Atlas {
         self.tile_count
     }
 
-    /// Bytes of tile data over all tiles (blobs only, without index and padding).
+    /// Bytes of tile data over all tiles (blobs only, without index and padding; a blob
+    /// shared by several tiles counts once).
     pub fn stored_bytes(&self) -> u64 {
         self.stored_bytes
     }
@@ -571,6 +606,12 @@ impl Atlas {
 
 /// Writes an atlas to a temporary file next to its destination and renames it into
 /// place on [`AtlasWriter::finish`]; dropping an unfinished writer deletes the file.
+///
+/// Blobs are deduplicated (unless [`AtlasWriter::set_dedup`] turns it off): a pushed
+/// blob byte-identical to one already written, with the same codec and decoded length,
+/// is not written again; its index entry points at the earlier copy. Candidates are found
+/// by length, CRC-32 and a 64-bit hash, and confirmed by reading the earlier copy back,
+/// so a hash collision can only cost a comparison, never a wrong tile.
 pub struct AtlasWriter {
     dest: PathBuf,
     tmp: PathBuf,
@@ -581,6 +622,54 @@ pub struct AtlasWriter {
     pos: u64,
     data_offset: u64,
     flags: u32,
+    dedup: bool,
+    blobs: HashMap<BlobKey, u64>,
+    shared: u64,
+    readback: Vec<u8>,
+}
+
+/// What identifies a candidate duplicate blob; equality is confirmed byte by byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct BlobKey {
+    codec: u8,
+    length: u32,
+    raw_length: u32,
+    crc32: u32,
+    hash: u64,
+}
+
+/// A fast 64-bit hash of a blob (four independent multiply-xorshift lanes over 8-byte
+/// words, then a splitmix64 finish). Not cryptographic: matches are confirmed by comparing bytes.
+fn blob_hash(bytes: &[u8]) -> u64 {
+    const K: [u64; 4] =
+        [0x9E37_79B9_7F4A_7C15, 0xC2B2_AE3D_27D4_EB4F, 0x1656_67B1_9E37_79F9, 0x85EB_CA77_C2B2_AE63];
+    let mix = |acc: u64, w: u64, k: u64| {
+        let x = (acc ^ w).wrapping_mul(k);
+        x ^ (x >> 29)
+    };
+    let mut lanes = K;
+    let mut blocks = bytes.chunks_exact(32);
+    for block in &mut blocks {
+        for (i, lane) in lanes.iter_mut().enumerate() {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&block[8 * i..8 * i + 8]);
+            *lane = mix(*lane, u64::from_le_bytes(w), K[i]);
+        }
+    }
+    let mut h = bytes.len() as u64;
+    for (i, lane) in lanes.iter().enumerate() {
+        h = mix(h, *lane, K[i]);
+    }
+    for (i, chunk) in blocks.remainder().chunks(8).enumerate() {
+        let mut w = [0u8; 8];
+        w[..chunk.len()].copy_from_slice(chunk);
+        h = mix(h, u64::from_le_bytes(w), K[i % 4]);
+    }
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94D0_49BB_1331_11EB);
+    h ^ (h >> 31)
 }
 
 /// Why a set of layers cannot be stacked: the first layer whose layout differs from layer 0's.
@@ -646,7 +735,9 @@ impl AtlasWriter {
         let file_name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = dest.with_file_name(format!(".{file_name}.{}.tmp", std::process::id()));
         let io = |source| AtlasError::Io { path: tmp.clone(), source };
-        let mut file = File::create(&tmp).map_err(io)?;
+        // Readable too: duplicate candidates are compared with the copy already written.
+        let mut file =
+            File::options().read(true).write(true).create(true).truncate(true).open(&tmp).map_err(io)?;
         file.seek(SeekFrom::Start(data_offset)).map_err(io)?;
         Ok(Self {
             dest,
@@ -658,7 +749,21 @@ impl AtlasWriter {
             pos: data_offset,
             data_offset,
             flags,
+            dedup: true,
+            blobs: HashMap::new(),
+            shared: 0,
+            readback: Vec::new(),
         })
+    }
+
+    /// Turns blob deduplication on (the default) or off for the tiles pushed from now on.
+    pub fn set_dedup(&mut self, on: bool) {
+        self.dedup = on;
+    }
+
+    /// How many tiles pushed so far share a blob written for an earlier tile.
+    pub fn shared_tiles(&self) -> u64 {
+        self.shared
     }
 
     /// The layers as they will be written.
@@ -667,22 +772,47 @@ impl AtlasWriter {
     }
 
     /// Appends the next tile in storage order (layer by layer, mip 0 first, rows
-    /// top to bottom): its encoded blob and the codec it is encoded with.
+    /// top to bottom): its encoded blob and the codec it is encoded with. A blob identical
+    /// to one already written is stored once (see [`AtlasWriter`]).
     pub fn push_tile(&mut self, blob: &[u8], codec: Codec, raw_length: u32) -> Result<(), AtlasError> {
+        let length = u32::try_from(blob.len()).map_err(|_| AtlasError::Invalid {
+            path: self.dest.clone(),
+            what: format!("tile {} blob of {} bytes (limit 4 GiB)", self.entries.len(), blob.len()),
+        })?;
+        let crc32 = crc32fast::hash(blob);
+        let key = self.dedup.then(|| BlobKey { codec: codec as u8, length, raw_length, crc32, hash: blob_hash(blob) });
+        if let Some(offset) = key.and_then(|k| self.blobs.get(&k).copied())
+            && self.written_equals(offset, blob)?
+        {
+            self.entries.push(TileEntry { offset, length, raw_length, crc32, codec });
+            self.shared += 1;
+            return Ok(());
+        }
         let io = |source| AtlasError::Io { path: self.tmp.clone(), source };
         let out = self.out.as_mut().ok_or_else(|| io(std::io::Error::other("writer already finished")))?;
         let aligned = self.pos.next_multiple_of(BLOB_ALIGN);
         out.write_all(&[0u8; BLOB_ALIGN as usize][..(aligned - self.pos) as usize]).map_err(io)?;
         out.write_all(blob).map_err(io)?;
-        self.entries.push(TileEntry {
-            offset: aligned,
-            length: blob.len() as u32,
-            raw_length,
-            crc32: crc32fast::hash(blob),
-            codec,
-        });
+        self.entries.push(TileEntry { offset: aligned, length, raw_length, crc32, codec });
         self.pos = aligned + blob.len() as u64;
+        if let Some(k) = key {
+            // On a (confirmed false) collision the first blob keeps the key.
+            self.blobs.entry(k).or_insert(aligned);
+        }
         Ok(())
+    }
+
+    /// Whether the blob written at `offset` has exactly the bytes `blob`.
+    fn written_equals(&mut self, offset: u64, blob: &[u8]) -> Result<bool, AtlasError> {
+        let io = |source| AtlasError::Io { path: self.tmp.clone(), source };
+        let out = self.out.as_mut().ok_or_else(|| io(std::io::Error::other("writer already finished")))?;
+        let on_disk = self.pos - out.buffer().len() as u64;
+        if offset + blob.len() as u64 > on_disk {
+            out.flush().map_err(io)?;
+        }
+        self.readback.resize(blob.len(), 0);
+        out.get_ref().read_exact_at(&mut self.readback, offset).map_err(io)?;
+        Ok(self.readback == blob)
     }
 
     /// Writes the index and header, fsyncs, and renames the file into place.
@@ -784,7 +914,11 @@ pub struct LayerSummary {
     pub color: ColorSpace,
     /// Tiles over all mips.
     pub tiles: u64,
-    /// Bytes of tile data on disk.
+    /// Tiles whose blob is shared with an earlier tile of the atlas (tile order), so
+    /// they take no bytes of their own on disk.
+    #[serde(default)]
+    pub shared_tiles: u64,
+    /// Bytes of tile data on disk (a shared blob counts once, for its first tile).
     pub stored_bytes: u64,
     /// Bytes of the tiles decoded.
     pub raw_bytes: u64,
@@ -811,7 +945,10 @@ pub struct MipSummary {
     pub tiles_x: u32,
     /// Tiles down.
     pub tiles_y: u32,
-    /// Bytes of tile data on disk.
+    /// Tiles whose blob is shared with an earlier tile (see [`LayerSummary::shared_tiles`]).
+    #[serde(default)]
+    pub shared_tiles: u64,
+    /// Bytes of tile data on disk (a shared blob counts once, for its first tile).
     pub stored_bytes: u64,
     /// Bytes decoded.
     pub raw_bytes: u64,
@@ -820,6 +957,7 @@ pub struct MipSummary {
 impl Atlas {
     /// Sizes, tile counts and bytes per layer and mip (reads only the index).
     pub fn summary(&self) -> AtlasSummary {
+        let mut seen = std::collections::HashSet::new();
         let layers = self
             .layers
             .iter()
@@ -831,10 +969,14 @@ impl Atlas {
                         let (w, h) = lay.mip_size(m);
                         let (tx, ty) = lay.tiles_at(m);
                         let first = l.first_tile + lay.mip_tile_offset(m);
-                        let (mut stored, mut raw) = (0u64, 0u64);
+                        let (mut stored, mut raw, mut shared) = (0u64, 0u64, 0u64);
                         for i in first..first + lay.tile_count_at(m) {
                             if let Ok(e) = self.entry_at(i) {
-                                stored += u64::from(e.length);
+                                if seen.insert((e.offset, e.length)) {
+                                    stored += u64::from(e.length);
+                                } else {
+                                    shared += 1;
+                                }
                                 raw += u64::from(e.raw_length);
                             }
                         }
@@ -844,6 +986,7 @@ impl Atlas {
                             height: h,
                             tiles_x: tx,
                             tiles_y: ty,
+                            shared_tiles: shared,
                             stored_bytes: stored,
                             raw_bytes: raw,
                         }
@@ -863,6 +1006,7 @@ impl Atlas {
                     wrap: l.wrap,
                     color: l.color,
                     tiles: lay.tile_count(),
+                    shared_tiles: mips.iter().map(|m| m.shared_tiles).sum(),
                     stored_bytes,
                     raw_bytes,
                     compression_ratio: raw_bytes as f64 / stored_bytes.max(1) as f64,

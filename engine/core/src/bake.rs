@@ -122,7 +122,11 @@ pub struct LayerReport {
     pub mips: u32,
     /// Tiles over all mips.
     pub tiles: u64,
-    /// Bytes of tile data stored.
+    /// Tiles whose encoded blob was identical to one already in the atlas and is
+    /// stored once (see [`AtlasWriter`]); they add no bytes to the file.
+    #[serde(default)]
+    pub shared_tiles: u64,
+    /// Bytes of tile data stored (shared blobs count once).
     pub stored_bytes: u64,
     /// Bytes the tiles take decoded.
     pub raw_bytes: u64,
@@ -293,18 +297,31 @@ fn bake_layer(
         height: layout.height(),
         mips: layout.mip_count(),
         tiles: layout.tile_count(),
+        shared_tiles: 0,
         stored_bytes: 0,
         raw_bytes: layout.tile_count() * raw_len as u64,
     };
     let mut stored: Option<LevelStore> = None;
+    // A level the source supplies itself replaces the filtered one (see `RowSource::mip_level`).
+    let supplied = |mip: u32| (mip > 0).then(|| input.source.mip_level(mip, layer.color)).flatten();
     for mip in 0..layout.mip_count() {
         progress.set_message(format!("{} mip {mip}", layer.name));
-        let level: &dyn RowSource = match &stored {
-            Some(s) => s,
-            None => input.source.as_ref(),
-        };
         let (w, h) = layout.mip_size(mip);
-        let mut next = if mip + 1 < layout.mip_count() {
+        let level: &dyn RowSource = match (supplied(mip), &stored) {
+            (Some(l), _) => {
+                if l.size() != (w, h) {
+                    let (sw, sh) = l.size();
+                    return Err(read_err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("the source's own mip {mip} is {sw}x{sh}, the layout needs {w}x{h}"),
+                    )));
+                }
+                l
+            }
+            (None, Some(s)) => s,
+            (None, None) => input.source.as_ref(),
+        };
+        let mut next = if mip + 1 < layout.mip_count() && supplied(mip + 1).is_none() {
             let (nw, nh) = layout.mip_size(mip + 1);
             Some(LevelStore::new(nw, nh, scratch).map_err(read_err)?)
         } else {
@@ -359,8 +376,13 @@ fn bake_layer(
                 .collect::<Result<_, _>>()
                 .map_err(|source| BakeError::Encode { name: input.name.clone(), source })?;
             for enc in &blobs {
+                let shared = writer.shared_tiles();
                 writer.push_tile(&enc.data, enc.codec, raw_len as u32)?;
-                report.stored_bytes += enc.data.len() as u64;
+                if writer.shared_tiles() == shared {
+                    report.stored_bytes += enc.data.len() as u64;
+                } else {
+                    report.shared_tiles += 1;
+                }
             }
             if let Some(next) = &mut next {
                 // Rows y0.. are consecutive integers, hence consecutive in the sorted union.
@@ -464,7 +486,7 @@ pub fn srgb_to_linear(c: u8) -> f32 {
 /// Halves a band of rows of mip `mip` (width `w`, first row `y0`) into rows of mip
 /// `mip + 1`, weighting each source texel by the mip-0 area it covers (so odd sizes
 /// are exact), in linear light for sRGB, colour weighted by alpha.
-fn downsample(
+pub(crate) fn downsample(
     rows: &[u8],
     w: u32,
     mip: u32,

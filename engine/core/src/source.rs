@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
+use crate::atlas::ColorSpace;
 use crate::tile::MAX_VIRTUAL_SIDE;
 
 /// Bytes per RGBA8 texel.
@@ -33,6 +34,15 @@ pub trait RowSource: Send + Sync {
     fn size(&self) -> (u32, u32);
     /// Fills `out` with rows `y0..y0 + out.len() / (width * 4)`; all must lie inside.
     fn read_rows(&self, y0: u32, out: &mut [u8]) -> std::io::Result<()>;
+    /// The source's own mip level `mip` (≥ 1) for a layer of colour space `color`, when it
+    /// has one: the baker then reads that level instead of filtering the one above it,
+    /// which saves the time and scratch space of huge levels. It must be byte for byte
+    /// what the baker's filter (`docs/atlas-format.md`, "Mip pyramid filtering") makes of
+    /// level `mip − 1`, and of the size the layout gives mip `mip`. Default: none.
+    fn mip_level(&self, mip: u32, color: ColorSpace) -> Option<&dyn RowSource> {
+        let _ = (mip, color);
+        None
+    }
 }
 
 /// Why an input image could not be used.
@@ -113,35 +123,40 @@ impl ImageSource {
 
     /// Decodes an image file (PNG or JPEG), checking its size before decoding.
     pub fn open(path: &Path) -> Result<Self, SourceError> {
-        let p = path.to_path_buf();
-        if !path.exists() {
-            return Err(SourceError::Missing { path: p });
-        }
-        let reader = image::ImageReader::open(path)
-            .map_err(|source| SourceError::Io { path: p.clone(), source })?
-            .with_guessed_format()
-            .map_err(|source| SourceError::Io { path: p.clone(), source })?;
-        if reader.format().is_none() {
-            return Err(SourceError::Unsupported { path: p, reason: "unrecognised file contents".into() });
-        }
-        let (width, height) = reader.into_dimensions().map_err(|e| classify(&p, e))?;
-        check_size(&p, width, height)?;
-        let mut reader = image::ImageReader::open(path)
-            .map_err(|source| SourceError::Io { path: p.clone(), source })?
-            .with_guessed_format()
-            .map_err(|source| SourceError::Io { path: p.clone(), source })?;
-        let mut limits = image::Limits::default();
-        limits.max_alloc = Some(MAX_DECODED_BYTES * 2);
-        reader.limits(limits);
-        let img = reader.decode().map_err(|e| classify(&p, e))?;
-        let rgba = img.into_rgba8();
-        Ok(Self { width, height, texels: rgba.into_raw() })
+        let img = decode_image(path)?;
+        let (width, height) = (img.width(), img.height());
+        Ok(Self { width, height, texels: img.into_rgba8().into_raw() })
     }
 
     /// The texels, RGBA8 row-major.
     pub fn texels(&self) -> &[u8] {
         &self.texels
     }
+}
+
+/// Decodes an image file (PNG or JPEG) in its own pixel format, checking its size first.
+pub(crate) fn decode_image(path: &Path) -> Result<image::DynamicImage, SourceError> {
+    let p = path.to_path_buf();
+    if !path.exists() {
+        return Err(SourceError::Missing { path: p });
+    }
+    let reader = image::ImageReader::open(path)
+        .map_err(|source| SourceError::Io { path: p.clone(), source })?
+        .with_guessed_format()
+        .map_err(|source| SourceError::Io { path: p.clone(), source })?;
+    if reader.format().is_none() {
+        return Err(SourceError::Unsupported { path: p, reason: "unrecognised file contents".into() });
+    }
+    let (width, height) = reader.into_dimensions().map_err(|e| classify(&p, e))?;
+    check_size(&p, width, height)?;
+    let mut reader = image::ImageReader::open(path)
+        .map_err(|source| SourceError::Io { path: p.clone(), source })?
+        .with_guessed_format()
+        .map_err(|source| SourceError::Io { path: p.clone(), source })?;
+    let mut limits = image::Limits::default();
+    limits.max_alloc = Some(MAX_DECODED_BYTES * 2);
+    reader.limits(limits);
+    reader.decode().map_err(|e| classify(&p, e))
 }
 
 fn check_size(path: &Path, width: u32, height: u32) -> Result<(), SourceError> {

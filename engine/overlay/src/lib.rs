@@ -9,5 +9,10 @@
 pub mod model;
 pub mod ui;
 
-pub use model::{FrameSample, History, MipMap, OverlayModel, ResidencySnapshot, TileState};
-pub use ui::{DebugView, OverlayControls, overlay_ui};
+pub use model::{
+    BakeProgress, FrameSample, History, Latency, MipMap, OverlayModel, ResidencySnapshot, STACKED_NOTE,
+    TileState, shown_layer,
+};
+pub use ui::{
+    DebugView, FEEDBACK_STRIDES, OverlayControls, bake_progress_ui, feedback_stride_label, overlay_ui,
+};

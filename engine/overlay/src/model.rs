@@ -1,5 +1,6 @@
 //! The overlay's data model: what each panel shows, computed from a
-//! [`StatsSnapshot`], the residency sets and a rolling history of frame samples.
+//! [`StatsSnapshot`], the residency sets and a rolling history of frame samples, plus
+//! the progress of a bake running in the background.
 
 use std::collections::{HashSet, VecDeque};
 
@@ -122,6 +123,43 @@ impl ResidencySnapshot {
     }
 }
 
+/// Which layer's residency maps to show: `wanted` when the atlas has that many layers,
+/// else its last layer (a newly opened atlas may have fewer layers than the last one).
+/// Stacked layers share layer 0's tile ids, so only layer 0 has maps of its own.
+pub fn shown_layer(wanted: u16, layer_count: usize, stacked: bool) -> u16 {
+    if stacked {
+        return 0;
+    }
+    let last = u16::try_from(layer_count.saturating_sub(1)).unwrap_or(u16::MAX);
+    wanted.min(last)
+}
+
+/// The note shown instead of the layer selector for stacked atlases.
+pub const STACKED_NOTE: &str = "stacked: layers share residency";
+
+/// Request-to-resident latency of the tiles that reached VRAM in one frame: from the
+/// frame whose feedback asked for them to their upload.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Latency {
+    /// Mean over the tiles that arrived, milliseconds.
+    pub mean_ms: f64,
+    /// The slowest tile that arrived, milliseconds.
+    pub max_ms: f64,
+    /// Mean in frames (upload frame − feedback frame).
+    pub mean_frames: f64,
+}
+
+impl Latency {
+    /// The latency of a frame from the engine's figures, which are all 0 when nothing
+    /// requested arrived that frame: `None` then (and for non-finite figures), so such
+    /// frames are left out of the plot instead of drawing as 0.
+    pub fn from_frame(mean_ms: f64, max_ms: f64, mean_frames: f64) -> Option<Self> {
+        let finite = mean_ms.is_finite() && max_ms.is_finite() && mean_frames.is_finite();
+        let arrived = mean_ms > 0.0 || max_ms > 0.0 || mean_frames > 0.0;
+        (finite && arrived).then_some(Self { mean_ms, max_ms: max_ms.max(mean_ms), mean_frames })
+    }
+}
+
 /// What one frame did, for the rolling plots.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct FrameSample {
@@ -133,6 +171,9 @@ pub struct FrameSample {
     pub misses: usize,
     /// Host cache hit rate so far, `0..=1`.
     pub host_hit_rate: f64,
+    /// Request-to-resident latency of the tiles that arrived this frame; `None` when
+    /// none did.
+    pub latency: Option<Latency>,
 }
 
 /// A rolling window of frame samples and timed statistics, from which rates come.
@@ -175,7 +216,7 @@ impl History {
     }
 
     /// The frame samples, oldest first.
-    pub fn samples(&self) -> impl ExactSizeIterator<Item = &FrameSample> {
+    pub fn samples(&self) -> impl DoubleEndedIterator<Item = &FrameSample> + ExactSizeIterator {
         self.samples.iter()
     }
 
@@ -217,8 +258,12 @@ pub struct OverlayModel {
     pub reads_per_s: f64,
     /// Loads that failed so far.
     pub failed_loads: u64,
-    /// Per-mip residency maps.
+    /// Per-mip residency maps of the layer shown.
     pub residency: ResidencySnapshot,
+    /// Names of the atlas' layers, for the layer selector of the residency maps.
+    pub layer_names: Vec<String>,
+    /// The atlas' layers are stacked (they share layer 0's tile ids and residency).
+    pub stacked: bool,
     /// Rolling series, oldest first: frame ms, uploads, misses, host hit rate (%).
     pub frame_ms: Vec<f64>,
     /// Uploads per frame.
@@ -227,12 +272,26 @@ pub struct OverlayModel {
     pub misses: Vec<f64>,
     /// Host hit rate per frame, percent.
     pub hit_rate_pct: Vec<f64>,
+    /// Mean request-to-resident latency, ms, as `[frame index, ms]` points on the same
+    /// frame axis as the other series; frames where nothing arrived are left out.
+    pub latency_mean_ms: Vec<[f64; 2]>,
+    /// Largest request-to-resident latency per frame, ms, like `latency_mean_ms`.
+    pub latency_max_ms: Vec<[f64; 2]>,
+    /// The latency of the newest frame in the history where tiles arrived.
+    pub latency_last: Option<Latency>,
 }
 
 impl OverlayModel {
     /// The model for the newest `stats`, the residency maps and the rolling `history`.
     pub fn from_stats(stats: &StatsSnapshot, residency: ResidencySnapshot, history: &History) -> Self {
         let series = |f: fn(&FrameSample) -> f64| history.samples().map(f).collect::<Vec<_>>();
+        let latency = |f: fn(&Latency) -> f64| {
+            history
+                .samples()
+                .enumerate()
+                .filter_map(|(i, s)| s.latency.as_ref().map(|l| [i as f64, f(l)]))
+                .collect::<Vec<_>>()
+        };
         Self {
             vram_slots_used: stats.vram_counters.slots_used,
             vram_slots_total: stats.vram_counters.slots_total,
@@ -248,10 +307,42 @@ impl OverlayModel {
             reads_per_s: history.rate(|s| s.loader.completed),
             failed_loads: stats.loader.failed,
             residency,
+            layer_names: Vec::new(),
+            stacked: false,
             frame_ms: series(|s| s.frame_ms),
             uploads: series(|s| s.uploads as f64),
             misses: series(|s| s.misses as f64),
             hit_rate_pct: series(|s| 100.0 * s.host_hit_rate),
+            latency_mean_ms: latency(|l| l.mean_ms),
+            latency_max_ms: latency(|l| l.max_ms),
+            latency_last: history.samples().rev().find_map(|s| s.latency),
+        }
+    }
+
+    /// The same model with the atlas' layer names, for the residency layer selector,
+    /// and whether its layers are stacked.
+    pub fn with_layers(mut self, names: impl IntoIterator<Item = impl Into<String>>, stacked: bool) -> Self {
+        self.layer_names = names.into_iter().map(Into::into).collect();
+        self.stacked = stacked;
+        self
+    }
+
+    /// Layers the selector offers: all of them, or only layer 0 when they are stacked.
+    pub fn selectable_layers(&self) -> u16 {
+        let count = u16::try_from(self.layer_names.len()).unwrap_or(u16::MAX);
+        if self.stacked { count.min(1) } else { count }
+    }
+
+    /// Why only layer 0's maps are shown, for stacked atlases.
+    pub fn residency_note(&self) -> Option<&'static str> {
+        self.stacked.then_some(STACKED_NOTE)
+    }
+
+    /// How the selector names layer `i`: its index and its name.
+    pub fn layer_label(&self, i: u16) -> String {
+        match self.layer_names.get(usize::from(i)) {
+            Some(name) if !name.is_empty() => format!("{i}: {name}"),
+            _ => format!("{i}"),
         }
     }
 
@@ -263,6 +354,90 @@ impl OverlayModel {
     /// Fraction of the host budget in use, `0..=1` (more when over budget).
     pub fn host_fill(&self) -> f64 {
         ratio(self.host_bytes, self.host_budget_bytes)
+    }
+}
+
+/// How far a bake running in the background has got, for a progress panel.
+///
+/// Feed it the baker's tile counter with [`BakeProgress::update`]; the time left is
+/// estimated from the tile rate since the baker first knew how many tiles there are
+/// (before that it is reading the image).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BakeProgress {
+    /// The file being baked, as shown to the user.
+    pub name: String,
+    /// What the baker says it is doing (for example "photo mip 2"); may be empty.
+    pub stage: String,
+    /// Tiles written so far.
+    pub done: u64,
+    /// Tiles in all; 0 while the baker does not know yet.
+    pub total: u64,
+    /// Seconds since the bake started.
+    pub elapsed_s: f64,
+    /// When the tile count became known, seconds since the start.
+    counting_since_s: Option<f64>,
+}
+
+impl BakeProgress {
+    /// A bake of `name` that has not started writing tiles.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self { name: name.into(), ..Self::default() }
+    }
+
+    /// Records the baker's counters `t_s` seconds after the bake started.
+    pub fn update(&mut self, t_s: f64, done: u64, total: u64, stage: impl Into<String>) {
+        self.elapsed_s = t_s.max(self.elapsed_s);
+        self.total = total;
+        self.done = done.min(total);
+        self.stage = stage.into();
+        if total > 0 && self.counting_since_s.is_none() {
+            self.counting_since_s = Some(self.elapsed_s);
+        }
+    }
+
+    /// Fraction of the tiles written, `0..=1` (0 while the total is unknown).
+    pub fn fraction(&self) -> f64 {
+        ratio(self.done, self.total).min(1.0)
+    }
+
+    /// Estimated seconds left; `None` until there is a rate to go by.
+    pub fn eta_s(&self) -> Option<f64> {
+        let since = self.counting_since_s?;
+        let spent = self.elapsed_s - since;
+        if self.done == 0 || spent < 0.25 {
+            return None;
+        }
+        Some(spent * (self.total - self.done) as f64 / self.done as f64)
+    }
+
+    /// The progress bar's text: tiles written of the total, or what happens before.
+    pub fn tiles_text(&self) -> String {
+        if self.total == 0 {
+            "reading the image".to_owned()
+        } else {
+            format!("{:.0}%, {} / {} tiles", 100.0 * self.fraction(), self.done, self.total)
+        }
+    }
+
+    /// The time left in words.
+    pub fn eta_text(&self) -> String {
+        if self.total > 0 && self.done >= self.total {
+            return "writing the atlas".to_owned();
+        }
+        match self.eta_s() {
+            Some(s) => format!("about {} left ({} so far)", duration_text(s), duration_text(self.elapsed_s)),
+            None => format!("estimating the time left ({} so far)", duration_text(self.elapsed_s)),
+        }
+    }
+}
+
+/// A duration in seconds as "8 s", "2 min 05 s" or "1 h 04 min".
+pub fn duration_text(s: f64) -> String {
+    let s = if s.is_finite() { s.max(0.0).round() as u64 } else { 0 };
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min {:02} s", s / 60, s % 60),
+        _ => format!("{} h {:02} min", s / 3600, s % 3600 / 60),
     }
 }
 
@@ -296,7 +471,7 @@ mod tests {
         h.push(
             0.0,
             &stats(0, 0, 0),
-            FrameSample { frame_ms: 16.0, uploads: 5, misses: 7, host_hit_rate: 0.5 },
+            FrameSample { frame_ms: 16.0, uploads: 5, misses: 7, host_hit_rate: 0.5, latency: None },
         );
         h.push(0.5, &stats(10, 40, 20), FrameSample::default());
         h.push(2.0, &stats(40, 100, 80), FrameSample { frame_ms: 20.0, ..FrameSample::default() });
@@ -358,5 +533,137 @@ mod tests {
         // Large mips are left out.
         let small = ResidencySnapshot::build(&layout, 0, [], [], [], 4);
         assert_eq!(small.mips.iter().map(|m| m.mip).collect::<Vec<_>>(), vec![1, 2]);
+    }
+
+    #[test]
+    fn latency_skips_frames_where_nothing_arrived_and_stays_bounded() {
+        assert_eq!(Latency::from_frame(0.0, 0.0, 0.0), None, "all zero: nothing arrived");
+        assert_eq!(Latency::from_frame(f64::NAN, 3.0, 1.0), None);
+        let l = Latency::from_frame(12.0, 30.0, 2.5).expect("arrivals");
+        assert_eq!((l.mean_ms, l.max_ms, l.mean_frames), (12.0, 30.0, 2.5));
+
+        let mut h = History::new(4, 1.0);
+        let latencies = [(10.0, 20.0), (0.0, 0.0), (30.0, 50.0), (0.0, 0.0), (0.0, 0.0), (5.0, 8.0)];
+        for (i, (mean, max)) in latencies.into_iter().enumerate() {
+            let frames = if max > 0.0 { 1.0 } else { 0.0 };
+            let sample =
+                FrameSample { latency: Latency::from_frame(mean, max, frames), ..FrameSample::default() };
+            h.push(i as f64, &StatsSnapshot::default(), sample);
+        }
+        let m = OverlayModel::from_stats(&StatsSnapshot::default(), ResidencySnapshot::default(), &h);
+        // Four frames are kept (2..=5); of those, frames 2 and 5 had arrivals, at
+        // positions 0 and 3 of the window, and nothing is drawn as 0 in between.
+        assert_eq!(m.frame_ms.len(), 4);
+        assert_eq!(m.latency_mean_ms, vec![[0.0, 30.0], [3.0, 5.0]]);
+        assert_eq!(m.latency_max_ms, vec![[0.0, 50.0], [3.0, 8.0]]);
+        assert_eq!(m.latency_last.map(|l| l.max_ms), Some(8.0));
+
+        // Many frames later the series never grows past the history's capacity.
+        for i in 0..100 {
+            let sample =
+                FrameSample { latency: Latency::from_frame(1.0, 2.0, 1.0), ..FrameSample::default() };
+            h.push(10.0 + f64::from(i), &StatsSnapshot::default(), sample);
+        }
+        let m = OverlayModel::from_stats(&StatsSnapshot::default(), ResidencySnapshot::default(), &h);
+        assert_eq!(m.latency_mean_ms.len(), 4);
+        assert_eq!(m.latency_max_ms.iter().map(|p| p[0]).collect::<Vec<_>>(), vec![0.0, 1.0, 2.0, 3.0]);
+        // No arrivals at all: empty series and no last value.
+        let empty = OverlayModel::from_stats(
+            &StatsSnapshot::default(),
+            ResidencySnapshot::default(),
+            &History::default(),
+        );
+        assert!(empty.latency_mean_ms.is_empty() && empty.latency_last.is_none());
+    }
+
+    #[test]
+    fn residency_maps_of_each_layer_of_a_two_layer_atlas() {
+        // Layer 0: 512² (2×2, 1×1 tiles); layer 1: 1024×256 (4×1, 2×1, 1×1 tiles).
+        let layouts = [
+            TextureLayout::new(512, 512, 256, 4).expect("layout 0"),
+            TextureLayout::new(1024, 256, 256, 4).expect("layout 1"),
+        ];
+        let vram = [TileId::new(0, 0, 1, 1), TileId::new(1, 0, 3, 0), TileId::new(1, 2, 0, 0)];
+        let flight = [TileId::new(1, 1, 0, 0)];
+        let host = [TileId::new(0, 1, 0, 0), TileId::new(1, 0, 0, 0)];
+        let names = ["albedo", "height"];
+        let snaps: Vec<ResidencySnapshot> = (0..2u16)
+            .map(|layer| {
+                let layout = &layouts[usize::from(shown_layer(layer, names.len(), false))];
+                ResidencySnapshot::build(layout, layer, vram, flight, host, 1 << 20)
+            })
+            .collect();
+        let [l0, l1] = [&snaps[0], &snaps[1]];
+        assert_eq!(l0.layer, 0);
+        assert_eq!(l0.mips.iter().map(|m| (m.tiles_x, m.tiles_y)).collect::<Vec<_>>(), vec![(2, 2), (1, 1)]);
+        assert_eq!(
+            l0.mips[0].states,
+            vec![TileState::Disk, TileState::Disk, TileState::Disk, TileState::Vram]
+        );
+        assert_eq!(l0.mips[1].states, vec![TileState::Host]);
+        assert_eq!(l1.layer, 1);
+        assert_eq!(
+            l1.mips.iter().map(|m| (m.tiles_x, m.tiles_y)).collect::<Vec<_>>(),
+            vec![(4, 1), (2, 1), (1, 1)]
+        );
+        assert_eq!(
+            l1.mips[0].states,
+            vec![TileState::Host, TileState::Disk, TileState::Disk, TileState::Vram]
+        );
+        assert_eq!(l1.mips[1].states, vec![TileState::InFlight, TileState::Disk]);
+        assert_eq!(l1.mips[2].states, vec![TileState::Vram]);
+
+        let m = OverlayModel::from_stats(&StatsSnapshot::default(), l1.clone(), &History::default())
+            .with_layers(names, false);
+        assert_eq!(m.layer_names, vec!["albedo", "height"]);
+        assert_eq!((m.selectable_layers(), m.residency_note()), (2, None));
+        assert_eq!(
+            (m.layer_label(0), m.layer_label(1), m.layer_label(7)),
+            ("0: albedo".into(), "1: height".into(), "7".into())
+        );
+        // A selection past the last layer (after opening a smaller atlas) shows the last one.
+        assert_eq!(
+            (
+                shown_layer(1, 2, false),
+                shown_layer(5, 2, false),
+                shown_layer(3, 1, false),
+                shown_layer(0, 0, false)
+            ),
+            (1, 1, 0, 0)
+        );
+        // Stacked layers share layer 0's tile ids: only its maps, with a note.
+        assert_eq!(shown_layer(1, 2, true), 0);
+        let stacked = OverlayModel::from_stats(&StatsSnapshot::default(), l0.clone(), &History::default())
+            .with_layers(names, true);
+        assert_eq!((stacked.selectable_layers(), stacked.residency_note()), (1, Some(STACKED_NOTE)));
+    }
+
+    #[test]
+    fn bake_progress_reports_fraction_tiles_and_time_left() {
+        let mut p = BakeProgress::new("photo.jpg");
+        assert_eq!((p.fraction(), p.eta_s()), (0.0, None));
+        // Reading the image: no total yet.
+        p.update(2.0, 0, 0, "");
+        assert_eq!(p.tiles_text(), "reading the image");
+        assert_eq!(p.eta_text(), "estimating the time left (2 s so far)");
+        // The count starts at 4 s; the rate is measured from there.
+        p.update(4.0, 0, 1000, "photo mip 0");
+        assert_eq!(p.eta_s(), None, "no tile done yet");
+        p.update(4.1, 10, 1000, "photo mip 0");
+        assert_eq!(p.eta_s(), None, "too early for a rate");
+        p.update(14.0, 250, 1000, "photo mip 0");
+        assert_eq!(p.fraction(), 0.25);
+        assert_eq!(p.tiles_text(), "25%, 250 / 1000 tiles");
+        assert_eq!(p.eta_s(), Some(30.0));
+        assert_eq!(p.eta_text(), "about 30 s left (14 s so far)");
+        assert_eq!(p.stage, "photo mip 0");
+        // Time never runs backwards and the count never passes the total.
+        p.update(5.0, 2000, 1000, "photo mip 5");
+        assert_eq!((p.elapsed_s, p.done, p.fraction()), (14.0, 1000, 1.0));
+        assert_eq!(p.eta_text(), "writing the atlas");
+        assert_eq!(
+            [0.4, 59.4, 60.0, 125.0, 3600.0, 3900.0, f64::NAN].map(duration_text),
+            ["0 s", "59 s", "1 min 00 s", "2 min 05 s", "1 h 00 min", "1 h 05 min", "0 s"]
+        );
     }
 }

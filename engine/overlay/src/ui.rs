@@ -1,10 +1,11 @@
 //! egui widgets that draw an [`OverlayModel`]: tier panels, per-mip residency maps,
-//! rolling plots, the controls the application applies, and a help panel of keys.
+//! rolling plots, the controls the application applies, a help panel of keys, and the
+//! progress of a background bake.
 
 use egui::{Color32, ColorImage, RichText, TextureHandle, TextureOptions};
-use egui_plot::{Line, Plot};
+use egui_plot::{Line, Plot, PlotPoints};
 
-use crate::model::{OverlayModel, TileState};
+use crate::model::{BakeProgress, OverlayModel, TileState};
 
 /// The renderer's debug views, as the overlay's selector offers them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -16,6 +17,8 @@ pub enum DebugView {
     MipColours,
     /// How many mips coarser than wanted the sampled tile is.
     FallbackDepth,
+    /// The payload edges of the tiles of the sampled mip, coloured by fallback depth.
+    TileBorders,
 }
 
 impl DebugView {
@@ -25,6 +28,32 @@ impl DebugView {
             Self::Off => 0,
             Self::MipColours => 1,
             Self::FallbackDepth => 2,
+            Self::TileBorders => 3,
+        }
+    }
+
+    /// Every view, in index order.
+    pub const ALL: [Self; 4] = [Self::Off, Self::MipColours, Self::FallbackDepth, Self::TileBorders];
+
+    /// The view named `s`: its index (`0`–`3`), its label, or a short name
+    /// (`off`, `mip`, `fallback`, `borders`), for command lines.
+    pub fn parse(s: &str) -> Option<Self> {
+        let s = s.trim().to_ascii_lowercase();
+        Self::ALL.into_iter().find(|v| {
+            s == v.index().to_string()
+                || s == v.label()
+                || s == v.short_name()
+                || s == v.label().replace(' ', "-")
+        })
+    }
+
+    /// A one-word name, for command lines.
+    pub fn short_name(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::MipColours => "mip",
+            Self::FallbackDepth => "fallback",
+            Self::TileBorders => "borders",
         }
     }
 
@@ -34,6 +63,7 @@ impl DebugView {
             Self::Off => "off",
             Self::MipColours => "mip colours",
             Self::FallbackDepth => "fallback depth",
+            Self::TileBorders => "tile borders",
         }
     }
 
@@ -42,9 +72,19 @@ impl DebugView {
         match self {
             Self::Off => Self::MipColours,
             Self::MipColours => Self::FallbackDepth,
-            Self::FallbackDepth => Self::Off,
+            Self::FallbackDepth => Self::TileBorders,
+            Self::TileBorders => Self::Off,
         }
     }
+}
+
+/// The feedback strides the engine supports: one pixel in every `stride × stride` block
+/// writes feedback each frame.
+pub const FEEDBACK_STRIDES: [u32; 4] = [1, 2, 4, 8];
+
+/// How the feedback selector names `stride`, e.g. "feedback: 1 px in 2×2".
+pub fn feedback_stride_label(stride: u32) -> String {
+    format!("feedback: 1 px in {stride}×{stride}")
 }
 
 /// What the user set in the overlay; the application applies it to the engine.
@@ -61,6 +101,11 @@ pub struct OverlayControls {
     pub host_budget_mib: u32,
     /// Drop arriving feedback so nothing new streams.
     pub freeze_feedback: bool,
+    /// Feedback resolution: one pixel in every `stride × stride` block writes feedback
+    /// each frame (one of [`FEEDBACK_STRIDES`]).
+    pub feedback_stride: u32,
+    /// The layer whose residency maps are shown (the application clamps it to the atlas).
+    pub residency_layer: u16,
     /// Debug view of the scene.
     pub debug_view: DebugView,
     /// Evict every unpinned tile from VRAM (one-shot).
@@ -85,6 +130,8 @@ impl std::fmt::Debug for OverlayControls {
             .field("upload_budget", &self.upload_budget)
             .field("host_budget_mib", &self.host_budget_mib)
             .field("freeze_feedback", &self.freeze_feedback)
+            .field("feedback_stride", &self.feedback_stride)
+            .field("residency_layer", &self.residency_layer)
             .field("debug_view", &self.debug_view)
             .finish_non_exhaustive()
     }
@@ -97,6 +144,7 @@ impl OverlayControls {
         mip_bias: f32,
         upload_budget: usize,
         host_budget_mib: u32,
+        feedback_stride: u32,
         keys: &[(&str, &str)],
     ) -> Self {
         Self {
@@ -104,6 +152,7 @@ impl OverlayControls {
             mip_bias,
             upload_budget,
             host_budget_mib,
+            feedback_stride,
             keys: keys.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
             ..Self::default()
         }
@@ -129,11 +178,10 @@ pub fn overlay_ui(ui: &mut egui::Ui, model: &OverlayModel, controls: &mut Overla
             ui.image((id, egui::vec2(width, width * h as f32 / w.max(1) as f32)));
         }
     });
-    egui::CollapsingHeader::new(
-        RichText::new(format!("Residency, layer {}", model.residency.layer)).strong(),
-    )
-    .default_open(true)
-    .show(ui, |ui| residency_ui(ui, model, controls));
+    egui::CollapsingHeader::new(RichText::new("Residency").strong())
+        .id_salt("tessera residency")
+        .default_open(true)
+        .show(ui, |ui| residency_ui(ui, model, controls));
     egui::CollapsingHeader::new(RichText::new("Plots").strong()).default_open(true).show(ui, |ui| {
         plots_ui(ui, model);
     });
@@ -181,6 +229,20 @@ fn tiers_ui(ui: &mut egui::Ui, m: &OverlayModel) {
 }
 
 fn residency_ui(ui: &mut egui::Ui, m: &OverlayModel, controls: &mut OverlayControls) {
+    let count = m.selectable_layers();
+    if count > 0 {
+        egui::ComboBox::from_label("layer").selected_text(m.layer_label(m.residency.layer)).show_ui(
+            ui,
+            |ui| {
+                for i in 0..count {
+                    ui.selectable_value(&mut controls.residency_layer, i, m.layer_label(i));
+                }
+            },
+        );
+    }
+    if let Some(note) = m.residency_note() {
+        ui.label(RichText::new(note).italics());
+    }
     ui.horizontal_wrapped(|ui| {
         for s in TileState::ALL {
             let (rect, _) = ui.allocate_exact_size(egui::vec2(10.0, 10.0), egui::Sense::hover());
@@ -227,10 +289,50 @@ fn plot(ui: &mut egui::Ui, id: &str, name: &str, values: &[f64], color: Color32)
         .show(ui, |p| p.line(Line::new(name, points).color(color)));
 }
 
+const LATENCY_MEAN: Color32 = Color32::from_rgb(230, 230, 240);
+const LATENCY_MAX: Color32 = Color32::from_rgb(235, 110, 80);
+
+/// Request-to-resident latency, mean and max, on the frame axis of the other plots;
+/// frames where nothing arrived have no point.
+fn latency_plot(ui: &mut egui::Ui, m: &OverlayModel) {
+    ui.horizontal_wrapped(|ui| {
+        ui.spacing_mut().item_spacing.x = 4.0;
+        ui.label("request → resident ms:");
+        match m.latency_last {
+            Some(l) => {
+                ui.label(RichText::new(format!("mean {:.1}", l.mean_ms)).color(LATENCY_MEAN));
+                ui.label(RichText::new(format!("max {:.1}", l.max_ms)).color(LATENCY_MAX));
+                ui.label(format!("({:.1} frames)", l.mean_frames));
+            }
+            None => {
+                ui.label("nothing arrived lately");
+            }
+        }
+    });
+    let last_x = m.frame_ms.len().saturating_sub(1) as f64;
+    let mean = PlotPoints::from(m.latency_mean_ms.clone());
+    let max = PlotPoints::from(m.latency_max_ms.clone());
+    Plot::new("tessera latency")
+        .height(60.0)
+        .show_axes([false, true])
+        .allow_drag(false)
+        .allow_zoom(false)
+        .allow_scroll(false)
+        .allow_boxed_zoom(false)
+        .include_x(0.0)
+        .include_x(last_x)
+        .include_y(0.0)
+        .show(ui, |p| {
+            p.line(Line::new("max ms", max).color(LATENCY_MAX));
+            p.line(Line::new("mean ms", mean).color(LATENCY_MEAN));
+        });
+}
+
 fn plots_ui(ui: &mut egui::Ui, m: &OverlayModel) {
     plot(ui, "tessera frame ms", "frame ms", &m.frame_ms, Color32::LIGHT_GRAY);
     plot(ui, "tessera uploads", "uploads / frame", &m.uploads, color(TileState::Vram));
     plot(ui, "tessera misses", "misses / frame", &m.misses, color(TileState::InFlight));
+    latency_plot(ui, m);
     plot(ui, "tessera hit rate", "host hit rate %", &m.hit_rate_pct, color(TileState::Host));
 }
 
@@ -240,8 +342,15 @@ fn controls_ui(ui: &mut egui::Ui, c: &mut OverlayControls) {
     ui.add(egui::Slider::new(&mut c.upload_budget, 1..=1024).logarithmic(true).text("uploads / frame"));
     ui.add(egui::Slider::new(&mut c.host_budget_mib, 16..=4096).logarithmic(true).text("host MiB"));
     ui.checkbox(&mut c.freeze_feedback, "freeze feedback");
+    egui::ComboBox::from_id_salt("tessera feedback stride")
+        .selected_text(feedback_stride_label(c.feedback_stride))
+        .show_ui(ui, |ui| {
+            for s in FEEDBACK_STRIDES {
+                ui.selectable_value(&mut c.feedback_stride, s, feedback_stride_label(s));
+            }
+        });
     egui::ComboBox::from_label("debug view").selected_text(c.debug_view.label()).show_ui(ui, |ui| {
-        for v in [DebugView::Off, DebugView::MipColours, DebugView::FallbackDepth] {
+        for v in DebugView::ALL {
             ui.selectable_value(&mut c.debug_view, v, v.label());
         }
     });
@@ -253,4 +362,48 @@ fn controls_ui(ui: &mut egui::Ui, c: &mut OverlayControls) {
             c.flush_host = true;
         }
     });
+}
+
+/// Draws the progress of a background bake: the file, a bar with the tiles written,
+/// the time left and what the baker is doing.
+pub fn bake_progress_ui(ui: &mut egui::Ui, p: &BakeProgress) {
+    ui.label(RichText::new(format!("Baking {}", p.name)).strong());
+    let bar = egui::ProgressBar::new(p.fraction() as f32).text(p.tiles_text());
+    ui.add(if p.total == 0 { bar.animate(true) } else { bar });
+    ui.label(p.eta_text());
+    if !p.stage.is_empty() {
+        ui.label(RichText::new(&p.stage).weak());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_views_cycle_through_tile_borders_and_parse_by_name() {
+        let mut v = DebugView::Off;
+        let mut seen = vec![];
+        for _ in 0..4 {
+            seen.push(v.index());
+            v = v.next();
+        }
+        assert_eq!((seen, v), (vec![0, 1, 2, 3], DebugView::Off));
+        assert_eq!(DebugView::ALL.map(DebugView::index), [0, 1, 2, 3]);
+        for v in DebugView::ALL {
+            assert_eq!(DebugView::parse(v.label()), Some(v));
+            assert_eq!(DebugView::parse(v.short_name()), Some(v));
+            assert_eq!(DebugView::parse(&v.index().to_string()), Some(v));
+        }
+        assert_eq!(DebugView::parse("Tile-Borders"), Some(DebugView::TileBorders));
+        assert_eq!((DebugView::parse("4"), DebugView::parse("wireframe")), (None, None));
+    }
+
+    #[test]
+    fn feedback_strides_are_labelled_by_block() {
+        assert_eq!(FEEDBACK_STRIDES.map(feedback_stride_label)[1], "feedback: 1 px in 2×2");
+        assert_eq!(feedback_stride_label(8), "feedback: 1 px in 8×8");
+        let c = OverlayControls::new(64, 0.0, 32, 256, 4, &[("H", "overlay")]);
+        assert_eq!((c.feedback_stride, c.residency_layer, c.keys.len()), (4, 0, 1));
+    }
 }
