@@ -119,7 +119,11 @@ fn table(r: &BenchReport, camera: &str) -> String {
         o,
         "memory:    VT pool {:.1} MiB, fully resident reference {}",
         r.pool_mib,
-        r.reference_mib.map_or("n/a".into(), |m| format!("{m:.1} MiB"))
+        match (&r.reference_mib, &r.reference_unavailable) {
+            (Some(m), _) => format!("{m:.1} MiB"),
+            (None, Some(why)) => format!("n/a: {why} (reference rows and ratios are NaN)"),
+            (None, None) => "n/a".into(),
+        }
     );
     let _ = writeln!(
         o,

@@ -74,7 +74,7 @@ pub(crate) fn scene_atlas(
         if prepared.baked { "baked" } else { "using the cached bake of" },
         prepared.atlas.display()
     );
-    Ok((prepared.atlas, Some(std::sync::Arc::new(prepared.scene))))
+    Ok((prepared.atlas, prepared.scene.map(std::sync::Arc::new)))
 }
 
 /// The cached atlas of the built-in `w × h` labelled texture, baked first when missing,

