@@ -546,13 +546,6 @@ impl App {
             return Ok(false);
         }
         self.poll_bake()?;
-        if std::env::var_os("TMPDBG").is_some() {
-            eprintln!(
-                "DBG redraw frame {} scene {}",
-                self.frame,
-                self.gfx.as_ref().is_some_and(|g| g.scene.is_some())
-            );
-        }
         let now = Instant::now();
         let dt = (now - self.last_frame).as_secs_f32();
         self.last_frame = now;

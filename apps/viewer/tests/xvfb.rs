@@ -1,6 +1,8 @@
 //! The viewer in a real window under Xvfb: 120 frames along a camera path on a small
-//! baked atlas, a screenshot with and without the overlay; the scene and the overlay
-//! must both be drawn and the process must exit 0.
+//! baked atlas, a screenshot with and without the overlay and one with the tile-border
+//! debug view; the scene and the overlay must both be drawn and the process must exit 0.
+//! A second test opens an image, which the viewer bakes on its background thread
+//! before the first scene frame.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -35,9 +37,8 @@ fn small_atlas(dir: &Path) -> PathBuf {
     out
 }
 
-/// Runs the viewer for 120 frames and returns the screenshot's RGBA pixels.
-fn screenshot(dir: &Path, atlas: &Path, name: &str, extra: &[&str]) -> image::RgbaImage {
-    let png = dir.join(name);
+/// Runs the viewer on `input` under Xvfb, screenshot mode, writing `png`.
+fn run_viewer(dir: &Path, input: &Path, png: &Path, extra: &[&str]) -> std::process::Output {
     let runtime = dir.join("xdg-runtime");
     std::fs::create_dir_all(&runtime).expect("runtime dir");
     #[cfg(unix)]
@@ -49,9 +50,9 @@ fn screenshot(dir: &Path, atlas: &Path, name: &str, extra: &[&str]) -> image::Rg
     let mut cmd = Command::new("xvfb-run");
     cmd.args(["-a", "-s", "-screen 0 1280x1024x24"])
         .arg(env!("CARGO_BIN_EXE_tessera-viewer"))
-        .arg(atlas)
+        .arg(input)
         .args(["--size", &size, "--frames", "120", "--camera", "flyover", "--no-vsync", "--screenshot"])
-        .arg(&png)
+        .arg(png)
         .args(extra)
         .env("XDG_RUNTIME_DIR", &runtime)
         .env("TESSERA_CACHE", dir.join("cache"));
@@ -59,7 +60,13 @@ fn screenshot(dir: &Path, atlas: &Path, name: &str, extra: &[&str]) -> image::Rg
     if std::env::var_os("WGPU_BACKEND").is_none() {
         cmd.env("WGPU_BACKEND", "vulkan");
     }
-    let out = cmd.output().expect("running xvfb-run");
+    cmd.output().expect("running xvfb-run")
+}
+
+/// Runs the viewer on `input` for 120 frames and returns the screenshot's RGBA pixels.
+fn screenshot(dir: &Path, input: &Path, name: &str, extra: &[&str]) -> image::RgbaImage {
+    let png = dir.join(name);
+    let out = run_viewer(dir, input, &png, extra);
     assert!(
         out.status.success(),
         "tessera-viewer {extra:?} failed ({}):\nstdout:\n{}\nstderr:\n{}",
@@ -67,9 +74,19 @@ fn screenshot(dir: &Path, atlas: &Path, name: &str, extra: &[&str]) -> image::Rg
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("screenshot after 120 frames"), "no screenshot line in:\n{stdout}");
     let img = image::open(&png).unwrap_or_else(|e| panic!("reading {}: {e}", png.display())).to_rgba8();
     assert_eq!(img.dimensions(), SIZE, "the screenshot has the window's size");
     img
+}
+
+/// The file names in the test's cache folder.
+fn cached(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir.join("cache"))
+        .expect("the cache folder exists")
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect()
 }
 
 /// Mean absolute difference per channel over columns `x0..x1`.
@@ -86,6 +103,40 @@ fn mean_diff(a: &image::RgbaImage, b: &image::RgbaImage, x0: u32, x1: u32) -> f6
     sum as f64 / n as f64
 }
 
+/// Asserts that the scene region (left of the overlay panel) is drawn: many colours and
+/// a wide luminance range, not one flat colour.
+fn assert_scene_drawn(name: &str, img: &image::RgbaImage) {
+    let (w, h) = img.dimensions();
+    let mut colours = std::collections::HashSet::new();
+    let (mut lo, mut hi) = (255u8, 0u8);
+    for y in 0..h {
+        for x in 0..w - 360 {
+            let p = img.get_pixel(x, y).0;
+            colours.insert([p[0], p[1], p[2]]);
+            let l = ((u32::from(p[0]) + u32::from(p[1]) + u32::from(p[2])) / 3) as u8;
+            lo = lo.min(l);
+            hi = hi.max(l);
+        }
+    }
+    assert!(
+        colours.len() > 50 && hi - lo > 64,
+        "{name}: the scene region looks uniform ({} colours, luminance {lo}..{hi})",
+        colours.len()
+    );
+}
+
+/// Fraction of the pixels in columns `x0..x1` where some channel differs by more than 64.
+fn changed_fraction(a: &image::RgbaImage, b: &image::RgbaImage, x0: u32, x1: u32) -> f64 {
+    let mut changed = 0u64;
+    for y in 0..a.height() {
+        for x in x0..x1 {
+            let (p, q) = (a.get_pixel(x, y).0, b.get_pixel(x, y).0);
+            changed += u64::from((0..3).any(|c| p[c].abs_diff(q[c]) > 64));
+        }
+    }
+    changed as f64 / (f64::from(a.height()) * f64::from(x1 - x0))
+}
+
 #[test]
 fn viewer_draws_scene_and_overlay_under_xvfb() {
     require_xvfb();
@@ -93,7 +144,7 @@ fn viewer_draws_scene_and_overlay_under_xvfb() {
     let atlas = small_atlas(dir.path());
     let with = screenshot(dir.path(), &atlas, "with.png", &[]);
     let without = screenshot(dir.path(), &atlas, "without.png", &["--no-overlay"]);
-    let (w, h) = SIZE;
+    let w = SIZE.0;
 
     // The overlay is a panel on the right.
     let overlay = mean_diff(&with, &without, w - 300, w);
@@ -101,21 +152,65 @@ fn viewer_draws_scene_and_overlay_under_xvfb() {
 
     // The scene, left of the panel, is drawn (not one flat colour) in both.
     for (name, img) in [("with overlay", &with), ("without overlay", &without)] {
-        let mut colours = std::collections::HashSet::new();
-        let (mut lo, mut hi) = (255u8, 0u8);
-        for y in 0..h {
-            for x in 0..w - 360 {
-                let p = img.get_pixel(x, y).0;
-                colours.insert([p[0], p[1], p[2]]);
-                let l = ((u32::from(p[0]) + u32::from(p[1]) + u32::from(p[2])) / 3) as u8;
-                lo = lo.min(l);
-                hi = hi.max(l);
-            }
-        }
-        assert!(
-            colours.len() > 50 && hi - lo > 64,
-            "{name}: the scene region looks uniform ({} colours, luminance {lo}..{hi})",
-            colours.len()
-        );
+        assert_scene_drawn(name, img);
     }
+
+    // The tile-border debug view draws lines over the scene: many pixels change
+    // strongly, while the same view without it changes few between runs.
+    let borders = screenshot(dir.path(), &atlas, "borders.png", &["--no-overlay", "--debug-view", "borders"]);
+    assert_scene_drawn("tile borders", &borders);
+    let scene = w - 360;
+    let lines = changed_fraction(&borders, &without, 0, scene);
+    let noise = changed_fraction(&with, &without, 0, scene);
+    assert!(
+        lines > 0.004 && lines > 4.0 * noise,
+        "the tile-border view barely differs from the plain scene ({:.2}% of the pixels changed; {:.2}% between \
+         two plain runs)",
+        100.0 * lines,
+        100.0 * noise
+    );
+}
+
+#[test]
+fn viewer_bakes_an_image_in_the_background_then_shows_it() {
+    require_xvfb();
+    let dir = tempfile::tempdir().expect("temp dir");
+    // A 1536x768 image of coloured 64-texel checks: several mips, bakes in a moment.
+    let png = dir.path().join("checks.png");
+    let img = image::RgbaImage::from_fn(1536, 768, |x, y| {
+        let on = (x / 64 + y / 64) % 2 == 0;
+        let (r, g) = ((x * 255 / 1536) as u8, (y * 255 / 768) as u8);
+        if on { image::Rgba([r, g, 200, 255]) } else { image::Rgba([40, 40, 40, 255]) }
+    });
+    img.save(&png).expect("writing the test image");
+    let shot = screenshot(dir.path(), &png, "baked.png", &["--feedback-stride", "1"]);
+    assert_scene_drawn("baked image", &shot);
+    let baked = cached(dir.path());
+    assert!(
+        baked.iter().any(|n| n.starts_with("checks-") && n.ends_with(".tsa")),
+        "no baked atlas in the cache folder: {baked:?}"
+    );
+    assert!(!baked.iter().any(|n| n.ends_with(".partial")), "a partial bake was left behind: {baked:?}");
+}
+
+#[test]
+fn viewer_fails_with_the_bake_error_when_nobody_can_see_the_window() {
+    require_xvfb();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let bad = dir.path().join("notes.jpg");
+    std::fs::write(&bad, "not an image").expect("writing the bad input");
+    let png = dir.path().join("never.png");
+    let out = run_viewer(dir.path(), &bad, &png, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a failed bake in screenshot mode must fail the viewer");
+    assert!(
+        stderr.contains("notes.jpg is neither a Tessera atlas nor a readable image"),
+        "the error names the file and the problem:\n{stderr}"
+    );
+    assert!(!png.exists(), "no screenshot without a scene");
+    let left = cached(dir.path());
+    assert!(
+        !left.iter().any(|n| n.ends_with(".tsa") || n.ends_with(".partial")),
+        "bake output left: {left:?}"
+    );
 }

@@ -297,7 +297,7 @@ const LATENCY_MAX: Color32 = Color32::from_rgb(235, 110, 80);
 fn latency_plot(ui: &mut egui::Ui, m: &OverlayModel) {
     ui.horizontal_wrapped(|ui| {
         ui.spacing_mut().item_spacing.x = 4.0;
-        ui.label("request → resident ms:");
+        ui.label("request-to-resident ms:");
         match m.latency_last {
             Some(l) => {
                 ui.label(RichText::new(format!("mean {:.1}", l.mean_ms)).color(LATENCY_MEAN));
