@@ -235,7 +235,7 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
     println!(
         "baked {} layer(s), {tiles} tiles{} into {} ({:.1} MiB, {:.2}x smaller than raw) in {:.2} s",
         report.layers.len(),
-        if shared > 0 { format!(" ({shared} stored once, as duplicates of others)") } else { String::new() },
+        if shared > 0 { format!(" ({shared} deduplicated)") } else { String::new() },
         args.output.display(),
         report.file_bytes as f64 / (1 << 20) as f64,
         raw as f64 / report.file_bytes.max(1) as f64,

@@ -780,7 +780,13 @@ impl AtlasWriter {
             what: format!("tile {} blob of {} bytes (limit 4 GiB)", self.entries.len(), blob.len()),
         })?;
         let crc32 = crc32fast::hash(blob);
-        let key = self.dedup.then(|| BlobKey { codec: codec as u8, length, raw_length, crc32, hash: blob_hash(blob) });
+        let key = self.dedup.then(|| BlobKey {
+            codec: codec as u8,
+            length,
+            raw_length,
+            crc32,
+            hash: blob_hash(blob),
+        });
         if let Some(offset) = key.and_then(|k| self.blobs.get(&k).copied())
             && self.written_equals(offset, blob)?
         {
@@ -1028,5 +1034,58 @@ impl Atlas {
             tiles: self.tile_count,
             layers,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A key collision (forced here) costs a comparison, never a wrong tile.
+    #[test]
+    fn a_hash_collision_does_not_share_a_blob() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.tsa");
+        let layout = TextureLayout::new(32, 16, 16, 0).unwrap();
+        let layer = LayerInfo {
+            name: "c".into(),
+            layout,
+            codec: Codec::Raw,
+            wrap: Wrap::Clamp,
+            color: ColorSpace::Linear,
+            first_tile: 0,
+        };
+        let (a, b) = (vec![1u8; 1024], vec![2u8; 1024]);
+        let mut w = AtlasWriter::create(&path, vec![layer]).unwrap();
+        w.push_tile(&a, Codec::Raw, 1024).unwrap();
+        let key = BlobKey {
+            codec: Codec::Raw as u8,
+            length: 1024,
+            raw_length: 1024,
+            crc32: crc32fast::hash(&b),
+            hash: blob_hash(&b),
+        };
+        w.blobs.insert(key, w.entries[0].offset);
+        w.push_tile(&b, Codec::Raw, 1024).unwrap();
+        w.push_tile(&a, Codec::Raw, 1024).unwrap();
+        assert_eq!(w.shared_tiles(), 1, "only the true duplicate is shared");
+        w.finish().unwrap();
+        let atlas = Atlas::open(&path).unwrap();
+        assert_eq!(atlas.read_tile(TileId::new(0, 0, 1, 0)).unwrap(), &b[..]);
+        assert_eq!(atlas.entry(TileId::new(0, 1, 0, 0)).unwrap().offset, atlas.entry_at(0).unwrap().offset);
+        assert!(atlas.verify(&indicatif::ProgressBar::hidden()).is_empty());
+        assert_eq!(atlas.stored_bytes(), 2048);
+    }
+
+    #[test]
+    fn blob_hash_sees_every_byte() {
+        let base: Vec<u8> = (0..100u32).map(|i| i as u8).collect();
+        let h = blob_hash(&base);
+        for i in 0..base.len() {
+            let mut m = base.clone();
+            m[i] ^= 1;
+            assert_ne!(blob_hash(&m), h, "byte {i}");
+        }
+        assert_ne!(blob_hash(&base[..99]), h);
     }
 }

@@ -431,12 +431,20 @@ fn read_mapped_rows(
 /// stored column `c` is texel column `cols[c]`.
 fn cut_tile(band: &[u8], row_bytes: usize, slots: &[usize], cols: &[u32]) -> Vec<u8> {
     let p = cols.len();
+    // Runs of consecutive source columns (all but the wrapped or clamped ones): one copy each.
+    let mut runs: Vec<(usize, usize, usize)> = Vec::new();
+    for (k, &c) in cols.iter().enumerate() {
+        match runs.last_mut() {
+            Some((_, start, len)) if *start + *len == c as usize => *len += 1,
+            _ => runs.push((k, c as usize, 1)),
+        }
+    }
     let mut out = vec![0u8; p * slots.len() * TEXEL_BYTES];
     for (&slot, dst) in slots.iter().zip(out.chunks_exact_mut(p * TEXEL_BYTES)) {
         let src = &band[slot * row_bytes..(slot + 1) * row_bytes];
-        for (&c, px) in cols.iter().zip(dst.chunks_exact_mut(TEXEL_BYTES)) {
-            let s = c as usize * TEXEL_BYTES;
-            px.copy_from_slice(&src[s..s + TEXEL_BYTES]);
+        for &(k, c, n) in &runs {
+            dst[k * TEXEL_BYTES..(k + n) * TEXEL_BYTES]
+                .copy_from_slice(&src[c * TEXEL_BYTES..(c + n) * TEXEL_BYTES]);
         }
     }
     out

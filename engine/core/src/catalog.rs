@@ -52,7 +52,7 @@ pub enum CatalogError {
     #[error(transparent)]
     Mosaic(#[from] MosaicError),
     /// Baking the stress mosaic failed.
-    #[error("{path}: {source}")]
+    #[error("baking {path}: {source}")]
     Bake {
         /// The atlas being baked.
         path: PathBuf,

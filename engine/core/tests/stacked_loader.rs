@@ -37,7 +37,8 @@ fn one_request_loads_every_layer_in_step() {
     let atlas = Arc::new(Atlas::open(stacked_atlas(dir.path())).unwrap());
     assert!(atlas.is_stacked());
     let cache = Arc::new(HostCache::new(64 << 20));
-    let loader = StackedLoader::new(atlas.clone(), cache.clone(), &[TargetFormat::Rgba8, TargetFormat::Rgba8]);
+    let loader =
+        StackedLoader::new(atlas.clone(), cache.clone(), &[TargetFormat::Rgba8, TargetFormat::Rgba8]);
     let side = atlas.layers()[0].layout.padded_tile_size();
     assert_eq!(loader.part_lengths(side), vec![(side * side * 4) as usize; 2]);
     for (mip, x, y) in [(0u8, 0u32, 0u32), (0, 2, 1), (1, 1, 0), (2, 0, 0)] {
@@ -69,7 +70,10 @@ fn a_corrupt_tile_in_any_layer_fails_the_whole_tile() {
     let cache = Arc::new(HostCache::new(64 << 20));
     let loader = StackedLoader::new(atlas, cache.clone(), &[TargetFormat::Rgba8, TargetFormat::Rgba8]);
     let err = loader.load(TileId::new(0, 0, 1, 0)).unwrap_err();
-    assert!(err.to_string().contains("layer 1 mip 0 tile (1, 0)") && err.to_string().contains("checksum"), "{err}");
+    assert!(
+        err.to_string().contains("layer 1 mip 0 tile (1, 0)") && err.to_string().contains("checksum"),
+        "{err}"
+    );
     assert_eq!(cache.len(), 0, "nothing half-loaded is cached");
     assert!(loader.load(TileId::new(0, 0, 0, 0)).is_ok(), "other tiles still load");
 }
