@@ -116,3 +116,46 @@ fn globe_of_a_real_photograph_converges_and_matches_its_golden() {
     assert_converges("globe", &r, 6, 40.0);
     check_golden("globe-fly-0", size, &r.last_frame, 38.0);
 }
+
+#[test]
+fn stress_scene_of_64k_squared_streams_into_a_small_pool() {
+    let cache = tempfile::tempdir().unwrap();
+    let data = tessera_core::source::data_dir();
+    let prepared =
+        tessera_core::catalog::prepare("stress", &data, cache.path(), Codec::Lz4, false, &ProgressBar::hidden())
+            .unwrap();
+    assert!(prepared.scene.is_none(), "the stress scene uses the built-in meshes");
+    let atlas = Atlas::open(&prepared.atlas).unwrap();
+    let lay = atlas.layers()[0].layout;
+    assert!(lay.width() >= 65536 && lay.height() >= 65536, "{}x{}", lay.width(), lay.height());
+    // The fully resident texture does not fit the adapter: no reference can exist.
+    let max = gpu().device.limits().max_texture_dimension_2d;
+    assert!(lay.width() > max, "a {max}² adapter could hold it");
+    let err = tessera::reference::build(gpu(), &atlas, 0).err().unwrap().to_string();
+    assert!(err.contains("too large") || err.contains("texture limit"), "{err}");
+    let size = (480, 270);
+    // The cut preset's close-up of a ground corner needs the finest mips.
+    let camera = CameraPath::fixed(CameraPath::preset("cut").unwrap().camera_at(60));
+    let cfg = CaptureConfig {
+        atlas: prepared.atlas.clone(),
+        camera,
+        frames: 24,
+        size,
+        every: 0,
+        out: None,
+        reference: false,
+        reference_atlas: None,
+        vt: VtConfig { pool_mib: 32, ..VtConfig::default() },
+        scene: None,
+    };
+    let r = capture(gpu(), &cfg).unwrap();
+    for f in &r.frames {
+        assert_eq!(f.unwritten_pixels, 0, "frame {} shows unwritten pool texels", f.frame);
+    }
+    let tail: usize = r.frames.iter().rev().take(4).map(|f| f.uploads).sum();
+    assert_eq!(tail, 0, "still uploading: {:?}", r.frames.iter().map(|f| f.uploads).collect::<Vec<_>>());
+    // Everything the view needs is resident, far more than the one pinned coarsest tile.
+    let last = r.frames.last().unwrap();
+    assert!(last.tiles_needed > 10 && last.resident_vram >= last.tiles_needed, "{last:?}");
+    check_golden("stress-cut-60", size, &r.last_frame, 38.0);
+}
