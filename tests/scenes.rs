@@ -121,9 +121,15 @@ fn globe_of_a_real_photograph_converges_and_matches_its_golden() {
 fn stress_scene_of_64k_squared_streams_into_a_small_pool() {
     let cache = tempfile::tempdir().unwrap();
     let data = tessera_core::source::data_dir();
-    let prepared =
-        tessera_core::catalog::prepare("stress", &data, cache.path(), Codec::Lz4, false, &ProgressBar::hidden())
-            .unwrap();
+    let prepared = tessera_core::catalog::prepare(
+        "stress",
+        &data,
+        cache.path(),
+        Codec::Lz4,
+        false,
+        &ProgressBar::hidden(),
+    )
+    .unwrap();
     assert!(prepared.scene.is_none(), "the stress scene uses the built-in meshes");
     let atlas = Atlas::open(&prepared.atlas).unwrap();
     let lay = atlas.layers()[0].layout;

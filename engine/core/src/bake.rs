@@ -34,11 +34,14 @@ pub struct BakeInput {
 }
 
 /// A rectangle of a layer, in mip-0 texels, that behaves as a texture of its own at the
-/// tile borders: for a tile of mip `m` that lies inside the rectangle scaled to mip `m`
-/// (which needs `x`, `y`, `width` and `height` to be multiples of `tile_size · 2^m`), the
-/// border texels come from inside the rectangle, clamped to its edge or repeated within
-/// it per axis, rather than from the neighbouring texels of the whole layer. Tiles outside
-/// every such rectangle keep the layer's rule. When regions overlap, the first one listed wins.
+/// tile borders. On every mip `m` where no other region touches the tiles it touches
+/// ([`crate::pack::owned_mips`]: for rectangles at multiples of `tile_size · 2^m` at
+/// least down to that mip, for a lone rectangle on every mip), a tile whose origin lies in
+/// the rectangle scaled to mip `m` (start rounded down, end up) takes its border texels
+/// from inside the rectangle, clamped to its edge or repeated within it per axis, rather
+/// than from the neighbouring texels of the whole layer; texels of such a tile outside
+/// the rectangle are filler. Other tiles keep the layer's rule. When regions overlap, the
+/// first one listed wins.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Region {
     /// Left edge, mip-0 texels.
@@ -54,11 +57,21 @@ pub struct Region {
 }
 
 impl Region {
-    /// The region at mip `mip` in texels, when it still owns whole tiles of side `tile` there.
-    fn at_mip(&self, mip: u32, tile: u32) -> Option<[u32; 4]> {
-        let unit = u64::from(tile) << mip;
-        let r = [self.x, self.y, self.width, self.height];
-        r.iter().all(|&v| u64::from(v).is_multiple_of(unit)).then(|| r.map(|v| v >> mip))
+    fn rect(&self) -> [u32; 4] {
+        [self.x, self.y, self.width, self.height]
+    }
+
+    /// The region on mip `mip` in texels `[x, y, w, h]` (its start rounded down, its end
+    /// up), when on that mip it shares no tile with another of `all` (see
+    /// [`crate::pack::owned_mips`]); `None` otherwise.
+    fn at_mip(&self, all: &[[u32; 4]], index: usize, mip: u32, tile: u32) -> Option<[u32; 4]> {
+        if crate::pack::owned_mips(all, index, tile, mip) < mip {
+            return None;
+        }
+        let (x0, y0) = (self.x >> mip, self.y >> mip);
+        let x1 = (u64::from(self.x) + u64::from(self.width)).div_ceil(1 << mip) as u32;
+        let y1 = (u64::from(self.y) + u64::from(self.height)).div_ceil(1 << mip) as u32;
+        Some([x0, y0, x1 - x0, y1 - y0])
     }
 }
 
@@ -329,8 +342,13 @@ fn bake_layer(
         };
         let (tiles_x, tiles_y) = layout.tiles_at(mip);
         let row_bytes = w as usize * TEXEL_BYTES;
-        let regions: Vec<([u32; 4], [Wrap; 2])> =
-            input.regions.iter().filter_map(|r| Some((r.at_mip(mip, t)?, r.wrap))).collect();
+        let rects: Vec<[u32; 4]> = input.regions.iter().map(Region::rect).collect();
+        let regions: Vec<([u32; 4], [Wrap; 2])> = input
+            .regions
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| Some((r.at_mip(&rects, i, mip, t)?, r.wrap)))
+            .collect();
         let mut band = Vec::new();
         for ty in 0..tiles_y {
             let y0 = ty * t;

@@ -33,6 +33,33 @@ pub fn clean_mips(x: u32, y: u32, w: u32, h: u32, tile: u32) -> u32 {
     m
 }
 
+/// The tiles `[x0, y0, x1, y1)` that the texel rectangle `[x, y, w, h]` (mip-0 texels)
+/// touches on mip `mip` of a texture of `tile`-texel tiles.
+pub fn tile_span(rect: [u32; 4], mip: u32, tile: u32) -> [u64; 4] {
+    let unit = u64::from(tile.max(1)) << mip.min(40);
+    let [x, y, w, h] = rect.map(u64::from);
+    [x / unit, y / unit, (x + w).div_ceil(unit), (y + h).div_ceil(unit)]
+}
+
+/// The coarsest mip, at most `max`, up to which rectangle `i` of `rects` shares no tile
+/// with any other rectangle: on those mips its tiles hold only its own texels (and
+/// unused filler), so it can be sampled, and its borders built, on its own. At least
+/// [`clean_mips`] for packed rectangles; the whole chain for a lone rectangle.
+pub fn owned_mips(rects: &[[u32; 4]], i: usize, tile: u32, max: u32) -> u32 {
+    let Some(&mine) = rects.get(i) else { return 0 };
+    for m in 0..=max {
+        let [ax0, ay0, ax1, ay1] = tile_span(mine, m, tile);
+        let shared = rects.iter().enumerate().any(|(j, &other)| {
+            let [bx0, by0, bx1, by1] = tile_span(other, m, tile);
+            j != i && ax0 < bx1 && bx0 < ax1 && ay0 < by1 && by0 < ay1
+        });
+        if shared {
+            return m.saturating_sub(1);
+        }
+    }
+    max
+}
+
 /// Packs rectangles of `sizes` tiles (each side at least 1; a zero side counts as 1)
 /// without overlap, each at a multiple of its per-axis [`alignment`]. Big rectangles go
 /// first, each at the lowest, then leftmost, free aligned spot of a bin whose width is
@@ -126,6 +153,23 @@ impl Grid {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn owned_mips_of_lone_packed_and_touching_rectangles() {
+        // A lone rectangle owns the whole chain, aligned or not.
+        assert_eq!(owned_mips(&[[0, 0, 10880, 5504]], 0, 128, 7), 7);
+        // Two 1024² side by side own mips 0..=3 (at mip 4 both fall in one tile).
+        let two = [[0, 0, 1024, 1024], [1024, 0, 1024, 1024]];
+        assert_eq!(owned_mips(&two, 0, 128, 6), 3);
+        assert_eq!(owned_mips(&two, 1, 128, 6), 3);
+        assert!(owned_mips(&two, 0, 128, 6) >= clean_mips(0, 0, 1024, 1024, 128).min(3));
+        // 512² beside a 1024²: they share a tile from mip 4 on (one 2048-texel tile).
+        let mixed = [[0, 0, 1024, 1024], [1024, 0, 512, 512]];
+        assert_eq!(owned_mips(&mixed, 1, 128, 6), 3);
+        // Unaligned neighbours share the tile they both touch from mip 0.
+        assert_eq!(owned_mips(&[[0, 0, 200, 128], [200, 0, 56, 128]], 0, 128, 6), 0);
+        assert_eq!(owned_mips(&mixed, 5, 128, 6), 0, "no such rectangle");
+    }
     use proptest::prelude::*;
 
     #[test]

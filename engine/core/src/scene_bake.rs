@@ -14,7 +14,7 @@ use crate::atlas::{ColorSpace, Wrap};
 use crate::bake::{BakeInput, BakeOptions, BakeReport, Region, bake};
 use crate::codec::Codec;
 use crate::material_scene::{ImageRef, MaterialScene, SceneError, embedded_image_bytes, image_size};
-use crate::pack::{clean_mips, pack};
+use crate::pack::{owned_mips, pack};
 use crate::source::{RowSource, TEXEL_BYTES};
 use crate::tile::TextureLayout;
 
@@ -242,7 +242,7 @@ pub fn bake_scene(
                 name: m.name.clone(),
                 rect,
                 wrap: r.map_or([Wrap::Clamp; 2], |i| keys[i].0.wrap),
-                max_mip: rect.map_or(0, |[x, y, w, h]| clean_mips(x, y, w, h, t).min(mip_count - 1)),
+                max_mip: r.map_or(0, |i| owned_mips(&rects, i, t, mip_count - 1)),
                 base_color_factor: m.base_color_factor,
                 metallic_factor: m.metallic_factor,
                 roughness_factor: m.roughness_factor,

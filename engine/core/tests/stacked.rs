@@ -181,12 +181,23 @@ fn region_borders_follow_the_region_wrap_on_every_clean_mip() {
             for x in 0..tx {
                 let tile = atlas.decode_tile(TileId::new(0, mip as u8, x, y)).unwrap();
                 let (x0, y0) = (x * t, y * t);
-                // The region that owns this tile at this mip, if any.
-                let owner = regions.iter().enumerate().find_map(|(k, r)| {
+                // The region that owns this tile at this mip, if any: on this mip no other
+                // region touches the tiles it touches, and its extent (start rounded
+                // down, end up) holds the tile's origin.
+                let span = |r: &Region| {
                     let unit = t << mip;
-                    let clean = [r.x, r.y, r.width, r.height].iter().all(|v| v % unit == 0);
-                    let [rx, ry, rw, rh] = [r.x, r.y, r.width, r.height].map(|v| v >> mip);
-                    (clean && (rx..rx + rw).contains(&x0) && (ry..ry + rh).contains(&y0)).then_some((
+                    [r.x / unit, r.y / unit, (r.x + r.width).div_ceil(unit), (r.y + r.height).div_ceil(unit)]
+                };
+                let owner = regions.iter().enumerate().find_map(|(k, r)| {
+                    let a = span(r);
+                    let alone = regions.iter().enumerate().all(|(j, o)| {
+                        let c = span(o);
+                        j == k || !(a[0] < c[2] && c[0] < a[2] && a[1] < c[3] && c[1] < a[3])
+                    });
+                    let (rx, ry) = (r.x >> mip, r.y >> mip);
+                    let (rw, rh) =
+                        ((r.x + r.width).div_ceil(1 << mip) - rx, (r.y + r.height).div_ceil(1 << mip) - ry);
+                    (alone && (rx..rx + rw).contains(&x0) && (ry..ry + rh).contains(&y0)).then_some((
                         k,
                         [rx, ry, rw, rh],
                         r.wrap,
@@ -216,8 +227,9 @@ fn region_borders_follow_the_region_wrap_on_every_clean_mip() {
             }
         }
     }
-    // Mip 0 and mip 1 of the two big regions, mip 0 of the small one.
-    assert_eq!(checked_region_tiles, [8 + 2, 4 + 1, 1]);
+    // Mip 0 and mip 1 of the two big regions; mips 0 and 1 of the small one (no other
+    // region touches its tile on mip 1 either).
+    assert_eq!(checked_region_tiles, [8 + 2, 4 + 1, 2]);
     // Spot check against the source: the left border of the repeat region's top-left tile
     // at mip 0 is the region's right edge column.
     let src = random_image(64, 64, 9);
