@@ -4,16 +4,16 @@
 //! background thread while the window shows the progress over the current scene.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow};
-use tessera::capture::{builtin_meshes, write_png};
+use tessera::capture::{Drawer, write_png};
 use tessera::core::Atlas;
-use tessera::core::camera::{Camera, CameraPath, PRESETS};
-use tessera::scene::{OffscreenTarget, SceneRenderer, TARGET_FORMAT};
+use tessera::core::camera::Camera;
+use tessera::scene::{OffscreenTarget, TARGET_FORMAT};
 use tessera::{GpuContext, VirtualTextures, VtConfig};
 use tessera_egui::{
     BakeProgress, DebugView, FrameSample, History, Latency, OverlayControls, OverlayModel, ResidencySnapshot,
@@ -27,8 +27,9 @@ use winit::keyboard::{KeyCode, PhysicalKey};
 use winit::window::{Window, WindowId};
 
 use crate::Args;
-use crate::bake::{BakeTask, Resolved};
-use crate::camera::{Mode, Rig};
+use crate::bake::{BakeTask, Opened, Resolved};
+use crate::camera::{Mode, Rig, SceneCameras};
+use crate::input::Input;
 
 /// Keys and what they do, for the overlay's help panel.
 const KEYS: &[(&str, &str)] = &[
@@ -38,14 +39,14 @@ const KEYS: &[(&str, &str)] = &[
     ("right drag", "look around (fly) or turn around the pivot (orbit)"),
     ("scroll", "zoom"),
     ("O", "switch between fly and orbit"),
-    ("1 2 3 4", "presets: static, flyover, orbit, cut"),
+    ("1 2 3 4", "camera presets: static, flyover, orbit, cut (scenes: overview, walk, fly, cut)"),
     ("C", "cut to the next view"),
     ("P", "play the --camera path"),
     ("V", "vsync on / off"),
     ("H", "show / hide the overlay"),
     ("F", "freeze feedback"),
     ("M", "next debug view: mip colours, fallback depth, tile borders, off"),
-    ("drop a file", "open an atlas, or bake an image (in the background) and open it"),
+    ("drop a file", "open an atlas, or bake an image or a glTF scene (in the background) and open it"),
     ("Esc", "quit"),
 ];
 
@@ -67,14 +68,18 @@ fn fs_main(@builtin(position) pos: vec4<f32>) -> @location(0) vec4<f32> {
 }
 ";
 
-/// The streamed atlas and the scene drawn with it.
+/// The streamed atlas and what is drawn with it: the built-in meshes or a lit material
+/// scene.
 struct Scene {
+    /// What was opened.
+    opened: Opened,
     vt: VirtualTextures,
-    renderer: SceneRenderer,
+    drawer: Drawer,
     pool_mib: u32,
 }
 
-fn load_scene(ctx: &GpuContext, path: &Path, args: &Args, pool_mib: u32) -> Result<Scene> {
+fn load_scene(ctx: &GpuContext, opened: &Opened, args: &Args, pool_mib: u32) -> Result<Scene> {
+    let path = &opened.atlas;
     let atlas = Arc::new(Atlas::open(path).with_context(|| format!("opening atlas {}", path.display()))?);
     let cfg = VtConfig {
         pool_mib,
@@ -85,8 +90,9 @@ fn load_scene(ctx: &GpuContext, path: &Path, args: &Args, pool_mib: u32) -> Resu
     };
     let vt = VirtualTextures::new(ctx, atlas.clone(), cfg)
         .with_context(|| format!("setting up virtual textures for {}", path.display()))?;
-    let renderer = SceneRenderer::new(ctx, &vt, &builtin_meshes(&atlas), TARGET_FORMAT);
-    Ok(Scene { vt, renderer, pool_mib })
+    let drawer = Drawer::new(ctx, &vt, opened.scene.as_deref())
+        .with_context(|| format!("setting up the scene of {}", opened.name))?;
+    Ok(Scene { opened: opened.clone(), vt, drawer, pool_mib })
 }
 
 /// Everything that needs the window: surface, device, targets, egui.
@@ -277,15 +283,16 @@ impl Applied {
 /// The viewer's state across frames.
 struct App {
     args: Args,
-    /// The atlas of the scene shown (or to show once the window is up).
-    atlas: Option<PathBuf>,
+    /// What to show once the window is up.
+    pending: Option<Opened>,
     /// The bake running in the background, if any.
     bake: Option<BakeTask>,
     /// The last error, shown in the window until dismissed.
     notice: Option<String>,
     gfx: Option<Gfx>,
-    path: CameraPath,
-    views: Vec<Camera>,
+    /// The presets and `--camera` path of the scene shown (the built-in scene's until
+    /// a material scene opens).
+    cameras: SceneCameras,
     view: usize,
     rig: Rig,
     playing: Option<u32>,
@@ -306,16 +313,23 @@ struct App {
 
 /// Opens the window and runs until it closes (or the screenshot is written).
 pub(crate) fn run(args: Args) -> Result<ExitCode> {
-    let (atlas, bake) = match crate::bake::resolve(args.input.as_deref())? {
-        Resolved::Ready(atlas) => (Some(atlas), None),
+    let input = Input::classify(args.input.as_deref())?;
+    // The built-in meshes' cameras now; a glTF or named scene's once it is loaded.
+    let cameras = match &input {
+        Input::Gltf(_) | Input::Named(_) => {
+            if let Some(spec) = &args.camera {
+                crate::camera::check_spec(spec)?;
+            }
+            SceneCameras::new(None, None)?
+        }
+        Input::Builtin | Input::Atlas(_) | Input::Image(_) => {
+            SceneCameras::new(args.camera.as_deref(), None)?
+        }
+    };
+    let (pending, bake) = match crate::bake::resolve(&input)? {
+        Resolved::Ready(opened) => (Some(opened), None),
         Resolved::Bake(job) => (None, Some(job.spawn()?)),
     };
-    let path = crate::camera_path(&args.camera)?;
-    let mut views: Vec<Camera> =
-        PRESETS.iter().filter_map(|p| CameraPath::preset(p)).map(|p| p.camera_at(0)).collect();
-    if let Some(cut) = CameraPath::preset("cut") {
-        views.push(cut.camera_at(cut.end_frame()));
-    }
     let mut controls = OverlayControls::new(
         args.pool_mib,
         args.mip_bias,
@@ -326,13 +340,12 @@ pub(crate) fn run(args: Args) -> Result<ExitCode> {
     );
     controls.debug_view = args.debug_view;
     let mut app = App {
-        rig: Rig::from_camera(&path.camera_at(0), Mode::Orbit),
-        atlas,
+        rig: Rig::from_camera(&cameras.path.camera_at(0), Mode::Orbit, cameras.unit),
+        pending,
         bake,
         notice: None,
         gfx: None,
-        path,
-        views,
+        cameras,
         view: 0,
         playing: None,
         keys_down: HashSet::new(),
@@ -377,7 +390,7 @@ impl App {
                 };
                 self.jump_to_view(i);
             }
-            KeyCode::KeyC => self.jump_to_view((self.view + 1) % self.views.len()),
+            KeyCode::KeyC => self.jump_to_view((self.view + 1) % self.cameras.views.len().max(1)),
             KeyCode::KeyO => {
                 self.rig.mode = if self.rig.mode == Mode::Fly { Mode::Orbit } else { Mode::Fly };
             }
@@ -401,10 +414,10 @@ impl App {
     }
 
     /// Opens a dropped file: at once when it is an atlas or has a fresh bake, else
-    /// after baking it in the background (one bake at a time).
+    /// after baking it (or loading its scene) in the background (one bake at a time).
     fn open(&mut self, path: &Path) {
-        let result = match crate::bake::resolve(Some(path)) {
-            Ok(Resolved::Ready(atlas)) => self.load(atlas),
+        let result = match Input::classify(Some(path)).and_then(|input| crate::bake::resolve(&input)) {
+            Ok(Resolved::Ready(opened)) => self.load(opened),
             Ok(Resolved::Bake(job)) => match &self.bake {
                 Some(running) => {
                     Err(anyhow!("still baking {}; drop {} again once that is done", running.name(), job.name))
@@ -418,16 +431,41 @@ impl App {
         }
     }
 
-    /// Replaces the scene with one streaming `atlas`.
-    fn load(&mut self, atlas: PathBuf) -> Result<()> {
+    /// Replaces the scene with `opened`; a material scene (or leaving one) also brings
+    /// its own camera presets and moves the rig to the `--camera` path's start.
+    fn load(&mut self, opened: Opened) -> Result<()> {
         let Some(g) = &mut self.gfx else {
-            self.atlas = Some(atlas);
+            self.pending = Some(opened);
             return Ok(());
         };
-        let scene = load_scene(&g.ctx, &atlas, &self.args, self.controls.pool_mib)?;
+        let scene = load_scene(&g.ctx, &opened, &self.args, self.controls.pool_mib)?;
+        let was_material = g.scene.as_ref().is_some_and(|s| s.opened.scene.is_some());
+        let material = opened.scene.as_deref();
+        // Atlases on the built-in meshes share one set of cameras, and the view stays.
+        let cameras = if was_material || material.is_some() {
+            Some(match SceneCameras::new(self.args.camera.as_deref(), material) {
+                Ok(c) => c,
+                // Without a window to look at, a camera that does not fit is the viewer's error.
+                Err(e) if self.args.screenshot.is_some() => return Err(e),
+                Err(e) => {
+                    let e = e.context(format!("{} opens with its default camera", opened.name));
+                    eprintln!("error: {e:#}");
+                    self.notice = Some(format!("{e:#}"));
+                    SceneCameras::new(None, material)?
+                }
+            })
+        } else {
+            None
+        };
+        g.window.set_title(&window_title(&opened.name));
         g.set_scene(scene);
-        g.window.set_title(&window_title(&atlas));
-        self.atlas = Some(atlas);
+        if let Some(cameras) = cameras {
+            println!("camera presets (keys 1-4): {}", cameras.names.join(", "));
+            self.rig = Rig::from_camera(&cameras.path.camera_at(0), self.rig.mode, cameras.unit);
+            self.cameras = cameras;
+            self.view = 0;
+            self.playing = None;
+        }
         self.applied = None;
         Ok(())
     }
@@ -443,9 +481,10 @@ impl App {
     fn poll_bake(&mut self) -> Result<()> {
         let Some(result) = self.bake.as_mut().and_then(BakeTask::finished) else { return Ok(()) };
         let name = self.bake.take().map(|b| b.name().to_owned()).unwrap_or_default();
-        let result = result.and_then(|atlas| {
-            println!("baked {name} into {}", atlas.display());
-            self.load(atlas)
+        let result = result.and_then(|opened| {
+            let how = if opened.baked { "baked" } else { "using the cached bake of" };
+            println!("{how} {name}: {}", opened.atlas.display());
+            self.load(opened)
         });
         match result {
             Ok(()) => Ok(()),
@@ -458,16 +497,16 @@ impl App {
     }
 
     fn jump_to_view(&mut self, i: usize) {
-        if let Some(c) = self.views.get(i) {
+        if let Some(c) = self.cameras.views.get(i) {
             self.view = i;
             self.playing = None;
-            self.rig = Rig::from_camera(c, self.rig.mode);
+            self.rig = Rig::from_camera(c, self.rig.mode, self.cameras.unit);
         }
     }
 
     fn move_rig(&mut self, dt: f32) {
         let k = |c| if self.keys_down.contains(&c) { 1.0 } else { 0.0 };
-        let fast = if self.keys_down.contains(&KeyCode::ShiftLeft)
+        let boost = if self.keys_down.contains(&KeyCode::ShiftLeft)
             || self.keys_down.contains(&KeyCode::ShiftRight)
         {
             4.0
@@ -479,21 +518,21 @@ impl App {
         let forward = k(KeyCode::KeyW) - k(KeyCode::KeyS);
         if right != 0.0 || up != 0.0 || forward != 0.0 {
             self.playing = None;
-            let s = 0.5 * fast * dt;
-            self.rig.translate(right * s, up * s, forward * s);
+            self.rig.fly(right, up, forward, dt, boost);
         }
     }
 
     /// The camera of this frame: the path in screenshot mode or while playing, else the rig.
     fn frame_camera(&mut self, dt: f32) -> Camera {
         if self.args.screenshot.is_some() {
-            return self.path.camera_at(self.frame as u32);
+            return self.cameras.path.camera_at(self.frame as u32);
         }
         self.move_rig(dt);
         if let Some(f) = self.playing {
-            let c = self.path.camera_at(f);
-            self.rig = Rig::from_camera(&c, self.rig.mode);
-            self.playing = (f < self.path.end_frame()).then_some(f + 1);
+            let path = &self.cameras.path;
+            let c = path.camera_at(f);
+            self.rig = Rig::from_camera(&c, self.rig.mode, self.cameras.unit);
+            self.playing = (f < path.end_frame()).then_some(f + 1);
             return c;
         }
         self.rig.camera()
@@ -502,12 +541,12 @@ impl App {
     fn apply_controls(&mut self) {
         let now = Applied::of(&self.controls);
         let Some(g) = &mut self.gfx else { return };
-        let (Some(atlas), Some(scene)) = (&self.atlas, &g.scene) else { return };
+        let Some(scene) = &g.scene else { return };
         // A new pool size rebuilds the scene once the slider is let go.
         let dragging = g.egui_ctx.input(|i| i.pointer.any_down());
         let pool_mib = scene.pool_mib;
         if self.controls.pool_mib != pool_mib && !dragging {
-            match load_scene(&g.ctx, atlas, &self.args, self.controls.pool_mib) {
+            match load_scene(&g.ctx, &scene.opened, &self.args, self.controls.pool_mib) {
                 Ok(scene) => {
                     g.set_scene(scene);
                     self.applied = None;
@@ -558,7 +597,7 @@ impl App {
         let frame = self.frame;
         let stats = g.scene.as_mut().map(|scene| {
             let stream = scene.vt.prepare(&g.ctx, frame);
-            scene.renderer.set_camera(&g.ctx.queue, &camera, size.width as f32 / size.height as f32);
+            scene.drawer.set_camera(&g.ctx.queue, &camera, size.width as f32 / size.height as f32);
             let stats = scene.vt.stats();
             self.history.push(
                 self.start.elapsed().as_secs_f64(),
@@ -615,7 +654,7 @@ impl App {
         match &mut g.scene {
             Some(scene) => {
                 scene.vt.begin_frame(&mut encoder);
-                scene.renderer.draw_vt(
+                scene.drawer.draw_vt(
                     &mut encoder,
                     &g.target.color_view,
                     &g.target.depth_view,
@@ -724,11 +763,9 @@ impl App {
     }
 }
 
-fn window_title(atlas: &Path) -> String {
-    format!(
-        "Tessera viewer: {}",
-        atlas.file_stem().map_or(String::new(), |s| s.to_string_lossy().into_owned())
-    )
+/// The window title naming what is shown: the scene name or the file name.
+fn window_title(name: &str) -> String {
+    format!("Tessera viewer: {name}")
 }
 
 /// The overlay's model for this frame, with the residency maps of layer `wanted` (or
@@ -792,7 +829,9 @@ fn messages_ui(ui: &mut egui::Ui, baking: Option<&BakeProgress>, notice: &mut Op
             .anchor(egui::Align2::CENTER_CENTER, [0.0, 0.0])
             .collapsible(false)
             .resizable(false)
-            .show(&ctx, |ui| ui.label("Drop an image or a Tessera atlas (.tsa) on the window."));
+            .show(&ctx, |ui| {
+                ui.label("Drop an image, a glTF scene or a Tessera atlas (.tsa) on the window.")
+            });
     }
 }
 
@@ -821,9 +860,9 @@ impl ApplicationHandler for App {
         if self.gfx.is_some() {
             return;
         }
-        let title = match (&self.atlas, &self.bake) {
-            (Some(atlas), _) => window_title(atlas),
-            (None, Some(bake)) => format!("Tessera viewer: baking {}", bake.name()),
+        let title = match (&self.pending, &self.bake) {
+            (Some(opened), _) => window_title(&opened.name),
+            (None, Some(bake)) => format!("Tessera viewer: opening {}", bake.name()),
             (None, None) => "Tessera viewer".to_owned(),
         };
         let attrs = Window::default_attributes()
@@ -840,8 +879,8 @@ impl ApplicationHandler for App {
             }
             Err(e) => return self.fail(event_loop, e),
         }
-        if let Some(atlas) = self.atlas.clone()
-            && let Err(e) = self.load(atlas)
+        if let Some(opened) = self.pending.take()
+            && let Err(e) = self.load(opened)
         {
             self.fail(event_loop, e);
         }

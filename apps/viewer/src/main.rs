@@ -1,24 +1,26 @@
-//! `tessera-viewer`: open an atlas, an image (baked on first open) or the built-in demo
-//! texture, fly over it and watch tiles stream through VRAM, host cache and disk.
+//! `tessera-viewer`: open an atlas, an image or a glTF scene (baked on first open), a
+//! named scene or the built-in demo texture, fly through it and watch tiles stream
+//! through VRAM, host cache and disk.
 
 mod app;
 mod bake;
 mod camera;
+mod input;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
 use clap::Parser;
-use tessera::core::camera::{CameraPath, PRESETS};
 use tessera_egui::{DebugView, FEEDBACK_STRIDES};
 
 /// Interactive Tessera viewer with the tier-residency overlay.
 #[derive(Parser, Debug, Clone)]
 #[command(version)]
 pub(crate) struct Args {
-    /// An atlas (.tsa), an image (baked on first open into the cache folder), or
-    /// nothing for the built-in 8192x4096 labelled texture.
+    /// An atlas (.tsa), an image or a glTF scene (.gltf, .glb; baked on first open into
+    /// the cache folder), a scene name (dungeon, globe, stress; prepared from the data
+    /// folder of assets/fetch-data.sh), or nothing for the built-in 8192x4096 labelled
+    /// texture.
     input: Option<PathBuf>,
     /// Render `--frames` frames, write the last one (overlay included) as PNG, exit.
     #[arg(long)]
@@ -26,10 +28,12 @@ pub(crate) struct Args {
     /// Frames to render before the screenshot.
     #[arg(long, default_value_t = 120)]
     frames: u32,
-    /// Camera: a preset (static, flyover, orbit, cut) or a camera-path JSON file; with
-    /// `--screenshot` the path is followed frame by frame.
-    #[arg(long, default_value = "static")]
-    camera: String,
+    /// Camera: a preset (built-in meshes: static, flyover, orbit, cut; glTF and named
+    /// material scenes: overview, walk, fly, cut) or a camera-path JSON file; with
+    /// `--screenshot` the path is followed frame by frame. Default: static, or overview
+    /// for a material scene.
+    #[arg(long)]
+    camera: Option<String>,
     /// Hide the overlay (H toggles it).
     #[arg(long)]
     no_overlay: bool,
@@ -82,20 +86,6 @@ fn parse_size(s: &str) -> Result<(u32, u32), String> {
         return Err(format!("'{s}': sizes go from 1 to 16384"));
     }
     Ok((w, h))
-}
-
-/// A preset name or a camera JSON file.
-pub(crate) fn camera_path(spec: &str) -> Result<CameraPath> {
-    if let Some(p) = CameraPath::preset(spec) {
-        return Ok(p);
-    }
-    let path = PathBuf::from(spec);
-    anyhow::ensure!(
-        path.exists(),
-        "camera '{spec}' is neither a preset ({}) nor an existing JSON file",
-        PRESETS.join(", ")
-    );
-    CameraPath::load(&path).with_context(|| format!("reading camera path {}", path.display()))
 }
 
 fn main() -> ExitCode {

@@ -2,7 +2,8 @@
 //! baked atlas, a screenshot with and without the overlay and one with the tile-border
 //! debug view; the scene and the overlay must both be drawn and the process must exit 0.
 //! A second test opens an image, which the viewer bakes on its background thread
-//! before the first scene frame.
+//! before the first scene frame; a third opens the CC0 dungeon by name, baked fresh
+//! into an empty cache and drawn along its walk.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -37,8 +38,18 @@ fn small_atlas(dir: &Path) -> PathBuf {
     out
 }
 
-/// Runs the viewer on `input` under Xvfb, screenshot mode, writing `png`.
+/// Runs the viewer on `input` under Xvfb, screenshot mode, 120 frames along `flyover`
+/// at [`SIZE`], writing `png`.
 fn run_viewer(dir: &Path, input: &Path, png: &Path, extra: &[&str]) -> std::process::Output {
+    let size = format!("{}x{}", SIZE.0, SIZE.1);
+    let mut args = vec!["--size", &size, "--frames", "120", "--camera", "flyover"];
+    args.extend_from_slice(extra);
+    run_viewer_with(dir, input.as_os_str(), png, &args)
+}
+
+/// Runs the viewer on `input` (a path or a scene name) under Xvfb with `args`, screenshot
+/// mode, writing `png`, with `dir/cache` as the cache folder.
+fn run_viewer_with(dir: &Path, input: &std::ffi::OsStr, png: &Path, args: &[&str]) -> std::process::Output {
     let runtime = dir.join("xdg-runtime");
     std::fs::create_dir_all(&runtime).expect("runtime dir");
     #[cfg(unix)]
@@ -46,14 +57,13 @@ fn run_viewer(dir: &Path, input: &Path, png: &Path, extra: &[&str]) -> std::proc
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).expect("chmod");
     }
-    let size = format!("{}x{}", SIZE.0, SIZE.1);
     let mut cmd = Command::new("xvfb-run");
     cmd.args(["-a", "-s", "-screen 0 1280x1024x24"])
         .arg(env!("CARGO_BIN_EXE_tessera-viewer"))
         .arg(input)
-        .args(["--size", &size, "--frames", "120", "--camera", "flyover", "--no-vsync", "--screenshot"])
+        .args(["--no-vsync", "--screenshot"])
         .arg(png)
-        .args(extra)
+        .args(args)
         .env("XDG_RUNTIME_DIR", &runtime)
         .env("TESSERA_CACHE", dir.join("cache"));
     // Lavapipe's GL path drops fragment storage writes; Vulkan is the one to test.
@@ -103,6 +113,9 @@ fn mean_diff(a: &image::RgbaImage, b: &image::RgbaImage, x0: u32, x1: u32) -> f6
     sum as f64 / n as f64
 }
 
+/// Width of the overlay panel on the right, with a margin.
+const OVERLAY_WIDTH: u32 = 360;
+
 /// Asserts that the scene region (left of the overlay panel) is drawn: many colours and
 /// a wide luminance range, not one flat colour.
 fn assert_scene_drawn(name: &str, img: &image::RgbaImage) {
@@ -110,7 +123,7 @@ fn assert_scene_drawn(name: &str, img: &image::RgbaImage) {
     let mut colours = std::collections::HashSet::new();
     let (mut lo, mut hi) = (255u8, 0u8);
     for y in 0..h {
-        for x in 0..w - 360 {
+        for x in 0..w - OVERLAY_WIDTH {
             let p = img.get_pixel(x, y).0;
             colours.insert([p[0], p[1], p[2]]);
             let l = ((u32::from(p[0]) + u32::from(p[1]) + u32::from(p[2])) / 3) as u8;
@@ -159,7 +172,7 @@ fn viewer_draws_scene_and_overlay_under_xvfb() {
     // strongly, while the same view without it changes few between runs.
     let borders = screenshot(dir.path(), &atlas, "borders.png", &["--no-overlay", "--debug-view", "borders"]);
     assert_scene_drawn("tile borders", &borders);
-    let scene = w - 360;
+    let scene = w - OVERLAY_WIDTH;
     let lines = changed_fraction(&borders, &without, 0, scene);
     let noise = changed_fraction(&with, &without, 0, scene);
     assert!(
@@ -213,4 +226,37 @@ fn viewer_fails_with_the_bake_error_when_nobody_can_see_the_window() {
         !left.iter().any(|n| n.ends_with(".tsa") || n.ends_with(".partial")),
         "bake output left: {left:?}"
     );
+}
+
+#[test]
+fn viewer_opens_the_dungeon_by_name() {
+    require_xvfb();
+    let gltf = tessera::core::source::data_dir().join("dungeon/level-dungeon.gltf");
+    assert!(
+        gltf.is_file(),
+        "{} is missing: fetch the CC0 dungeon with `assets/fetch-data.sh --dungeon` (scripts/test does)",
+        gltf.display()
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let png = dir.path().join("dungeon.png");
+    let size = (640u32, 360u32);
+    let size_arg = format!("{}x{}", size.0, size.1);
+    let args = ["--size", &size_arg, "--frames", "40", "--camera", "walk"];
+    let out = run_viewer_with(dir.path(), "dungeon".as_ref(), &png, &args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "tessera-viewer dungeon failed ({}):\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("baked dungeon"), "the empty cache did not make it bake:\n{stdout}");
+    assert!(stdout.contains("screenshot after 40 frames"), "no screenshot line in:\n{stdout}");
+    let scenes = dir.path().join("cache/scenes");
+    for name in ["dungeon-lz4.tsa", "dungeon-lz4.scene.json"] {
+        assert!(scenes.join(name).is_file(), "{name} is missing from {}", scenes.display());
+    }
+    let img = image::open(&png).unwrap_or_else(|e| panic!("reading {}: {e}", png.display())).to_rgba8();
+    assert_eq!(img.dimensions(), size, "the screenshot has the window's size");
+    assert_scene_drawn("dungeon walk", &img);
 }

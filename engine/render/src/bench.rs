@@ -180,7 +180,7 @@ pub struct BenchReport {
     pub size: (u32, u32),
     /// Virtual size of each atlas layer.
     pub virtual_sizes: Vec<(u32, u32)>,
-    /// GPU tile pool size, MiB.
+    /// GPU tile pool size (all pools of a stack), MiB.
     pub pool_mib: f64,
     /// GPU size of the fully resident reference textures, MiB.
     pub reference_mib: Option<f64>,
@@ -536,7 +536,7 @@ pub fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, RenderErr
         atlas: cfg.atlas.clone(),
         size: cfg.size,
         virtual_sizes: atlas.layers().iter().map(|l| (l.layout.width(), l.layout.height())).collect(),
-        pool_mib: mib(main.vt.pool().bytes()),
+        pool_mib: mib(main.vt.pools().iter().map(|p| p.bytes()).sum()),
         reference_mib: main.scene.reference_bytes().map(mib),
         reference_unavailable,
         frames: cfg.frames,
