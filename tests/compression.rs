@@ -56,6 +56,7 @@ fn run(atlas: &Path, reference: Option<&Path>, pool: TargetFormat) -> CaptureRep
         reference_atlas: reference.map(Path::to_path_buf),
         vt: VtConfig { pool_format: Some(pool), ..VtConfig::default() },
         scene: None,
+        prefetch: 0,
     };
     let r = capture(gpu(), &cfg).unwrap_or_else(|e| panic!("{e} (does this Vulkan driver sample BC7?)"));
     assert!(r.frames.iter().all(|f| f.unwritten_pixels == 0), "unwritten pool texels shown");
@@ -116,6 +117,7 @@ fn corrupted_compressed_tile_is_replaced_by_its_ancestor() {
         reference_atlas: None,
         vt: VtConfig { pool_format: Some(TargetFormat::Bc7), ..VtConfig::default() },
         scene: None,
+        prefetch: 0,
     };
     let r = capture(gpu(), &cfg).unwrap();
     let failed = r.final_stats.loader.failed;

@@ -43,6 +43,7 @@ fn run_with(
         reference_atlas: None,
         vt,
         scene: None,
+        prefetch: 0,
     };
     let report = capture(gpu(), &cfg).unwrap();
     for f in &report.frames {
@@ -95,6 +96,50 @@ fn camera_cut_recovers_within_five_frames() {
         "no recovery to 40 dB by frame 35 after the cut: {:?}",
         &p[28..]
     );
+}
+
+/// The "fully resident" signal: after the cut preset's hard cut (frame 30) everything the
+/// new view wants is resident within 6 frames (stated bound; from disk, LZ4, lavapipe),
+/// the event fires on that frame, and with prefetch along the path the view is resident
+/// before it is shown.
+#[test]
+fn camera_cut_reaches_full_residency_and_signals_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = bake_source(dir.path(), "cut-resident", Generated::new(4096, 2048));
+    let r = run(&atlas, CameraPath::preset("cut").unwrap(), 45, (320, 180), VtConfig::default());
+    let n = r.frames_to_resident_after(30);
+    let fractions: Vec<f64> = r.frames[28..].iter().map(|f| f.resident_fraction).collect();
+    assert!(n.is_some_and(|n| n <= 6), "not fully resident within 6 frames of the cut: {fractions:?}");
+    let below = r.frames[30..].iter().any(|f| f.resident_fraction < 1.0);
+    assert!(below, "the cut must first show a view that is not resident: {fractions:?}");
+    let at = 30 + n.unwrap() as usize;
+    assert!(
+        r.frames[30..=at].iter().any(|f| f.became_fully_resident),
+        "the fully-resident event did not fire by frame {at}: {fractions:?}"
+    );
+    // With prefetch 8 frames ahead along the path, the close-up streams in before the cut.
+    let cfg = CaptureConfig {
+        atlas: atlas.clone(),
+        camera: CameraPath::preset("cut").unwrap(),
+        frames: 45,
+        size: (320, 180),
+        every: 0,
+        out: None,
+        reference: false,
+        reference_atlas: None,
+        vt: VtConfig::default(),
+        scene: None,
+        prefetch: 8,
+    };
+    let p = capture(gpu(), &cfg).unwrap();
+    assert_eq!(
+        p.frames_to_resident_after(30),
+        Some(1),
+        "prefetched: resident as soon as its feedback arrives"
+    );
+    let cut_uploads: usize = p.frames[30..].iter().map(|f| f.uploads).sum();
+    let before: usize = p.frames[22..30].iter().map(|f| f.uploads).sum();
+    assert!(before > 0 && cut_uploads < before, "uploads before the cut {before}, after {cut_uploads}");
 }
 
 /// Texture coordinates of the ground plane at each pixel (None off the plane).

@@ -51,6 +51,7 @@ fn run(
         reference_atlas: None,
         vt: VtConfig { pool_mib: 64, ..VtConfig::default() },
         scene: Some(Arc::new(scene)),
+        prefetch: 0,
     };
     let report = capture(gpu(), &cfg).unwrap();
     for f in &report.frames {
@@ -153,6 +154,7 @@ fn stress_scene_of_64k_squared_streams_into_a_small_pool() {
         reference_atlas: None,
         vt: VtConfig { pool_mib: 32, ..VtConfig::default() },
         scene: None,
+        prefetch: 0,
     };
     let r = capture(gpu(), &cfg).unwrap();
     for f in &r.frames {

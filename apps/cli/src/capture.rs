@@ -102,6 +102,10 @@ pub(crate) struct CaptureArgs {
     /// source, so that PSNR includes the codec's loss).
     #[arg(long, requires = "reference")]
     reference_atlas: Option<PathBuf>,
+    /// Prefetch along the camera path this many frames ahead (0: off): the coming view
+    /// (and any view after a coming cut) is drawn hidden so its tiles stream in early.
+    #[arg(long, default_value_t = 0)]
+    prefetch: u32,
     #[command(flatten)]
     vt: VtArgs,
 }
@@ -170,6 +174,7 @@ pub(crate) fn run(args: &CaptureArgs) -> Result<ExitCode> {
         reference: args.reference,
         reference_atlas: args.reference_atlas.clone(),
         vt: args.vt.config(),
+        prefetch: args.prefetch,
     };
     let ctx = GpuContext::headless()?;
     println!("adapter: {}", ctx.describe());

@@ -129,6 +129,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
         reference_atlas: None,
         vt: args.vt.config(),
         scene,
+        prefetch: 0,
     };
     println!(
         "capturing {} frames of '{}' at {}x{} (virtual texture and reference)",

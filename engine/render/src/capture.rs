@@ -46,6 +46,11 @@ pub struct CaptureConfig {
     /// A material scene (glTF or globe) baked into `atlas` with its manifest beside it
     /// (`SceneManifest::path_for`); `None`: the built-in scene.
     pub scene: Option<Arc<MaterialScene>>,
+    /// Prefetch along the known camera path, this many frames ahead (0: off): every
+    /// 4th frame, and on every frame with a cut coming within the window, the view the
+    /// path will show then is drawn into a hidden target first, so its tiles are
+    /// requested through the ordinary feedback before they are on screen.
+    pub prefetch: u32,
 }
 
 /// Statistics of one captured frame (one entry of `stats.json`'s `frames`).
@@ -82,6 +87,16 @@ pub struct FrameStats {
     /// Mean request-to-resident latency of the tiles uploaded this frame, frames.
     #[serde(default)]
     pub latency_frames_mean: f64,
+    /// Fraction (0 to 1) of the tiles the view wants that are resident at their wanted
+    /// mip (see `StreamFrame::resident_fraction`).
+    #[serde(default)]
+    pub resident_fraction: f64,
+    /// The "fully resident" event: `resident_fraction` reached 1 on this frame.
+    #[serde(default)]
+    pub became_fully_resident: bool,
+    /// The frame whose feedback this frame's decisions used (none: no readback arrived).
+    #[serde(default)]
+    pub feedback_frame: Option<u64>,
 }
 
 /// The result of a capture.
@@ -114,6 +129,20 @@ pub struct CaptureReport {
 }
 
 impl CaptureReport {
+    /// Frames from the cut at `cut` until everything the new view wants is resident: the
+    /// first frame whose decisions used feedback rendered at or after the cut and whose
+    /// resident fraction is 1, minus `cut`; `None` if that never happened.
+    pub fn frames_to_resident_after(&self, cut: u32) -> Option<u32> {
+        let mut seen = false;
+        for f in self.frames.iter().filter(|f| f.frame >= cut) {
+            seen |= f.feedback_frame.is_some_and(|fb| fb >= u64::from(cut));
+            if seen && f.resident_fraction >= 1.0 {
+                return Some(f.frame - cut);
+            }
+        }
+        None
+    }
+
     /// A one-line summary ending with the last frame's PSNR when there is one.
     pub fn summary(&self) -> String {
         let last = self.frames.last();
@@ -129,7 +158,7 @@ impl CaptureReport {
             })
             .unwrap_or_default();
         format!(
-            "{} frames at {}x{}: {} uploads, {} tiles in VRAM, {} in host cache, {} needed{}",
+            "{} frames at {}x{}: {} uploads, {} tiles in VRAM, {} in host cache, {} needed, {:.1}% resident{}",
             self.frames.len(),
             self.size.0,
             self.size.1,
@@ -137,6 +166,7 @@ impl CaptureReport {
             last.map_or(0, |f| f.resident_vram),
             last.map_or(0, |f| f.resident_host),
             last.map_or(0, |f| f.tiles_needed),
+            100.0 * last.map_or(1.0, |f| f.resident_fraction),
             psnr
         )
     }
@@ -302,6 +332,7 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
     }
     let target = OffscreenTarget::new(&ctx.device, w, h);
     let ref_target = cfg.reference.then(|| OffscreenTarget::new(&ctx.device, w, h));
+    let prefetch_target = (cfg.prefetch > 0).then(|| OffscreenTarget::new(&ctx.device, w, h));
     let aspect = w as f32 / h as f32;
     let mut frames = Vec::with_capacity(cfg.frames as usize);
     let mut last_frame = Vec::new();
@@ -309,9 +340,28 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
     for frame in 0..cfg.frames {
         let t0 = Instant::now();
         let stream = vt.prepare(ctx, u64::from(frame));
+        let prefetch = prefetch_target.as_ref().and_then(|t| {
+            let ahead = frame + cfg.prefetch;
+            let cut_soon = cfg
+                .camera
+                .keyframes
+                .iter()
+                .any(|k| k.cut && k.frame > frame as f32 && k.frame <= ahead as f32);
+            (cut_soon || frame % 4 == 0).then(|| (t, cfg.camera.camera_at(ahead)))
+        });
+        if let Some((t, camera)) = &prefetch {
+            // Its own submission: the camera uniform is rewritten for the visible view below.
+            scene.set_camera(&ctx.queue, camera, aspect);
+            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            vt.begin_frame(&mut encoder);
+            scene.draw_vt(&mut encoder, &t.color_view, &t.depth_view, &vt, None);
+            ctx.queue.submit([encoder.finish()]);
+        }
         scene.set_camera(&ctx.queue, &cfg.camera.camera_at(frame), aspect);
         let mut encoder = ctx.device.create_command_encoder(&Default::default());
-        vt.begin_frame(&mut encoder);
+        if prefetch.is_none() {
+            vt.begin_frame(&mut encoder);
+        }
         scene.draw_vt(&mut encoder, &target.color_view, &target.depth_view, &vt, None);
         vt.end_frame(&mut encoder, u64::from(frame));
         target.copy_out(&mut encoder);
@@ -348,6 +398,9 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
             unwritten_pixels: count_colour(&pixels, UNWRITTEN, 2),
             latency_ms_mean: stream.latency_ms_mean,
             latency_frames_mean: stream.latency_frames_mean,
+            resident_fraction: stream.resident_fraction,
+            became_fully_resident: stream.became_fully_resident,
+            feedback_frame: stream.feedback_frame,
         });
         if last {
             last_frame = pixels;

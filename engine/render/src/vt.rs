@@ -119,6 +119,14 @@ pub struct StreamFrame {
     pub latency_ms_max: f64,
     /// The same latency in frames (upload frame − feedback frame): mean.
     pub latency_frames_mean: f64,
+    /// Fraction (0 to 1) of the tiles the view wants (the latest feedback window, each
+    /// tile at the mip its pixels asked for) that are resident themselves rather than
+    /// shown through a coarser fallback, after this frame's uploads. 1 when nothing is
+    /// wanted.
+    pub resident_fraction: f64,
+    /// True on the frame where `resident_fraction` reaches 1 after being below it: the
+    /// "fully resident" event (everything visible is at its wanted resolution).
+    pub became_fully_resident: bool,
 }
 
 /// The GPU side of an atlas' virtual textures plus the streaming that fills them.
@@ -143,6 +151,10 @@ pub struct VirtualTextures {
     recent_feedback: std::collections::VecDeque<Vec<TileId>>,
     /// When each outstanding request was made: feedback frame and CPU time.
     request_times: HashMap<TileId, (u64, Instant)>,
+    /// The tiles the view wants (the feedback window), for the resident fraction.
+    wanted: Vec<TileId>,
+    /// The resident fraction of the previous frame.
+    last_fraction: f64,
     total_uploads: u64,
     total_evictions: u64,
     frozen: bool,
@@ -353,6 +365,8 @@ impl VirtualTextures {
             reported_failures: HashSet::new(),
             recent_feedback: std::collections::VecDeque::new(),
             request_times: HashMap::new(),
+            wanted: Vec::new(),
+            last_fraction: 1.0,
             total_uploads: 0,
             total_evictions: 0,
             frozen: false,
@@ -469,6 +483,7 @@ impl VirtualTextures {
                     self.loader.request(tile, 0, frame);
                 }
             }
+            self.wanted = needed;
         } else {
             out.tiles_needed = self.residency.needed_count();
         }
@@ -498,6 +513,9 @@ impl VirtualTextures {
         out.upload_ms = t1.elapsed().as_secs_f64() * 1e3;
         out.resident_vram = self.residency.resident_count();
         out.resident_host = self.cache.len();
+        out.resident_fraction = self.resident_fraction();
+        out.became_fully_resident = out.resident_fraction >= 1.0 && self.last_fraction < 1.0;
+        self.last_fraction = out.resident_fraction;
         // Rotate which pixel of each block writes feedback.
         let stride = self.params[0].0.feedback_mask + 1;
         let k = (frame % u64::from(stride * stride)) as u32;
@@ -566,6 +584,21 @@ impl VirtualTextures {
     /// Call right after submitting the frame's encoder.
     pub fn after_submit(&mut self) {
         self.feedback.after_submit();
+    }
+
+    /// Fraction (0 to 1) of the tiles the latest feedback window wants that are resident
+    /// themselves (see [`StreamFrame::resident_fraction`]).
+    pub fn resident_fraction(&self) -> f64 {
+        if self.wanted.is_empty() {
+            return 1.0;
+        }
+        let resident = self.wanted.iter().filter(|t| self.residency.is_resident(**t)).count();
+        resident as f64 / self.wanted.len() as f64
+    }
+
+    /// Whether everything the view wants is resident at its wanted resolution.
+    pub fn fully_resident(&self) -> bool {
+        self.resident_fraction() >= 1.0
     }
 
     /// Changes the mip bias (positive = blurrier, fewer tiles) from the next frame on.
