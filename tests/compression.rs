@@ -57,6 +57,7 @@ fn run(atlas: &Path, reference: Option<&Path>, pool: TargetFormat) -> CaptureRep
         vt: VtConfig { pool_format: Some(pool), ..VtConfig::default() },
         scene: None,
         prefetch: 0,
+        flush_vram_before: Vec::new(),
     };
     let r = capture(gpu(), &cfg).unwrap_or_else(|e| panic!("{e} (does this Vulkan driver sample BC7?)"));
     assert!(r.frames.iter().all(|f| f.unwritten_pixels == 0), "unwritten pool texels shown");
@@ -118,6 +119,7 @@ fn corrupted_compressed_tile_is_replaced_by_its_ancestor() {
         vt: VtConfig { pool_format: Some(TargetFormat::Bc7), ..VtConfig::default() },
         scene: None,
         prefetch: 0,
+        flush_vram_before: Vec::new(),
     };
     let r = capture(gpu(), &cfg).unwrap();
     let failed = r.final_stats.loader.failed;

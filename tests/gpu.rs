@@ -44,6 +44,7 @@ fn run_with(
         vt,
         scene: None,
         prefetch: 0,
+        flush_vram_before: Vec::new(),
     };
     let report = capture(gpu(), &cfg).unwrap();
     for f in &report.frames {
@@ -130,6 +131,7 @@ fn camera_cut_reaches_full_residency_and_signals_it() {
         vt: VtConfig::default(),
         scene: None,
         prefetch: 8,
+        flush_vram_before: Vec::new(),
     };
     let p = capture(gpu(), &cfg).unwrap();
     assert_eq!(

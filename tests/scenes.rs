@@ -52,6 +52,7 @@ fn run(
         vt: VtConfig { pool_mib: 64, ..VtConfig::default() },
         scene: Some(Arc::new(scene)),
         prefetch: 0,
+        flush_vram_before: Vec::new(),
     };
     let report = capture(gpu(), &cfg).unwrap();
     for f in &report.frames {
@@ -155,6 +156,7 @@ fn stress_scene_of_64k_squared_streams_into_a_small_pool() {
         vt: VtConfig { pool_mib: 32, ..VtConfig::default() },
         scene: None,
         prefetch: 0,
+        flush_vram_before: Vec::new(),
     };
     let r = capture(gpu(), &cfg).unwrap();
     for f in &r.frames {

@@ -40,6 +40,10 @@ pub(crate) struct BenchArgs {
     /// Where to write the JSON report.
     #[arg(long, default_value = "out/bench/bench.json")]
     json: PathBuf,
+    /// Evict the whole VRAM pool every N measured frames (host cache kept), so frames
+    /// upload in bursts: the table then shows what a frame of 256+ uploads costs.
+    #[arg(long, default_value_t = 0)]
+    flush_every: u32,
     /// Skip the third variant (feedback stride 8) that estimates the cost of feedback writes.
     #[arg(long)]
     no_feedback_probe: bool,
@@ -65,6 +69,7 @@ pub(crate) fn run(args: &BenchArgs) -> Result<ExitCode> {
         size: args.size,
         vt: args.vt.config(),
         feedback_probe: !args.no_feedback_probe,
+        flush_every: args.flush_every,
     };
     let ctx = GpuContext::headless()?;
     println!(
@@ -190,6 +195,21 @@ fn table(r: &BenchReport, camera: &str) -> String {
         "uploads per frame:                       median {}, max {}; {} in measured frames, {} in warm-up; {} tiles resident at the end",
         u.per_frame.median, u.per_frame.max, u.total, u.warmup_total, u.resident_at_end
     );
+    if let Some(b) = &u.burst {
+        let _ = writeln!(
+            o,
+            "upload bursts (>= 256 tiles):           {} frames, uploads median {} max {}; frame {:.3} ms median, {:.3} max \
+             vs {:.3} idle: spike {:.3} ms (target < 1); upload CPU median {:.3} ms",
+            b.frames,
+            b.uploads.median,
+            b.uploads.max,
+            b.frame_ms.median,
+            b.frame_ms.max,
+            b.idle_frame_ms.median,
+            b.spike_ms,
+            b.upload_cpu_ms.median
+        );
+    }
     o
 }
 

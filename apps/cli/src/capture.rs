@@ -106,6 +106,10 @@ pub(crate) struct CaptureArgs {
     /// (and any view after a coming cut) is drawn hidden so its tiles stream in early.
     #[arg(long, default_value_t = 0)]
     prefetch: u32,
+    /// Evict the VRAM pool (host cache kept) before these frames, e.g. before cutting
+    /// back to a view seen earlier, to measure a cut served from the host cache.
+    #[arg(long, value_delimiter = ',')]
+    flush_vram_before: Vec<u32>,
     #[command(flatten)]
     vt: VtArgs,
 }
@@ -153,6 +157,11 @@ pub(crate) fn load_scene(
     Ok(scene.map(Arc::new))
 }
 
+/// Frames at which `path` cuts.
+fn cuts(path: &CameraPath) -> Vec<u32> {
+    path.keyframes.iter().filter(|k| k.cut).map(|k| k.frame.ceil() as u32).collect()
+}
+
 /// Radius of the globe scene (world units).
 pub(crate) const GLOBE_RADIUS: f32 = 1.0;
 
@@ -175,11 +184,18 @@ pub(crate) fn run(args: &CaptureArgs) -> Result<ExitCode> {
         reference_atlas: args.reference_atlas.clone(),
         vt: args.vt.config(),
         prefetch: args.prefetch,
+        flush_vram_before: args.flush_vram_before.clone(),
     };
     let ctx = GpuContext::headless()?;
     println!("adapter: {}", ctx.describe());
     let report = capture(&ctx, &cfg).with_context(|| format!("capturing {}", atlas.display()))?;
     println!("frames and stats.json written to {}", args.out.display());
     println!("{}", report.summary());
+    for cut in cuts(&cfg.camera) {
+        match report.frames_to_resident_after(cut) {
+            Some(n) => println!("cut at frame {cut}: fully resident after {n} frame(s)"),
+            None => println!("cut at frame {cut}: not fully resident by the last frame"),
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -130,6 +130,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
         vt: args.vt.config(),
         scene,
         prefetch: 0,
+        flush_vram_before: Vec::new(),
     };
     println!(
         "capturing {} frames of '{}' at {}x{} (virtual texture and reference)",

@@ -42,6 +42,10 @@ pub struct BenchConfig {
     pub feedback_probe: bool,
     /// A material scene baked into `atlas` (manifest beside it); `None`: the built-in scene.
     pub scene: Option<Arc<MaterialScene>>,
+    /// Every this many measured frames, evict everything from the VRAM pool (the host
+    /// cache keeps its tiles) so the next frames upload in bursts: measures how many
+    /// uploads a frame sustains and what they cost (0: never).
+    pub flush_every: u32,
 }
 
 /// Median, 95th percentile, maximum and mean of one measure over the measured frames.
@@ -135,6 +139,9 @@ pub struct UploadStats {
     pub warmup_total: u64,
     /// Tiles resident in the pool after the last frame.
     pub resident_at_end: usize,
+    /// Frames that uploaded at least [`BURST_TILES`] tiles against idle frames (none
+    /// when no frame did, or none was idle).
+    pub burst: Option<BurstStats>,
 }
 
 /// One measured frame.
@@ -419,6 +426,43 @@ fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 { a / b } else { f64::NAN }
 }
 
+/// Frame cost of upload bursts: frames that uploaded at least [`BURST_TILES`] tiles
+/// against frames that uploaded nothing.
+fn burst_stats(frames: &[BenchFrame]) -> Option<BurstStats> {
+    let cost = |f: &BenchFrame| f.vt_cpu_ms + f.vt_wall_ms;
+    let busy: Vec<&BenchFrame> = frames.iter().filter(|f| f.stream.uploads >= BURST_TILES).collect();
+    let idle = Stat::of(frames.iter().filter(|f| f.stream.uploads == 0).map(cost))?;
+    let busy_ms = Stat::of(busy.iter().map(|f| cost(f)))?;
+    Some(BurstStats {
+        frames: busy.len(),
+        uploads: Stat::of(busy.iter().map(|f| f.stream.uploads as f64)).unwrap_or_default(),
+        frame_ms: busy_ms,
+        idle_frame_ms: idle,
+        upload_cpu_ms: Stat::of(busy.iter().map(|f| f.stream.upload_ms)).unwrap_or_default(),
+        spike_ms: busy_ms.max - idle.median,
+    })
+}
+
+/// Uploads a frame must sustain without a frame-time spike (DESIGN.md section 9).
+pub const BURST_TILES: usize = 256;
+
+/// See [`UploadStats::burst`].
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct BurstStats {
+    /// Measured frames that uploaded at least [`BURST_TILES`] tiles.
+    pub frames: usize,
+    /// Their uploads.
+    pub uploads: Stat,
+    /// Their frame time (CPU + submit to idle), ms.
+    pub frame_ms: Stat,
+    /// Frame time of the frames that uploaded nothing, ms.
+    pub idle_frame_ms: Stat,
+    /// CPU time of their uploads and page-table writes, ms.
+    pub upload_cpu_ms: Stat,
+    /// Worst burst frame minus the median idle frame, ms (target: under 1 ms).
+    pub spike_ms: f64,
+}
+
 /// Runs the benchmark: sets up the scene as `capture` does (virtual textures, reference textures,
 /// offscreen target; no pixel readback), then per frame renders virtual texturing and the
 /// reference (and the sparse-feedback probe) one after the other on the same camera, each
@@ -465,6 +509,9 @@ pub fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, RenderErr
         let camera = cfg.camera.camera_at(i.saturating_sub(cfg.warmup));
         let frame = u64::from(i);
 
+        if measured && cfg.flush_every > 0 && (i - cfg.warmup) % cfg.flush_every == 0 {
+            main.vt.flush_vram();
+        }
         let (stream, vt_t) =
             main.frame(ctx, &target, &camera, frame, timer.as_ref().map(|t| (t, Q_VT, true)))?;
         let probe_t = match probe.as_mut() {
@@ -562,6 +609,7 @@ pub fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, RenderErr
             total: per_frame.iter().map(|f| f.stream.uploads as u64).sum(),
             warmup_total: warmup_uploads,
             resident_at_end: main.vt.residency().resident_count(),
+            burst: burst_stats(&per_frame),
         },
         vt: vt_stats,
         reference: ref_stats,

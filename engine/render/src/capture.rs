@@ -51,6 +51,10 @@ pub struct CaptureConfig {
     /// path will show then is drawn into a hidden target first, so its tiles are
     /// requested through the ordinary feedback before they are on screen.
     pub prefetch: u32,
+    /// Before these frames, evict everything from the VRAM pool (the host cache keeps
+    /// its tiles): with a path that cuts back to a view seen before, it measures a cut
+    /// served from the host cache.
+    pub flush_vram_before: Vec<u32>,
 }
 
 /// Statistics of one captured frame (one entry of `stats.json`'s `frames`).
@@ -339,6 +343,9 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
     let mut last_reference = None;
     for frame in 0..cfg.frames {
         let t0 = Instant::now();
+        if cfg.flush_vram_before.contains(&frame) {
+            vt.flush_vram();
+        }
         let stream = vt.prepare(ctx, u64::from(frame));
         let prefetch = prefetch_target.as_ref().and_then(|t| {
             let ahead = frame + cfg.prefetch;
