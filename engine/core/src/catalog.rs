@@ -23,6 +23,10 @@ pub const SCENES: &[(&str, &str)] = &[
         "65536x65536 mosaic of 6 crops of the Earth images (16x16 cells of 4096²), on the built-in plane, \
          globe and cube",
     ),
+    (
+        "mosaic16k",
+        "16384x16384 mosaic (4x4 cells of the stress crops): a real texture whose reference fits a GPU",
+    ),
 ];
 
 /// Radius of the globe scene in world units.
@@ -126,7 +130,7 @@ pub fn load(name: &str, data: &Path) -> Result<Option<MaterialScene>, CatalogErr
             }
             Ok(Some(material_scene::globe_scene(&image, GLOBE_RADIUS, 256, 128)?))
         }
-        "stress" => {
+        "stress" | "mosaic16k" => {
             if let Some(image) = Mosaic::stress_files(data).into_iter().find(|p| !p.is_file()) {
                 return Err(CatalogError::MissingData {
                     what: "an Earth image of the stress mosaic",
@@ -182,7 +186,8 @@ pub fn prepare(
     let atlas = dir.join(format!("{name}-{codec}.tsa"));
     let stamp = atlas.with_extension("tsa.bake");
     let Some(scene) = scene else {
-        let baked = prepare_stress(data, &atlas, &stamp, codec, rebake, progress)?;
+        let cells = if name == "stress" { STRESS_CELLS } else { 4 };
+        let baked = prepare_stress(data, &atlas, &stamp, codec, cells, rebake, progress)?;
         return Ok(PreparedScene { name: name.to_string(), atlas, scene: None, baked });
     };
     let fp = fingerprint(&scene, codec);
@@ -206,11 +211,12 @@ fn prepare_stress(
     atlas: &Path,
     stamp: &Path,
     codec: Codec,
+    cells: u32,
     rebake: bool,
     progress: &ProgressBar,
 ) -> Result<bool, CatalogError> {
     let head = format!(
-        "tessera {} codec {codec}\nstress mosaic {STRESS_CELLS}x{STRESS_CELLS} cells of {STRESS_CELL}: {STRESS_CROPS:?}\n",
+        "tessera {} codec {codec}\nstress mosaic {cells}x{cells} cells of {STRESS_CELL}: {STRESS_CROPS:?}\n",
         env!("CARGO_PKG_VERSION")
     );
     let fp = files_fingerprint(head, Mosaic::stress_files(data));
@@ -219,9 +225,13 @@ fn prepare_stress(
     if current {
         return Ok(false);
     }
-    let mosaic = Mosaic::stress(data)?;
+    let mosaic = Mosaic::stress_grid(data, cells)?;
     let input = BakeInput {
-        name: "stress".into(),
+        name: if cells == STRESS_CELLS {
+            "stress".into()
+        } else {
+            format!("mosaic{}k", cells * STRESS_CELL / 1024)
+        },
         regions: mosaic.regions(),
         source: Box::new(mosaic),
         wrap: Wrap::Clamp,

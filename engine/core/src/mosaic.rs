@@ -256,6 +256,12 @@ impl Mosaic {
     /// The 64K² stress mosaic ([`STRESS_CELLS`]² cells of [`STRESS_CELL`] texels) from the
     /// crops [`STRESS_CROPS`] of the images in the data folder `data`.
     pub fn stress(data: &Path) -> Result<Self, MosaicError> {
+        Self::stress_grid(data, STRESS_CELLS)
+    }
+
+    /// The stress mosaic's crops on a grid of `cells`² cells of [`STRESS_CELL`] texels
+    /// (4 cells: a 16384² real texture whose fully resident reference still fits a GPU).
+    pub fn stress_grid(data: &Path, cells: u32) -> Result<Self, MosaicError> {
         let mut crops = Vec::with_capacity(STRESS_CROPS.len());
         let mut decoded: Option<(PathBuf, image::DynamicImage)> = None;
         for (file, x, y, side, scale) in STRESS_CROPS {
@@ -270,7 +276,7 @@ impl Mosaic {
             }
         }
         drop(decoded);
-        Self::with_grid(STRESS_CELL, STRESS_CELLS, crops)
+        Self::with_grid(STRESS_CELL, cells, crops)
     }
 
     /// The image files the stress mosaic is made of, in the data folder `data`.
