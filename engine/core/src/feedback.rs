@@ -4,7 +4,9 @@
 //! with layers laid out one after the other in the order of the atlas (mip 0 first,
 //! row-major inside a mip, see [`TextureLayout::tile_index`]). The feedback shader sets
 //! bit `gidx & 31` of word `gidx >> 5` for every tile it sampled; [`mark`] is its CPU
-//! twin, and [`FeedbackLayout::decode`] turns a read-back bitset into tile ids.
+//! twin, and [`FeedbackLayout::decode`] turns a read-back bitset into tile ids;
+//! [`FeedbackLayout::decode_sparse`] does the same for the bitset's non-zero words as
+//! `(word index, bits)` pairs, which is what the GPU compaction pass reads back.
 
 use std::collections::HashSet;
 
@@ -139,18 +141,50 @@ impl FeedbackLayout {
         let mut out = Vec::new();
         let used = words.len().min(self.words());
         for (wi, &word) in words[..used].iter().enumerate() {
-            let mut w = word;
-            while w != 0 {
-                let bit = w.trailing_zeros() as usize;
-                w &= w - 1;
-                match self.tile_at(wi * 32 + bit) {
-                    Some(t) => out.push(t),
-                    // Only the last word can hold bits past the end, and they are higher.
-                    None => break,
-                }
-            }
+            self.push_word(wi, word, &mut out);
         }
         out
+    }
+
+    /// The tiles of a compacted bitset: `(word index, word bits)` pairs as the GPU
+    /// compaction pass writes them, in any order. Returns exactly what [`decode`]
+    /// returns for the bitset holding those words (pairs naming the same word are
+    /// OR-ed together; words past the end and bits past the last tile are ignored),
+    /// in the same order: increasing global index.
+    ///
+    /// [`decode`]: FeedbackLayout::decode
+    pub fn decode_sparse(&self, pairs: &[(u32, u32)]) -> Vec<TileId> {
+        let words = self.words();
+        let mut sorted: Vec<(u32, u32)> =
+            pairs.iter().copied().filter(|&(wi, bits)| bits != 0 && (wi as usize) < words).collect();
+        sorted.sort_unstable_by_key(|&(wi, _)| wi);
+        let mut out = Vec::with_capacity(sorted.len() * 2);
+        let mut i = 0;
+        while i < sorted.len() {
+            let (wi, mut bits) = sorted[i];
+            i += 1;
+            while let Some(&(_, more)) = sorted.get(i).filter(|p| p.0 == wi) {
+                bits |= more;
+                i += 1;
+            }
+            self.push_word(wi as usize, bits, &mut out);
+        }
+        out
+    }
+
+    /// Appends the tiles of the set bits of word `wi` (value `word`) to `out`, lowest
+    /// bit first; bits past the last tile are ignored.
+    fn push_word(&self, wi: usize, word: u32, out: &mut Vec<TileId>) {
+        let mut w = word;
+        while w != 0 {
+            let bit = w.trailing_zeros() as usize;
+            w &= w - 1;
+            match self.tile_at(wi * 32 + bit) {
+                Some(t) => out.push(t),
+                // Only the last word can hold bits past the end, and they are higher.
+                None => break,
+            }
+        }
     }
 
     /// The unique set of `tiles` and all their ancestors up to each layer's coarsest
@@ -261,6 +295,22 @@ mod tests {
         assert_eq!(got, want);
     }
 
+    #[test]
+    fn decode_sparse_matches_decode() {
+        let f = FeedbackLayout::new(&layouts(&[(100, 100), (300, 64)], 32));
+        let mut words = vec![0u32; f.words()];
+        words[0] = 0b1011;
+        words[1] = 1 << 31;
+        let last = f.words() - 1;
+        words[last] = u32::MAX;
+        let want = f.decode(&words);
+        // Out of order, a duplicate word split in two, a zero word and one past the end.
+        let pairs = [(last as u32, u32::MAX), (1, 1 << 31), (0, 0b0011), (0, 0b1000), (2, 0), (9999, 7)];
+        assert_eq!(f.decode_sparse(&pairs), want);
+        assert!(f.decode_sparse(&[]).is_empty());
+        assert!(FeedbackLayout::new(&[]).decode_sparse(&[(0, 1)]).is_empty());
+    }
+
     fn sizes() -> impl Strategy<Value = Vec<(u32, u32)>> {
         proptest::collection::vec((1u32..700, 1u32..700), 1..4)
     }
@@ -279,6 +329,29 @@ mod tests {
             }
             want.sort_by_key(|t| f.global_index(*t));
             prop_assert_eq!(f.decode(&words), want);
+        }
+
+        #[test]
+        fn decode_sparse_equals_decode(
+            sizes in sizes(),
+            picks in proptest::collection::vec((any::<usize>(), any::<u32>()), 0..200),
+        ) {
+            let f = FeedbackLayout::new(&layouts(&sizes, 32));
+            // Random words (including padding bits of the last word) as pairs in random
+            // order, some words split over two pairs.
+            let mut words = vec![0u32; f.words()];
+            let mut pairs = Vec::new();
+            for (p, bits) in picks {
+                let wi = p % f.words();
+                words[wi] |= bits;
+                if p % 3 == 0 {
+                    pairs.push((wi as u32, bits & 0xffff));
+                    pairs.push((wi as u32, bits & !0xffff));
+                } else {
+                    pairs.push((wi as u32, bits));
+                }
+            }
+            prop_assert_eq!(f.decode_sparse(&pairs), f.decode(&words));
         }
 
         #[test]

@@ -25,6 +25,7 @@ pub mod page_table;
 pub mod residency;
 pub mod scene;
 pub mod scene_bake;
+pub mod schedule;
 pub mod source;
 pub mod stats;
 pub mod tile;

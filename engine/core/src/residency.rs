@@ -10,6 +10,11 @@
 //! pinned coarse mip. When nothing can be evicted the plan stops uploading: a visible
 //! set larger than the pool settles with its coarsest tiles resident and no uploads,
 //! instead of thrashing.
+//!
+//! Tiles the view does not need yet can be asked for with [`Residency::prefetch`]: they
+//! are requested at a low priority, do not count as misses, are uploaded after every
+//! needed tile and only into free slots or slots of tiles that are not needed, and are
+//! forgotten after [`PREFETCH_TTL_FRAMES`] frames unless the view comes to need them.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -21,6 +26,10 @@ use crate::lru::Lru;
 use crate::page_table::{MAX_SLOTS_PER_SIDE, PageTable, SlotCoord};
 use crate::stats::VramCounters;
 use crate::tile::{TextureLayout, TileId};
+
+/// Frames a prefetched tile is kept (requested or loaded) without being needed before
+/// it is dropped; see [`Residency::set_prefetch_ttl`].
+pub const PREFETCH_TTL_FRAMES: u64 = 60;
 
 /// Size of the pool and per-frame budgets of a [`Residency`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,9 +86,13 @@ pub struct Upload {
 /// after the texture writes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct UploadPlan {
-    /// Texture writes, coarse mips first.
+    /// Texture writes: needed tiles coarse mips first, then prefetched tiles coarse
+    /// mips first.
     pub uploads: Vec<Upload>,
-    /// Ready tiles discarded because the latest feedback no longer needs them.
+    /// How many of `uploads` (at their end) are prefetched tiles no feedback needed yet.
+    pub prefetched: usize,
+    /// Ready tiles discarded because the latest feedback no longer needs them (or,
+    /// for prefetched tiles, because their prefetch expired).
     pub dropped: usize,
     /// Ready tiles left for a later frame (budget spent or no slot).
     pub deferred: usize,
@@ -120,6 +133,14 @@ pub struct Residency {
     failed: HashSet<TileId>,
     /// The latest feedback with its ancestors.
     needed: HashSet<TileId>,
+    /// Tiles asked for by [`Residency::prefetch`] and not needed since, with the frame
+    /// of their latest prefetch. Each is requested or ready, never resident.
+    prefetched: HashMap<TileId, u64>,
+    /// Resident tiles uploaded by a prefetch and not needed since: prefetches never
+    /// evict them, so two prefetched tiles cannot take turns in one slot.
+    speculative: HashSet<TileId>,
+    /// Frames a prefetch entry lives without being renewed.
+    prefetch_ttl: u64,
     counters: ResidencyCounters,
 }
 
@@ -156,6 +177,9 @@ impl Residency {
             ready: BTreeMap::new(),
             failed: HashSet::new(),
             needed: HashSet::new(),
+            prefetched: HashMap::new(),
+            speculative: HashSet::new(),
+            prefetch_ttl: PREFETCH_TTL_FRAMES,
             counters: ResidencyCounters::default(),
         }
     }
@@ -172,7 +196,11 @@ impl Residency {
     /// they will not be evicted while they are in the latest feedback. A tile is
     /// requested when it is not resident, not already requested, not waiting in the
     /// ready queue and has not failed. Its priority is the number of `needed` tiles it
-    /// covers (itself and its descendants), a stand-in for screen coverage.
+    /// covers (itself and its descendants), a stand-in for screen coverage; it is at
+    /// least 1, above the priority prefetches should use (0).
+    ///
+    /// A prefetched tile that becomes needed is upgraded: it is not requested again,
+    /// and from then on it is uploaded and kept like any needed tile.
     pub fn on_feedback(&mut self, frame: u64, needed: &[TileId]) -> Vec<(TileId, u32)> {
         let all = self.table.layout().with_ancestors(needed);
         let mut coverage: HashMap<TileId, u32> = HashMap::with_capacity(all.len());
@@ -193,8 +221,10 @@ impl Residency {
                 let e = coverage.entry(p).or_default();
                 *e = e.saturating_add(cov);
             }
+            self.prefetched.remove(&t);
             if let Some(s) = self.lru.get_mut(t) {
                 s.last_used_frame = frame;
+                self.speculative.remove(&t);
                 continue;
             }
             if self.pinned.contains_key(&t) {
@@ -217,6 +247,7 @@ impl Residency {
     pub fn on_loaded(&mut self, tile: TileId, bytes: Arc<[u8]>) {
         self.requested.remove(&tile);
         if self.table.global_index(tile).is_none() || self.is_resident(tile) {
+            self.prefetched.remove(&tile);
             return;
         }
         self.failed.remove(&tile);
@@ -227,6 +258,7 @@ impl Residency {
     /// ancestor and is not requested again until [`Residency::forget_failures`].
     pub fn on_failed(&mut self, tile: TileId) {
         self.requested.remove(&tile);
+        self.prefetched.remove(&tile);
         self.failed.insert(tile);
         self.counters.failed += 1;
     }
@@ -234,6 +266,7 @@ impl Residency {
     /// The loader dropped the request for `tile` (stale); it may be requested again.
     pub fn on_cancelled(&mut self, tile: TileId) {
         self.requested.remove(&tile);
+        self.prefetched.remove(&tile);
     }
 
     /// Allows tiles that failed to be requested again (e.g. after the atlas changed).
@@ -241,57 +274,156 @@ impl Residency {
         self.failed.clear();
     }
 
-    /// Moves ready tiles into the pool for `frame`, coarse mips first, within the
-    /// per-frame budget, evicting least recently needed tiles that are neither in the
-    /// latest feedback nor pinned. Updates the page table (eviction, then residency)
-    /// and the counters. Ready tiles the latest feedback no longer needs are dropped,
-    /// except pinnable coarse mips.
+    /// Asks for `tiles` that the view does not need yet (neighbours of requested tiles,
+    /// a region about to come into view) and returns the loader requests, coarse first,
+    /// all at `priority` (pass 0 to rank below every needed tile, whose priority is at
+    /// least 1).
+    ///
+    /// A tile is requested when it is inside the atlas and neither needed, resident,
+    /// requested, ready nor failed. Prefetching does not count misses and does not mark
+    /// tiles as needed: a prefetched tile never keeps a needed tile out of the pool
+    /// (see [`Residency::plan_uploads`]). Tiles that are already requested or ready and
+    /// not needed (including earlier prefetches) are adopted or renewed at `frame`
+    /// without a new request. A prefetch expires [`PREFETCH_TTL_FRAMES`] frames after
+    /// its latest renewal unless a feedback needs the tile first.
+    pub fn prefetch(&mut self, frame: u64, tiles: &[TileId], priority: u32) -> Vec<(TileId, u32)> {
+        let mut requests = Vec::new();
+        for &t in tiles {
+            if self.table.global_index(t).is_none()
+                || self.needed.contains(&t)
+                || self.is_resident(t)
+                || self.failed.contains(&t)
+            {
+                continue;
+            }
+            let in_flight = self.requested.contains(&t) || self.ready.contains_key(&t);
+            let at = self.prefetched.entry(t).or_insert(frame);
+            *at = (*at).max(frame);
+            if !in_flight {
+                self.requested.insert(t);
+                requests.push((t, priority));
+            }
+        }
+        requests.sort_unstable_by_key(|r| r.0);
+        requests
+    }
+
+    /// Forgets prefetches not renewed for [`PREFETCH_TTL_FRAMES`] frames (not renewed
+    /// since `frame − ttl` or earlier) and that no feedback needed: their loaded bytes
+    /// are dropped. Returns the forgotten tiles still with the loader, coarse first, for
+    /// the caller to cancel; a result that arrives anyway is dropped unless needed.
+    pub fn drop_stale_prefetch(&mut self, frame: u64) -> Vec<TileId> {
+        let ttl = self.prefetch_ttl;
+        let stale: Vec<TileId> = self
+            .prefetched
+            .iter()
+            .filter(|&(_, &at)| at.saturating_add(ttl) <= frame)
+            .map(|(&t, _)| t)
+            .collect();
+        let mut pending = Vec::new();
+        for t in stale {
+            self.prefetched.remove(&t);
+            self.ready.remove(&t);
+            if self.requested.contains(&t) {
+                pending.push(t);
+            }
+        }
+        pending.sort_unstable();
+        pending
+    }
+
+    /// Changes how many frames a prefetch lives without renewal (default
+    /// [`PREFETCH_TTL_FRAMES`]).
+    pub fn set_prefetch_ttl(&mut self, frames: u64) {
+        self.prefetch_ttl = frames;
+    }
+
+    /// Prefetched tiles not needed yet and not resident (requested or ready).
+    pub fn prefetched_count(&self) -> usize {
+        self.prefetched.len()
+    }
+
+    /// Whether `tile` is a pending prefetch (requested or ready, not needed yet).
+    pub fn is_prefetched(&self, tile: TileId) -> bool {
+        self.prefetched.contains_key(&tile)
+    }
+
+    /// Moves ready tiles into the pool for `frame` within the per-frame budget: first
+    /// the needed ones (and pinnable coarse mips), coarse mips first, evicting least
+    /// recently needed tiles that are neither in the latest feedback nor pinned; then
+    /// prefetched ones, coarse first, only into free slots or slots of such tiles that
+    /// were not themselves prefetched (so prefetches never thrash each other), and only
+    /// while every needed ready tile found a slot. Updates the page table
+    /// (eviction, then residency) and the counters. Ready tiles the latest feedback no
+    /// longer needs are dropped, except pinnable coarse mips and prefetches younger than
+    /// the prefetch lifetime.
     pub fn plan_uploads(&mut self, frame: u64) -> UploadPlan {
         let mut plan = UploadPlan::default();
         let before = self.ready.len();
         let (needed, layout, pin) = (&self.needed, self.table.layout(), self.config.pin_coarsest_mips);
-        self.ready.retain(|t, _| needed.contains(t) || is_pinned(layout, pin, *t));
+        let (prefetched, ttl) = (&self.prefetched, self.prefetch_ttl);
+        self.ready.retain(|t, _| {
+            needed.contains(t)
+                || is_pinned(layout, pin, *t)
+                || prefetched.get(t).is_some_and(|&at| frame < at.saturating_add(ttl))
+        });
         plan.dropped = before - self.ready.len();
+        let (ready, requested) = (&self.ready, &self.requested);
+        self.prefetched.retain(|t, _| ready.contains_key(t) || requested.contains(t));
 
+        let (urgent, spare): (Vec<TileId>, Vec<TileId>) =
+            self.ready.keys().copied().partition(|t| !self.prefetched.contains_key(t));
         let max_uploads = self.config.max_uploads_per_frame.max(1);
         let mut bytes = 0u64;
-        while let Some((&tile, data)) = self.ready.first_key_value() {
-            if self.is_resident(tile) {
-                self.ready.pop_first();
-                continue;
-            }
-            let len = data.len() as u64;
-            if !plan.uploads.is_empty()
-                && (plan.uploads.len() >= max_uploads
-                    || bytes.saturating_add(len) > self.config.max_upload_bytes_per_frame)
-            {
-                break;
-            }
-            let (slot, evicted) = match self.free.pop() {
-                Some(s) => (s, None),
-                None => {
-                    let needed = &self.needed;
-                    let victim =
-                        self.lru.pop_lru_where(|t, s| s.last_used_frame < frame && !needed.contains(t));
-                    let Some((victim, state)) = victim else {
-                        plan.pool_full = true;
-                        break;
-                    };
-                    self.table.set_evicted(victim);
-                    self.counters.evictions += 1;
-                    (state.slot, Some(victim))
+        'phases: for (is_prefetch, tiles) in [(false, urgent), (true, spare)] {
+            for tile in tiles {
+                if self.is_resident(tile) {
+                    self.ready.remove(&tile);
+                    continue;
                 }
-            };
-            let Some((_, data)) = self.ready.pop_first() else { break };
-            self.table.set_resident(tile, slot);
-            if is_pinned(self.table.layout(), self.config.pin_coarsest_mips, tile) {
-                self.pinned.insert(tile, slot);
-            } else {
-                self.lru.insert(tile, SlotState { slot, last_used_frame: frame });
+                let len = self.ready.get(&tile).map_or(0, |d| d.len() as u64);
+                if !plan.uploads.is_empty()
+                    && (plan.uploads.len() >= max_uploads
+                        || bytes.saturating_add(len) > self.config.max_upload_bytes_per_frame)
+                {
+                    break 'phases;
+                }
+                let (slot, evicted) = match self.free.pop() {
+                    Some(s) => (s, None),
+                    None => {
+                        let (needed, speculative) = (&self.needed, &self.speculative);
+                        let victim = self.lru.pop_lru_where(|t, s| {
+                            s.last_used_frame < frame
+                                && !needed.contains(t)
+                                && !(is_prefetch && speculative.contains(t))
+                        });
+                        let Some((victim, state)) = victim else {
+                            // Prefetches find no victim either: they have fewer.
+                            plan.pool_full |= !is_prefetch;
+                            break 'phases;
+                        };
+                        self.speculative.remove(&victim);
+                        self.table.set_evicted(victim);
+                        self.counters.evictions += 1;
+                        (state.slot, Some(victim))
+                    }
+                };
+                let Some(data) = self.ready.remove(&tile) else { break 'phases };
+                self.prefetched.remove(&tile);
+                self.table.set_resident(tile, slot);
+                if is_pinned(self.table.layout(), self.config.pin_coarsest_mips, tile) {
+                    self.pinned.insert(tile, slot);
+                } else {
+                    self.lru.insert(tile, SlotState { slot, last_used_frame: frame });
+                    if is_prefetch {
+                        self.speculative.insert(tile);
+                    }
+                }
+                self.counters.uploads += 1;
+                bytes = bytes.saturating_add(len);
+                plan.prefetched += usize::from(is_prefetch);
+                plan.uploads.push(Upload { tile, slot, bytes: data, evicted });
             }
-            self.counters.uploads += 1;
-            bytes = bytes.saturating_add(len);
-            plan.uploads.push(Upload { tile, slot, bytes: data, evicted });
         }
         plan.deferred = self.ready.len();
         plan
@@ -300,6 +432,7 @@ impl Residency {
     /// Evicts every resident tile that is not pinned (a debugging aid: everything
     /// streams again). The ready queue and pending requests are kept.
     pub fn flush(&mut self) {
+        self.speculative.clear();
         while let Some((tile, state)) = self.lru.pop_lru() {
             self.table.set_evicted(tile);
             self.free.push(state.slot);
@@ -400,6 +533,19 @@ impl Residency {
     pub fn all_needed_resident(&self) -> bool {
         self.needed.iter().all(|&t| self.is_resident(t))
     }
+
+    /// The fraction of `needed` (the tiles the view wants at the mip it wants them,
+    /// without ancestors, e.g. the decoded feedback) that are resident themselves
+    /// rather than shown through a coarser fallback: a progress signal from 0 to 1, 1
+    /// for an empty set. Every entry weighs the same (per tile, not per screen pixel);
+    /// duplicates count once per occurrence and tiles outside the atlas as missing.
+    pub fn resident_fraction(&self, needed: &[TileId]) -> f64 {
+        if needed.is_empty() {
+            return 1.0;
+        }
+        let resident = needed.iter().filter(|&&t| self.is_resident(t)).count();
+        resident as f64 / needed.len() as f64
+    }
 }
 
 /// Whether `tile` is one of the `pin` coarsest mips of its layer.
@@ -483,7 +629,10 @@ mod tests {
             if fail(t) { res.on_failed(t) } else { res.on_loaded(t, bytes()) }
         }
         let plan = res.plan_uploads(f);
-        assert!(plan.uploads.windows(2).all(|w| w[0].tile < w[1].tile), "uploads not coarse first");
+        let (urgent, spare) = plan.uploads.split_at(plan.uploads.len() - plan.prefetched);
+        for part in [urgent, spare] {
+            assert!(part.windows(2).all(|w| w[0].tile < w[1].tile), "uploads not coarse first");
+        }
         check(res, f, needed, &plan);
         (req, plan)
     }
@@ -635,6 +784,211 @@ mod tests {
         assert_eq!(res.ready_count(), 1);
     }
 
+    fn tiles(t: &[(u8, u32, u32)]) -> Vec<TileId> {
+        t.iter().map(|&(m, x, y)| TileId::new(0, m, x, y)).collect()
+    }
+
+    #[test]
+    fn prefetch_ranks_after_needed_and_never_evicts_needed() {
+        let mut res = Residency::new(&[l1024()], cfg(5, 100));
+        let needed = [TileId::new(0, 0, 0, 0)];
+        let req = res.on_feedback(0, &needed);
+        assert_eq!(req.len(), 4);
+        assert!(req.iter().all(|r| r.1 >= 1), "needed requests rank above prefetches");
+        let misses = res.counters().misses;
+        // The needed tile, a tile outside the atlas and a duplicate are not requested.
+        let pre = tiles(&[(0, 1, 0), (1, 1, 0), (0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 9, 9)]);
+        let preq = res.prefetch(0, &pre, 0);
+        assert_eq!(
+            preq,
+            vec![(TileId::new(0, 1, 1, 0), 0), (TileId::new(0, 0, 1, 0), 0), (TileId::new(0, 0, 0, 1), 0)]
+        );
+        assert_eq!(res.counters().misses, misses, "prefetching counts no miss");
+        assert_eq!(res.prefetched_count(), 3);
+        assert_eq!(res.requested_count(), 7);
+        // Prefetches arrive first, yet upload after every needed tile.
+        for &(t, _) in preq.iter().chain(&req) {
+            res.on_loaded(t, bytes());
+        }
+        let plan = res.plan_uploads(0);
+        let order: Vec<TileId> = plan.uploads.iter().map(|u| u.tile).collect();
+        assert_eq!(order, tiles(&[(3, 0, 0), (2, 0, 0), (1, 0, 0), (0, 0, 0), (1, 1, 0)]));
+        assert_eq!(plan.prefetched, 1);
+        // The pool is full of needed tiles and a fresh prefetch: the other two wait,
+        // and that does not count as a full pool.
+        assert!(!plan.pool_full);
+        assert_eq!(plan.deferred, 2);
+        check(&res, 0, &needed, &plan);
+        for f in 1..5 {
+            res.on_feedback(f, &needed);
+            let plan = res.plan_uploads(f);
+            assert!(plan.uploads.is_empty() && !plan.pool_full, "frame {f}: {plan:?}");
+            check(&res, f, &needed, &plan);
+        }
+        // The view moves on: needed tiles take the slots, prefetched ones wait.
+        let b = [TileId::new(0, 0, 7, 7)];
+        let req = res.on_feedback(5, &b);
+        assert_eq!(req.len(), 3);
+        for &(t, _) in &req {
+            res.on_loaded(t, bytes());
+        }
+        let plan = res.plan_uploads(5);
+        check(&res, 5, &b, &plan);
+        // The needed tiles evict the least recently used: the prefetched tile (never
+        // needed), then two of the old view; the last old tile goes to a prefetch.
+        let evicted: Vec<TileId> = plan.uploads.iter().filter_map(|u| u.evicted).collect();
+        assert_eq!(evicted[0], TileId::new(0, 1, 1, 0));
+        assert_eq!(plan.uploads.len(), 4);
+        assert_eq!(plan.prefetched, 1);
+        assert_eq!(plan.uploads[3].tile, TileId::new(0, 0, 1, 0));
+        // Nothing left that a prefetch may evict: the last one waits.
+        res.on_feedback(6, &b);
+        let plan = res.plan_uploads(6);
+        check(&res, 6, &b, &plan);
+        assert!(plan.uploads.is_empty() && !plan.pool_full);
+        assert!(res.is_prefetched(TileId::new(0, 0, 0, 1)));
+    }
+
+    #[test]
+    fn prefetches_do_not_take_turns_in_one_slot() {
+        let mut res = Residency::new(&[l1024()], cfg(5, 100));
+        let needed = [TileId::new(0, 0, 0, 0)];
+        let pre = tiles(&[(0, 1, 0), (0, 0, 1)]);
+        let mut uploads = 0;
+        for f in 0..200 {
+            // The renderer asks for the same neighbours every frame.
+            let mut req = res.on_feedback(f, &needed);
+            req.extend(res.prefetch(f, &pre, 0));
+            for &(t, _) in &req {
+                res.on_loaded(t, bytes());
+            }
+            let plan = res.plan_uploads(f);
+            check(&res, f, &needed, &plan);
+            uploads += plan.uploads.len();
+            if f > 2 {
+                assert!(plan.uploads.is_empty(), "frame {f}: {plan:?}");
+            }
+        }
+        assert_eq!(uploads, 5);
+        // The one that never fit stays a renewed prefetch, ready.
+        assert!(res.is_prefetched(TileId::new(0, 0, 0, 1)));
+        assert_eq!(res.ready_count(), 1);
+    }
+
+    #[test]
+    fn prefetched_tile_that_becomes_needed_is_upgraded() {
+        let mut res = Residency::new(&[l1024()], cfg(16, 100));
+        let t = TileId::new(0, 0, 2, 2);
+        // Its ancestors are prefetched too (nothing is needed yet).
+        let pre = res.prefetch(0, &[t], 0);
+        assert_eq!(pre.len(), 1);
+        assert!(res.is_prefetched(t));
+        // The feedback now needs it: requested once, not twice.
+        let req = res.on_feedback(1, &[t]);
+        assert!(req.iter().all(|r| r.0 != t), "{req:?}");
+        assert_eq!(req.len(), 3);
+        assert!(!res.is_prefetched(t));
+        assert_eq!(res.requested_count(), 4);
+        // Prefetching it again while needed does nothing.
+        assert!(res.prefetch(1, &[t], 0).is_empty());
+        for &(r, _) in &req {
+            res.on_loaded(r, bytes());
+        }
+        res.on_loaded(t, bytes());
+        let plan = res.plan_uploads(1);
+        assert_eq!(plan.uploads.len(), 4);
+        assert_eq!(plan.prefetched, 0);
+        assert_eq!(plan.uploads[3].tile, t);
+        assert!(res.all_needed_resident());
+        // Resident tiles are not prefetched.
+        assert!(res.prefetch(2, &[t], 0).is_empty());
+    }
+
+    #[test]
+    fn stale_prefetches_are_dropped_and_forgotten() {
+        let mut res = Residency::new(&[l1024()], cfg(16, 1));
+        let (a, b, c) = (TileId::new(0, 0, 1, 1), TileId::new(0, 0, 2, 1), TileId::new(0, 1, 1, 1));
+        assert_eq!(res.prefetch(10, &[a, b], 0).len(), 2);
+        // `a` loads but is held back by the one-tile budget behind a needed tile.
+        res.on_loaded(a, bytes());
+        let root = TileId::new(0, 3, 0, 0);
+        // Kept (not dropped as "not needed") for the lifetime, renewals extend it.
+        for f in 10..70 {
+            for (t, _) in res.on_feedback(f, &[root]) {
+                res.on_loaded(t, bytes());
+            }
+            if f == 40 {
+                assert!(res.prefetch(f, &[b], 0).is_empty(), "renewed, not requested again");
+            }
+            assert!(res.drop_stale_prefetch(f).is_empty());
+            let plan = res.plan_uploads(f);
+            assert_eq!(plan.dropped, 0);
+            assert_eq!(plan.uploads.len(), usize::from(f < 12), "frame {f}");
+        }
+        // Frame 11 uploaded `a` once the root was in.
+        assert!(res.is_resident(a) && !res.is_prefetched(a));
+        // A new prefetch at 70; `b` (renewed at 40) lasts until 100.
+        assert_eq!(res.prefetch(70, &[c], 0).len(), 1);
+        res.on_loaded(c, bytes());
+        assert!(res.drop_stale_prefetch(99).is_empty());
+        assert_eq!(res.drop_stale_prefetch(100), vec![b]);
+        assert!(!res.is_prefetched(b));
+        // Still with the loader: a late result is dropped as unneeded.
+        assert_eq!(res.requested_count(), 1);
+        res.on_loaded(b, bytes());
+        res.on_feedback(100, &[root]);
+        let plan = res.plan_uploads(100);
+        assert_eq!(plan.uploads.iter().map(|u| u.tile).collect::<Vec<_>>(), vec![c]);
+        assert_eq!(plan.dropped, 1);
+        // A ready prefetch that expires is dropped by plan_uploads itself.
+        assert_eq!(res.prefetch(101, &[b], 0).len(), 1);
+        res.on_loaded(b, bytes());
+        res.set_upload_budget(1, 1);
+        res.on_feedback(101, &[TileId::new(0, 0, 7, 7)]);
+        for t in res.requested_tiles().collect::<Vec<_>>() {
+            if t != b {
+                res.on_loaded(t, bytes());
+            }
+        }
+        let plan = res.plan_uploads(160);
+        assert_eq!(plan.prefetched, 0);
+        assert!(res.is_prefetched(b));
+        let plan = res.plan_uploads(161);
+        assert!(!res.is_prefetched(b) && plan.dropped == 1, "{plan:?}");
+        // Cancelled or failed prefetches are forgotten too.
+        let d = TileId::new(0, 0, 5, 5);
+        res.prefetch(162, &[d, c], 0);
+        res.on_cancelled(d);
+        assert!(!res.is_prefetched(d));
+        assert_eq!(res.prefetch(163, &[d], 0).len(), 1);
+        res.on_failed(d);
+        assert!(!res.is_prefetched(d) && res.prefetch(164, &[d], 0).is_empty());
+    }
+
+    proptest! {
+        #[test]
+        fn resident_fraction_matches_brute_force(
+            layouts in small_layouts(),
+            slots in 1u16..24,
+            frames in proptest::collection::vec(proptest::collection::vec(any::<usize>(), 0..12), 1..8),
+            ask in proptest::collection::vec(any::<usize>(), 0..30),
+        ) {
+            let mut res = Residency::new(&layouts, cfg(slots, 4));
+            let layout = res.page_table().layout().clone();
+            let n = layout.total_tiles();
+            let pick = |p: &[usize]| -> Vec<TileId> { p.iter().map(|i| layout.tile_at(i % n).unwrap()).collect() };
+            for (f, p) in frames.iter().enumerate() {
+                let needed = pick(p);
+                frame(&mut res, f as u64, &needed, &|_| false);
+            }
+            let mut asked = pick(&ask);
+            asked.push(TileId::new(99, 0, 0, 0));
+            let count = asked.iter().filter(|&&t| res.resident_tiles().any(|(r, _)| r == t)).count();
+            prop_assert_eq!(res.resident_fraction(&asked), count as f64 / asked.len() as f64);
+            prop_assert_eq!(res.resident_fraction(&[]), 1.0);
+        }
+    }
+
     #[derive(Clone, Copy, Debug)]
     enum Fate {
         Now,
@@ -668,6 +1022,8 @@ mod tests {
                 1..25,
             ),
             last in proptest::collection::vec(any::<usize>(), 0..12),
+            pre in proptest::collection::vec(proptest::collection::vec(any::<usize>(), 0..6), 25),
+            ttl in 1u64..8,
         ) {
             let config = ResidencyConfig {
                 slots_x: slots,
@@ -677,15 +1033,25 @@ mod tests {
                 pin_coarsest_mips: 1,
             };
             let mut res = Residency::new(&layouts, config);
+            res.set_prefetch_ttl(ttl);
             let n = res.page_table().len();
             let pick = |res: &Residency, p: &[usize]| -> Vec<TileId> {
                 p.iter().map(|i| res.page_table().layout().tile_at(i % n).unwrap()).collect()
             };
             let mut later: Vec<TileId> = Vec::new();
             let mut f = 0u64;
-            for (p, fates) in &frames {
+            for ((p, fates), pre) in frames.iter().zip(&pre) {
                 let needed = pick(&res, p);
-                let req = res.on_feedback(f, &needed);
+                let mut req = res.on_feedback(f, &needed);
+                let prefetch = pick(&res, pre);
+                let preq = res.prefetch(f, &prefetch, 0);
+                prop_assert!(preq.iter().all(|&(t, _)| !req.iter().any(|r| r.0 == t)), "requested twice");
+                req.extend(preq);
+                if f % 3 == 2 {
+                    for t in res.drop_stale_prefetch(f) {
+                        prop_assert!(res.requested.contains(&t));
+                    }
+                }
                 for t in later.drain(..) {
                     res.on_loaded(t, bytes());
                 }
@@ -699,6 +1065,14 @@ mod tests {
                 }
                 let plan = res.plan_uploads(f);
                 check(&res, f, &needed, &plan);
+                // Prefetched uploads come last; pending prefetches are in flight only.
+                prop_assert!(plan.uploads[plan.uploads.len() - plan.prefetched..]
+                    .iter()
+                    .all(|u| !res.needed.contains(&u.tile)));
+                for t in res.prefetched.keys() {
+                    prop_assert!(res.requested.contains(t) || res.ready.contains_key(t));
+                    prop_assert!(!res.is_resident(*t) && !res.needed.contains(t));
+                }
                 f += 1;
             }
             for t in later.drain(..) {

@@ -509,7 +509,7 @@ pub fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, RenderErr
         let camera = cfg.camera.camera_at(i.saturating_sub(cfg.warmup));
         let frame = u64::from(i);
 
-        if measured && cfg.flush_every > 0 && (i - cfg.warmup) % cfg.flush_every == 0 {
+        if measured && cfg.flush_every > 0 && (i - cfg.warmup).is_multiple_of(cfg.flush_every) {
             main.vt.flush_vram();
         }
         let (stream, vt_t) =

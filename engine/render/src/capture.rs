@@ -101,6 +101,9 @@ pub struct FrameStats {
     /// The frame whose feedback this frame's decisions used (none: no readback arrived).
     #[serde(default)]
     pub feedback_frame: Option<u64>,
+    /// The automatic oversubscription mip bias in effect.
+    #[serde(default)]
+    pub auto_mip_bias: f32,
 }
 
 /// The result of a capture.
@@ -408,6 +411,7 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
             resident_fraction: stream.resident_fraction,
             became_fully_resident: stream.became_fully_resident,
             feedback_frame: stream.feedback_frame,
+            auto_mip_bias: stream.auto_mip_bias,
         });
         if last {
             last_frame = pixels;

@@ -1,6 +1,8 @@
 //! The physical tile pool: one fixed-size texture divided into a grid of bordered
 //! tile slots. Which tile lives in which slot is decided by `tessera_core::residency`.
 
+use std::sync::{Mutex, PoisonError};
+
 use tessera_core::atlas::ColorSpace;
 use tessera_core::codec::{Codec, EncodeOptions, TargetFormat, transcode};
 use tessera_core::page_table::SlotCoord;
@@ -61,6 +63,10 @@ pub fn format_support(device: &wgpu::Device) -> tessera_core::pool_format::Forma
 /// no frame ever shows an unwritten texel.
 pub const UNWRITTEN: [u8; 4] = [255, 0, 255, 255];
 
+/// Size of the staging buffers [`TilePool::upload_batch`] sub-allocates tiles from
+/// (a [`wgpu::util::StagingBelt`]: persistently re-mapped, so no allocation per frame).
+pub const STAGING_CHUNK_BYTES: u64 = 8 << 20;
+
 /// The pool texture and its slot grid.
 pub struct TilePool {
     target: TargetFormat,
@@ -69,6 +75,8 @@ pub struct TilePool {
     slot_texels: u32,
     slots_x: u32,
     slots_y: u32,
+    /// The staging belt of [`TilePool::upload_batch`].
+    staging: Mutex<wgpu::util::StagingBelt>,
 }
 
 impl TilePool {
@@ -141,9 +149,17 @@ impl TilePool {
             view_formats: &[],
         });
         let view = texture.create_view(&wgpu::TextureViewDescriptor::default());
-        let pool = Self { target, texture, view, slot_texels, slots_x, slots_y };
+        let pool = Self {
+            target,
+            texture,
+            view,
+            slot_texels,
+            slots_x,
+            slots_y,
+            staging: Mutex::new(wgpu::util::StagingBelt::new(device.clone(), STAGING_CHUNK_BYTES)),
+        };
         if target.is_block_compressed() {
-            pool.fill_unwritten(queue)?;
+            pool.fill_unwritten(device, queue)?;
         } else {
             pool.clear_unwritten(device, queue);
         }
@@ -152,17 +168,21 @@ impl TilePool {
 
     /// Block-compressed pools cannot be render targets: write a magenta tile, encoded
     /// and transcoded like any other, into every slot.
-    fn fill_unwritten(&self, queue: &wgpu::Queue) -> Result<(), RenderError> {
+    fn fill_unwritten(&self, device: &wgpu::Device, queue: &wgpu::Queue) -> Result<(), RenderError> {
         let s = self.slot_texels;
         let rgba: Vec<u8> = UNWRITTEN.iter().copied().cycle().take((s * s * 4) as usize).collect();
         let fail = |e: tessera_core::codec::CodecError| RenderError::Config(format!("pool fill tile: {e}"));
         let enc = Codec::Uastc.encode(&rgba, s, &EncodeOptions::default()).map_err(fail)?;
         let bytes = transcode(enc.codec, &enc.data, rgba.len(), s, self.target).map_err(fail)?;
-        for y in 0..self.slots_y {
-            for x in 0..self.slots_x {
-                self.upload(queue, SlotCoord { x: x as u16, y: y as u16 }, &bytes);
-            }
-        }
+        let items: Vec<(SlotCoord, &[u8])> = (0..self.slots_y)
+            .flat_map(|y| (0..self.slots_x).map(move |x| SlotCoord { x: x as u16, y: y as u16 }))
+            .map(|slot| (slot, bytes.as_slice()))
+            .collect();
+        self.upload_batch(device, queue, &items);
+        // The fill staged the whole pool at once; a fresh belt lets those buffers go
+        // instead of keeping them for frames that upload a few tiles.
+        *self.staging.lock().unwrap_or_else(PoisonError::into_inner) =
+            wgpu::util::StagingBelt::new(device.clone(), STAGING_CHUNK_BYTES);
         Ok(())
     }
 
@@ -239,21 +259,35 @@ impl TilePool {
         &self.view
     }
 
-    /// Copies one tile in the pool's format (`target().bytes_per_tile(slot_texels)` bytes) into `slot`.
-    pub fn upload(&self, queue: &wgpu::Queue, slot: SlotCoord, texels: &[u8]) {
+    /// Bytes of one row of a tile (a row of 4×4 blocks in a block format) and the rows
+    /// of a tile.
+    fn tile_rows(&self) -> (u32, u32) {
         let s = self.slot_texels;
-        let (bytes_per_row, rows) = if self.target.is_block_compressed() {
+        if self.target.is_block_compressed() {
             (s.div_ceil(4) * self.target.bytes_per_block() as u32, s.div_ceil(4))
         } else {
             (s * 4, s)
-        };
+        }
+    }
+
+    /// The texture region of `slot`.
+    fn slot_region(&self, slot: SlotCoord) -> wgpu::TexelCopyTextureInfo<'_> {
+        let s = self.slot_texels;
+        wgpu::TexelCopyTextureInfo {
+            texture: &self.texture,
+            mip_level: 0,
+            origin: wgpu::Origin3d { x: u32::from(slot.x) * s, y: u32::from(slot.y) * s, z: 0 },
+            aspect: wgpu::TextureAspect::All,
+        }
+    }
+
+    /// Copies one tile in the pool's format (`target().bytes_per_tile(slot_texels)` bytes) into `slot`.
+    /// For many tiles, [`TilePool::upload_batch`] is much faster.
+    pub fn upload(&self, queue: &wgpu::Queue, slot: SlotCoord, texels: &[u8]) {
+        let s = self.slot_texels;
+        let (bytes_per_row, rows) = self.tile_rows();
         queue.write_texture(
-            wgpu::TexelCopyTextureInfo {
-                texture: &self.texture,
-                mip_level: 0,
-                origin: wgpu::Origin3d { x: u32::from(slot.x) * s, y: u32::from(slot.y) * s, z: 0 },
-                aspect: wgpu::TextureAspect::All,
-            },
+            self.slot_region(slot),
             texels,
             wgpu::TexelCopyBufferLayout {
                 offset: 0,
@@ -262,5 +296,83 @@ impl TilePool {
             },
             wgpu::Extent3d { width: s, height: s, depth_or_array_layers: 1 },
         );
+    }
+
+    /// Copies many tiles (each `slot_bytes()` bytes in the pool's format) into their
+    /// slots with one submission: every tile is written into staging memory (rows padded
+    /// to [`wgpu::COPY_BYTES_PER_ROW_ALIGNMENT`]; block formats: rows of 4×4 blocks)
+    /// sub-allocated from a few large, persistently re-mapped buffers, then one command
+    /// encoder with one `copy_buffer_to_texture` per tile is submitted before returning
+    /// (so before the caller's frame).
+    ///
+    /// One `write_texture` per tile costs a fixed overhead per call, which caps
+    /// streaming at tens of thousands of tiles per second; this costs one submission per
+    /// batch. The staging buffers come back for reuse once the GPU is done with them
+    /// and the device is polled (as every frame's feedback poll does).
+    ///
+    /// Items of the wrong length or outside the slot grid are skipped with a warning.
+    /// A slot named twice ends with the later tile, as with [`TilePool::upload`].
+    pub fn upload_batch(&self, device: &wgpu::Device, queue: &wgpu::Queue, items: &[(SlotCoord, &[u8])]) {
+        let want = self.slot_bytes() as usize;
+        let (row_bytes, rows) = self.tile_rows();
+        let padded_row = row_bytes.next_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
+        let Some(stride) = wgpu::BufferSize::new(u64::from(padded_row) * u64::from(rows)) else { return };
+        let align = wgpu::BufferSize::new(u64::from(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT)).unwrap_or(stride);
+        let s = self.slot_texels;
+        let extent = wgpu::Extent3d { width: s, height: s, depth_or_array_layers: 1 };
+        let (row_len, padded_len) = (row_bytes as usize, padded_row as usize);
+        let mut belt = self.staging.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut encoder = device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera tile uploads") });
+        let mut copies = 0usize;
+        for (slot, texels) in items {
+            if texels.len() != want || u32::from(slot.x) >= self.slots_x || u32::from(slot.y) >= self.slots_y
+            {
+                tracing::warn!(
+                    "tile upload to slot ({}, {}) skipped: {} bytes, expected {want} inside {}×{} slots",
+                    slot.x,
+                    slot.y,
+                    texels.len(),
+                    self.slots_x,
+                    self.slots_y
+                );
+                continue;
+            }
+            let staged = belt.allocate(stride, align);
+            match staged.get_mapped_range_mut() {
+                Ok(mut view) => {
+                    for (r, row) in texels.chunks_exact(row_len).enumerate() {
+                        let at = r * padded_len;
+                        view.slice(at..at + row_len).copy_from_slice(row);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "tile upload to slot ({}, {}) skipped: staging not mapped: {e}",
+                        slot.x,
+                        slot.y
+                    );
+                    continue;
+                }
+            }
+            encoder.copy_buffer_to_texture(
+                wgpu::TexelCopyBufferInfo {
+                    buffer: staged.buffer(),
+                    layout: wgpu::TexelCopyBufferLayout {
+                        offset: staged.offset(),
+                        bytes_per_row: Some(padded_row),
+                        rows_per_image: Some(rows),
+                    },
+                },
+                self.slot_region(*slot),
+                extent,
+            );
+            copies += 1;
+        }
+        belt.finish();
+        if copies > 0 {
+            queue.submit([encoder.finish()]);
+        }
+        belt.recall();
     }
 }

@@ -10,6 +10,10 @@ pub const SCENE_VT_WGSL: &str = include_str!("../../../shaders/scene_vt.wgsl");
 /// Built-in scene fragment stage through the fully resident reference texture.
 pub const SCENE_REFERENCE_WGSL: &str = include_str!("../../../shaders/scene_reference.wgsl");
 
+/// Feedback compaction compute pass: the non-zero words of the feedback bitset as a
+/// list of (word index, bits) pairs with a counter (see [`crate::feedback`]).
+pub const FEEDBACK_COMPACT_WGSL: &str = include_str!("../../../shaders/feedback_compact.wgsl");
+
 /// Material scenes (glTF): camera, vertex stage, material block and lighting.
 pub const MATERIAL_WGSL: &str = include_str!("../../../shaders/material.wgsl");
 /// Material scene fragment stage through the stacked virtual texture.
@@ -57,5 +61,6 @@ mod tests {
         validate("vt alone", VT_WGSL);
         validate("material_vt", &material_vt_source());
         validate("material_reference", &material_reference_source());
+        validate("feedback_compact", FEEDBACK_COMPACT_WGSL);
     }
 }

@@ -1,6 +1,7 @@
 //! End-to-end streaming throughput, disk → VRAM: loader threads read, CRC-check and
-//! transcode tiles of an atlas (host cache cold) while the calling thread uploads each
-//! finished tile into its own slot of a tile pool, until every requested tile is resident.
+//! transcode tiles of an atlas (host cache cold) while the calling thread uploads the
+//! finished tiles in batches, each into its own slot of a tile pool, until every
+//! requested tile is resident.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +16,7 @@ use crate::context::GpuContext;
 use crate::error::RenderError;
 use crate::pool::{TilePool, format_support};
 
-/// Uploads between two queue submissions, so staged upload memory is recycled.
+/// Tiles per upload batch (one staging copy and one submission each).
 const SUBMIT_EVERY: usize = 64;
 
 /// What to stream.
@@ -149,6 +150,14 @@ fn stream_round(
 ) -> Result<u64, RenderError> {
     let queued = tiles.iter().filter(|&&t| loader.request(t, 0, 0)).count();
     let (sx, slots) = (pool.slots_x() as usize, pool.slot_count() as usize);
+    // Tiles go up in batches (one staging buffer and one submission per batch), as the
+    // renderer's per-frame uploads do.
+    let mut batch: Vec<(SlotCoord, Arc<[u8]>)> = Vec::with_capacity(SUBMIT_EVERY);
+    let flush = |batch: &mut Vec<(SlotCoord, Arc<[u8]>)>| {
+        let items: Vec<(SlotCoord, &[u8])> = batch.iter().map(|(s, b)| (*s, &b[..])).collect();
+        pool.upload_batch(&ctx.device, &ctx.queue, &items);
+        batch.clear();
+    };
     for i in 0..queued {
         let result =
             loader.results().recv().map_err(|e| RenderError::Config(format!("loader pool stopped: {e}")))?;
@@ -160,12 +169,12 @@ fn stream_round(
             }
         };
         let s = i % slots;
-        pool.upload(&ctx.queue, SlotCoord { x: (s % sx) as u16, y: (s / sx) as u16 }, &bytes);
-        if (i + 1) % SUBMIT_EVERY == 0 {
-            ctx.queue.submit([]);
+        batch.push((SlotCoord { x: (s % sx) as u16, y: (s / sx) as u16 }, bytes));
+        if batch.len() == SUBMIT_EVERY {
+            flush(&mut batch);
         }
     }
-    ctx.queue.submit([]);
+    flush(&mut batch);
     wait_idle(ctx)?;
     Ok(queued as u64)
 }

@@ -12,6 +12,9 @@ use tessera_core::codec::TargetFormat;
 use tessera_core::feedback::FeedbackLayout;
 use tessera_core::loader::{LoadOutcome, LoaderConfig, LoaderPool};
 use tessera_core::residency::{Residency, ResidencyConfig};
+use tessera_core::schedule::{
+    BiasConfig, BiasInput, BudgetConfig, MipBiasController, UploadBudgetController, neighbours, region_tiles,
+};
 use tessera_core::stats::{StatsSnapshot, TierStats};
 use tessera_core::{Atlas, AtlasLoader, HostCache, StackedLoader, TileId, TileLoader};
 
@@ -69,6 +72,16 @@ pub struct VtConfig {
     pub debug_view: u32,
     /// Force the pool's texel format (default: the best the adapter and the atlas allow).
     pub pool_format: Option<TargetFormat>,
+    /// Raise a global mip bias (on top of `mip_bias`), with hysteresis, while the view
+    /// needs more tiles than the pool holds, and lower it when room comes back, so an
+    /// oversubscribed pool settles at a coarser level instead of thrashing.
+    pub auto_mip_bias: bool,
+    /// Adapt the per-frame upload budget to this frame time (ms, measured between
+    /// `prepare` calls); `None`: the fixed `max_uploads_per_frame`.
+    pub target_frame_ms: Option<f64>,
+    /// Also request the same-mip neighbours of requested tiles, at the lowest priority,
+    /// into free or unneeded slots only.
+    pub prefetch_neighbours: bool,
 }
 
 impl Default for VtConfig {
@@ -84,6 +97,9 @@ impl Default for VtConfig {
             mip_bias: 0.0,
             debug_view: 0,
             pool_format: None,
+            auto_mip_bias: true,
+            target_frame_ms: None,
+            prefetch_neighbours: true,
         }
     }
 }
@@ -127,6 +143,12 @@ pub struct StreamFrame {
     /// True on the frame where `resident_fraction` reaches 1 after being below it: the
     /// "fully resident" event (everything visible is at its wanted resolution).
     pub became_fully_resident: bool,
+    /// The automatic mip bias in effect for this frame (0 without oversubscription).
+    pub auto_mip_bias: f32,
+    /// The upload budget (tiles) for this frame.
+    pub upload_budget: usize,
+    /// Prefetch requests (neighbours, regions) handed to the loader this frame.
+    pub prefetches: usize,
 }
 
 /// The GPU side of an atlas' virtual textures plus the streaming that fills them.
@@ -155,6 +177,13 @@ pub struct VirtualTextures {
     wanted: Vec<TileId>,
     /// The resident fraction of the previous frame.
     last_fraction: f64,
+    bias: MipBiasController,
+    budget: Option<UploadBudgetController>,
+    /// Whether the last upload plan could not place a needed tile.
+    last_pool_full: bool,
+    last_prepare: Option<Instant>,
+    last_upload_ms: f64,
+    last_uploads: usize,
     total_uploads: u64,
     total_evictions: u64,
     frozen: bool,
@@ -347,6 +376,14 @@ impl VirtualTextures {
             });
             params.push((p, buffer, bind_group));
         }
+        let budget = config.target_frame_ms.map(|target| {
+            UploadBudgetController::new(BudgetConfig {
+                target_frame_ms: target,
+                start_tiles: config.max_uploads_per_frame.max(1),
+                bytes_per_tile: part_lengths.iter().sum::<usize>() as u64,
+                ..BudgetConfig::default()
+            })
+        });
         let mut vt = Self {
             atlas,
             cache,
@@ -367,6 +404,16 @@ impl VirtualTextures {
             request_times: HashMap::new(),
             wanted: Vec::new(),
             last_fraction: 1.0,
+            bias: MipBiasController::new(BiasConfig {
+                // The needed set is the union of stride² readbacks, which lag about 2 frames.
+                settle_frames: stride * stride + 2,
+                ..BiasConfig::default()
+            }),
+            budget,
+            last_pool_full: false,
+            last_prepare: None,
+            last_upload_ms: 0.0,
+            last_uploads: 0,
             total_uploads: 0,
             total_evictions: 0,
             frozen: false,
@@ -452,12 +499,21 @@ impl VirtualTextures {
     pub fn prepare(&mut self, ctx: &GpuContext, frame: u64) -> StreamFrame {
         let t0 = std::time::Instant::now();
         let mut out = StreamFrame::default();
+        // Adaptive upload budget: last frame's time (between prepare calls) and uploads.
+        let now = Instant::now();
+        if let (Some(budget), Some(last)) = (self.budget.as_mut(), self.last_prepare) {
+            let frame_ms = now.duration_since(last).as_secs_f64() * 1e3;
+            let b = budget.update(frame_ms, self.last_upload_ms, self.last_uploads);
+            self.residency.set_upload_budget(b.tiles, b.bytes.max(1));
+        }
+        self.last_prepare = Some(now);
+        out.upload_budget = self.residency.config().max_uploads_per_frame;
         if let Some(fb) = self.feedback.poll(&ctx.device).filter(|_| !self.frozen) {
             // Each frame only one pixel per stride² block writes feedback, so a tile that
             // covers a few pixels shows up in some frames only: the needed set is the union
             // of the last stride² readbacks, so such tiles are neither dropped nor evicted.
             let window = ((self.params[0].0.feedback_mask + 1).pow(2)) as usize;
-            self.recent_feedback.push_back(self.layout.decode(&fb.words));
+            self.recent_feedback.push_back(self.layout.decode_sparse(&fb.sparse));
             while self.recent_feedback.len() > window {
                 self.recent_feedback.pop_front();
             }
@@ -470,11 +526,32 @@ impl VirtualTextures {
             out.misses = (self.residency.counters().misses - misses_before) as usize;
             out.feedback_frame = Some(fb.frame);
             let now = Instant::now();
+            let mut around = Vec::new();
             for (tile, priority) in requests {
                 if self.loader.request(tile, priority, frame) {
                     out.requests += 1;
                 }
                 self.request_times.entry(tile).or_insert((fb.frame, now));
+                if self.config.prefetch_neighbours {
+                    around.extend(neighbours(&self.layout, tile));
+                }
+            }
+            if !around.is_empty() {
+                around.sort_unstable();
+                around.dedup();
+                for (tile, priority) in self.residency.prefetch(frame, &around, 0) {
+                    out.prefetches += usize::from(self.loader.request(tile, priority, frame));
+                }
+            }
+            // Oversubscription: a global mip bias with hysteresis.
+            if self.config.auto_mip_bias {
+                let bias = self.bias.update(BiasInput {
+                    needed: out.tiles_needed,
+                    capacity: self.pools[0].slot_count() as usize,
+                    pool_full: self.last_pool_full,
+                    misses: out.misses,
+                });
+                self.apply_mip_bias(self.config.mip_bias + bias);
             }
             // Renew queued loads that are still wanted, so the loader's staleness rule
             // cancels only requests that the feedback no longer asks for.
@@ -486,6 +563,9 @@ impl VirtualTextures {
             self.wanted = needed;
         } else {
             out.tiles_needed = self.residency.needed_count();
+        }
+        for tile in self.residency.drop_stale_prefetch(frame) {
+            self.loader.cancel(tile);
         }
         self.loader.cancel_stale(frame);
         for r in self.loader.try_results() {
@@ -514,6 +594,9 @@ impl VirtualTextures {
         out.resident_vram = self.residency.resident_count();
         out.resident_host = self.cache.len();
         out.resident_fraction = self.resident_fraction();
+        out.auto_mip_bias = self.bias.bias();
+        self.last_upload_ms = out.upload_ms;
+        self.last_uploads = out.uploads;
         out.became_fully_resident = out.resident_fraction >= 1.0 && self.last_fraction < 1.0;
         self.last_fraction = out.resident_fraction;
         // Rotate which pixel of each block writes feedback.
@@ -531,14 +614,18 @@ impl VirtualTextures {
     /// (mean ms, max ms, mean frames) request-to-resident latency of the uploaded tiles.
     fn apply_uploads(&mut self, ctx: &GpuContext, frame: u64) -> (usize, usize, (f64, f64, f64)) {
         let plan = self.residency.plan_uploads(frame);
+        self.last_pool_full = plan.pool_full;
         let mut evictions = 0;
         let now = Instant::now();
         let (mut sum_ms, mut max_ms, mut sum_frames, mut timed) = (0.0f64, 0.0f64, 0.0f64, 0usize);
+        // Each pool's parts of this frame's tiles go up in one batch (one submission).
+        let mut parts: Vec<Vec<(tessera_core::page_table::SlotCoord, &[u8])>> =
+            self.pools.iter().map(|_| Vec::with_capacity(plan.uploads.len())).collect();
         for u in &plan.uploads {
             let mut rest: &[u8] = &u.bytes;
-            for (pool, &len) in self.pools.iter().zip(&self.part_lengths) {
+            for (batch, &len) in parts.iter_mut().zip(&self.part_lengths) {
                 let Some((part, tail)) = rest.split_at_checked(len) else { break };
-                pool.upload(&ctx.queue, u.slot, part);
+                batch.push((u.slot, part));
                 rest = tail;
             }
             evictions += usize::from(u.evicted.is_some());
@@ -549,6 +636,9 @@ impl VirtualTextures {
                 sum_frames += frame.saturating_sub(fb_frame) as f64;
                 timed += 1;
             }
+        }
+        for (pool, batch) in self.pools.iter().zip(&parts) {
+            pool.upload_batch(&ctx.device, &ctx.queue, batch);
         }
         // Requests whose result was dropped (no longer needed) never upload: forget them
         // once they are neither requested nor waiting.
@@ -604,9 +694,34 @@ impl VirtualTextures {
     /// Changes the mip bias (positive = blurrier, fewer tiles) from the next frame on.
     pub fn set_mip_bias(&mut self, bias: f32) {
         self.config.mip_bias = bias;
+        self.apply_mip_bias(bias + if self.config.auto_mip_bias { self.bias.bias() } else { 0.0 });
+    }
+
+    fn apply_mip_bias(&mut self, bias: f32) {
         for (p, _, _) in &mut self.params {
             p.mip_bias = bias;
         }
+    }
+
+    /// The automatic oversubscription bias in effect (see [`VtConfig::auto_mip_bias`]).
+    pub fn auto_mip_bias(&self) -> f32 {
+        self.bias.bias()
+    }
+
+    /// Warms a region before it is seen (e.g. the destination of a coming cut): requests
+    /// the tiles covering `rect` (`[x, y, width, height]` in mip-0 texels of layer
+    /// `layer`) at `mip`, with their ancestors, at the lowest priority. They go into free
+    /// or unneeded pool slots only, never displacing what the view needs, and are
+    /// forgotten if nothing asks for them within a minute of frames. Returns the number
+    /// of tiles requested.
+    pub fn prefetch_region(&mut self, layer: u16, rect: [u32; 4], mip: u8, frame: u64) -> usize {
+        let owner = if self.stacked { 0 } else { layer };
+        let tiles = region_tiles(&self.layout, owner, rect, mip);
+        let mut n = 0;
+        for (tile, priority) in self.residency.prefetch(frame, &tiles, 0) {
+            n += usize::from(self.loader.request(tile, priority, frame));
+        }
+        n
     }
 
     /// Changes the debug view (0 off, 1 mip colours, 2 fallback depth, 3 tile borders)

@@ -1,0 +1,493 @@
+//! Frame-to-frame scheduling decisions, GPU-free: the global mip bias under
+//! oversubscription, the adaptive per-frame upload budget, prefetch candidates, and a
+//! measurement of the per-frame CPU cost of streaming against the virtual size.
+//!
+//! The renderer feeds these controllers what it measured on the previous frame and
+//! applies what they return on the next one; every decision is made and tested here.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::feedback::FeedbackLayout;
+use crate::residency::{Residency, ResidencyConfig};
+use crate::tile::{TextureLayout, TileId};
+
+/// Tuning of a [`MipBiasController`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BiasConfig {
+    /// Bias change of one raise or lower, in mip levels (0.5: each step roughly halves
+    /// or doubles the number of tiles a 2D view needs).
+    pub step: f32,
+    /// Largest bias ever returned.
+    pub max_bias: f32,
+    /// Consecutive oversubscribed frames before the bias rises by one step.
+    pub raise_after: u32,
+    /// Consecutive frames with room for one step finer before the bias falls by one step.
+    pub lower_after: u32,
+    /// `needed / capacity` above which the pool counts as oversubscribed.
+    pub high_water: f32,
+    /// `needed / capacity` that the view one step finer must stay under for the bias
+    /// to fall.
+    pub low_water: f32,
+    /// Frames after a change during which the inputs still describe the old bias (the
+    /// feedback window plus the readback latency) and are not counted towards the
+    /// next change; without it a lagging needed set raises the bias twice.
+    pub settle_frames: u32,
+}
+
+impl Default for BiasConfig {
+    fn default() -> Self {
+        Self {
+            step: 0.5,
+            max_bias: 4.0,
+            raise_after: 3,
+            lower_after: 30,
+            high_water: 0.95,
+            low_water: 0.6,
+            settle_frames: 6,
+        }
+    }
+}
+
+/// What the renderer measured in one frame, for [`MipBiasController::update`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BiasInput {
+    /// Tiles the view needs, ancestors included ([`Residency::needed_count`]).
+    pub needed: usize,
+    /// Slots in the pool ([`Residency::slot_count`]).
+    pub capacity: usize,
+    /// Whether residency could not place a needed tile this frame
+    /// ([`crate::residency::UploadPlan::pool_full`]).
+    pub pool_full: bool,
+    /// Needed tiles that were not resident this frame. The high-water rule only
+    /// counts while tiles are missing: a nearly full pool that holds everything the
+    /// view needs is left alone.
+    pub misses: usize,
+}
+
+/// Chooses the global mip bias (positive = blurrier, fewer tiles) so that the visible
+/// set fits the pool, with hysteresis so that it settles instead of oscillating.
+///
+/// The bias rises by one step after [`BiasConfig::raise_after`] consecutive frames in
+/// which the pool is full or the needed set exceeds the high-water mark (while tiles
+/// are missing). It falls by one step only after [`BiasConfig::lower_after`]
+/// consecutive frames in which the needed set *one step finer*, predicted as
+/// `needed · 4^step` (tiles of a 2D view scale with the square of the resolution),
+/// would fit under the low-water mark, so lowering never immediately triggers a raise.
+/// When the pool filled up with fewer needed tiles than it has slots (pinned tiles,
+/// other layers), that smaller count is used as the capacity for lowering until the
+/// capacity changes.
+#[derive(Clone, Debug)]
+pub struct MipBiasController {
+    config: BiasConfig,
+    bias: f32,
+    /// Consecutive oversubscribed frames counted towards a raise.
+    over: u32,
+    /// Consecutive frames with room counted towards a lower.
+    room: u32,
+    /// Frames still to ignore after the latest change.
+    settle: u32,
+    /// Smallest needed count seen with a full pool at the current capacity.
+    full_needed: Option<usize>,
+    capacity: usize,
+}
+
+impl MipBiasController {
+    /// A controller at bias 0.
+    pub fn new(config: BiasConfig) -> Self {
+        Self { config, bias: 0.0, over: 0, room: 0, settle: 0, full_needed: None, capacity: 0 }
+    }
+
+    /// The tuning in use.
+    pub fn config(&self) -> BiasConfig {
+        self.config
+    }
+
+    /// The bias returned by the latest [`MipBiasController::update`] (0 before any).
+    pub fn bias(&self) -> f32 {
+        self.bias
+    }
+
+    /// Takes in one frame's measurements and returns the bias to use next frame.
+    pub fn update(&mut self, s: BiasInput) -> f32 {
+        let c = self.config;
+        let step = if c.step.is_finite() && c.step > 0.0 { c.step } else { 0.5 };
+        let max_bias = if c.max_bias.is_finite() { c.max_bias.max(0.0) } else { 0.0 };
+        if s.capacity != self.capacity {
+            self.capacity = s.capacity;
+            self.full_needed = None;
+        }
+        if s.pool_full {
+            self.full_needed = Some(self.full_needed.map_or(s.needed, |n| n.min(s.needed)));
+        }
+        if self.settle > 0 {
+            self.settle -= 1;
+            return self.bias;
+        }
+        let capacity = s.capacity as f64;
+        let oversubscribed =
+            s.pool_full || (s.needed as f64 > f64::from(c.high_water) * capacity && s.misses > 0);
+        if oversubscribed {
+            self.room = 0;
+            self.over += 1;
+            if self.over >= c.raise_after && self.bias < max_bias {
+                self.change((self.bias + step).min(max_bias));
+            }
+        } else {
+            self.over = 0;
+            let room_for = self.full_needed.map_or(capacity, |n| capacity.min(n as f64));
+            let finer = s.needed as f64 * 4f64.powf(f64::from(step));
+            if self.bias > 0.0 && finer <= f64::from(c.low_water) * room_for {
+                self.room += 1;
+                if self.room >= c.lower_after {
+                    self.change((self.bias - step).max(0.0));
+                }
+            } else {
+                self.room = 0;
+            }
+        }
+        self.bias
+    }
+
+    fn change(&mut self, bias: f32) {
+        self.bias = bias;
+        self.over = 0;
+        self.room = 0;
+        self.settle = self.config.settle_frames;
+    }
+}
+
+/// Tuning of an [`UploadBudgetController`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BudgetConfig {
+    /// The frame time to stay under, in milliseconds.
+    pub target_frame_ms: f64,
+    /// Safety band around the target, in milliseconds; also the most time one frame's
+    /// uploads may take (the "no spike over 1 ms" target).
+    pub margin_ms: f64,
+    /// Fewest tiles per frame, whatever the frame time: streaming always progresses.
+    pub min_tiles: usize,
+    /// Most tiles per frame.
+    pub max_tiles: usize,
+    /// Budget before anything was measured.
+    pub start_tiles: usize,
+    /// Bytes of one tile in the pool (over every stacked pool), for the byte budget.
+    pub bytes_per_tile: u64,
+}
+
+impl Default for BudgetConfig {
+    fn default() -> Self {
+        Self {
+            target_frame_ms: 16.6,
+            margin_ms: 1.0,
+            min_tiles: 8,
+            max_tiles: 1024,
+            start_tiles: 256,
+            bytes_per_tile: 136 * 136 * 4,
+        }
+    }
+}
+
+/// A per-frame upload budget ([`Residency::set_upload_budget`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budget {
+    /// Most tiles to upload next frame.
+    pub tiles: usize,
+    /// Most bytes to upload next frame: `tiles · bytes_per_tile`.
+    pub bytes: u64,
+}
+
+/// Additive-increase / multiplicative-decrease control of the per-frame upload budget
+/// from measured frame and upload times.
+///
+/// The budget grows (×1.25, at least by `min_tiles`) while frames finish under
+/// `target − margin` and the uploads used the whole budget; it halves as soon as a
+/// frame exceeds `target + margin` or the uploads alone took more than `margin`. The
+/// cost of one upload is estimated from the measurements (an average that follows
+/// increases quickly and decreases slowly), and the budget never predicts more upload
+/// time than the frame has room for: `min(target − (frame − upload), margin)`, except
+/// that it never drops below `min_tiles`.
+#[derive(Clone, Debug)]
+pub struct UploadBudgetController {
+    config: BudgetConfig,
+    tiles: usize,
+    cost_ms: Option<f64>,
+}
+
+/// Weight of a new per-tile cost sample above the estimate.
+const COST_UP: f64 = 0.5;
+/// Weight of a new per-tile cost sample below the estimate.
+const COST_DOWN: f64 = 0.125;
+/// Growth factor of a frame with room.
+const GROW: f64 = 1.25;
+/// Cut factor of a frame over the target.
+const CUT: f64 = 0.5;
+
+impl UploadBudgetController {
+    /// A controller at `start_tiles` (clamped to `min_tiles..=max_tiles`).
+    pub fn new(cfg: BudgetConfig) -> Self {
+        let max = cfg.max_tiles.max(cfg.min_tiles);
+        Self { config: cfg, tiles: cfg.start_tiles.clamp(cfg.min_tiles, max), cost_ms: None }
+    }
+
+    /// The tuning in use.
+    pub fn config(&self) -> BudgetConfig {
+        self.config
+    }
+
+    /// The budget returned by the latest update (the start budget before any).
+    pub fn budget(&self) -> Budget {
+        Budget { tiles: self.tiles, bytes: (self.tiles as u64).saturating_mul(self.config.bytes_per_tile) }
+    }
+
+    /// The estimated cost of one upload in milliseconds, once an upload was measured.
+    pub fn cost_per_tile_ms(&self) -> Option<f64> {
+        self.cost_ms
+    }
+
+    /// The upload time the next frame has room for after a frame of `frame_ms` of
+    /// which `upload_ms` were uploads: `min(target − (frame − upload), margin)`.
+    pub fn headroom_ms(&self, frame_ms: f64, upload_ms: f64) -> f64 {
+        let c = &self.config;
+        (c.target_frame_ms - (frame_ms - upload_ms)).min(c.margin_ms)
+    }
+
+    /// Takes in the last frame's time, the part of it spent uploading and the number of
+    /// tiles uploaded, and returns the budget for the next frame. Non-finite or
+    /// negative times are ignored (the budget is unchanged).
+    pub fn update(&mut self, frame_ms: f64, upload_ms: f64, uploads: usize) -> Budget {
+        if !(frame_ms.is_finite() && upload_ms.is_finite() && frame_ms >= 0.0 && upload_ms >= 0.0) {
+            return self.budget();
+        }
+        let c = self.config;
+        let max = c.max_tiles.max(c.min_tiles);
+        if uploads > 0 {
+            let sample = upload_ms / uploads as f64;
+            self.cost_ms = Some(match self.cost_ms {
+                None => sample,
+                Some(old) => {
+                    let w = if sample > old { COST_UP } else { COST_DOWN };
+                    old + w * (sample - old)
+                }
+            });
+        }
+        let mut tiles = self.tiles as f64;
+        if frame_ms > c.target_frame_ms + c.margin_ms || upload_ms > c.margin_ms {
+            tiles *= CUT;
+        } else if frame_ms < c.target_frame_ms - c.margin_ms && uploads >= self.tiles {
+            tiles = (tiles * GROW).max(tiles + c.min_tiles.max(1) as f64);
+        }
+        if let Some(cost) = self.cost_ms.filter(|&x| x > 0.0) {
+            let room = self.headroom_ms(frame_ms, upload_ms).max(0.0);
+            tiles = tiles.min((room / cost).floor());
+        }
+        // `tiles` is finite and non-negative here; the cast saturates at usize::MAX.
+        self.tiles = (tiles as usize).clamp(c.min_tiles, max);
+        self.budget()
+    }
+}
+
+/// The up to 8 tiles around `tile` at its own mip and layer that lie inside the grid
+/// (none when `tile` is outside `layout`): candidates for prefetching while the view
+/// moves.
+pub fn neighbours(layout: &FeedbackLayout, tile: TileId) -> impl Iterator<Item = TileId> + use<> {
+    let grid = layout.global_index(tile).and_then(|_| layout.tiles_at(tile.layer, tile.mip));
+    let (tx, ty) = grid.unwrap_or((0, 0));
+    let (x, y) = (i64::from(tile.x), i64::from(tile.y));
+    (-1i64..=1).flat_map(|dy| (-1i64..=1).map(move |dx| (dx, dy))).filter(|&d| d != (0, 0)).filter_map(
+        move |(dx, dy)| {
+            let (nx, ny) = (x + dx, y + dy);
+            (nx >= 0 && ny >= 0 && nx < i64::from(tx) && ny < i64::from(ty))
+                .then(|| TileId::new(tile.layer, tile.mip, nx as u32, ny as u32))
+        },
+    )
+}
+
+/// The tiles of `layer` at `mip` that cover the rectangle `rect_texels` =
+/// `[x, y, width, height]` in mip-0 texels, plus all their ancestors, coarse first:
+/// what `prefetch_region` asks for. The rectangle is clipped to the layer; a `mip`
+/// past the coarsest is clamped to it. Empty for an empty rectangle or unknown layer.
+pub fn region_tiles(layout: &FeedbackLayout, layer: u16, rect_texels: [u32; 4], mip: u8) -> Vec<TileId> {
+    let Some(l) = layout.layout(layer) else { return Vec::new() };
+    let mip = mip.min(l.coarsest_mip());
+    let [x, y, w, h] = rect_texels.map(u64::from);
+    let x1 = (x + w).min(u64::from(l.width()));
+    let y1 = (y + h).min(u64::from(l.height()));
+    if x >= x1 || y >= y1 {
+        return Vec::new();
+    }
+    let span = u64::from(l.tile_size()) << mip;
+    let (tx0, ty0, tx1, ty1) = (x / span, y / span, (x1 - 1) / span, (y1 - 1) / span);
+    // Clipped to the texture, so every index is inside the grid and fits in u32.
+    let tiles: Vec<TileId> = (ty0..=ty1)
+        .flat_map(|ty| (tx0..=tx1).map(move |tx| TileId::new(layer, mip, tx as u32, ty as u32)))
+        .collect();
+    layout.with_ancestors(&tiles)
+}
+
+/// One virtual size of [`cpu_scaling`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CpuScalingRow {
+    /// Side of the square virtual texture in texels.
+    pub size: u32,
+    /// Tiles over the whole mip chain (page-table entries).
+    pub tiles: u64,
+    /// `u32` words of the feedback bitset.
+    pub words: usize,
+    /// Median CPU time of one frame's streaming work, in milliseconds.
+    pub median_ms: f64,
+    /// 95th percentile of the same, in milliseconds.
+    pub p95_ms: f64,
+    /// Median time of the readback copy and bitset decode alone (the part that scans
+    /// every word), in milliseconds.
+    pub decode_median_ms: f64,
+    /// Mean size of the needed set, ancestors included.
+    pub needed_mean: f64,
+}
+
+/// Mip-0 tiles of the simulated view (about a 1920×1080 view of 128-texel tiles).
+const VIEW_TILES: (u32, u32) = (16, 9);
+/// Coarser mips of the simulated view's far band, and the band's size at each.
+const BAND_MIPS: u8 = 3;
+const BAND_TILES: (u32, u32) = (16, 3);
+/// Readbacks merged into the needed set (the renderer's default stride 2 → 2²).
+const FEEDBACK_WINDOW: usize = 4;
+
+/// Measures the per-frame CPU cost of streaming for square virtual textures of each
+/// side in `sizes` (tile 128, border 4; sizes a layout rejects are skipped): a moving
+/// view of roughly constant size over `frames` frames, through a 2048-slot pool.
+///
+/// Each frame mirrors the renderer's CPU work: copy the read-back bitset, decode it,
+/// merge the last few readbacks into the needed set, [`Residency::on_feedback`], the
+/// needed set with ancestors (to renew queued loads), [`Residency::on_loaded`] for
+/// every request (fake bytes, as if the loader answered at once),
+/// [`Residency::plan_uploads`] and copying the page table's dirty ranges. Writing the
+/// bitset (the GPU's job) is not timed. The decode scans every word of the bitset, so
+/// that part grows with the atlas; [`CpuScalingRow::decode_median_ms`] shows it.
+pub fn cpu_scaling(sizes: &[u32], frames: u32) -> Vec<CpuScalingRow> {
+    sizes.iter().filter_map(|&size| scaling_row(size, frames)).collect()
+}
+
+fn scaling_row(size: u32, frames: u32) -> Option<CpuScalingRow> {
+    let tl = match TextureLayout::new(size, size, 128, 4) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!("cpu_scaling: size {size} skipped: {e}");
+            return None;
+        }
+    };
+    let layout = FeedbackLayout::new(&[tl]);
+    let config = ResidencyConfig { slots_x: 64, slots_y: 32, ..ResidencyConfig::default() };
+    let mut res = Residency::with_layout(layout.clone(), config);
+    let bytes: Arc<[u8]> = Arc::from(vec![0u8; 16]);
+    let mut words = vec![0u32; layout.words()];
+    let mut recent: VecDeque<Vec<TileId>> = VecDeque::with_capacity(FEEDBACK_WINDOW + 1);
+    let mut staging: Vec<u32> = Vec::new();
+    let (mut total, mut decode) = (Vec::new(), Vec::new());
+    let mut needed_sum = 0usize;
+    for f in 0..frames {
+        words.fill(0);
+        for t in view_tiles(&tl, f) {
+            layout.mark_tile(&mut words, t);
+        }
+        let frame = u64::from(f);
+        let t0 = Instant::now();
+        let readback = words.clone();
+        recent.push_back(layout.decode(&readback));
+        let t1 = Instant::now();
+        while recent.len() > FEEDBACK_WINDOW {
+            recent.pop_front();
+        }
+        let mut needed: Vec<TileId> = recent.iter().flatten().copied().collect();
+        needed.sort_unstable();
+        needed.dedup();
+        let requests = res.on_feedback(frame, &needed);
+        let renewed = layout.with_ancestors(&needed);
+        for (tile, _) in requests {
+            res.on_loaded(tile, bytes.clone());
+        }
+        let plan = res.plan_uploads(frame);
+        let pt = res.page_table_mut();
+        staging.clear();
+        for range in pt.take_dirty_ranges() {
+            if let Some(s) = pt.entries().get(range) {
+                staging.extend_from_slice(s);
+            }
+        }
+        let t2 = Instant::now();
+        std::hint::black_box((&plan, &staging, &renewed));
+        needed_sum += res.needed_count();
+        total.push((t2 - t0).as_secs_f64() * 1e3);
+        decode.push((t1 - t0).as_secs_f64() * 1e3);
+    }
+    let (median_ms, p95_ms) = (percentile(&mut total, 0.5), percentile(&mut total, 0.95));
+    Some(CpuScalingRow {
+        size,
+        tiles: tl.tile_count(),
+        words: layout.words(),
+        median_ms,
+        p95_ms,
+        decode_median_ms: percentile(&mut decode, 0.5),
+        needed_mean: if frames == 0 { 0.0 } else { needed_sum as f64 / f64::from(frames) },
+    })
+}
+
+/// The tiles the simulated view samples in frame `f`: a 16×9 window at mip 0 moving
+/// two tiles a frame across and one every third frame down, and a far band at each of
+/// mips 1..=3, all clipped to the grid.
+fn view_tiles(l: &TextureLayout, f: u32) -> Vec<TileId> {
+    let (gx, gy) = l.tiles_at(0);
+    let x0 = (2 * f) % gx.saturating_sub(VIEW_TILES.0).max(1);
+    let y0 = (f / 3) % gy.saturating_sub(VIEW_TILES.1).max(1);
+    let mut out = rect(l, 0, x0, y0, VIEW_TILES);
+    for m in 1..=BAND_MIPS.min(l.coarsest_mip()) {
+        let (mx, my) = l.tiles_at(u32::from(m));
+        let bx = (x0 >> m).min(mx.saturating_sub(BAND_TILES.0));
+        let by = ((y0 + VIEW_TILES.1) >> m).min(my.saturating_sub(BAND_TILES.1));
+        out.extend(rect(l, m, bx, by, BAND_TILES));
+    }
+    out
+}
+
+/// The tiles of a `size` rectangle at `(x, y)` of mip `mip`, clipped to the grid.
+fn rect(l: &TextureLayout, mip: u8, x: u32, y: u32, size: (u32, u32)) -> Vec<TileId> {
+    let (gx, gy) = l.tiles_at(u32::from(mip));
+    let (x1, y1) = ((x + size.0).min(gx), (y + size.1).min(gy));
+    (y..y1).flat_map(|ty| (x..x1).map(move |tx| TileId::new(0, mip, tx, ty))).collect()
+}
+
+/// The `q` quantile (nearest rank) of `v`, 0 for an empty slice.
+fn percentile(v: &mut [f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_unstable_by(f64::total_cmp);
+    let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
+    v[i]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentile_nearest_rank() {
+        let mut v = [5.0, 1.0, 3.0, 2.0, 4.0];
+        assert_eq!(percentile(&mut v, 0.5), 3.0);
+        assert_eq!(percentile(&mut v, 0.95), 5.0);
+        assert_eq!(percentile(&mut [], 0.5), 0.0);
+    }
+
+    #[test]
+    fn simulated_view_is_the_same_size_at_every_virtual_size() {
+        for size in [16_384, 65_536, 262_144] {
+            let l = TextureLayout::new(size, size, 128, 4).unwrap();
+            for f in [0, 7, 500] {
+                let tiles = view_tiles(&l, f);
+                assert_eq!(tiles.len(), 16 * 9 + 3 * 16 * 3, "size {size} frame {f}");
+                assert!(tiles.iter().all(|&t| l.contains(t)));
+            }
+        }
+    }
+}

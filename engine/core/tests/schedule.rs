@@ -1,0 +1,379 @@
+//! Scheduling controllers and prefetch helpers: the mip-bias hysteresis against a model
+//! of an oversubscribed view, the adaptive upload budget against a synthetic cost
+//! model, neighbour and region tiles against brute force, and the CPU-scaling run.
+
+use tessera_core::TextureLayout;
+use tessera_core::feedback::FeedbackLayout;
+use tessera_core::schedule::{CpuScalingRow, cpu_scaling};
+
+/// The figures for the "CPU time per frame flat from 16K² to 256K²" target. A
+/// benchmark, not a timed test: run it in release and read the table.
+/// `cargo test --release -p tessera-core --test schedule cpu_scaling_table -- --ignored --nocapture`
+#[test]
+#[ignore = "benchmark: run in release with --ignored --nocapture"]
+fn cpu_scaling_table() {
+    let frames = std::env::var("TESSERA_SCALING_FRAMES").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
+    let rows = cpu_scaling(&[16_384, 32_768, 65_536, 131_072, 262_144], frames);
+    println!("| size | tiles | words | needed | median ms | p95 ms | decode median ms |");
+    println!("|---|---|---|---|---|---|---|");
+    for CpuScalingRow { size, tiles, words, median_ms, p95_ms, decode_median_ms, needed_mean } in rows {
+        println!(
+            "| {size} | {tiles} | {words} | {needed_mean:.0} | {median_ms:.4} | {p95_ms:.4} | {decode_median_ms:.4} |"
+        );
+    }
+}
+
+mod bias {
+    use proptest::prelude::*;
+    use tessera_core::schedule::{BiasConfig, BiasInput, MipBiasController};
+
+    /// Tiles a view of `n0` tiles at bias 0 needs at `bias`: ×4 fewer per level.
+    fn needed_at(n0: usize, bias: f32) -> usize {
+        (n0 as f64 / 4f64.powf(f64::from(bias))).ceil() as usize
+    }
+
+    /// The model pool: full when the view does not fit, missing what does not fit.
+    fn input(needed: usize, capacity: usize) -> BiasInput {
+        BiasInput { needed, capacity, pool_full: needed > capacity, misses: needed.saturating_sub(capacity) }
+    }
+
+    /// Runs `frames` frames in which the feedback describes the bias of `latency`
+    /// frames ago; returns the bias after each frame.
+    fn run(
+        c: &mut MipBiasController,
+        history: &mut Vec<f32>,
+        n0: usize,
+        cap: usize,
+        frames: usize,
+        latency: usize,
+    ) {
+        for _ in 0..frames {
+            let seen = history.len().checked_sub(latency + 1).map_or(0.0, |i| history[i]);
+            let b = c.update(input(needed_at(n0, seen), cap));
+            history.push(b);
+        }
+    }
+
+    /// The bias changes in `h[from..]` as (frame, +1 raise / -1 lower).
+    fn changes(h: &[f32], from: usize) -> Vec<(usize, i32)> {
+        (from.max(1)..h.len())
+            .filter(|&i| h[i] != h[i - 1])
+            .map(|i| (i, if h[i] > h[i - 1] { 1 } else { -1 }))
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// An oversubscribed view raises the bias to the finest level that fits and
+        /// stays there; a larger pool brings it back down; never raise → lower → raise.
+        #[test]
+        fn model_settles_without_oscillating(
+            cap in 16usize..20_000,
+            over in 1.05f64..200.0,
+            grow in 1.5f64..100.0,
+            latency in 0usize..=6,
+        ) {
+            let cfg = BiasConfig::default();
+            let n0 = (cap as f64 * over) as usize;
+            let mut c = MipBiasController::new(cfg);
+            let mut h = Vec::new();
+            run(&mut c, &mut h, n0, cap, 1000, latency);
+            let up = changes(&h, 0);
+            prop_assert!(up.iter().all(|&(_, d)| d == 1), "lowered under a constant pool: {:?}", up);
+            let steps = (cfg.max_bias / cfg.step) as usize;
+            let bound = steps * (cfg.settle_frames + cfg.raise_after) as usize + latency + 1;
+            prop_assert!(up.last().is_none_or(|&(f, _)| f <= bound), "settled late: {:?}", up);
+            // Settled at the finest level that fits (or the maximum).
+            let b = c.bias();
+            prop_assert!(needed_at(n0, b) <= cap || b == cfg.max_bias);
+            prop_assert!(b == 0.0 || needed_at(n0, b - cfg.step) > cap);
+
+            let cap2 = (cap as f64 * grow) as usize;
+            run(&mut c, &mut h, n0, cap2, 1000, latency);
+            let down = changes(&h, 1000);
+            prop_assert!(down.iter().all(|&(_, d)| d == -1), "raised after a pool grew: {:?}", down);
+            let b2 = c.bias();
+            prop_assert!(b2 <= b);
+            prop_assert!(needed_at(n0, b2) <= cap2);
+            // Lowered as far as the low-water mark allows.
+            let finer = needed_at(n0, b2) as f64 * 4f64.powf(f64::from(cfg.step));
+            prop_assert!(b2 == 0.0 || finer > f64::from(cfg.low_water) * cap2 as f64);
+            if b2 < b {
+                let lb = steps * (cfg.settle_frames + cfg.lower_after) as usize + latency + 1;
+                prop_assert!(down.last().is_none_or(|&(f, _)| f - 1000 <= lb), "settled late: {:?}", down);
+            }
+        }
+    }
+
+    #[test]
+    fn raises_only_after_sustained_oversubscription() {
+        let mut c = MipBiasController::new(BiasConfig::default());
+        let full = BiasInput { needed: 1200, capacity: 1000, pool_full: true, misses: 200 };
+        let fits = BiasInput { needed: 500, capacity: 1000, pool_full: false, misses: 0 };
+        // Two full frames, then room: no raise.
+        for s in [full, full, fits, full, full, fits] {
+            assert_eq!(c.update(s), 0.0);
+        }
+        assert_eq!(c.update(full), 0.0);
+        assert_eq!(c.update(full), 0.0);
+        assert_eq!(c.update(full), 0.5);
+        // Settling: the lagging inputs do not count.
+        for _ in 0..c.config().settle_frames {
+            assert_eq!(c.update(full), 0.5);
+        }
+        for _ in 0..2 {
+            assert_eq!(c.update(full), 0.5);
+        }
+        assert_eq!(c.update(full), 1.0);
+    }
+
+    #[test]
+    fn high_water_counts_only_while_tiles_are_missing() {
+        let mut c = MipBiasController::new(BiasConfig::default());
+        let near_full = BiasInput { needed: 970, capacity: 1000, pool_full: false, misses: 0 };
+        for _ in 0..100 {
+            assert_eq!(c.update(near_full), 0.0);
+        }
+        let streaming = BiasInput { misses: 30, ..near_full };
+        assert_eq!((c.update(streaming), c.update(streaming), c.update(streaming)), (0.0, 0.0, 0.5));
+    }
+
+    #[test]
+    fn lowers_only_with_predicted_room_and_clamps() {
+        let cfg = BiasConfig { max_bias: 1.0, settle_frames: 0, ..BiasConfig::default() };
+        let mut c = MipBiasController::new(cfg);
+        let full = BiasInput { needed: 5000, capacity: 1000, pool_full: true, misses: 4000 };
+        for _ in 0..100 {
+            c.update(full);
+        }
+        assert_eq!(c.bias(), 1.0);
+        // 400 tiles: one step finer needs ~800 > 0.6 · 1000, so the bias stays.
+        let s = BiasInput { needed: 400, capacity: 1000, pool_full: false, misses: 0 };
+        for _ in 0..200 {
+            assert_eq!(c.update(s), 1.0);
+        }
+        // 250 tiles: ~500 fit under 600; lowered after 30 frames of room.
+        let s = BiasInput { needed: 250, ..s };
+        for _ in 0..29 {
+            assert_eq!(c.update(s), 1.0);
+        }
+        assert_eq!(c.update(s), 0.5);
+    }
+
+    #[test]
+    fn a_pool_that_filled_early_is_remembered() {
+        let cfg = BiasConfig { settle_frames: 0, ..BiasConfig::default() };
+        let mut c = MipBiasController::new(cfg);
+        // Pinned tiles of other layers: the pool filled with 700 needed tiles of 1000.
+        let full = BiasInput { needed: 700, capacity: 1000, pool_full: true, misses: 10 };
+        for _ in 0..3 {
+            c.update(full);
+        }
+        assert_eq!(c.bias(), 0.5);
+        // 350 would predict 700 finer: under 0.6 · 1000 but not under 0.6 · 700.
+        let s = BiasInput { needed: 350, capacity: 1000, pool_full: false, misses: 0 };
+        for _ in 0..100 {
+            assert_eq!(c.update(s), 0.5);
+        }
+        // A new pool size forgets it.
+        let s = BiasInput { capacity: 1200, ..s };
+        for _ in 0..30 {
+            c.update(s);
+        }
+        assert_eq!(c.bias(), 0.0);
+    }
+}
+
+mod budget {
+    use proptest::prelude::*;
+    use tessera_core::schedule::{Budget, BudgetConfig, UploadBudgetController};
+
+    /// A frame of `base` ms plus `cost` ms per upload, uploading the whole budget.
+    fn frame(c: &mut UploadBudgetController, base: f64, cost: f64) -> (f64, f64, usize, Budget) {
+        let n = c.budget().tiles;
+        let up = n as f64 * cost;
+        let b = c.update(base + up, up, n);
+        (base + up, up, n, b)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Under a fixed cost model the budget settles where the uploads fill the room
+        /// the frame has (capped by the margin and max_tiles) and stays there.
+        #[test]
+        fn converges_under_a_cost_model(base in 2.0f64..16.0, cost in 0.0005f64..0.1) {
+            let cfg = BudgetConfig::default();
+            let mut c = UploadBudgetController::new(cfg);
+            let mut hist = Vec::new();
+            for _ in 0..60 {
+                hist.push(frame(&mut c, base, cost).3.tiles);
+            }
+            let room = (cfg.target_frame_ms - base).min(cfg.margin_ms);
+            let ideal = ((room / cost).floor() as usize).clamp(cfg.min_tiles, cfg.max_tiles);
+            let last = &hist[40..];
+            prop_assert!(last.iter().all(|&t| t == last[0]), "not settled: {:?}", hist);
+            // Never above the ideal; within one growth step of it, unless the frame
+            // already sits in the band around the target where growth stops.
+            let frame_ms = base + last[0] as f64 * cost;
+            prop_assert!(last[0] <= ideal);
+            prop_assert!(last[0] as f64 >= ideal as f64 / 1.25 - 1.0
+                || frame_ms >= cfg.target_frame_ms - cfg.margin_ms,
+                "settled at {} for ideal {}: {:?}", last[0], ideal, hist);
+            prop_assert!(last[0] as f64 * cost <= cfg.margin_ms + 1e-9 || last[0] == cfg.min_tiles);
+        }
+
+        /// Whatever the measurements, the returned budget never predicts more upload
+        /// time than the measured frame leaves (unless at the floor).
+        #[test]
+        fn never_predicts_over_headroom(
+            frames in proptest::collection::vec((0.0f64..40.0, 0.0f64..5.0, 0usize..2000), 1..80),
+        ) {
+            let cfg = BudgetConfig::default();
+            let mut c = UploadBudgetController::new(cfg);
+            for (other, up, n) in frames {
+                let b = c.update(other + up, up, n);
+                prop_assert!(b.tiles >= cfg.min_tiles && b.tiles <= cfg.max_tiles);
+                prop_assert_eq!(b.bytes, b.tiles as u64 * cfg.bytes_per_tile);
+                if let Some(cost) = c.cost_per_tile_ms().filter(|&x| x > 0.0) {
+                    let room = c.headroom_ms(other + up, up);
+                    prop_assert!(b.tiles == cfg.min_tiles || b.tiles as f64 * cost <= room + 1e-9,
+                        "{} tiles at {} ms over {} ms", b.tiles, cost, room);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn reacts_to_a_spike_within_one_frame_and_recovers() {
+        let cfg = BudgetConfig::default();
+        let mut c = UploadBudgetController::new(cfg);
+        for _ in 0..40 {
+            frame(&mut c, 8.0, 0.002);
+        }
+        let steady = c.budget().tiles;
+        assert_eq!(steady, 500);
+        // A hitch elsewhere in the frame: the very next budget is cut.
+        let b = c.update(30.0, 1.0, steady);
+        assert!(b.tiles <= steady / 2, "{b:?}");
+        let mut back = None;
+        for i in 0..30 {
+            if frame(&mut c, 8.0, 0.002).3.tiles == steady {
+                back = Some(i);
+                break;
+            }
+        }
+        assert!(back.is_some_and(|i| i <= 20), "recovered after {back:?} frames");
+        // Uploads alone over the margin (the tiles got dearer): cut at once too.
+        let b = c.update(10.0, 2.5, steady);
+        assert!(b.tiles <= steady / 2);
+    }
+
+    #[test]
+    fn grows_only_when_the_budget_was_used() {
+        let cfg = BudgetConfig { start_tiles: 64, ..BudgetConfig::default() };
+        let mut c = UploadBudgetController::new(cfg);
+        assert_eq!(c.update(5.0, 0.01, 10).tiles, 64);
+        assert_eq!(c.update(5.0, 0.064, 64).tiles, 80);
+        // Non-finite input leaves it alone.
+        assert_eq!(c.update(f64::NAN, 0.1, 10).tiles, 80);
+        assert_eq!(c.update(-1.0, 0.1, 10).tiles, 80);
+    }
+}
+
+mod prefetch {
+    use std::collections::HashSet;
+
+    use super::*;
+    use proptest::prelude::*;
+    use tessera_core::TileId;
+    use tessera_core::schedule::{neighbours, region_tiles};
+
+    #[test]
+    fn neighbours_stay_inside_the_grid() {
+        let f = FeedbackLayout::new(&[TextureLayout::new(1024, 512, 128, 4).unwrap()]);
+        assert_eq!(neighbours(&f, TileId::new(0, 0, 0, 0)).count(), 3);
+        assert_eq!(neighbours(&f, TileId::new(0, 0, 3, 0)).count(), 5);
+        assert_eq!(neighbours(&f, TileId::new(0, 0, 3, 2)).count(), 8);
+        assert_eq!(neighbours(&f, TileId::new(0, 3, 0, 0)).count(), 0);
+        assert_eq!(neighbours(&f, TileId::new(0, 0, 8, 0)).count(), 0);
+        assert_eq!(neighbours(&f, TileId::new(1, 0, 0, 0)).count(), 0);
+        let n: Vec<TileId> = neighbours(&f, TileId::new(0, 1, 3, 1)).collect();
+        assert_eq!(n, vec![TileId::new(0, 1, 2, 0), TileId::new(0, 1, 3, 0), TileId::new(0, 1, 2, 1)]);
+    }
+
+    proptest! {
+        #[test]
+        fn neighbours_match_brute_force(w in 1u32..2000, h in 1u32..2000, pick in any::<usize>()) {
+            let f = FeedbackLayout::new(&[TextureLayout::new(w, h, 64, 4).unwrap()]);
+            let t = f.tile_at(pick % f.total_tiles()).unwrap();
+            let got: HashSet<TileId> = neighbours(&f, t).collect();
+            let (tx, ty) = f.tiles_at(0, t.mip).unwrap();
+            let mut want = HashSet::new();
+            for y in 0..ty {
+                for x in 0..tx {
+                    if (x, y) != (t.x, t.y) && x.abs_diff(t.x) <= 1 && y.abs_diff(t.y) <= 1 {
+                        want.insert(TileId::new(0, t.mip, x, y));
+                    }
+                }
+            }
+            prop_assert_eq!(got, want);
+        }
+
+        /// The tiles of a rectangle are exactly those at the mip whose texels meet it,
+        /// plus their ancestors.
+        #[test]
+        fn region_tiles_match_brute_force(
+            w in 1u32..3000, h in 1u32..3000,
+            rect in (0u32..3500, 0u32..3500, 0u32..2000, 0u32..2000),
+            mip in 0u8..8,
+        ) {
+            let l = TextureLayout::new(w, h, 64, 4).unwrap();
+            let f = FeedbackLayout::new(&[TextureLayout::new(8, 8, 64, 4).unwrap(), l]);
+            let got = region_tiles(&f, 1, [rect.0, rect.1, rect.2, rect.3], mip);
+            let m = mip.min(l.coarsest_mip());
+            let span = 64u64 << m;
+            let (x1, y1) = (u64::from(rect.0) + u64::from(rect.2), u64::from(rect.1) + u64::from(rect.3));
+            let (x1, y1) = (x1.min(u64::from(w)), y1.min(u64::from(h)));
+            let mut base = Vec::new();
+            let (tx, ty) = l.tiles_at(u32::from(m));
+            for y in 0..ty {
+                for x in 0..tx {
+                    let (ox, oy) = (u64::from(x) * span, u64::from(y) * span);
+                    let (rx, ry) = (u64::from(rect.0), u64::from(rect.1));
+                    if rx < x1 && ry < y1 && ox < x1 && ox + span > rx && oy < y1 && oy + span > ry {
+                        base.push(TileId::new(1, m, x, y));
+                    }
+                }
+            }
+            prop_assert_eq!(got, f.with_ancestors(&base));
+        }
+    }
+
+    #[test]
+    fn region_tiles_of_nothing() {
+        let f = FeedbackLayout::new(&[TextureLayout::new(1024, 1024, 128, 4).unwrap()]);
+        assert!(region_tiles(&f, 0, [10, 10, 0, 5], 0).is_empty());
+        assert!(region_tiles(&f, 0, [2000, 0, 5, 5], 0).is_empty());
+        assert!(region_tiles(&f, 3, [0, 0, 5, 5], 0).is_empty());
+        // One texel: its tile and the ancestors; a mip past the end is the root.
+        assert_eq!(region_tiles(&f, 0, [300, 0, 1, 1], 0).len(), 4);
+        assert_eq!(region_tiles(&f, 0, [0, 0, u32::MAX, u32::MAX], 9), vec![TileId::new(0, 3, 0, 0)]);
+    }
+}
+
+#[test]
+fn cpu_scaling_runs_on_small_sizes() {
+    let rows = cpu_scaling(&[1024, 4096, 0, 20_000], 6);
+    // Size 0 is not a layout and is skipped.
+    assert_eq!(rows.iter().map(|r| r.size).collect::<Vec<_>>(), vec![1024, 4096, 20_000]);
+    for r in &rows {
+        let l = TextureLayout::new(r.size, r.size, 128, 4).unwrap();
+        assert_eq!(r.tiles, l.tile_count());
+        assert_eq!(r.words, FeedbackLayout::new(&[l]).words());
+        assert!(r.median_ms.is_finite() && r.median_ms >= 0.0 && r.p95_ms >= r.median_ms);
+        assert!(r.decode_median_ms >= 0.0 && r.needed_mean > 0.0);
+    }
+    assert!(cpu_scaling(&[2048], 0).iter().all(|r| r.median_ms == 0.0));
+}

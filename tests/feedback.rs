@@ -1,0 +1,321 @@
+//! GPU feedback compaction and batched tile uploads, on lavapipe.
+//!
+//! The feedback tests write known bits into the bitset (as the shaders would), run the
+//! compaction pass and the readback, and compare what arrives with the known set,
+//! including frames whose non-zero words overflow the list or the copy window.
+
+#![allow(clippy::unwrap_used)] // Tests fail loudly by design.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use tessera::GpuContext;
+use tessera::feedback::{Feedback, FeedbackFrame};
+use tessera::pool::TilePool;
+use tessera_core::TextureLayout;
+use tessera_core::atlas::ColorSpace;
+use tessera_core::codec::TargetFormat;
+use tessera_core::feedback::FeedbackLayout;
+use tessera_core::page_table::SlotCoord;
+use tessera_tests::gpu;
+
+/// The layout of a 65536² texture of 128² tiles: 349,525 tiles, 10,923 bitset words.
+fn big_layout() -> FeedbackLayout {
+    FeedbackLayout::new(&[TextureLayout::new(65536, 65536, 128, 4).unwrap()])
+}
+
+/// A bitset of `words` words with `n` non-zero words spread over it (a few bits each).
+fn scattered(words: usize, n: usize, seed: u32) -> Vec<u32> {
+    let mut w = vec![0u32; words];
+    let mut x = seed.wrapping_mul(2_654_435_761).max(1);
+    let mut set = 0;
+    while set < n {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        let i = x as usize % words;
+        if w[i] == 0 {
+            set += 1;
+        }
+        w[i] |= 1 << (x % 32) | 1 << ((x >> 8) % 32);
+    }
+    w
+}
+
+/// The non-zero words of `words` as pairs.
+fn pairs_of(words: &[u32]) -> Vec<(u32, u32)> {
+    words.iter().enumerate().filter(|(_, w)| **w != 0).map(|(i, w)| (i as u32, *w)).collect()
+}
+
+/// Runs one frame whose passes set exactly `words` in the bitset, then waits until
+/// its readback arrives.
+fn frame(ctx: &GpuContext, fb: &mut Feedback, n: u64, words: &[u32]) -> FeedbackFrame {
+    let mut enc = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+    fb.begin(&mut enc);
+    ctx.queue.submit([enc.finish()]);
+    // Stands in for the scene passes: queued writes land before the next submission.
+    ctx.queue.write_buffer(fb.bitset(), 0, &word_bytes(words));
+    let mut enc = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+    fb.end(&mut enc, n);
+    ctx.queue.submit([enc.finish()]);
+    fb.after_submit();
+    for _ in 0..1000 {
+        ctx.device.poll(wgpu::PollType::wait_indefinitely()).unwrap();
+        if let Some(f) = fb.poll(&ctx.device) {
+            assert_eq!(f.frame, n);
+            return f;
+        }
+    }
+    panic!("the readback of frame {n} never arrived");
+}
+
+/// The bitset as the bytes the GPU holds (little-endian words).
+fn word_bytes(words: &[u32]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+#[test]
+fn compacted_feedback_equals_the_written_bits() {
+    let ctx = gpu();
+    let layout = big_layout();
+    assert_eq!((layout.total_tiles(), layout.words()), (349_525, 10_923));
+    let mut fb = Feedback::new(&ctx.device, layout.words(), 3);
+    assert_eq!(fb.bitset_bytes(), 43_692);
+    // A typical view: a few hundred non-zero words, including the first and the last.
+    let mut words = scattered(layout.words(), 300, 7);
+    words[0] |= 1;
+    let last = layout.total_tiles() - 1; // the last tile of the atlas
+    words[last / 32] |= 1 << (last % 32);
+    let got = frame(ctx, &mut fb, 1, &words);
+    assert!(got.complete);
+    assert_eq!(got.sparse, pairs_of(&words));
+    let tiles = layout.decode_sparse(&got.sparse);
+    assert_eq!(tiles, layout.decode(&words));
+    assert_eq!(tiles.last(), layout.tile_at(last).as_ref());
+    // The readback is the counter and the copy window, far below the bitset.
+    println!(
+        "65536² atlas: bitset {} B, sparse readback {} B for {} non-zero words",
+        fb.bitset_bytes(),
+        fb.bytes(),
+        got.sparse.len()
+    );
+    assert!(fb.bytes() < fb.bitset_bytes() / 4, "{} bytes", fb.bytes());
+    // An empty frame and a frame after it: nothing left over from the previous one.
+    let empty = frame(ctx, &mut fb, 2, &vec![0; layout.words()]);
+    assert!(empty.complete && empty.sparse.is_empty());
+    let again = frame(ctx, &mut fb, 3, &words);
+    assert_eq!(again.sparse, pairs_of(&words));
+    assert_eq!(fb.full_frames(), 0);
+}
+
+#[test]
+fn overflowing_feedback_falls_back_to_the_full_bitset_within_two_frames() {
+    let ctx = gpu();
+    let layout = big_layout();
+    // A list of 64 pairs, so 500 non-zero words overflow it on the GPU.
+    let mut fb = Feedback::with_capacity(&ctx.device, layout.words(), 3, 64);
+    let words = scattered(layout.words(), 500, 11);
+    let want = pairs_of(&words);
+    let first = frame(ctx, &mut fb, 1, &words);
+    assert!(!first.complete, "500 words cannot fit 64 pairs");
+    assert_eq!(first.sparse.len(), 64);
+    // What did arrive is true.
+    assert!(first.sparse.iter().all(|p| want.binary_search(p).is_ok()));
+    // The next frame reads the whole bitset: every request arrives.
+    let second = frame(ctx, &mut fb, 2, &words);
+    assert!(second.complete);
+    assert_eq!(second.sparse, want);
+    assert_eq!(layout.decode_sparse(&second.sparse), layout.decode(&words));
+    assert_eq!(fb.bytes(), fb.bitset_bytes());
+    // Still too many for the list: full readbacks continue.
+    let third = frame(ctx, &mut fb, 3, &words);
+    assert!(third.complete && third.sparse == want);
+    // Once the view needs fewer words, one full frame shows it, then back to sparse.
+    let few = scattered(layout.words(), 20, 3);
+    let fourth = frame(ctx, &mut fb, 4, &few);
+    assert!(fourth.complete && fourth.sparse == pairs_of(&few));
+    assert_eq!(fb.full_frames(), 3);
+    let fifth = frame(ctx, &mut fb, 5, &few);
+    assert!(fifth.complete && fifth.sparse == pairs_of(&few));
+    assert_eq!(fb.full_frames(), 3);
+    assert!(fb.bytes() < fb.bitset_bytes());
+    assert_eq!(fb.incomplete_frames(), 1);
+}
+
+#[test]
+fn copy_window_grows_after_a_frame_larger_than_it() {
+    let ctx = gpu();
+    let layout = big_layout();
+    let mut fb = Feedback::new(&ctx.device, layout.words(), 3);
+    let small = fb.bytes();
+    // 2000 words fit the GPU list (8192) but not the initial copy window (1024).
+    let words = scattered(layout.words(), 2000, 5);
+    let first = frame(ctx, &mut fb, 1, &words);
+    assert!(!first.complete);
+    let second = frame(ctx, &mut fb, 2, &words);
+    assert!(second.complete && second.sparse == pairs_of(&words));
+    // From now on the window (4096 pairs, 32 KiB) holds them: sparse and complete.
+    let third = frame(ctx, &mut fb, 3, &words);
+    assert!(third.complete && third.sparse == pairs_of(&words));
+    assert!(fb.bytes() > small && fb.bytes() < fb.bitset_bytes(), "{} bytes", fb.bytes());
+    assert_eq!(fb.full_frames(), 1);
+}
+
+#[test]
+fn small_bitsets_are_read_back_whole() {
+    let ctx = gpu();
+    // 300 words (1,200 bytes) are fewer bytes than the smallest sparse readback (16 +
+    // 256 pairs × 8): the bitset is copied whole, with no compaction pass.
+    let mut fb = Feedback::new(&ctx.device, 300, 2);
+    let words = scattered(300, 40, 9);
+    let got = frame(ctx, &mut fb, 1, &words);
+    assert!(got.complete);
+    assert_eq!(got.sparse, pairs_of(&words));
+    assert_eq!(fb.bytes(), 1200);
+}
+
+/// Reads a pool texture back as tightly packed rows (of texels, or of 4×4 blocks).
+fn read_pool(ctx: &GpuContext, pool: &TilePool) -> Vec<u8> {
+    let (w, h) = pool.texels();
+    let target = pool.target();
+    let (row, rows) = if target.is_block_compressed() {
+        (w / 4 * target.bytes_per_block() as u32, h / 4)
+    } else {
+        (w * 4, h)
+    };
+    let padded = row.next_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
+    let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size: u64::from(padded) * u64::from(rows),
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut enc = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+    enc.copy_texture_to_buffer(
+        pool.texture().as_image_copy(),
+        wgpu::TexelCopyBufferInfo {
+            buffer: &buffer,
+            layout: wgpu::TexelCopyBufferLayout {
+                offset: 0,
+                bytes_per_row: Some(padded),
+                rows_per_image: Some(rows),
+            },
+        },
+        wgpu::Extent3d { width: w, height: h, depth_or_array_layers: 1 },
+    );
+    ctx.queue.submit([enc.finish()]);
+    buffer.map_async(wgpu::MapMode::Read, .., |r| r.unwrap());
+    ctx.device.poll(wgpu::PollType::wait_indefinitely()).unwrap();
+    let view = buffer.get_mapped_range(..).unwrap();
+    view.chunks(padded as usize).flat_map(|r| r[..row as usize].to_vec()).collect()
+}
+
+/// Distinct, position-dependent bytes for a tile.
+fn tile_bytes(len: usize, seed: u32) -> Vec<u8> {
+    (0..len as u32).map(|i| (i.wrapping_mul(31).wrapping_add(seed.wrapping_mul(97)) >> 2) as u8).collect()
+}
+
+fn batched_matches_single(target: TargetFormat) {
+    let ctx = gpu();
+    let make =
+        || TilePool::with_grid(&ctx.device, &ctx.queue, (5, 3), 136, target, ColorSpace::Srgb).unwrap();
+    let (single, batched) = (make(), make());
+    let len = single.slot_bytes() as usize;
+    let tiles: Vec<Vec<u8>> = (0..12).map(|i| tile_bytes(len, i)).collect();
+    // Twelve of fifteen slots, slot (1, 1) twice (the later tile wins), out of order.
+    let slots: Vec<SlotCoord> =
+        [(4, 2), (0, 0), (1, 1), (3, 0), (2, 2), (1, 1), (0, 2), (4, 0), (2, 1), (3, 2), (0, 1), (3, 1)]
+            .iter()
+            .map(|&(x, y)| SlotCoord { x, y })
+            .collect();
+    for (slot, t) in slots.iter().zip(&tiles) {
+        single.upload(&ctx.queue, *slot, t);
+    }
+    let mut items: Vec<(SlotCoord, &[u8])> =
+        slots.iter().copied().zip(tiles.iter().map(Vec::as_slice)).collect();
+    // Skipped with a warning: wrong length, outside the grid.
+    items.push((SlotCoord { x: 2, y: 0 }, &tiles[0][..len - 4]));
+    items.push((SlotCoord { x: 5, y: 0 }, &tiles[0]));
+    batched.upload_batch(&ctx.device, &ctx.queue, &items);
+    let (a, b) = (read_pool(ctx, &single), read_pool(ctx, &batched));
+    assert_eq!(a.len(), b.len());
+    assert!(a == b, "{}: batched upload differs from per-tile upload", target.name());
+    // And both hold the tiles where they belong (slot (1, 1): the later one).
+    let pool_row = a.len() / 3; // bytes of one row of slots
+    let tile_row = len / (if target.is_block_compressed() { 34 } else { 136 });
+    let at = |x: usize, y: usize, r: usize| y * pool_row + r * 5 * tile_row + x * tile_row;
+    for r in [0, 7, 33] {
+        assert_eq!(&a[at(1, 1, r)..at(1, 1, r) + tile_row], &tiles[5][r * tile_row..(r + 1) * tile_row]);
+        assert_eq!(&a[at(4, 2, r)..at(4, 2, r) + tile_row], &tiles[0][r * tile_row..(r + 1) * tile_row]);
+    }
+}
+
+#[test]
+fn batched_upload_writes_the_same_texels_as_single_uploads() {
+    batched_matches_single(TargetFormat::Rgba8);
+    if gpu().device.features().contains(wgpu::Features::TEXTURE_COMPRESSION_BC) {
+        batched_matches_single(TargetFormat::Bc1);
+        batched_matches_single(TargetFormat::Bc7);
+    }
+}
+
+/// Upload throughput of single and batched uploads (prints; no assertion). Run with
+/// `cargo test -p tessera-tests --test feedback -- --ignored --nocapture`.
+#[test]
+#[ignore = "timing printout"]
+fn upload_timing() {
+    let ctx = gpu();
+    for target in [TargetFormat::Rgba8, TargetFormat::Bc7] {
+        if target.is_block_compressed()
+            && !ctx.device.features().contains(wgpu::Features::TEXTURE_COMPRESSION_BC)
+        {
+            continue;
+        }
+        let pool =
+            TilePool::with_grid(&ctx.device, &ctx.queue, (32, 16), 136, target, ColorSpace::Srgb).unwrap();
+        let len = pool.slot_bytes() as usize;
+        let tiles: Vec<Vec<u8>> = (0..256).map(|i| tile_bytes(len, i)).collect();
+        let slots: Vec<SlotCoord> = (0..512u16).map(|i| SlotCoord { x: i % 32, y: i / 32 }).collect();
+        let mut results = BTreeMap::new();
+        for round in 0..9 {
+            for batched in [false, true] {
+                ctx.device.poll(wgpu::PollType::wait_indefinitely()).unwrap();
+                let t = Instant::now();
+                // 4 frames of 256 tiles each.
+                for f in 0..4usize {
+                    let frame_slots = &slots[(f % 2) * 256..(f % 2) * 256 + 256];
+                    if batched {
+                        let items: Vec<(SlotCoord, &[u8])> =
+                            frame_slots.iter().copied().zip(tiles.iter().map(Vec::as_slice)).collect();
+                        pool.upload_batch(&ctx.device, &ctx.queue, &items);
+                    } else {
+                        for (s, t) in frame_slots.iter().zip(&tiles) {
+                            pool.upload(&ctx.queue, *s, t);
+                        }
+                    }
+                    ctx.queue.submit([]);
+                    // As a frame loop does (the feedback poll): finished work is reclaimed.
+                    ctx.device.poll(wgpu::PollType::Poll).unwrap();
+                }
+                ctx.device.poll(wgpu::PollType::wait_indefinitely()).unwrap();
+                let rate = 1024.0 / t.elapsed().as_secs_f64();
+                if round > 0 {
+                    results.entry(batched).or_insert_with(Vec::new).push(rate);
+                }
+            }
+        }
+        for (batched, rates) in results {
+            let mut rates = rates;
+            rates.sort_by(f64::total_cmp);
+            let median = rates[rates.len() / 2];
+            println!(
+                "{}: {} median {:.0} tiles/s ({:.0} MiB/s), best {:.0}",
+                target.name(),
+                if batched { "upload_batch" } else { "upload      " },
+                median,
+                median * len as f64 / f64::from(1 << 20),
+                rates[rates.len() - 1]
+            );
+        }
+    }
+}
