@@ -41,6 +41,15 @@ pub(crate) struct VtArgs {
     /// and the atlas allow; block formats need Basis layers).
     #[arg(long)]
     pub(crate) pool_format: Option<tessera::core::codec::TargetFormat>,
+    /// Adapt the upload budget to this frame time in ms (default: the fixed --upload-budget).
+    #[arg(long)]
+    pub(crate) target_frame_ms: Option<f64>,
+    /// Keep the mip bias fixed even when the view needs more tiles than the pool holds.
+    #[arg(long)]
+    pub(crate) no_auto_mip_bias: bool,
+    /// Do not prefetch the neighbours of requested tiles.
+    #[arg(long)]
+    pub(crate) no_prefetch: bool,
 }
 
 impl VtArgs {
@@ -54,6 +63,9 @@ impl VtArgs {
             mip_bias: self.mip_bias,
             feedback_stride: self.feedback_stride,
             pool_format: self.pool_format,
+            target_frame_ms: self.target_frame_ms,
+            auto_mip_bias: !self.no_auto_mip_bias,
+            prefetch_neighbours: !self.no_prefetch,
             ..VtConfig::default()
         }
     }

@@ -86,6 +86,8 @@ fn load_scene(ctx: &GpuContext, opened: &Opened, args: &Args, pool_mib: u32) -> 
         host_cache_mib: args.host_cache_mib,
         max_uploads_per_frame: args.upload_budget.max(1),
         mip_bias: args.mip_bias,
+        // Interactive: streaming adapts its per-frame upload budget to a 60 Hz frame.
+        target_frame_ms: Some(1000.0 / 60.0),
         ..VtConfig::default()
     };
     let vt = VirtualTextures::new(ctx, atlas.clone(), cfg)
