@@ -339,8 +339,8 @@ pub struct CpuScalingRow {
     pub median_ms: f64,
     /// 95th percentile of the same, in milliseconds.
     pub p95_ms: f64,
-    /// Median time of the readback copy and bitset decode alone (the part that scans
-    /// every word), in milliseconds.
+    /// Median time of the readback copy and the decode alone (of the compacted
+    /// (word, bits) pairs), in milliseconds.
     pub decode_median_ms: f64,
     /// Mean size of the needed set, ancestors included.
     pub needed_mean: f64,
@@ -358,13 +358,14 @@ const FEEDBACK_WINDOW: usize = 4;
 /// side in `sizes` (tile 128, border 4; sizes a layout rejects are skipped): a moving
 /// view of roughly constant size over `frames` frames, through a 2048-slot pool.
 ///
-/// Each frame mirrors the renderer's CPU work: copy the read-back bitset, decode it,
+/// Each frame mirrors the renderer's CPU work: copy the read-back feedback (the GPU
+/// compacts the bitset into (word index, bits) pairs of its non-zero words), decode it,
 /// merge the last few readbacks into the needed set, [`Residency::on_feedback`], the
 /// needed set with ancestors (to renew queued loads), [`Residency::on_loaded`] for
 /// every request (fake bytes, as if the loader answered at once),
-/// [`Residency::plan_uploads`] and copying the page table's dirty ranges. Writing the
-/// bitset (the GPU's job) is not timed. The decode scans every word of the bitset, so
-/// that part grows with the atlas; [`CpuScalingRow::decode_median_ms`] shows it.
+/// [`Residency::plan_uploads`] and copying the page table's dirty ranges. Writing and
+/// compacting the bitset (the GPU's job) is not timed, so the decode costs the same
+/// whatever the atlas' size; [`CpuScalingRow::decode_median_ms`] shows it.
 pub fn cpu_scaling(sizes: &[u32], frames: u32) -> Vec<CpuScalingRow> {
     sizes.iter().filter_map(|&size| scaling_row(size, frames)).collect()
 }
