@@ -15,7 +15,7 @@ use wgpu::util::DeviceExt;
 use crate::context::GpuContext;
 use crate::error::RenderError;
 use crate::reference;
-use crate::scene::{SceneRenderer, mesh_pipeline};
+use crate::scene::{SceneRenderer, frame_uniform, mesh_pipeline};
 use crate::shaders;
 use crate::vt::VirtualTextures;
 
@@ -207,21 +207,8 @@ impl MaterialRenderer {
                 }),
             }],
         });
-        let frame_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: Some("material frame"),
-            entries: &[uniform_entry(0, false)],
-        });
-        let frame_buffer = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("material frame"),
-            size: std::mem::size_of::<FrameUniform>() as u64,
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let frame_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("material frame"),
-            layout: &frame_layout,
-            entries: &[wgpu::BindGroupEntry { binding: 0, resource: frame_buffer.as_entire_binding() }],
-        });
+        let (frame_layout, frame_buffer, frame_group) =
+            frame_uniform(device, "material frame", std::mem::size_of::<FrameUniform>() as u64);
         let vt_pipeline = mesh_pipeline(
             device,
             "material vt",

@@ -68,6 +68,40 @@ fn pipeline(
     mesh_pipeline(device, label, source, layouts, color_format, Some(wgpu::Face::Back))
 }
 
+/// The per-frame uniform of a scene: a bind group layout with one uniform buffer at
+/// binding 0 (vertex and fragment stages), a writable buffer of `size` bytes and its group.
+pub(crate) fn frame_uniform(
+    device: &wgpu::Device,
+    label: &str,
+    size: u64,
+) -> (wgpu::BindGroupLayout, wgpu::Buffer, wgpu::BindGroup) {
+    let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some(label),
+        entries: &[wgpu::BindGroupLayoutEntry {
+            binding: 0,
+            visibility: wgpu::ShaderStages::VERTEX_FRAGMENT,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Uniform,
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        }],
+    });
+    let buffer = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size,
+        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some(label),
+        layout: &layout,
+        entries: &[wgpu::BindGroupEntry { binding: 0, resource: buffer.as_entire_binding() }],
+    });
+    (layout, buffer, group)
+}
+
 /// A pipeline drawing [`Vertex`] meshes with depth into `color_format`, from a WGSL
 /// source with `vs_main` and `fs_main`.
 pub(crate) fn mesh_pipeline(
@@ -142,30 +176,8 @@ impl SceneRenderer {
                 layer: *layer,
             })
             .collect();
-        let frame_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: Some("frame"),
-            entries: &[wgpu::BindGroupLayoutEntry {
-                binding: 0,
-                visibility: wgpu::ShaderStages::VERTEX_FRAGMENT,
-                ty: wgpu::BindingType::Buffer {
-                    ty: wgpu::BufferBindingType::Uniform,
-                    has_dynamic_offset: false,
-                    min_binding_size: None,
-                },
-                count: None,
-            }],
-        });
-        let frame_buffer = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("frame"),
-            size: std::mem::size_of::<FrameUniform>() as u64,
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let frame_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("frame"),
-            layout: &frame_layout,
-            entries: &[wgpu::BindGroupEntry { binding: 0, resource: frame_buffer.as_entire_binding() }],
-        });
+        let (frame_layout, frame_buffer, frame_group) =
+            frame_uniform(device, "frame", std::mem::size_of::<FrameUniform>() as u64);
         let vt_pipeline = pipeline(
             device,
             "scene vt",
