@@ -183,6 +183,14 @@ fn report_text(r: &CaptureReport, camera: &str) -> String {
             psnr.iter().step_by((psnr.len() / 12).max(1)).map(|(f, p)| format!("{f}:{p:.1}")).collect();
         let _ = writeln!(o, "frame:dB  {}\n", marks.join("  "));
     }
+    let full = r.frames.iter().filter(|f| f.resident_fraction >= 1.0).count();
+    let lowest = r.frames.iter().map(|f| f.resident_fraction).fold(1.0, f64::min);
+    let _ = writeln!(
+        o,
+        "fully resident (every wanted tile at its wanted mip): {full} of {} frames; lowest resident fraction {:.1}%\n",
+        r.frames.len(),
+        100.0 * lowest
+    );
     let s = &r.final_stats;
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     let _ = writeln!(o, "## Tier residency after the last frame\n");
