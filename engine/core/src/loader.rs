@@ -1,7 +1,8 @@
 //! The loader pool: worker threads that load requested tiles in priority order.
 //!
-//! Requests go into a shared priority queue (coarser mips first, then caller
-//! priority, then first come first served); every newly queued request sends one
+//! Requests go into a shared priority queue (wanted requests, priority above 0, before
+//! speculative ones at priority 0 such as prefetches; then coarser mips first, then
+//! caller priority, then first come first served); every newly queued request sends one
 //! wake token over a channel on which the workers block. Results come back on a
 //! second channel as [`LoadResult`]s.
 //!
@@ -146,10 +147,12 @@ struct QueueEntry {
 }
 
 impl Ord for QueueEntry {
-    /// Coarser mip first, then higher priority, then lower sequence number (FIFO).
+    /// Wanted (priority above 0) before speculative (priority 0), then coarser mip
+    /// first, then higher priority, then lower sequence number (FIFO).
     fn cmp(&self, other: &Self) -> Ordering {
-        self.mip
-            .cmp(&other.mip)
+        (self.priority > 0)
+            .cmp(&(other.priority > 0))
+            .then(self.mip.cmp(&other.mip))
             .then(self.priority.cmp(&other.priority))
             .then(other.seq.cmp(&self.seq))
             .then(self.tile.cmp(&other.tile))
@@ -553,7 +556,7 @@ mod tests {
         assert!(pool.request(t(0, 2), 9, 1));
         assert!(pool.request(t(0, 3), 5, 1));
         assert!(pool.request(t(0, 4), 1, 1));
-        assert!(pool.request(t(1, 5), 0, 1));
+        assert!(pool.request(t(1, 5), 1, 1));
         assert!(!pool.request(t(0, 4), 5, 2), "already queued");
         assert!(!pool.request(t(0, 4), 3, 2), "lower priority does not lower it");
         drop(gate);
@@ -561,6 +564,21 @@ mod tests {
         assert_eq!(order, vec![5, 2, 1, 3, 4]);
         assert_eq!(pool.results().try_recv().ok(), None);
         assert_eq!(gate_tile, t(20, 0));
+    }
+
+    #[test]
+    fn speculative_requests_wait_for_wanted_ones() {
+        let (pool, gate, _) = gated_pool(LoaderConfig::default());
+        // A coarse prefetch (priority 0) and fine wanted tiles (priority >= 1).
+        assert!(pool.request(t(3, 0), 0, 1));
+        assert!(pool.request(t(0, 1), 1, 1));
+        assert!(pool.request(t(1, 2), 2, 1));
+        // A prefetch that becomes wanted is raised into the wanted class.
+        assert!(pool.request(t(4, 3), 0, 1));
+        assert!(!pool.request(t(4, 3), 1, 2));
+        drop(gate);
+        let order: Vec<u32> = collect(&pool, 5).into_iter().skip(1).map(|r| r.tile.x).collect();
+        assert_eq!(order, vec![3, 2, 1, 0]);
     }
 
     #[test]

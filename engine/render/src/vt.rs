@@ -554,10 +554,11 @@ impl VirtualTextures {
                 self.apply_mip_bias(self.config.mip_bias + bias);
             }
             // Renew queued loads that are still wanted, so the loader's staleness rule
-            // cancels only requests that the feedback no longer asks for.
+            // cancels only requests that the feedback no longer asks for; priority 1
+            // moves a prefetch the view now needs out of the speculative class.
             for tile in self.layout.with_ancestors(&needed) {
                 if self.loader.is_requested(tile) {
-                    self.loader.request(tile, 0, frame);
+                    self.loader.request(tile, 1, frame);
                 }
             }
             self.wanted = needed;
