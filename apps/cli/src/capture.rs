@@ -163,7 +163,7 @@ pub(crate) fn load_scene(
 ) -> Result<Option<Arc<MaterialScene>>> {
     let scene = match (gltf, globe) {
         (Some(g), _) => Some(material_scene::load_gltf(g)?),
-        (None, Some(image)) => Some(material_scene::globe_scene(image, GLOBE_RADIUS, 256, 128)?),
+        (None, Some(image)) => Some(tessera::core::catalog::globe(image)?),
         (None, None) => None,
     };
     Ok(scene.map(Arc::new))
@@ -173,9 +173,6 @@ pub(crate) fn load_scene(
 fn cuts(path: &CameraPath) -> Vec<u32> {
     path.keyframes.iter().filter(|k| k.cut).map(|k| k.frame.ceil() as u32).collect()
 }
-
-/// Radius of the globe scene (world units).
-pub(crate) const GLOBE_RADIUS: f32 = 1.0;
 
 /// Runs `tessera capture`.
 pub(crate) fn run(args: &CaptureArgs) -> Result<ExitCode> {

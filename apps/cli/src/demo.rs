@@ -50,11 +50,6 @@ pub(crate) struct DemoArgs {
     vt: crate::capture::VtArgs,
 }
 
-/// Folder for cached bakes: `$TESSERA_CACHE`, else `$XDG_CACHE_HOME/tessera`, else `~/.cache/tessera`.
-pub(crate) fn cache_dir() -> PathBuf {
-    tessera_core::catalog::cache_dir()
-}
-
 /// The atlas and (for real-data scenes) meshes of scene `name`, baked when needed.
 pub(crate) fn scene_atlas(
     name: &str,
@@ -67,7 +62,8 @@ pub(crate) fn scene_atlas(
     }
     let pb = crate::progress_bar(0);
     let data = tessera_core::source::data_dir();
-    let prepared = tessera_core::catalog::prepare(name, &data, &cache_dir(), codec, rebake, &pb)?;
+    let prepared =
+        tessera_core::catalog::prepare(name, &data, &tessera_core::catalog::cache_dir(), codec, rebake, &pb)?;
     pb.finish_and_clear();
     println!(
         "{} scene '{name}': {}",
@@ -80,7 +76,7 @@ pub(crate) fn scene_atlas(
 /// The cached atlas of the built-in `w × h` labelled texture, baked first when missing,
 /// unreadable or when `rebake` asks for it.
 pub(crate) fn ensure_demo_atlas(w: u32, h: u32, rebake: bool) -> Result<PathBuf> {
-    let cache = cache_dir();
+    let cache = tessera_core::catalog::cache_dir();
     std::fs::create_dir_all(&cache).with_context(|| format!("creating cache folder {}", cache.display()))?;
     let atlas_path = cache.join(format!("demo-{w}x{h}.tsa"));
     let cached = !rebake && Atlas::open(&atlas_path).is_ok();

@@ -16,7 +16,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tessera_core::atlas::{Atlas, ColorSpace, Wrap};
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
 use tessera_core::codec::Codec;
-use tessera_core::material_scene::{globe_scene, load_gltf};
+use tessera_core::material_scene::load_gltf;
 use tessera_core::scene_bake::{SceneManifest, bake_scene};
 use tessera_core::source::{Generated, ImageSource};
 
@@ -260,7 +260,7 @@ fn bake_options(args: &BakeArgs) -> BakeOptions {
 fn run_scene_bake(args: &BakeArgs) -> Result<ExitCode> {
     let scene = match (&args.gltf, &args.globe) {
         (Some(gltf), _) => load_gltf(gltf)?,
-        (None, Some(image)) => globe_scene(image, 1.0, 128, 64)?,
+        (None, Some(image)) => tessera_core::catalog::globe(image)?,
         (None, None) => bail!("nothing to bake: give --gltf SCENE or --globe IMAGE"),
     };
     let pb = progress_bar(0);

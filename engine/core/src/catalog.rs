@@ -32,6 +32,12 @@ pub const SCENES: &[(&str, &str)] = &[
 /// Radius of the globe scene in world units.
 pub const GLOBE_RADIUS: f32 = 1.0;
 
+/// The globe scene of an equirectangular `image`: the one sphere (radius, segments,
+/// rings) that `bake --globe`, `capture --globe` and the `globe` scene all use.
+pub fn globe(image: &Path) -> Result<MaterialScene, SceneError> {
+    material_scene::globe_scene(image, GLOBE_RADIUS, 256, 128)
+}
+
 /// Everything that can go wrong preparing a named scene.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -128,7 +134,7 @@ pub fn load(name: &str, data: &Path) -> Result<Option<MaterialScene>, CatalogErr
                     fetch: "assets/fetch-data.sh",
                 });
             }
-            Ok(Some(material_scene::globe_scene(&image, GLOBE_RADIUS, 256, 128)?))
+            Ok(Some(globe(&image)?))
         }
         "stress" | "mosaic16k" => {
             if let Some(image) = Mosaic::stress_files(data).into_iter().find(|p| !p.is_file()) {

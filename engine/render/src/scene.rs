@@ -326,7 +326,8 @@ impl SceneRenderer {
         pass.set_pipeline(&self.vt_pipeline);
         pass.set_bind_group(0, &self.frame_group, &[]);
         for m in &self.meshes {
-            // SceneRenderer::new checked every mesh's layer; a stack samples through layer 0.
+            // A mesh whose layer the atlas lacks (or a stacked atlas, sampled through
+            // layer 0's group) uses layer 0.
             let Some(group) = vt.bind_group(m.layer).or_else(|| vt.bind_group(0)) else { continue };
             pass.set_bind_group(1, group, &[]);
             pass.set_vertex_buffer(0, m.vertices.slice(..));
