@@ -10,12 +10,12 @@ use indicatif::ProgressBar;
 use tessera::VtConfig;
 use tessera::capture::{CaptureConfig, CaptureReport, capture};
 use tessera_core::Atlas;
-use tessera_core::atlas::{ColorSpace, Wrap};
+use tessera_core::bake::source::ImageSource;
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
-use tessera_core::camera::CameraPath;
-use tessera_core::codec::{Codec, TargetFormat};
-use tessera_core::source::ImageSource;
-use tessera_core::tile::TileId;
+use tessera_core::format::atlas::{ColorSpace, Wrap};
+use tessera_core::format::codec::{Codec, TargetFormat};
+use tessera_core::format::tile::TileId;
+use tessera_core::scene::camera::CameraPath;
 use tessera_tests::{gpu, real_jpeg, write_failure};
 
 /// A 1024×512 crop of the real photograph (Europe and Africa), so Basis bakes stay quick.

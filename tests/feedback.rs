@@ -13,10 +13,10 @@ use tessera::GpuContext;
 use tessera::feedback::{Feedback, FeedbackFrame};
 use tessera::pool::TilePool;
 use tessera_core::TextureLayout;
-use tessera_core::atlas::ColorSpace;
-use tessera_core::codec::TargetFormat;
-use tessera_core::feedback::FeedbackLayout;
-use tessera_core::page_table::SlotCoord;
+use tessera_core::format::atlas::ColorSpace;
+use tessera_core::format::codec::TargetFormat;
+use tessera_core::stream::feedback::FeedbackLayout;
+use tessera_core::stream::page_table::SlotCoord;
 use tessera_tests::gpu;
 
 /// The layout of a 65536² texture of 128² tiles: 349,525 tiles, 10,923 bitset words.

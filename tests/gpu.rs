@@ -8,10 +8,10 @@ use glam::{Vec3, Vec4};
 use tessera::VtConfig;
 use tessera::capture::{CaptureConfig, CaptureReport, capture};
 use tessera_core::Atlas;
-use tessera_core::camera::{Camera, CameraPath};
+use tessera_core::bake::source::{Generated, ImageSource};
 use tessera_core::compare::compare;
-use tessera_core::source::{Generated, ImageSource};
-use tessera_core::tile::TileId;
+use tessera_core::format::tile::TileId;
+use tessera_core::scene::camera::{Camera, CameraPath};
 use tessera_tests::{bake_source, check_golden, gpu, real_jpeg, write_failure};
 
 fn run(

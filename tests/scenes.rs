@@ -11,17 +11,17 @@ use std::sync::Arc;
 use indicatif::ProgressBar;
 use tessera::VtConfig;
 use tessera::capture::{CaptureConfig, CaptureReport, capture};
-use tessera::core::camera::CameraPath;
-use tessera::core::codec::Codec;
-use tessera::core::material_scene::{MaterialScene, globe_scene, load_gltf};
+use tessera::core::format::codec::Codec;
+use tessera::core::scene::camera::CameraPath;
 use tessera::core::scene::floor_level;
-use tessera::core::scene_bake::bake_scene;
+use tessera::core::scene::material_scene::{MaterialScene, globe_scene, load_gltf};
+use tessera::core::scene::scene_bake::bake_scene;
 use tessera::core::{Atlas, bake::BakeOptions};
 use tessera_tests::{check_golden, gpu, real_jpeg, write_failure};
 
 /// The dungeon glTF fetched by `assets/fetch-data.sh --dungeon` (scripts/test does).
 fn dungeon_gltf() -> PathBuf {
-    let p = tessera_core::source::data_dir().join("dungeon/level-dungeon.gltf");
+    let p = tessera_core::bake::source::data_dir().join("dungeon/level-dungeon.gltf");
     assert!(p.exists(), "{} is missing: run assets/fetch-data.sh --dungeon (scripts/test does)", p.display());
     p
 }
@@ -122,8 +122,8 @@ fn globe_of_a_real_photograph_converges_and_matches_its_golden() {
 #[test]
 fn stress_scene_of_64k_squared_streams_into_a_small_pool() {
     let cache = tempfile::tempdir().unwrap();
-    let data = tessera_core::source::data_dir();
-    let prepared = tessera_core::catalog::prepare(
+    let data = tessera_core::bake::source::data_dir();
+    let prepared = tessera_core::scene::catalog::prepare(
         "stress",
         &data,
         cache.path(),

@@ -9,11 +9,11 @@ use std::sync::OnceLock;
 use indicatif::ProgressBar;
 use tessera::GpuContext;
 use tessera::capture::write_png;
-use tessera_core::atlas::{ColorSpace, Wrap};
+use tessera_core::bake::source::RowSource;
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
-use tessera_core::codec::Codec;
 use tessera_core::compare::{compare, diff_image};
-use tessera_core::source::RowSource;
+use tessera_core::format::atlas::{ColorSpace, Wrap};
+use tessera_core::format::codec::Codec;
 
 /// The headless GPU context, or a panic that says how to install a Vulkan driver.
 pub fn gpu() -> &'static GpuContext {
@@ -65,7 +65,7 @@ pub fn bake_source(dir: &Path, name: &str, source: impl RowSource + 'static) -> 
 
 /// The real photograph fetched by `assets/fetch-data.sh` (Blue Marble, 5400x2700).
 pub fn real_jpeg() -> PathBuf {
-    let dir = tessera_core::source::data_dir();
+    let dir = tessera_core::bake::source::data_dir();
     let p = dir.join("bmng.jpg");
     assert!(p.exists(), "{} is missing: run assets/fetch-data.sh (scripts/test does)", p.display());
     p

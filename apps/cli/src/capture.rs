@@ -8,8 +8,8 @@ use anyhow::{Context, Result};
 use std::sync::Arc;
 use tessera::capture::{CaptureConfig, capture};
 
-use tessera::core::camera::{CameraPath, PRESETS, SCENE_PRESETS};
-use tessera::core::material_scene::{self, MaterialScene};
+use tessera::core::scene::camera::{CameraPath, PRESETS, SCENE_PRESETS};
+use tessera::core::scene::material_scene::{self, MaterialScene};
 use tessera::{GpuContext, VtConfig};
 
 /// Options shared by `capture`, `demo` and `bench`: streaming and sampling settings.
@@ -40,7 +40,7 @@ pub(crate) struct VtArgs {
     /// Force the VRAM pool's format: rgba8, bc7, bc1, astc, etc2 (default: the best the GPU
     /// and the atlas allow; block formats need Basis layers).
     #[arg(long)]
-    pub(crate) pool_format: Option<tessera::core::codec::TargetFormat>,
+    pub(crate) pool_format: Option<tessera::core::format::codec::TargetFormat>,
     /// Adapt the upload budget to this frame time in ms (default: the fixed --upload-budget).
     #[arg(long)]
     pub(crate) target_frame_ms: Option<f64>,
@@ -163,7 +163,7 @@ pub(crate) fn load_scene(
 ) -> Result<Option<Arc<MaterialScene>>> {
     let scene = match (gltf, globe) {
         (Some(g), _) => Some(material_scene::load_gltf(g)?),
-        (None, Some(image)) => Some(tessera::core::catalog::globe(image)?),
+        (None, Some(image)) => Some(tessera::core::scene::catalog::globe(image)?),
         (None, None) => None,
     };
     Ok(scene.map(Arc::new))

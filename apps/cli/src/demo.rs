@@ -9,9 +9,9 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use tessera::GpuContext;
 use tessera::capture::{CaptureConfig, CaptureReport, capture};
-use tessera_core::atlas::{Atlas, ColorSpace, Wrap};
+use tessera_core::bake::source::Generated;
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
-use tessera_core::source::Generated;
+use tessera_core::format::atlas::{Atlas, ColorSpace, Wrap};
 
 /// Arguments of `tessera demo`.
 #[derive(clap::Args)]
@@ -56,14 +56,20 @@ pub(crate) fn scene_atlas(
     builtin: (u32, u32),
     codec: tessera_core::Codec,
     rebake: bool,
-) -> Result<(PathBuf, Option<std::sync::Arc<tessera_core::material_scene::MaterialScene>>)> {
+) -> Result<(PathBuf, Option<std::sync::Arc<tessera_core::scene::material_scene::MaterialScene>>)> {
     if name == "builtin" {
         return Ok((ensure_demo_atlas(builtin.0, builtin.1, rebake)?, None));
     }
     let pb = crate::progress_bar(0);
-    let data = tessera_core::source::data_dir();
-    let prepared =
-        tessera_core::catalog::prepare(name, &data, &tessera_core::catalog::cache_dir(), codec, rebake, &pb)?;
+    let data = tessera_core::bake::source::data_dir();
+    let prepared = tessera_core::scene::catalog::prepare(
+        name,
+        &data,
+        &tessera_core::scene::catalog::cache_dir(),
+        codec,
+        rebake,
+        &pb,
+    )?;
     pb.finish_and_clear();
     println!(
         "{} scene '{name}': {}",
@@ -76,7 +82,7 @@ pub(crate) fn scene_atlas(
 /// The cached atlas of the built-in `w × h` labelled texture, baked first when missing,
 /// unreadable or when `rebake` asks for it.
 pub(crate) fn ensure_demo_atlas(w: u32, h: u32, rebake: bool) -> Result<PathBuf> {
-    let cache = tessera_core::catalog::cache_dir();
+    let cache = tessera_core::scene::catalog::cache_dir();
     std::fs::create_dir_all(&cache).with_context(|| format!("creating cache folder {}", cache.display()))?;
     let atlas_path = cache.join(format!("demo-{w}x{h}.tsa"));
     let cached = !rebake && Atlas::open(&atlas_path).is_ok();

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use tessera_core::atlas::{Atlas, AtlasSummary};
+use tessera_core::format::atlas::{Atlas, AtlasSummary};
 
 /// Runs `tessera inspect`.
 pub(crate) fn run(path: &Path, json: bool) -> Result<ExitCode> {

@@ -13,12 +13,12 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use tessera_core::atlas::{Atlas, ColorSpace, Wrap};
+use tessera_core::bake::source::{Generated, ImageSource};
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
-use tessera_core::codec::Codec;
-use tessera_core::material_scene::load_gltf;
-use tessera_core::scene_bake::{SceneManifest, bake_scene};
-use tessera_core::source::{Generated, ImageSource};
+use tessera_core::format::atlas::{Atlas, ColorSpace, Wrap};
+use tessera_core::format::codec::Codec;
+use tessera_core::scene::material_scene::load_gltf;
+use tessera_core::scene::scene_bake::{SceneManifest, bake_scene};
 
 /// Tessera: streaming virtual textures far larger than VRAM.
 #[derive(Parser)]
@@ -93,7 +93,7 @@ struct BakeArgs {
     #[arg(long, default_value = "lz4", value_parser = parse_codec)]
     codec: Codec,
     /// Basis quality 1–255: the ETC1S quality level; for UASTC, higher is a slower, better pack level.
-    #[arg(long, default_value_t = tessera_core::codec::QUALITY_DEFAULT,
+    #[arg(long, default_value_t = tessera_core::format::codec::QUALITY_DEFAULT,
           value_parser = clap::value_parser!(u32).range(1..=255))]
     quality: u32,
     /// UASTC rate-distortion optimisation (e.g. 1.0: smaller after LZ4, slightly lossier).
@@ -260,7 +260,7 @@ fn bake_options(args: &BakeArgs) -> BakeOptions {
 fn run_scene_bake(args: &BakeArgs) -> Result<ExitCode> {
     let scene = match (&args.gltf, &args.globe) {
         (Some(gltf), _) => load_gltf(gltf)?,
-        (None, Some(image)) => tessera_core::catalog::globe(image)?,
+        (None, Some(image)) => tessera_core::scene::catalog::globe(image)?,
         (None, None) => bail!("nothing to bake: give --gltf SCENE or --globe IMAGE"),
     };
     let pb = progress_bar(0);

@@ -31,7 +31,7 @@ fn assert_clean_failure(o: &Output, name: &str, what: &str) {
 
 /// The real photograph fetched by `assets/fetch-data.sh` (Blue Marble, 5400x2700 JPEG).
 fn real_jpeg() -> PathBuf {
-    let dir = tessera_core::source::data_dir();
+    let dir = tessera_core::bake::source::data_dir();
     let p = dir.join("bmng.jpg");
     assert!(
         p.exists(),

@@ -12,7 +12,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, anyhow};
 use tessera::capture::{Drawer, write_png};
 use tessera::core::Atlas;
-use tessera::core::camera::Camera;
+use tessera::core::scene::camera::Camera;
 use tessera::scene::{OffscreenTarget, TARGET_FORMAT};
 use tessera::{GpuContext, VirtualTextures, VtConfig};
 use tessera_egui::{
@@ -774,7 +774,7 @@ fn window_title(name: &str) -> String {
 /// the atlas' last layer when it has fewer).
 fn overlay_model(
     vt: &VirtualTextures,
-    stats: &tessera::core::stats::StatsSnapshot,
+    stats: &tessera::core::stream::stats::StatsSnapshot,
     history: &History,
     wanted: u16,
 ) -> OverlayModel {

@@ -10,12 +10,12 @@ use std::time::{Instant, SystemTime};
 use anyhow::{Context, Result, anyhow};
 use indicatif::ProgressBar;
 use tessera::core::Codec;
-use tessera::core::atlas::{Atlas, ColorSpace, Wrap};
+use tessera::core::bake::source::{Generated, ImageSource};
 use tessera::core::bake::{BakeInput, BakeOptions, bake};
-use tessera::core::catalog;
-use tessera::core::material_scene::{self, ImageRef, MaterialScene};
-use tessera::core::scene_bake::{SceneManifest, bake_scene};
-use tessera::core::source::{Generated, ImageSource};
+use tessera::core::format::atlas::{Atlas, ColorSpace, Wrap};
+use tessera::core::scene::catalog;
+use tessera::core::scene::material_scene::{self, ImageRef, MaterialScene};
+use tessera::core::scene::scene_bake::{SceneManifest, bake_scene};
 use tessera_egui::BakeProgress;
 
 use crate::input::Input;
@@ -157,7 +157,7 @@ impl BakeJob {
                 Ok(Opened { name: self.name, atlas: self.out, scene: Some(Arc::new(scene)), baked: !current })
             }
             Source::Named(name) => {
-                let data = tessera::core::source::data_dir();
+                let data = tessera::core::bake::source::data_dir();
                 let cache = catalog::cache_dir();
                 let prepared = catalog::prepare(&name, &data, &cache, SCENE_CODEC, false, progress)
                     .with_context(|| format!("preparing the scene '{name}'"))?;
@@ -200,7 +200,7 @@ impl BakeJob {
 fn bake_texture(
     name: &str,
     layer: &str,
-    source: Box<dyn tessera::core::source::RowSource>,
+    source: Box<dyn tessera::core::bake::source::RowSource>,
     out: &Path,
     progress: &ProgressBar,
 ) -> Result<()> {

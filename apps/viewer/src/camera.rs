@@ -5,9 +5,9 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use glam::Vec3;
-use tessera::core::camera::{Camera, CameraPath, PRESETS, SCENE_PRESETS};
-use tessera::core::material_scene::MaterialScene;
+use tessera::core::scene::camera::{Camera, CameraPath, PRESETS, SCENE_PRESETS};
 use tessera::core::scene::floor_level;
+use tessera::core::scene::material_scene::MaterialScene;
 
 /// The camera path `--camera` names when it names none: the built-in scene's and a
 /// material scene's.
@@ -236,7 +236,7 @@ mod tests {
             indices: vec![0, 2, 1, 0, 3, 2],
         };
         MaterialScene {
-            meshes: vec![tessera::core::material_scene::SceneMesh {
+            meshes: vec![tessera::core::scene::material_scene::SceneMesh {
                 name: "floor".into(),
                 mesh: floor,
                 material: 0,

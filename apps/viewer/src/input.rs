@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use tessera::core::Atlas;
-use tessera::core::catalog::SCENES;
+use tessera::core::scene::catalog::SCENES;
 
 /// One thing the viewer can open, decided from the command line or a dropped file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,9 +78,9 @@ pub(crate) fn scene_names() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera::core::atlas::{ColorSpace, Wrap};
+    use tessera::core::bake::source::Generated;
     use tessera::core::bake::{BakeInput, BakeOptions, bake};
-    use tessera::core::source::Generated;
+    use tessera::core::format::atlas::{ColorSpace, Wrap};
 
     #[test]
     fn inputs_are_classified_by_existence_extension_and_content() {

@@ -8,9 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use tessera::core::atlas::{ColorSpace, Wrap};
+use tessera::core::bake::source::Generated;
 use tessera::core::bake::{BakeInput, BakeOptions, bake};
-use tessera::core::source::Generated;
+use tessera::core::format::atlas::{ColorSpace, Wrap};
 
 const SIZE: (u32, u32) = (800, 500);
 
@@ -231,7 +231,7 @@ fn viewer_fails_with_the_bake_error_when_nobody_can_see_the_window() {
 #[test]
 fn viewer_opens_the_dungeon_by_name() {
     require_xvfb();
-    let gltf = tessera::core::source::data_dir().join("dungeon/level-dungeon.gltf");
+    let gltf = tessera::core::bake::source::data_dir().join("dungeon/level-dungeon.gltf");
     assert!(
         gltf.is_file(),
         "{} is missing: fetch the CC0 dungeon with `assets/fetch-data.sh --dungeon` (scripts/test does)",

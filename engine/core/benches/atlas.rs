@@ -13,9 +13,9 @@ use criterion::{
     BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
 };
 use indicatif::ProgressBar;
-use tessera_core::atlas::{ColorSpace, Wrap};
+use tessera_core::bake::source::{Generated, ImageSource, RowSource, TEXEL_BYTES};
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
-use tessera_core::source::{Generated, ImageSource, RowSource, TEXEL_BYTES};
+use tessera_core::format::atlas::{ColorSpace, Wrap};
 use tessera_core::{Atlas, AtlasLoader, Codec, HostCache, TileId, TileLoader};
 
 /// Side of the benchmark texture in texels.

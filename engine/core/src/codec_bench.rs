@@ -10,20 +10,20 @@ use indicatif::ProgressBar;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::atlas::{Atlas, AtlasError, ColorSpace, Wrap};
-use crate::atlas_loader::AtlasLoader;
+use crate::bake::source::{ImageSource, RowSource, TEXEL_BYTES};
 use crate::bake::{BakeError, BakeInput, BakeOptions, bake};
-use crate::codec::{Codec, TargetFormat};
 use crate::compare::compare;
-use crate::host_cache::HostCache;
-use crate::loader::LoadError;
-use crate::source::{ImageSource, RowSource, TEXEL_BYTES};
-use crate::tile::TileId;
+use crate::format::atlas::{Atlas, AtlasError, ColorSpace, Wrap};
+use crate::format::codec::{Codec, TargetFormat};
+use crate::format::tile::TileId;
+use crate::stream::atlas_loader::AtlasLoader;
+use crate::stream::host_cache::HostCache;
+use crate::stream::loader::LoadError;
 
 /// What to measure and how long.
 #[derive(Clone, Debug)]
 pub struct CodecBenchOptions {
-    /// Basis quality (1..=255), see [`crate::codec::EncodeOptions::quality`].
+    /// Basis quality (1..=255), see [`crate::format::codec::EncodeOptions::quality`].
     pub quality: u32,
     /// Mip-0 tiles, evenly spread over the image, that the transcode rates are measured on.
     pub sample_tiles: usize,
@@ -36,7 +36,7 @@ pub struct CodecBenchOptions {
 impl Default for CodecBenchOptions {
     fn default() -> Self {
         Self {
-            quality: crate::codec::QUALITY_DEFAULT,
+            quality: crate::format::codec::QUALITY_DEFAULT,
             sample_tiles: 256,
             single_core_min: Duration::from_millis(300),
             all_cores_min: Duration::from_millis(500),
@@ -197,7 +197,7 @@ pub fn measure(
     atlas_path: &Path,
     opts: &CodecBenchOptions,
 ) -> Result<(CodecMeasurement, Arc<Atlas>), CodecBenchError> {
-    crate::basis::init();
+    crate::format::basis::init();
     let bake_opts = BakeOptions { codec, quality: opts.quality, ..BakeOptions::default() };
     let input = BakeInput {
         name: name.to_string(),
@@ -325,7 +325,7 @@ pub fn atlas_path(dir: &Path, name: &str, codec: Codec) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::Generated;
+    use crate::bake::source::Generated;
 
     fn image(w: u32, h: u32) -> Arc<ImageSource> {
         let g = Generated::new(w, h);

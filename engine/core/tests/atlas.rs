@@ -7,11 +7,13 @@ use std::path::{Path, PathBuf};
 
 use indicatif::ProgressBar;
 use proptest::prelude::*;
-use tessera_core::atlas::{Atlas, AtlasError, ColorSpace, ENTRY_BYTES, HEADER_BYTES, LAYER_BYTES, Wrap};
+use tessera_core::bake::source::{Generated, ImageSource, RowSource, SourceError};
 use tessera_core::bake::{BakeInput, BakeOptions, bake, edge};
-use tessera_core::codec::Codec;
-use tessera_core::source::{Generated, ImageSource, RowSource, SourceError};
-use tessera_core::tile::TileId;
+use tessera_core::format::atlas::{
+    Atlas, AtlasError, ColorSpace, ENTRY_BYTES, HEADER_BYTES, LAYER_BYTES, Wrap,
+};
+use tessera_core::format::codec::Codec;
+use tessera_core::format::tile::TileId;
 
 fn random_image(w: u32, h: u32, seed: u64) -> ImageSource {
     let mut s = seed | 1;

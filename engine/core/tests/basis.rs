@@ -8,14 +8,14 @@ use std::sync::Arc;
 
 use indicatif::ProgressBar;
 use tessera_core::AtlasLoader;
-use tessera_core::atlas::{Atlas, AtlasError, ColorSpace, Wrap};
+use tessera_core::bake::source::ImageSource;
 use tessera_core::bake::{BakeError, BakeInput, BakeOptions, bake, edge};
-use tessera_core::codec::{Codec, TargetFormat};
 use tessera_core::compare::compare;
-use tessera_core::host_cache::HostCache;
-use tessera_core::loader::TileLoader;
-use tessera_core::source::ImageSource;
-use tessera_core::tile::TileId;
+use tessera_core::format::atlas::{Atlas, AtlasError, ColorSpace, Wrap};
+use tessera_core::format::codec::{Codec, TargetFormat};
+use tessera_core::format::tile::TileId;
+use tessera_core::stream::host_cache::HostCache;
+use tessera_core::stream::loader::TileLoader;
 
 const W: u32 = 300;
 const H: u32 = 200;
@@ -24,7 +24,7 @@ const BORDER: u32 = 4;
 
 /// A 300×200 crop of the Blue Marble fetched by `assets/fetch-data.sh` (Western Europe).
 fn real_crop() -> Vec<u8> {
-    let dir = tessera_core::source::data_dir();
+    let dir = tessera_core::bake::source::data_dir();
     let path = dir.join("bmng.jpg");
     assert!(path.exists(), "{} is missing: run assets/fetch-data.sh (scripts/test does)", path.display());
     let img = ImageSource::open(&path).unwrap();

@@ -6,14 +6,14 @@
 use std::path::{Path, PathBuf};
 
 use indicatif::ProgressBar;
-use tessera_core::atlas::{
+use tessera_core::bake::mosaic::{Mosaic, MosaicCrop, MosaicError, crop_at};
+use tessera_core::bake::source::{ImageSource, RowSource};
+use tessera_core::bake::{BakeInput, BakeOptions, BakeReport, bake};
+use tessera_core::format::atlas::{
     Atlas, AtlasError, AtlasWriter, ColorSpace, ENTRY_BYTES, HEADER_BYTES, LAYER_BYTES, Wrap,
 };
-use tessera_core::bake::{BakeInput, BakeOptions, BakeReport, bake};
-use tessera_core::codec::Codec;
-use tessera_core::mosaic::{Mosaic, MosaicCrop, MosaicError, crop_at};
-use tessera_core::source::{ImageSource, RowSource};
-use tessera_core::tile::TileId;
+use tessera_core::format::codec::Codec;
+use tessera_core::format::tile::TileId;
 
 const TILE: u32 = 16;
 const BORDER: u32 = 2;

@@ -6,10 +6,10 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 
-use tessera_core::material_scene::{ImageRef, load_gltf, scene_images};
+use tessera_core::scene::material_scene::{ImageRef, load_gltf, scene_images};
 
 fn dungeon_gltf() -> PathBuf {
-    let p = tessera_core::source::data_dir().join("dungeon/level-dungeon.gltf");
+    let p = tessera_core::bake::source::data_dir().join("dungeon/level-dungeon.gltf");
     assert!(
         p.exists(),
         "{} is missing: run `assets/fetch-data.sh --dungeon` (scripts/test does) to fetch the CC0 \

@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 use glam::Vec3;
 use indicatif::ProgressBar;
 use serde_json::{Value, json};
-use tessera_core::atlas::{Atlas, Wrap};
 use tessera_core::bake::BakeOptions;
-use tessera_core::codec::Codec;
-use tessera_core::material_scene::{ImageRef, SceneError, globe_scene, load_gltf};
-use tessera_core::scene_bake::{SCENE_LAYERS, SceneManifest, bake_scene};
-use tessera_core::tile::TileId;
+use tessera_core::format::atlas::{Atlas, Wrap};
+use tessera_core::format::codec::Codec;
+use tessera_core::format::tile::TileId;
+use tessera_core::scene::material_scene::{ImageRef, SceneError, globe_scene, load_gltf};
+use tessera_core::scene::scene_bake::{SCENE_LAYERS, SceneManifest, bake_scene};
 
 /// A unit quad in the XY plane (z = 0) facing +Z, uv (0,0) top-left.
 fn quad_buffer() -> Vec<u8> {

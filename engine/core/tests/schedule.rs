@@ -3,8 +3,8 @@
 //! model, neighbour and region tiles against brute force, and the CPU-scaling run.
 
 use tessera_core::TextureLayout;
-use tessera_core::feedback::FeedbackLayout;
-use tessera_core::schedule::{CpuScalingRow, cpu_scaling};
+use tessera_core::stream::feedback::FeedbackLayout;
+use tessera_core::stream::schedule::{CpuScalingRow, cpu_scaling};
 
 /// The figures for the "CPU time per frame flat from 16K² to 256K²" target. A
 /// benchmark, not a timed test: run it in release and read the table.
@@ -25,7 +25,7 @@ fn cpu_scaling_table() {
 
 mod bias {
     use proptest::prelude::*;
-    use tessera_core::schedule::{BiasConfig, BiasInput, MipBiasController};
+    use tessera_core::stream::schedule::{BiasConfig, BiasInput, MipBiasController};
 
     /// Tiles a view of `n0` tiles at bias 0 needs at `bias`: ×4 fewer per level.
     fn needed_at(n0: usize, bias: f32) -> usize {
@@ -187,7 +187,7 @@ mod bias {
 
 mod budget {
     use proptest::prelude::*;
-    use tessera_core::schedule::{Budget, BudgetConfig, UploadBudgetController};
+    use tessera_core::stream::schedule::{Budget, BudgetConfig, UploadBudgetController};
 
     /// A frame of `base` ms plus `cost` ms per upload, uploading the whole budget.
     fn frame(c: &mut UploadBudgetController, base: f64, cost: f64) -> (f64, f64, usize, Budget) {
@@ -288,7 +288,7 @@ mod prefetch {
     use super::*;
     use proptest::prelude::*;
     use tessera_core::TileId;
-    use tessera_core::schedule::{neighbours, region_tiles};
+    use tessera_core::stream::schedule::{neighbours, region_tiles};
 
     #[test]
     fn neighbours_stay_inside_the_grid() {

@@ -6,11 +6,11 @@
 use std::path::Path;
 
 use indicatif::ProgressBar;
-use tessera_core::atlas::{Atlas, AtlasError, ColorSpace, FLAG_STACKED, Wrap};
+use tessera_core::bake::source::ImageSource;
 use tessera_core::bake::{BakeError, BakeInput, BakeOptions, Region, bake, edge};
-use tessera_core::codec::Codec;
-use tessera_core::source::ImageSource;
-use tessera_core::tile::TileId;
+use tessera_core::format::atlas::{Atlas, AtlasError, ColorSpace, FLAG_STACKED, Wrap};
+use tessera_core::format::codec::Codec;
+use tessera_core::format::tile::TileId;
 
 fn random_image(w: u32, h: u32, seed: u64) -> ImageSource {
     let mut s = seed | 1;

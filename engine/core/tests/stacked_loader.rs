@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use indicatif::ProgressBar;
-use tessera_core::atlas::{Atlas, ColorSpace, Wrap};
+use tessera_core::bake::source::Generated;
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
-use tessera_core::codec::{Codec, TargetFormat};
-use tessera_core::source::Generated;
+use tessera_core::format::atlas::{Atlas, ColorSpace, Wrap};
+use tessera_core::format::codec::{Codec, TargetFormat};
 use tessera_core::{HostCache, StackedLoader, TileId, TileLoader};
 
 fn stacked_atlas(dir: &std::path::Path) -> std::path::PathBuf {

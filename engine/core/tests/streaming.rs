@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use indicatif::ProgressBar;
-use tessera_core::atlas::{Atlas, ColorSpace, Wrap};
+use tessera_core::bake::source::Generated;
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
-use tessera_core::codec::Codec;
-use tessera_core::loader::{LoadOutcome, LoaderConfig, LoaderPool};
-use tessera_core::source::Generated;
+use tessera_core::format::atlas::{Atlas, ColorSpace, Wrap};
+use tessera_core::format::codec::Codec;
+use tessera_core::stream::loader::{LoadOutcome, LoaderConfig, LoaderPool};
 use tessera_core::{AtlasLoader, HostCache, StatsSnapshot, TileId};
 
 fn baked(dir: &std::path::Path) -> std::path::PathBuf {

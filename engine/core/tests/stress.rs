@@ -5,9 +5,9 @@
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly by design.
 
 use tessera_core::Codec;
-use tessera_core::catalog;
-use tessera_core::mosaic::{Mosaic, STRESS_CELL, STRESS_CROPS, crop_at};
-use tessera_core::source::RowSource;
+use tessera_core::bake::mosaic::{Mosaic, STRESS_CELL, STRESS_CROPS, crop_at};
+use tessera_core::bake::source::RowSource;
+use tessera_core::scene::catalog;
 
 #[test]
 #[ignore = "needs the real images and a release build; run explicitly"]
@@ -19,7 +19,7 @@ fn stress_scene_bakes_and_dedups() {
     };
     let cache = tempfile::tempdir().unwrap();
     let cache_path = std::env::var_os("TESSERA_CACHE").map_or(cache.path().to_path_buf(), Into::into);
-    let data = tessera_core::source::data_dir();
+    let data = tessera_core::bake::source::data_dir();
     let start = std::time::Instant::now();
     let prepared =
         catalog::prepare("stress", &data, &cache_path, codec, true, &indicatif::ProgressBar::hidden())
@@ -48,7 +48,7 @@ fn stress_scene_bakes_and_dedups() {
 #[test]
 #[ignore = "needs the real images and a release build; run explicitly"]
 fn stress_mosaic_rows_are_the_crop_texels() {
-    let data = tessera_core::source::data_dir();
+    let data = tessera_core::bake::source::data_dir();
     let mosaic = Mosaic::stress(&data).unwrap();
     assert_eq!(mosaic.size(), (65536, 65536));
     let row_bytes = 65536 * 4;

@@ -5,8 +5,8 @@
 use std::collections::{HashSet, VecDeque};
 
 use tessera_core::TileId;
-use tessera_core::stats::StatsSnapshot;
-use tessera_core::tile::TextureLayout;
+use tessera_core::format::tile::TextureLayout;
+use tessera_core::stream::stats::StatsSnapshot;
 
 /// Where a tile lives, from the fastest tier that holds it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -448,7 +448,7 @@ fn ratio(a: u64, b: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_core::stats::{TierStats, VramCounters};
+    use tessera_core::stream::stats::{TierStats, VramCounters};
 
     fn stats(evictions: u64, uploads: u64, reads: u64) -> StatsSnapshot {
         let mut s = StatsSnapshot {

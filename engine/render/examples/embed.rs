@@ -26,10 +26,10 @@ use bytemuck::{Pod, Zeroable};
 use glam::Vec3;
 use indicatif::ProgressBar;
 use tessera::core::Atlas;
-use tessera::core::atlas::{ColorSpace, Wrap};
+use tessera::core::bake::source::Generated;
 use tessera::core::bake::{BakeInput, BakeOptions, bake};
-use tessera::core::camera::Camera;
-use tessera::core::source::Generated;
+use tessera::core::format::atlas::{ColorSpace, Wrap};
+use tessera::core::scene::camera::Camera;
 use tessera::scene::{OffscreenTarget, TARGET_FORMAT};
 use tessera::{GpuContext, VirtualTextures, VtConfig};
 

@@ -7,14 +7,14 @@ use std::time::Instant;
 
 use serde::Serialize;
 use tessera_core::Atlas;
-use tessera_core::camera::{Camera, CameraPath};
+use tessera_core::scene::camera::{Camera, CameraPath};
 
 use crate::capture::Drawer;
 use crate::context::GpuContext;
 use crate::error::RenderError;
 use crate::scene::OffscreenTarget;
 use crate::vt::{StreamFrame, VirtualTextures, VtConfig};
-use tessera_core::material_scene::MaterialScene;
+use tessera_core::scene::material_scene::MaterialScene;
 
 /// Feedback stride of the sparse-feedback probe: one pixel in 8×8 writes feedback, the fewest the
 /// shaders allow, so the difference to the configured stride is the cost of the feedback writes.

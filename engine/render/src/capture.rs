@@ -8,11 +8,11 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use tessera_core::Atlas;
-use tessera_core::camera::CameraPath;
 use tessera_core::compare::{compare, count_colour};
-use tessera_core::material_scene::MaterialScene;
-use tessera_core::scene_bake::SceneManifest;
-use tessera_core::stats::StatsSnapshot;
+use tessera_core::scene::camera::CameraPath;
+use tessera_core::scene::material_scene::MaterialScene;
+use tessera_core::scene::scene_bake::SceneManifest;
+use tessera_core::stream::stats::StatsSnapshot;
 
 use crate::context::GpuContext;
 use crate::error::RenderError;
@@ -272,7 +272,7 @@ impl Drawer {
     }
 
     /// Sets the camera for the next draws.
-    pub fn set_camera(&self, queue: &wgpu::Queue, camera: &tessera_core::camera::Camera, aspect: f32) {
+    pub fn set_camera(&self, queue: &wgpu::Queue, camera: &tessera_core::scene::camera::Camera, aspect: f32) {
         match self {
             Self::Builtin(s) => s.set_camera(queue, camera, aspect),
             Self::Material(s) => s.set_camera(queue, camera, aspect),

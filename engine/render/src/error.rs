@@ -39,5 +39,5 @@ pub enum RenderError {
     },
     /// A camera path could not be loaded.
     #[error(transparent)]
-    Camera(#[from] tessera_core::camera::CameraError),
+    Camera(#[from] tessera_core::scene::camera::CameraError),
 }

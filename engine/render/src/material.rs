@@ -1,15 +1,15 @@
 //! Material scenes (glTF meshes with albedo, normal and roughness-metal maps) drawn
 //! through one stacked virtual texture, and the same scene through fully resident
 //! reference textures. The GPU-free side (import, packing, the manifest that maps each
-//! material to its rectangle) lives in `tessera_core::material_scene` and
-//! `tessera_core::scene_bake`.
+//! material to its rectangle) lives in `tessera_core::scene::material_scene` and
+//! `tessera_core::scene::scene_bake`.
 
 use bytemuck::{Pod, Zeroable};
 use glam::Vec3;
-use tessera_core::atlas::{Atlas, Wrap};
-use tessera_core::camera::Camera;
-use tessera_core::material_scene::MaterialScene;
-use tessera_core::scene_bake::SceneManifest;
+use tessera_core::format::atlas::{Atlas, Wrap};
+use tessera_core::scene::camera::Camera;
+use tessera_core::scene::material_scene::MaterialScene;
+use tessera_core::scene::scene_bake::SceneManifest;
 use wgpu::util::DeviceExt;
 
 use crate::context::GpuContext;
@@ -93,7 +93,10 @@ fn uniform_entry(binding: u32, dynamic: bool) -> wgpu::BindGroupLayoutEntry {
     }
 }
 
-fn material_uniform(m: &tessera_core::scene_bake::PackedMaterial, size: (f32, f32)) -> MaterialUniform {
+fn material_uniform(
+    m: &tessera_core::scene::scene_bake::PackedMaterial,
+    size: (f32, f32),
+) -> MaterialUniform {
     let (rect, texels) = match m.rect {
         Some([x, y, w, h]) => (
             [x as f32 / size.0, y as f32 / size.1, w as f32 / size.0, h as f32 / size.1],

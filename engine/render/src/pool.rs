@@ -1,11 +1,11 @@
 //! The physical tile pool: one fixed-size texture divided into a grid of bordered
-//! tile slots. Which tile lives in which slot is decided by `tessera_core::residency`.
+//! tile slots. Which tile lives in which slot is decided by `tessera_core::stream::residency`.
 
 use std::sync::{Mutex, PoisonError};
 
-use tessera_core::atlas::ColorSpace;
-use tessera_core::codec::{Codec, EncodeOptions, TargetFormat, transcode};
-use tessera_core::page_table::SlotCoord;
+use tessera_core::format::atlas::ColorSpace;
+use tessera_core::format::codec::{Codec, EncodeOptions, TargetFormat, transcode};
+use tessera_core::stream::page_table::SlotCoord;
 
 use crate::error::RenderError;
 
@@ -49,10 +49,10 @@ pub fn slot_grid(mib: u32, slot_bytes: u64, max_side: u32) -> (u32, u32) {
     (slots_x, slots_y)
 }
 
-/// What the adapter's device can sample, for [`tessera_core::pool_format::select`].
-pub fn format_support(device: &wgpu::Device) -> tessera_core::pool_format::FormatSupport {
+/// What the adapter's device can sample, for [`tessera_core::format::pool_format::select`].
+pub fn format_support(device: &wgpu::Device) -> tessera_core::format::pool_format::FormatSupport {
     let f = device.features();
-    tessera_core::pool_format::FormatSupport {
+    tessera_core::format::pool_format::FormatSupport {
         bc: f.contains(wgpu::Features::TEXTURE_COMPRESSION_BC),
         astc: f.contains(wgpu::Features::TEXTURE_COMPRESSION_ASTC),
         etc2: f.contains(wgpu::Features::TEXTURE_COMPRESSION_ETC2),
@@ -171,7 +171,8 @@ impl TilePool {
     fn fill_unwritten(&self, device: &wgpu::Device, queue: &wgpu::Queue) -> Result<(), RenderError> {
         let s = self.slot_texels;
         let rgba: Vec<u8> = UNWRITTEN.iter().copied().cycle().take((s * s * 4) as usize).collect();
-        let fail = |e: tessera_core::codec::CodecError| RenderError::Config(format!("pool fill tile: {e}"));
+        let fail =
+            |e: tessera_core::format::codec::CodecError| RenderError::Config(format!("pool fill tile: {e}"));
         let enc = Codec::Uastc.encode(&rgba, s, &EncodeOptions::default()).map_err(fail)?;
         let bytes = transcode(enc.codec, &enc.data, rgba.len(), s, self.target).map_err(fail)?;
         let items: Vec<(SlotCoord, &[u8])> = (0..self.slots_y)

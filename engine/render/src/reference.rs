@@ -2,9 +2,9 @@
 //! ordinary mip-mapped texture sampled by the hardware. Ground truth for convergence.
 
 use bytemuck::{Pod, Zeroable};
-use tessera_core::atlas::{Atlas, ColorSpace, LayerInfo, Wrap};
 use tessera_core::bake::edge;
-use tessera_core::tile::TileId;
+use tessera_core::format::atlas::{Atlas, ColorSpace, LayerInfo, Wrap};
+use tessera_core::format::tile::TileId;
 
 use crate::context::GpuContext;
 use crate::error::RenderError;

@@ -3,8 +3,8 @@
 
 use bytemuck::{Pod, Zeroable};
 use glam::{Mat4, Vec3};
-use tessera_core::atlas::Atlas;
-use tessera_core::camera::Camera;
+use tessera_core::format::atlas::Atlas;
+use tessera_core::scene::camera::Camera;
 use tessera_core::scene::{Mesh, Vertex};
 use wgpu::util::DeviceExt;
 

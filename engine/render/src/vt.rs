@@ -7,15 +7,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytemuck::{Pod, Zeroable};
-use tessera_core::atlas::ColorSpace;
-use tessera_core::codec::TargetFormat;
-use tessera_core::feedback::FeedbackLayout;
-use tessera_core::loader::{LoadOutcome, LoaderConfig, LoaderPool};
-use tessera_core::residency::{Residency, ResidencyConfig};
-use tessera_core::schedule::{
+use tessera_core::format::atlas::ColorSpace;
+use tessera_core::format::codec::TargetFormat;
+use tessera_core::stream::feedback::FeedbackLayout;
+use tessera_core::stream::loader::{LoadOutcome, LoaderConfig, LoaderPool};
+use tessera_core::stream::residency::{Residency, ResidencyConfig};
+use tessera_core::stream::schedule::{
     BiasConfig, BiasInput, BudgetConfig, MipBiasController, UploadBudgetController, neighbours, region_tiles,
 };
-use tessera_core::stats::{StatsSnapshot, TierStats};
+use tessera_core::stream::stats::{StatsSnapshot, TierStats};
 use tessera_core::{Atlas, AtlasLoader, HostCache, StackedLoader, TileId, TileLoader};
 
 use crate::context::GpuContext;
@@ -211,7 +211,7 @@ impl VirtualTextures {
         let stacked = atlas.is_stacked();
         let support = format_support(&ctx.device);
         let select = |codecs: &[tessera_core::Codec]| {
-            tessera_core::pool_format::select(codecs, support, config.pool_format)
+            tessera_core::format::pool_format::select(codecs, support, config.pool_format)
                 .map_err(|e| RenderError::Config(format!("{}: {e}", atlas.path().display())))
         };
         // A stack has one pool per layer, each in the best format for that layer's codec;
@@ -620,7 +620,7 @@ impl VirtualTextures {
         let now = Instant::now();
         let (mut sum_ms, mut max_ms, mut sum_frames, mut timed) = (0.0f64, 0.0f64, 0.0f64, 0usize);
         // Each pool's parts of this frame's tiles go up in one batch (one submission).
-        let mut parts: Vec<Vec<(tessera_core::page_table::SlotCoord, &[u8])>> =
+        let mut parts: Vec<Vec<(tessera_core::stream::page_table::SlotCoord, &[u8])>> =
             self.pools.iter().map(|_| Vec::with_capacity(plan.uploads.len())).collect();
         for u in &plan.uploads {
             let mut rest: &[u8] = &u.bytes;

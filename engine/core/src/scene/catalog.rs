@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 
 use indicatif::ProgressBar;
 
-use crate::atlas::{Atlas, ColorSpace, Wrap};
+use crate::bake::mosaic::{Mosaic, MosaicError, STRESS_CELL, STRESS_CELLS, STRESS_CROPS};
 use crate::bake::{BakeError, BakeInput, BakeOptions, bake};
-use crate::codec::Codec;
-use crate::material_scene::{self, MaterialScene, SceneError};
-use crate::mosaic::{Mosaic, MosaicError, STRESS_CELL, STRESS_CELLS, STRESS_CROPS};
-use crate::scene_bake::{SceneManifest, bake_scene};
+use crate::format::atlas::{Atlas, ColorSpace, Wrap};
+use crate::format::codec::Codec;
+use crate::scene::material_scene::{self, MaterialScene, SceneError};
+use crate::scene::scene_bake::{SceneManifest, bake_scene};
 
 /// The scenes [`prepare`] knows, with a one-line description each.
 pub const SCENES: &[(&str, &str)] = &[

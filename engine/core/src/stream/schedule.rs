@@ -9,9 +9,9 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::feedback::FeedbackLayout;
-use crate::residency::{Residency, ResidencyConfig};
-use crate::tile::{TextureLayout, TileId};
+use crate::format::tile::{TextureLayout, TileId};
+use crate::stream::feedback::FeedbackLayout;
+use crate::stream::residency::{Residency, ResidencyConfig};
 
 /// Tuning of a [`MipBiasController`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -58,7 +58,7 @@ pub struct BiasInput {
     /// Slots in the pool ([`Residency::slot_count`]).
     pub capacity: usize,
     /// Whether residency could not place a needed tile this frame
-    /// ([`crate::residency::UploadPlan::pool_full`]).
+    /// ([`crate::stream::residency::UploadPlan::pool_full`]).
     pub pool_full: bool,
     /// Needed tiles that were not resident this frame. The high-water rule only
     /// counts while tiles are missing: a nearly full pool that holds everything the

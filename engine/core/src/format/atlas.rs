@@ -10,8 +10,9 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{Codec, CodecError};
-use crate::tile::{LayoutError, MAX_LAYERS, TextureLayout, TileId};
+use crate::format::codec::{Codec, CodecError};
+pub use crate::format::color::ColorSpace;
+use crate::format::tile::{LayoutError, MAX_LAYERS, TextureLayout, TileId};
 
 /// The eight bytes every atlas starts with.
 pub const MAGIC: [u8; 8] = *b"TSRATLAS";
@@ -44,17 +45,6 @@ pub enum Wrap {
     Clamp = 0,
     /// Continue from the opposite edge.
     Repeat = 1,
-}
-
-/// How texel values are to be interpreted (and filtered).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-#[repr(u8)]
-pub enum ColorSpace {
-    /// sRGB-encoded colour: filtered in linear light.
-    Srgb = 0,
-    /// Linear data (normals, roughness): filtered as stored.
-    Linear = 1,
 }
 
 /// One layer (independent virtual texture) of an atlas.
@@ -933,7 +923,7 @@ pub struct LayerSummary {
     /// Bits per stored texel on disk (tile borders included).
     pub bits_per_texel: f64,
     /// GPU bytes per tile for each pool format this layer can be loaded into.
-    pub vram_bytes_per_tile: Vec<(crate::codec::TargetFormat, usize)>,
+    pub vram_bytes_per_tile: Vec<(crate::format::codec::TargetFormat, usize)>,
     /// Per mip, finest first.
     pub mips: Vec<MipSummary>,
 }
@@ -1017,7 +1007,7 @@ impl Atlas {
                     raw_bytes,
                     compression_ratio: raw_bytes as f64 / stored_bytes.max(1) as f64,
                     bits_per_texel: stored_bytes as f64 * 8.0 / (raw_bytes.max(1) as f64 / 4.0),
-                    vram_bytes_per_tile: crate::codec::TargetFormat::ALL
+                    vram_bytes_per_tile: crate::format::codec::TargetFormat::ALL
                         .into_iter()
                         .filter(|t| l.codec.is_basis() || !t.is_block_compressed())
                         .map(|t| (t, t.bytes_per_tile(lay.padded_tile_size())))

@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::atlas::ColorSpace;
-use crate::basis::{self, BasisMode, DataCheck};
+use crate::format::basis::{self, BasisMode, DataCheck};
+use crate::format::color::ColorSpace;
 
 /// How a tile's texels are stored in the atlas.
 ///
@@ -334,7 +334,7 @@ pub fn transcode(
 }
 
 /// [`transcode`] for a blob whose bytes the caller has verified already (an atlas
-/// tile after [`crate::atlas::Atlas::read_tile`]'s CRC-32): skips the Basis data CRC-16,
+/// tile after [`crate::format::atlas::Atlas::read_tile`]'s CRC-32): skips the Basis data CRC-16,
 /// a fifth of a UASTC tile's transcode time. Structure checks still run.
 pub fn transcode_verified(
     codec: Codec,

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
-use crate::atlas::ColorSpace;
-use crate::tile::MAX_VIRTUAL_SIDE;
+use crate::format::atlas::ColorSpace;
+use crate::format::tile::MAX_VIRTUAL_SIDE;
 
 /// Bytes per RGBA8 texel.
 pub const TEXEL_BYTES: usize = 4;

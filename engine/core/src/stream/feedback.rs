@@ -10,8 +10,8 @@
 
 use std::collections::HashSet;
 
-use crate::atlas::LayerInfo;
-use crate::tile::{TextureLayout, TileId};
+use crate::format::atlas::LayerInfo;
+use crate::format::tile::{TextureLayout, TileId};
 
 /// Geometry of one layer, cached for index arithmetic.
 #[derive(Clone, Debug)]

@@ -11,10 +11,10 @@ use indicatif::ProgressBar;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::atlas::{AtlasError, AtlasWriter, ColorSpace, LayerInfo, Wrap};
-use crate::codec::{Codec, CodecError, EncodeOptions, QUALITY_DEFAULT};
-use crate::source::{LevelStore, RowSource, TEXEL_BYTES};
-use crate::tile::{LayoutError, TextureLayout};
+use crate::bake::source::{LevelStore, RowSource, TEXEL_BYTES};
+use crate::format::atlas::{AtlasError, AtlasWriter, ColorSpace, LayerInfo, Wrap};
+use crate::format::codec::{Codec, CodecError, EncodeOptions, QUALITY_DEFAULT};
+use crate::format::tile::{LayoutError, TextureLayout};
 
 /// One input of a bake: becomes one layer of the atlas.
 pub struct BakeInput {
@@ -35,7 +35,7 @@ pub struct BakeInput {
 
 /// A rectangle of a layer, in mip-0 texels, that behaves as a texture of its own at the
 /// tile borders. On every mip `m` where no other region touches the tiles it touches
-/// ([`crate::pack::owned_mips`]: for rectangles at multiples of `tile_size · 2^m` at
+/// ([`crate::bake::pack::owned_mips`]: for rectangles at multiples of `tile_size · 2^m` at
 /// least down to that mip, for a lone rectangle on every mip), a tile whose origin lies in
 /// the rectangle scaled to mip `m` (start rounded down, end up) takes its border texels
 /// from inside the rectangle, clamped to its edge or repeated within it per axis, rather
@@ -63,9 +63,9 @@ impl Region {
 
     /// The region on mip `mip` in texels `[x, y, w, h]` (its start rounded down, its end
     /// up), when on that mip it shares no tile with another of `all` (see
-    /// [`crate::pack::owned_mips`]); `None` otherwise.
+    /// [`crate::bake::pack::owned_mips`]); `None` otherwise.
     fn at_mip(&self, all: &[[u32; 4]], index: usize, mip: u32, tile: u32) -> Option<[u32; 4]> {
-        if crate::pack::owned_mips(all, index, tile, mip) < mip {
+        if crate::bake::pack::owned_mips(all, index, tile, mip) < mip {
             return None;
         }
         let (x0, y0) = (self.x >> mip, self.y >> mip);
@@ -92,7 +92,7 @@ pub struct BakeOptions {
     pub uastc_rdo: Option<f32>,
     /// Where large intermediate mip levels are spilled; default: the output's folder.
     pub scratch_dir: Option<PathBuf>,
-    /// Write a stacked atlas ([`crate::atlas::FLAG_STACKED`]): every input must have the
+    /// Write a stacked atlas ([`crate::format::atlas::FLAG_STACKED`]): every input must have the
     /// same size, and the layers share tile ids.
     pub stacked: bool,
 }
@@ -267,7 +267,7 @@ pub fn bake(
         let layout = TextureLayout::new(w, h, opts.tile_size, opts.border)
             .map_err(|source| BakeError::Layout { name: input.name.clone(), source })?;
         layers.push(LayerInfo {
-            name: crate::atlas::truncate_name(&input.name).to_string(),
+            name: crate::format::atlas::truncate_name(&input.name).to_string(),
             layout,
             codec,
             wrap: input.wrap,
@@ -280,7 +280,7 @@ pub fn bake(
         Some(d) => d.clone(),
         None => out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf(),
     };
-    let flags = if opts.stacked { crate::atlas::FLAG_STACKED } else { 0 };
+    let flags = if opts.stacked { crate::format::atlas::FLAG_STACKED } else { 0 };
     let mut writer = AtlasWriter::create_with_flags(out, layers.clone(), flags)?;
     let mut reports = Vec::with_capacity(inputs.len());
     for (input, layer) in inputs.iter().zip(&layers) {

@@ -4,8 +4,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 
-use crate::lru::Lru;
-use crate::tile::TileId;
+use crate::format::tile::TileId;
+use crate::stream::lru::Lru;
 
 /// Counters and occupancy of a [`HostCache`], as reported in statistics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,9 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::atlas::Atlas;
-use crate::host_cache::{HostCache, HostCacheCounters};
-use crate::loader::{LoaderCounters, LoaderPool};
+use crate::format::atlas::Atlas;
+use crate::stream::host_cache::{HostCache, HostCacheCounters};
+use crate::stream::loader::{LoaderCounters, LoaderPool};
 
 /// Occupancy of one storage tier.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

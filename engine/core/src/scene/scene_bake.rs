@@ -10,13 +10,13 @@ use std::sync::Arc;
 use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
 
-use crate::atlas::{ColorSpace, Wrap};
+use crate::bake::pack::{owned_mips, pack};
+use crate::bake::source::{RowSource, TEXEL_BYTES};
 use crate::bake::{BakeInput, BakeOptions, BakeReport, Region, bake};
-use crate::codec::Codec;
-use crate::material_scene::{ImageRef, MaterialScene, SceneError, embedded_image_bytes, image_size};
-use crate::pack::{owned_mips, pack};
-use crate::source::{RowSource, TEXEL_BYTES};
-use crate::tile::TextureLayout;
+use crate::format::atlas::{ColorSpace, Wrap};
+use crate::format::codec::Codec;
+use crate::format::tile::TextureLayout;
+use crate::scene::material_scene::{ImageRef, MaterialScene, SceneError, embedded_image_bytes, image_size};
 
 /// The layers of a scene atlas, in order: base colour (sRGB), tangent-space normal map
 /// (linear), glTF metallic-roughness texture (linear: G roughness, B metallic).

@@ -1,7 +1,7 @@
 //! Choosing the GPU pool's texel format from what the adapter supports and how the
 //! atlas' layers are encoded. GPU-free so that every combination is tested.
 
-use crate::codec::{Codec, TargetFormat};
+use crate::format::codec::{Codec, TargetFormat};
 
 /// Which block-compressed texture families the adapter can sample.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use glam::{Mat3, Mat4, Vec3, Vec4};
 
-use crate::atlas::{AtlasError, Wrap};
 use crate::bake::BakeError;
+use crate::format::atlas::{AtlasError, Wrap};
 use crate::scene::{Mesh, Vertex};
 
 /// A scene loaded from glTF: meshes in world space and the materials they use.

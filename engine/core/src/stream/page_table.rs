@@ -9,8 +9,8 @@
 
 use std::ops::Range;
 
-use crate::feedback::FeedbackLayout;
-use crate::tile::{TextureLayout, TileId};
+use crate::format::tile::{TextureLayout, TileId};
+use crate::stream::feedback::FeedbackLayout;
 
 /// Bits of a slot coordinate in an entry (bits 0..11 hold x, 12..23 hold y).
 pub const SLOT_BITS: u32 = 12;

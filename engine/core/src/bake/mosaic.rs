@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
-use crate::atlas::{ColorSpace, Wrap};
+use crate::bake::source::{RowSource, SourceError, TEXEL_BYTES, decode_image};
 use crate::bake::{Region, downsample};
-use crate::source::{RowSource, SourceError, TEXEL_BYTES, decode_image};
-use crate::tile::MAX_VIRTUAL_SIDE;
+use crate::format::atlas::{ColorSpace, Wrap};
+use crate::format::tile::MAX_VIRTUAL_SIDE;
 
 /// Side of one cell of the stress mosaic, in texels.
 pub const STRESS_CELL: u32 = 4096;

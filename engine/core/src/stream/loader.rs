@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender};
 use serde::{Deserialize, Serialize};
 
-use crate::tile::TileId;
+use crate::format::tile::TileId;
 
 /// Why a tile could not be loaded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

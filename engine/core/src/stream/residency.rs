@@ -21,11 +21,11 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::feedback::FeedbackLayout;
-use crate::lru::Lru;
-use crate::page_table::{MAX_SLOTS_PER_SIDE, PageTable, SlotCoord};
-use crate::stats::VramCounters;
-use crate::tile::{TextureLayout, TileId};
+use crate::format::tile::{TextureLayout, TileId};
+use crate::stream::feedback::FeedbackLayout;
+use crate::stream::lru::Lru;
+use crate::stream::page_table::{MAX_SLOTS_PER_SIDE, PageTable, SlotCoord};
+use crate::stream::stats::VramCounters;
 
 /// Frames a prefetched tile is kept (requested or loaded) without being needed before
 /// it is dropped; see [`Residency::set_prefetch_ttl`].
@@ -556,7 +556,7 @@ fn is_pinned(layout: &FeedbackLayout, pin: u32, tile: TileId) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::page_table::encode_entry;
+    use crate::stream::page_table::encode_entry;
     use proptest::prelude::*;
 
     fn cfg(slots: u16, max_uploads: usize) -> ResidencyConfig {

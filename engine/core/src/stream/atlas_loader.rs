@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use crate::atlas::Atlas;
-use crate::codec::{TargetFormat, transcode_verified};
-use crate::host_cache::HostCache;
-use crate::loader::{LoadError, TileLoader};
-use crate::tile::TileId;
+use crate::format::atlas::Atlas;
+use crate::format::codec::{TargetFormat, transcode_verified};
+use crate::format::tile::TileId;
+use crate::stream::host_cache::HostCache;
+use crate::stream::loader::{LoadError, TileLoader};
 
 /// Loads GPU-ready tiles from an [`Atlas`] through a [`HostCache`], in one
 /// [`TargetFormat`]; the cache holds the transcoded bytes.

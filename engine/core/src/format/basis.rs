@@ -17,8 +17,8 @@ use basis_universal::{
     TranscoderTextureFormat, sys,
 };
 
-use crate::atlas::ColorSpace;
-use crate::codec::{CodecError, EncodeOptions, TargetFormat};
+use crate::format::codec::{CodecError, EncodeOptions, TargetFormat};
+use crate::format::color::ColorSpace;
 
 /// The two Basis Universal modes a tile can be stored in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -215,15 +215,15 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::codec::{Codec, transcode as transcode_tile};
+    use crate::bake::source::ImageSource;
     use crate::compare::compare;
-    use crate::source::ImageSource;
+    use crate::format::codec::{Codec, transcode as transcode_tile};
 
     const SIDE: u32 = 136;
 
     /// The real photograph fetched by `assets/fetch-data.sh` (Blue Marble, 5400×2700).
     fn real_jpeg() -> PathBuf {
-        let dir = crate::source::data_dir();
+        let dir = crate::bake::source::data_dir();
         let p = dir.join("bmng.jpg");
         assert!(p.exists(), "{} is missing: run assets/fetch-data.sh (scripts/test does)", p.display());
         p

@@ -1,0 +1,10 @@
+//! Offline baking: image sources, the streaming baker that writes atlases, mosaics of
+//! real images and rectangle packing. (Baking a glTF scene is `scene::scene_bake`: it
+//! builds on the scene import, and keeping it there leaves no import circle.)
+
+mod baker;
+pub mod mosaic;
+pub mod pack;
+pub mod source;
+
+pub use baker::*;

@@ -1,0 +1,9 @@
+//! What is stored and how: tile ids and virtual layouts, the `.tsa` atlas file, the
+//! per-tile codecs (Basis Universal, LZ4, raw) and the GPU pool formats they become.
+
+pub mod atlas;
+pub mod basis;
+pub mod codec;
+pub mod color;
+pub mod pool_format;
+pub mod tile;

@@ -1,0 +1,13 @@
+//! Streaming at run time, without a GPU: the [`Streamer`](streamer::Streamer) that runs
+//! a frame's decisions, and the parts it owns (feedback decoding, residency and the
+//! page-table mirror, LRU, loader threads, host cache, schedulers, statistics).
+
+pub mod atlas_loader;
+pub mod feedback;
+pub mod host_cache;
+pub mod loader;
+pub mod lru;
+pub mod page_table;
+pub mod residency;
+pub mod schedule;
+pub mod stats;
