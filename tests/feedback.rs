@@ -15,7 +15,7 @@ use tessera::pool::TilePool;
 use tessera_core::TextureLayout;
 use tessera_core::format::atlas::ColorSpace;
 use tessera_core::format::codec::TargetFormat;
-use tessera_core::stream::feedback::FeedbackLayout;
+use tessera_core::stream::feedback::{FeedbackLayout, compact};
 use tessera_core::stream::page_table::SlotCoord;
 use tessera_tests::gpu;
 
@@ -40,11 +40,6 @@ fn scattered(words: usize, n: usize, seed: u32) -> Vec<u32> {
         w[i] |= 1 << (x % 32) | 1 << ((x >> 8) % 32);
     }
     w
-}
-
-/// The non-zero words of `words` as pairs.
-fn pairs_of(words: &[u32]) -> Vec<(u32, u32)> {
-    words.iter().enumerate().filter(|(_, w)| **w != 0).map(|(i, w)| (i as u32, *w)).collect()
 }
 
 /// Runs one frame whose passes set exactly `words` in the bitset, then waits until
@@ -88,7 +83,7 @@ fn compacted_feedback_equals_the_written_bits() {
     words[last / 32] |= 1 << (last % 32);
     let got = frame(ctx, &mut fb, 1, &words);
     assert!(got.complete);
-    assert_eq!(got.sparse, pairs_of(&words));
+    assert_eq!(got.sparse, compact(&words));
     let tiles = layout.decode_sparse(&got.sparse);
     assert_eq!(tiles, layout.decode(&words));
     assert_eq!(tiles.last(), layout.tile_at(last).as_ref());
@@ -104,7 +99,7 @@ fn compacted_feedback_equals_the_written_bits() {
     let empty = frame(ctx, &mut fb, 2, &vec![0; layout.words()]);
     assert!(empty.complete && empty.sparse.is_empty());
     let again = frame(ctx, &mut fb, 3, &words);
-    assert_eq!(again.sparse, pairs_of(&words));
+    assert_eq!(again.sparse, compact(&words));
     assert_eq!(fb.full_frames(), 0);
 }
 
@@ -115,7 +110,7 @@ fn overflowing_feedback_falls_back_to_the_full_bitset_within_two_frames() {
     // A list of 64 pairs, so 500 non-zero words overflow it on the GPU.
     let mut fb = Feedback::with_capacity(&ctx.device, layout.words(), 3, 64);
     let words = scattered(layout.words(), 500, 11);
-    let want = pairs_of(&words);
+    let want = compact(&words);
     let first = frame(ctx, &mut fb, 1, &words);
     assert!(!first.complete, "500 words cannot fit 64 pairs");
     assert_eq!(first.sparse.len(), 64);
@@ -133,10 +128,10 @@ fn overflowing_feedback_falls_back_to_the_full_bitset_within_two_frames() {
     // Once the view needs fewer words, one full frame shows it, then back to sparse.
     let few = scattered(layout.words(), 20, 3);
     let fourth = frame(ctx, &mut fb, 4, &few);
-    assert!(fourth.complete && fourth.sparse == pairs_of(&few));
+    assert!(fourth.complete && fourth.sparse == compact(&few));
     assert_eq!(fb.full_frames(), 3);
     let fifth = frame(ctx, &mut fb, 5, &few);
-    assert!(fifth.complete && fifth.sparse == pairs_of(&few));
+    assert!(fifth.complete && fifth.sparse == compact(&few));
     assert_eq!(fb.full_frames(), 3);
     assert!(fb.bytes() < fb.bitset_bytes());
     assert_eq!(fb.incomplete_frames(), 1);
@@ -153,10 +148,10 @@ fn copy_window_grows_after_a_frame_larger_than_it() {
     let first = frame(ctx, &mut fb, 1, &words);
     assert!(!first.complete);
     let second = frame(ctx, &mut fb, 2, &words);
-    assert!(second.complete && second.sparse == pairs_of(&words));
+    assert!(second.complete && second.sparse == compact(&words));
     // From now on the window (4096 pairs, 32 KiB) holds them: sparse and complete.
     let third = frame(ctx, &mut fb, 3, &words);
-    assert!(third.complete && third.sparse == pairs_of(&words));
+    assert!(third.complete && third.sparse == compact(&words));
     assert!(fb.bytes() > small && fb.bytes() < fb.bitset_bytes(), "{} bytes", fb.bytes());
     assert_eq!(fb.full_frames(), 1);
 }
@@ -170,7 +165,7 @@ fn small_bitsets_are_read_back_whole() {
     let words = scattered(300, 40, 9);
     let got = frame(ctx, &mut fb, 1, &words);
     assert!(got.complete);
-    assert_eq!(got.sparse, pairs_of(&words));
+    assert_eq!(got.sparse, compact(&words));
     assert_eq!(fb.bytes(), 1200);
 }
 

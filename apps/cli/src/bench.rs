@@ -5,9 +5,9 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::gpu_bench::{BenchConfig, BenchReport, ModeStats, PROBE_FEEDBACK_STRIDE, Stat};
 use anyhow::{Context, Result};
 use tessera::GpuContext;
-use tessera::bench::{BenchConfig, BenchReport, ModeStats, PROBE_FEEDBACK_STRIDE, Stat};
 
 /// Arguments of `tessera bench`.
 #[derive(clap::Args)]
@@ -82,7 +82,7 @@ pub(crate) fn run(args: &BenchArgs) -> Result<ExitCode> {
         ctx.describe()
     );
     let report =
-        tessera::bench::run(&ctx, &cfg).with_context(|| format!("benchmarking {}", atlas.display()))?;
+        crate::gpu_bench::run(&ctx, &cfg).with_context(|| format!("benchmarking {}", atlas.display()))?;
     print!("{}", table(&report, camera));
     if let Some(dir) = args.json.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -8,10 +8,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::stream_bench::{StreamBenchConfig, StreamReport, stream};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use tessera::GpuContext;
-use tessera::stream_bench::{StreamBenchConfig, StreamReport, stream};
 use tessera_core::bake::source::{ImageSource, RowSource};
 use tessera_core::codec_bench::{
     CodecBenchOptions, CodecMeasurement, atlas_path, crop_centre, measure, sample_mip0,

@@ -5,7 +5,9 @@ mod bench;
 mod capture;
 mod codecs;
 mod demo;
+mod gpu_bench;
 mod inspect;
+mod stream_bench;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -10,9 +10,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow};
-use tessera::capture::{Drawer, write_png};
+use tessera::capture::write_png;
 use tessera::core::Atlas;
 use tessera::core::scene::camera::Camera;
+use tessera::drawer::{Drawer, drawer_for};
 use tessera::scene::{OffscreenTarget, TARGET_FORMAT};
 use tessera::{GpuContext, VirtualTextures, VtConfig};
 use tessera_egui::{
@@ -74,7 +75,7 @@ struct Scene {
     /// What was opened.
     opened: Opened,
     vt: VirtualTextures,
-    drawer: Drawer,
+    drawer: Box<dyn Drawer>,
     pool_mib: u32,
 }
 
@@ -92,7 +93,7 @@ fn load_scene(ctx: &GpuContext, opened: &Opened, args: &Args, pool_mib: u32) -> 
     };
     let vt = VirtualTextures::new(ctx, atlas.clone(), cfg)
         .with_context(|| format!("setting up virtual textures for {}", path.display()))?;
-    let drawer = Drawer::new(ctx, &vt, opened.scene.as_deref())
+    let drawer = drawer_for(ctx, &vt, opened.scene.as_deref())
         .with_context(|| format!("setting up the scene of {}", opened.name))?;
     Ok(Scene { opened: opened.clone(), vt, drawer, pool_mib })
 }
@@ -568,7 +569,9 @@ impl App {
             vt.set_upload_budget(now.upload_budget);
             vt.set_host_budget_mib(now.host_budget_mib);
             vt.set_feedback_frozen(now.freeze);
-            vt.set_feedback_stride(now.feedback_stride);
+            if let Err(e) = vt.set_feedback_stride(now.feedback_stride) {
+                eprintln!("error: {e}");
+            }
             vt.set_debug_view(now.debug.index());
             self.applied = Some(now);
         }
@@ -597,10 +600,17 @@ impl App {
             g.resize(size);
         }
         let frame = self.frame;
-        let stats = g.scene.as_mut().map(|scene| {
-            let stream = scene.vt.prepare(&g.ctx, frame);
-            scene.drawer.set_camera(&g.ctx.queue, &camera, size.width as f32 / size.height as f32);
-            let stats = scene.vt.stats();
+        let mut encoder = g
+            .ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("viewer frame") });
+        let aspect = size.width as f32 / size.height as f32;
+        // The frame of the virtual textures, from `begin` to `finish` after the submit.
+        let vt_frame = g.scene.as_mut().map(|scene| {
+            let f = scene.vt.begin(&g.ctx, &mut encoder);
+            scene.drawer.set_camera(&g.ctx.queue, &camera, aspect);
+            let stream = *f.stats();
+            let stats = f.vt().stats();
             self.history.push(
                 self.start.elapsed().as_secs_f64(),
                 &stats,
@@ -616,23 +626,23 @@ impl App {
                     ),
                 },
             );
-            stats
+            (f, &scene.drawer, stats)
         });
         let raw = g.egui_state.take_egui_input(&g.window);
         let overlay = self.overlay;
-        self.controls.pool_thumbnail = match (&g.scene, g.pool_texture) {
-            (Some(scene), Some(id)) => {
-                let (w, h) = scene.vt.pool().texels();
+        self.controls.pool_thumbnail = match (&vt_frame, g.pool_texture) {
+            (Some((f, _, _)), Some(id)) => {
+                let (w, h) = f.vt().pool().texels();
                 Some((id, [w, h]))
             }
             _ => None,
         };
         let baking = self.bake.as_mut().map(|b| b.progress().clone());
         let (controls, history, notice) = (&mut self.controls, &self.history, &mut self.notice);
-        let scene = g.scene.as_ref();
+        let scene = vt_frame.as_ref();
         let mut full = g.egui_ctx.run_ui(raw, |ui| {
-            if overlay && let (Some(scene), Some(stats)) = (scene, &stats) {
-                let model = overlay_model(&scene.vt, stats, history, controls.residency_layer);
+            if overlay && let Some((f, _, stats)) = scene {
+                let model = overlay_model(f.vt(), stats, history, controls.residency_layer);
                 egui::Panel::right("tessera overlay").default_size(340.0).show(ui, |ui| {
                     egui::ScrollArea::vertical().show(ui, |ui| overlay_ui(ui, &model, controls));
                 });
@@ -651,19 +661,9 @@ impl App {
             }
         }
 
-        let mut encoder =
-            device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("viewer frame") });
-        match &mut g.scene {
-            Some(scene) => {
-                scene.vt.begin_frame(&mut encoder);
-                scene.drawer.draw_vt(
-                    &mut encoder,
-                    &g.target.color_view,
-                    &g.target.depth_view,
-                    &scene.vt,
-                    None,
-                );
-                scene.vt.end_frame(&mut encoder, frame);
+        match &vt_frame {
+            Some((f, drawer, _)) => {
+                drawer.draw_vt(&mut encoder, &g.target.color_view, &g.target.depth_view, f.vt(), None);
             }
             None => clear(&mut encoder, &g.target.color_view),
         }
@@ -686,7 +686,7 @@ impl App {
         }
         // In screenshot mode frames count once the scene is up (after any bake).
         let last = self.args.screenshot.is_some()
-            && g.scene.is_some()
+            && vt_frame.is_some()
             && frame + 1 >= u64::from(self.args.frames.max(1));
         if last {
             g.target.copy_out(&mut encoder);
@@ -739,9 +739,16 @@ impl App {
             pass.set_bind_group(0, &g.blit_group, &[]);
             pass.draw(0..3, 0..1);
         }
-        queue.submit(egui_cmds.into_iter().chain([encoder.finish()]));
-        if let Some(scene) = &mut g.scene {
-            scene.vt.after_submit();
+        // egui's buffer uploads go first; the frame's encoder is submitted by `finish`.
+        queue.submit(egui_cmds);
+        let streamed = vt_frame.is_some();
+        match vt_frame {
+            Some((f, _, _)) => {
+                f.finish(&g.ctx, encoder);
+            }
+            None => {
+                queue.submit([encoder.finish()]);
+            }
         }
         if let Some(t) = surface_texture {
             queue.present(t);
@@ -752,7 +759,7 @@ impl App {
         for id in full.textures_delta.free.drain() {
             g.egui_renderer.free_texture(&id);
         }
-        if g.scene.is_some() {
+        if streamed {
             self.frame += 1;
         }
         if last && let Some(path) = &self.args.screenshot {

@@ -41,7 +41,8 @@ fn loader_pool_serves_every_tile_through_the_host_cache() {
     let tile_bytes = 136 * 136 * 4;
     let cache = Arc::new(HostCache::new((tiles.len() * tile_bytes) as u64));
     let pool =
-        LoaderPool::new(Arc::new(AtlasLoader::new(atlas.clone(), cache.clone())), 2, LoaderConfig::default());
+        LoaderPool::new(Arc::new(AtlasLoader::new(atlas.clone(), cache.clone())), 2, LoaderConfig::default())
+            .unwrap();
     for &t in &tiles {
         assert!(pool.request(t, 0, 1));
     }
@@ -82,7 +83,8 @@ fn corrupted_tile_is_reported_not_served() {
     std::fs::write(&path, bytes).unwrap();
     let atlas = Arc::new(Atlas::open(&path).unwrap());
     let cache = Arc::new(HostCache::new(1 << 24));
-    let pool = LoaderPool::new(Arc::new(AtlasLoader::new(atlas, cache.clone())), 1, LoaderConfig::default());
+    let pool = LoaderPool::new(Arc::new(AtlasLoader::new(atlas, cache.clone())), 1, LoaderConfig::default())
+        .unwrap();
     pool.request(bad, 0, 1);
     pool.request(TileId::new(0, 0, 0, 0), 0, 1);
     let results = drain(&pool, 2);

@@ -5,8 +5,8 @@
 //!
 //! * [`GpuContext`] — a device and queue (any wgpu device works the same way),
 //! * [`VirtualTextures`] — the tile pool, page table, GPU feedback and streaming,
-//!   driven by four calls per frame (`prepare`, `begin_frame`, `end_frame`,
-//!   `after_submit`) and bound as bind group 1 of the user's pipeline,
+//!   driven by two calls per frame (`begin` before the passes, `finish` after them)
+//!   and bound as bind group 1 of the user's pipeline,
 //! * [`tessera::shaders::VT_WGSL`] — WGSL prepended to the user's shader, giving it
 //!   `vt_sample(uv, frag_coord)`.
 //!
@@ -16,7 +16,8 @@
 //! streaming did each frame, and saves the last frame as `target/embed.png`.
 //!
 //! Run: `cargo run -p tessera --example embed [ATLAS.tsa]` (without an atlas, a 4096²
-//! labelled test texture is baked into a temporary folder first).
+//! labelled test texture is baked into a temporary folder first). The test suite runs
+//! it too (`tests/embed.rs`) and compares its last frame with a golden image.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use bytemuck::{Pod, Zeroable};
 use glam::Vec3;
 use indicatif::ProgressBar;
 use tessera::core::Atlas;
+use tessera::core::StatsSnapshot;
 use tessera::core::bake::source::Generated;
 use tessera::core::bake::{BakeInput, BakeOptions, bake};
 use tessera::core::format::atlas::{ColorSpace, Wrap};
@@ -92,13 +94,25 @@ fn main() -> anyhow::Result<()> {
         Some(path) => PathBuf::from(path),
         None => bake_test_atlas(scratch.path())?,
     };
-    let atlas =
-        Arc::new(Atlas::open(&atlas_path).with_context(|| format!("opening {}", atlas_path.display()))?);
-
-    // 2. Tessera's side: a device, and the virtual textures of the atlas.
     let ctx = GpuContext::headless()?;
     println!("adapter: {}", ctx.describe());
-    let mut vt = VirtualTextures::new(&ctx, atlas, VtConfig::default())?;
+    let (pixels, stats) = run(&ctx, &atlas_path)?;
+    let png = Path::new("target/embed.png");
+    std::fs::create_dir_all("target").context("creating target/")?;
+    tessera::capture::write_png(png, SIZE, &pixels)?;
+    println!("wrote {}", png.display());
+    println!("{}", serde_json::to_string_pretty(&stats)?);
+    Ok(())
+}
+
+/// Renders [`FRAMES`] frames of the atlas at `atlas_path` on `ctx`'s device and returns
+/// the last frame's RGBA8 pixels ([`SIZE`]) and the statistics of every tier.
+pub fn run(ctx: &GpuContext, atlas_path: &Path) -> anyhow::Result<(Vec<u8>, StatsSnapshot)> {
+    let atlas =
+        Arc::new(Atlas::open(atlas_path).with_context(|| format!("opening {}", atlas_path.display()))?);
+
+    // 2. Tessera's side: the virtual textures of the atlas on the app's device.
+    let mut vt = VirtualTextures::new(ctx, atlas, VtConfig::default())?;
     let device = &ctx.device;
 
     // 3. The user's side: uniforms (group 0), pipeline, and a render target.
@@ -160,11 +174,10 @@ fn main() -> anyhow::Result<()> {
 
     // 4. The frame loop the embedder writes.
     for frame in 0..FRAMES {
-        // Streaming work on the CPU: read feedback, request tiles, upload what arrived.
-        let stats = vt.prepare(&ctx, frame);
         ctx.queue.write_buffer(&look_buffer, 0, bytemuck::bytes_of(&look_at(frame)));
         let mut encoder = device.create_command_encoder(&Default::default());
-        vt.begin_frame(&mut encoder); // clears the feedback bitset
+        // Before the passes: streaming decisions and uploads, and the feedback clear.
+        let vt_frame = vt.begin(ctx, &mut encoder);
         {
             let mut pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
                 label: Some("user pass"),
@@ -184,35 +197,26 @@ fn main() -> anyhow::Result<()> {
             });
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &look_group, &[]);
-            pass.set_bind_group(1, vt.bind_group(0).expect("every atlas has a layer 0"), &[]);
+            pass.set_bind_group(1, vt_frame.bind_group(0).context("the atlas has no layer 0")?, &[]);
             pass.draw(0..6, 0..1);
         }
-        vt.end_frame(&mut encoder, frame); // queues the feedback readback
         if frame + 1 == FRAMES {
             target.copy_out(&mut encoder); // keep the last frame for reading back
         }
-        ctx.queue.submit([encoder.finish()]);
-        vt.after_submit();
+        // After the passes: queues the feedback readback and submits the encoder.
+        let stats = vt_frame.finish(ctx, encoder);
         // A windowed app is paced by presenting; headless, wait for the GPU instead.
-        device.poll(wgpu::PollType::wait_indefinitely())?;
+        ctx.wait_idle()?;
         println!(
             "frame {frame:2}: {:4} uploads, {:4} tiles resident in VRAM, {:4} needed, {:4} requested",
             stats.uploads, stats.resident_vram, stats.tiles_needed, stats.requests
         );
     }
-
-    // Read the last frame back and save it, then show the totals of every tier.
-    let pixels = target.read(device)?;
-    let png = Path::new("target/embed.png");
-    std::fs::create_dir_all("target").context("creating target/")?;
-    tessera::capture::write_png(png, SIZE, &pixels)?;
-    println!("wrote {}", png.display());
-    println!("{}", serde_json::to_string_pretty(&vt.stats())?);
-    Ok(())
+    Ok((target.read(device)?, vt.stats()))
 }
 
 /// Bakes a 4096² labelled test texture (128² tiles, 6 mips) into `dir`.
-fn bake_test_atlas(dir: &Path) -> anyhow::Result<PathBuf> {
+pub fn bake_test_atlas(dir: &Path) -> anyhow::Result<PathBuf> {
     let path = dir.join("embed.tsa");
     let input = BakeInput {
         name: "generated".into(),

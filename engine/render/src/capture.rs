@@ -11,14 +11,13 @@ use tessera_core::Atlas;
 use tessera_core::compare::{compare, count_colour};
 use tessera_core::scene::camera::CameraPath;
 use tessera_core::scene::material_scene::MaterialScene;
-use tessera_core::scene::scene_bake::SceneManifest;
-use tessera_core::stream::stats::StatsSnapshot;
+use tessera_core::stream::stats::{StatsSnapshot, StreamFrame};
 
 use crate::context::GpuContext;
+use crate::drawer::drawer_for;
 use crate::error::RenderError;
-use crate::material::MaterialRenderer;
 use crate::pool::UNWRITTEN;
-use crate::scene::{OffscreenTarget, SceneRenderer, TARGET_FORMAT};
+use crate::scene::OffscreenTarget;
 use crate::vt::{VirtualTextures, VtConfig};
 
 /// What to capture.
@@ -62,22 +61,9 @@ pub struct CaptureConfig {
 pub struct FrameStats {
     /// Frame index.
     pub frame: u32,
-    /// Distinct tiles (with ancestors) the newest feedback asked for.
-    pub tiles_needed: usize,
-    /// Tiles resident in the VRAM pool.
-    pub resident_vram: usize,
-    /// Tiles resident in the host cache.
-    pub resident_host: usize,
-    /// Tiles uploaded this frame.
-    pub uploads: usize,
-    /// Tiles evicted from the pool this frame.
-    pub evictions: usize,
-    /// Needed tiles not resident in VRAM.
-    pub misses: usize,
-    /// CPU time to decode feedback and decide, ms.
-    pub feedback_ms: f64,
-    /// CPU time to issue uploads and page-table writes, ms.
-    pub upload_ms: f64,
+    /// What streaming did before this frame (its fields read through `FrameStats`).
+    #[serde(flatten)]
+    pub stream: StreamFrame,
     /// Wall time of the whole frame including readback, ms.
     pub frame_ms: f64,
     /// PSNR against the reference frame, dB (with `reference`).
@@ -85,25 +71,14 @@ pub struct FrameStats {
     pub psnr_db: Option<f64>,
     /// Pixels showing the pool's never-written colour (must stay 0).
     pub unwritten_pixels: usize,
-    /// Mean request-to-resident latency of the tiles uploaded this frame, ms (0: none arrived).
-    #[serde(default)]
-    pub latency_ms_mean: f64,
-    /// Mean request-to-resident latency of the tiles uploaded this frame, frames.
-    #[serde(default)]
-    pub latency_frames_mean: f64,
-    /// Fraction (0 to 1) of the tiles the view wants that are resident at their wanted
-    /// mip (see `StreamFrame::resident_fraction`).
-    #[serde(default)]
-    pub resident_fraction: f64,
-    /// The "fully resident" event: `resident_fraction` reached 1 on this frame.
-    #[serde(default)]
-    pub became_fully_resident: bool,
-    /// The frame whose feedback this frame's decisions used (none: no readback arrived).
-    #[serde(default)]
-    pub feedback_frame: Option<u64>,
-    /// The automatic oversubscription mip bias in effect.
-    #[serde(default)]
-    pub auto_mip_bias: f32,
+}
+
+impl std::ops::Deref for FrameStats {
+    type Target = StreamFrame;
+
+    fn deref(&self) -> &StreamFrame {
+        &self.stream
+    }
 }
 
 /// The result of a capture.
@@ -179,22 +154,6 @@ impl CaptureReport {
     }
 }
 
-/// The meshes of the built-in scene and which layer each samples: the globe takes
-/// layer 1 when the atlas has one (and is not stacked).
-pub fn builtin_meshes(atlas: &Atlas) -> Vec<(String, tessera_core::scene::Mesh, usize)> {
-    let l = &atlas.layers()[0].layout;
-    let aspect = l.width() as f32 / l.height() as f32;
-    tessera_core::scene::builtin_scene(aspect)
-        .into_iter()
-        .map(|(name, mesh)| {
-            // A stacked atlas's layers are one texture's maps, sampled together.
-            let layer =
-                if name == "globe" && atlas.layers().len() > 1 && !atlas.is_stacked() { 1 } else { 0 };
-            (name, mesh, layer)
-        })
-        .collect()
-}
-
 /// The reference atlas must have the streamed atlas' layers, each of the same size.
 fn check_same_layers(atlas: &Atlas, other: &Atlas) -> Result<(), RenderError> {
     if other.layers().len() < atlas.layers().len() {
@@ -221,94 +180,6 @@ fn check_same_layers(atlas: &Atlas, other: &Atlas) -> Result<(), RenderError> {
     Ok(())
 }
 
-/// What a capture, bench or viewer draws: the built-in scene or a material scene.
-pub enum Drawer {
-    /// The built-in plane, globe and cube.
-    Builtin(SceneRenderer),
-    /// A baked glTF or globe scene.
-    Material(MaterialRenderer),
-}
-
-impl Drawer {
-    /// The built-in scene over `vt`'s atlas, or `scene` with the manifest beside the atlas.
-    pub fn new(
-        ctx: &GpuContext,
-        vt: &VirtualTextures,
-        scene: Option<&MaterialScene>,
-    ) -> Result<Self, RenderError> {
-        match scene {
-            None => {
-                Ok(Self::Builtin(SceneRenderer::new(ctx, vt, &builtin_meshes(vt.atlas()), TARGET_FORMAT)))
-            }
-            Some(scene) => {
-                let path = SceneManifest::path_for(vt.atlas().path());
-                let manifest = SceneManifest::load(&path).map_err(|e| {
-                    RenderError::Config(format!("{e} (bake the scene with tessera bake --gltf)"))
-                })?;
-                Ok(Self::Material(MaterialRenderer::new(ctx, vt, scene, &manifest, TARGET_FORMAT)?))
-            }
-        }
-    }
-
-    /// Builds the fully resident reference from `atlas`.
-    pub fn enable_reference(
-        &mut self,
-        ctx: &GpuContext,
-        atlas: &Atlas,
-        max_anisotropy: u16,
-    ) -> Result<(), RenderError> {
-        match self {
-            Self::Builtin(s) => s.enable_reference(ctx, atlas, max_anisotropy),
-            Self::Material(s) => s.enable_reference(ctx, atlas),
-        }
-    }
-
-    /// GPU bytes of the reference textures, when enabled.
-    pub fn reference_bytes(&self) -> Option<u64> {
-        match self {
-            Self::Builtin(s) => s.reference_bytes(),
-            Self::Material(s) => s.reference_bytes(),
-        }
-    }
-
-    /// Sets the camera for the next draws.
-    pub fn set_camera(&self, queue: &wgpu::Queue, camera: &tessera_core::scene::camera::Camera, aspect: f32) {
-        match self {
-            Self::Builtin(s) => s.set_camera(queue, camera, aspect),
-            Self::Material(s) => s.set_camera(queue, camera, aspect),
-        }
-    }
-
-    /// Draws through the virtual texture.
-    pub fn draw_vt(
-        &self,
-        encoder: &mut wgpu::CommandEncoder,
-        color: &wgpu::TextureView,
-        depth: &wgpu::TextureView,
-        vt: &VirtualTextures,
-        timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
-    ) {
-        match self {
-            Self::Builtin(s) => s.draw_vt(encoder, color, depth, vt, timestamps),
-            Self::Material(s) => s.draw_vt(encoder, color, depth, vt, timestamps),
-        }
-    }
-
-    /// Draws through the reference textures (no-op unless enabled).
-    pub fn draw_reference(
-        &self,
-        encoder: &mut wgpu::CommandEncoder,
-        color: &wgpu::TextureView,
-        depth: &wgpu::TextureView,
-        timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
-    ) {
-        match self {
-            Self::Builtin(s) => s.draw_reference(encoder, color, depth, timestamps),
-            Self::Material(s) => s.draw_reference(encoder, color, depth, timestamps),
-        }
-    }
-}
-
 /// Writes RGBA8 pixels as a PNG.
 pub fn write_png(path: &Path, size: (u32, u32), rgba: &[u8]) -> Result<(), RenderError> {
     image::save_buffer(path, rgba, size.0, size.1, image::ExtendedColorType::Rgba8)
@@ -326,7 +197,7 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
         std::fs::create_dir_all(out).map_err(|source| RenderError::Io { path: out.clone(), source })?;
     }
     let mut vt = VirtualTextures::new(ctx, atlas.clone(), cfg.vt.clone())?;
-    let mut scene = Drawer::new(ctx, &vt, cfg.scene.as_deref())?;
+    let mut scene = drawer_for(ctx, &vt, cfg.scene.as_deref())?;
     if cfg.reference {
         match &cfg.reference_atlas {
             Some(path) => {
@@ -349,7 +220,6 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
         if cfg.flush_vram_before.contains(&frame) {
             vt.flush_vram();
         }
-        let stream = vt.prepare(ctx, u64::from(frame));
         let prefetch = prefetch_target.as_ref().and_then(|t| {
             let ahead = frame + cfg.prefetch;
             let cut_soon = cfg
@@ -359,28 +229,24 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
                 .any(|k| k.cut && k.frame > frame as f32 && k.frame <= ahead as f32);
             (cut_soon || frame % 4 == 0).then(|| (t, cfg.camera.camera_at(ahead)))
         });
+        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        let vt_frame = vt.begin(ctx, &mut encoder);
         if let Some((t, camera)) = &prefetch {
-            // Its own submission: the camera uniform is rewritten for the visible view below.
+            // Its own submission: the camera uniform is rewritten for the visible view
+            // below. Its feedback goes into this frame's bitset.
             scene.set_camera(&ctx.queue, camera, aspect);
-            let mut encoder = ctx.device.create_command_encoder(&Default::default());
-            vt.begin_frame(&mut encoder);
-            scene.draw_vt(&mut encoder, &t.color_view, &t.depth_view, &vt, None);
+            scene.draw_vt(&mut encoder, &t.color_view, &t.depth_view, vt_frame.vt(), None);
             ctx.queue.submit([encoder.finish()]);
+            encoder = ctx.device.create_command_encoder(&Default::default());
         }
         scene.set_camera(&ctx.queue, &cfg.camera.camera_at(frame), aspect);
-        let mut encoder = ctx.device.create_command_encoder(&Default::default());
-        if prefetch.is_none() {
-            vt.begin_frame(&mut encoder);
-        }
-        scene.draw_vt(&mut encoder, &target.color_view, &target.depth_view, &vt, None);
-        vt.end_frame(&mut encoder, u64::from(frame));
+        scene.draw_vt(&mut encoder, &target.color_view, &target.depth_view, vt_frame.vt(), None);
         target.copy_out(&mut encoder);
         if let Some(rt) = &ref_target {
             scene.draw_reference(&mut encoder, &rt.color_view, &rt.depth_view, None);
             rt.copy_out(&mut encoder);
         }
-        ctx.queue.submit([encoder.finish()]);
-        vt.after_submit();
+        let stream = vt_frame.finish(ctx, encoder);
         let pixels = target.read(&ctx.device)?;
         let reference = ref_target.as_ref().map(|rt| rt.read(&ctx.device)).transpose()?;
         let psnr_db = reference.as_ref().map(|r| compare(&pixels, r).psnr_db);
@@ -395,23 +261,10 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
         }
         frames.push(FrameStats {
             frame,
-            tiles_needed: stream.tiles_needed,
-            resident_vram: stream.resident_vram,
-            resident_host: stream.resident_host,
-            uploads: stream.uploads,
-            evictions: stream.evictions,
-            misses: stream.misses,
-            feedback_ms: stream.feedback_ms,
-            upload_ms: stream.upload_ms,
+            stream,
             frame_ms: t0.elapsed().as_secs_f64() * 1e3,
             psnr_db,
             unwritten_pixels: count_colour(&pixels, UNWRITTEN, 2),
-            latency_ms_mean: stream.latency_ms_mean,
-            latency_frames_mean: stream.latency_frames_mean,
-            resident_fraction: stream.resident_fraction,
-            became_fully_resident: stream.became_fully_resident,
-            feedback_frame: stream.feedback_frame,
-            auto_mip_bias: stream.auto_mip_bias,
         });
         if last {
             last_frame = pixels;

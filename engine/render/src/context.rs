@@ -73,6 +73,15 @@ impl GpuContext {
         Ok(Self { instance, adapter, device, queue, info, timestamps })
     }
 
+    /// Blocks until the GPU has finished everything submitted (benchmarks, tests and
+    /// captures that read frames back; a frame loop never needs it).
+    pub fn wait_idle(&self) -> Result<(), RenderError> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map(|_| ())
+            .map_err(|e| RenderError::Readback(format!("waiting for the GPU: {e}")))
+    }
+
     /// One line describing the adapter, for logs and reports.
     pub fn describe(&self) -> String {
         format!(

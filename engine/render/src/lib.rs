@@ -8,20 +8,22 @@
 
 #![warn(missing_docs)]
 
-pub mod bench;
 pub mod capture;
 pub mod context;
+pub mod drawer;
 pub mod error;
 pub mod feedback;
 pub mod material;
+pub mod page_table;
+pub mod params;
 pub mod pool;
 pub mod reference;
 pub mod scene;
 pub mod shaders;
-pub mod stream_bench;
 pub mod vt;
 
 pub use context::GpuContext;
 pub use error::RenderError;
 pub use tessera_core as core;
-pub use vt::{StreamFrame, VirtualTextures, VtConfig};
+pub use tessera_core::stream::stats::StreamFrame;
+pub use vt::{VirtualTextures, VtConfig, VtFrame};

@@ -458,3 +458,19 @@ impl OffscreenTarget {
         Ok(out)
     }
 }
+
+/// The meshes of the built-in scene and which layer each samples: the globe takes
+/// layer 1 when the atlas has one (and is not stacked).
+pub fn builtin_meshes(atlas: &Atlas) -> Vec<(String, tessera_core::scene::Mesh, usize)> {
+    let l = &atlas.layers()[0].layout;
+    let aspect = l.width() as f32 / l.height() as f32;
+    tessera_core::scene::builtin_scene(aspect)
+        .into_iter()
+        .map(|(name, mesh)| {
+            // A stacked atlas's layers are one texture's maps, sampled together.
+            let layer =
+                if name == "globe" && atlas.layers().len() > 1 && !atlas.is_stacked() { 1 } else { 0 };
+            (name, mesh, layer)
+        })
+        .collect()
+}

@@ -89,11 +89,6 @@ impl StackedLoader {
             targets.iter().map(|&t| AtlasLoader::with_target(atlas.clone(), cache.clone(), t)).collect();
         Self { layers, cache }
     }
-
-    /// Bytes of each layer's part of a delivered tile of `side²` texels.
-    pub fn part_lengths(&self, side: u32) -> Vec<usize> {
-        self.layers.iter().map(|l| l.target().bytes_per_tile(side)).collect()
-    }
 }
 
 impl TileLoader for StackedLoader {

@@ -225,6 +225,14 @@ pub fn mark(words: &mut [u32], gidx: usize) -> bool {
     }
 }
 
+/// The CPU twin of the GPU compaction pass (`shaders/feedback_compact.wgsl`): the
+/// `(word index, bits)` pairs of the non-zero words of `words`, by increasing index.
+/// The GPU writes the same set in any order; [`FeedbackLayout::decode_sparse`] reads
+/// either.
+pub fn compact(words: &[u32]) -> Vec<(u32, u32)> {
+    words.iter().enumerate().filter(|(_, w)| **w != 0).map(|(i, w)| (i as u32, *w)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

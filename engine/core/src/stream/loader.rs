@@ -83,11 +83,13 @@ pub struct LoaderConfig {
     /// `K`: a queued request not renewed for more than this many frames is dropped by
     /// [`LoaderPool::cancel_stale`] (when `last_requested_frame + K < current_frame`).
     pub cancel_after_frames: u64,
+    /// Stack size of each worker thread in bytes (`None`: the platform's default).
+    pub stack_bytes: Option<usize>,
 }
 
 impl Default for LoaderConfig {
     fn default() -> Self {
-        Self { cancel_after_frames: 8 }
+        Self { cancel_after_frames: 8, stack_bytes: None }
     }
 }
 
@@ -250,23 +252,10 @@ pub struct LoaderPool {
 }
 
 impl LoaderPool {
-    /// Starts `threads` workers (at least one), named `tessera-loader-{i}`.
-    ///
-    /// # Panics
-    ///
-    /// If the operating system cannot spawn a thread, like [`std::thread::spawn`];
-    /// see [`LoaderPool::try_new`] for the fallible version.
-    pub fn new(loader: Arc<dyn TileLoader>, threads: usize, config: LoaderConfig) -> Self {
-        Self::try_new(loader, threads, config).expect("failed to spawn a tessera loader thread")
-    }
-
-    /// Like [`LoaderPool::new`] but reports a failure to spawn a thread. Workers that
-    /// were already started are shut down and joined before returning the error.
-    pub fn try_new(
-        loader: Arc<dyn TileLoader>,
-        threads: usize,
-        config: LoaderConfig,
-    ) -> std::io::Result<Self> {
+    /// Starts `threads` workers (at least one), named `tessera-loader-{i}`. When the
+    /// operating system refuses a thread, the workers already started are shut down
+    /// and joined, and the error is returned.
+    pub fn new(loader: Arc<dyn TileLoader>, threads: usize, config: LoaderConfig) -> std::io::Result<Self> {
         let (wake_tx, wake_rx) = crossbeam_channel::unbounded::<()>();
         let (results_tx, results_rx) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared { queue: Mutex::new(Queue::default()), loader, results: results_tx });
@@ -274,9 +263,11 @@ impl LoaderPool {
         for i in 0..threads.max(1) {
             let shared = Arc::clone(&pool.shared);
             let wake = wake_rx.clone();
-            let handle = std::thread::Builder::new()
-                .name(format!("tessera-loader-{i}"))
-                .spawn(move || worker(&shared, &wake))?;
+            let mut builder = std::thread::Builder::new().name(format!("tessera-loader-{i}"));
+            if let Some(bytes) = config.stack_bytes {
+                builder = builder.stack_size(bytes);
+            }
+            let handle = builder.spawn(move || worker(&shared, &wake))?;
             pool.workers.push(handle);
         }
         Ok(pool)
@@ -290,36 +281,71 @@ impl LoaderPool {
     /// its priority raised if `priority` is higher, and `false` is returned; if it is
     /// being loaded, `false` is returned.
     pub fn request(&self, tile: TileId, priority: u32, frame: u64) -> bool {
-        let Some(wake) = &self.wake else { return false };
+        self.request_many(&[(tile, priority)], frame) == 1
+    }
+
+    /// [`LoaderPool::request`] for each `(tile, priority)` under one lock; returns how
+    /// many were newly queued.
+    pub fn request_many(&self, requests: &[(TileId, u32)], frame: u64) -> usize {
+        let Some(wake) = &self.wake else { return 0 };
+        if requests.is_empty() {
+            return 0;
+        }
         let mut guard = self.shared.lock();
         let q = &mut *guard;
-        let queued = match q.states.entry(tile) {
-            MapEntry::Occupied(mut o) => {
-                if let TileState::Queued { last_requested_frame, priority: p, seq } = o.get_mut() {
-                    *last_requested_frame = (*last_requested_frame).max(frame);
-                    if priority > *p {
-                        *p = priority;
-                        // Keep the original sequence number: raising the priority does not
-                        // lose the request's place among equals. The old entry goes stale.
-                        q.heap.push(QueueEntry { mip: tile.mip, priority, seq: *seq, tile });
+        let mut queued = 0;
+        for &(tile, priority) in requests {
+            match q.states.entry(tile) {
+                MapEntry::Occupied(mut o) => {
+                    if let TileState::Queued { last_requested_frame, priority: p, seq } = o.get_mut() {
+                        *last_requested_frame = (*last_requested_frame).max(frame);
+                        if priority > *p {
+                            *p = priority;
+                            // Keep the original sequence number: raising the priority does
+                            // not lose the request's place among equals. The old entry
+                            // goes stale.
+                            q.heap.push(QueueEntry { mip: tile.mip, priority, seq: *seq, tile });
+                        }
                     }
                 }
-                false
+                MapEntry::Vacant(v) => {
+                    let seq = q.next_seq;
+                    q.next_seq += 1;
+                    v.insert(TileState::Queued { last_requested_frame: frame, priority, seq });
+                    q.heap.push(QueueEntry { mip: tile.mip, priority, seq, tile });
+                    q.queued += 1;
+                    q.counters.requested += 1;
+                    // Workers hold receivers until `wake` is dropped, so this cannot fail.
+                    let _ = wake.send(());
+                    queued += 1;
+                }
             }
-            MapEntry::Vacant(v) => {
-                let seq = q.next_seq;
-                q.next_seq += 1;
-                v.insert(TileState::Queued { last_requested_frame: frame, priority, seq });
-                q.heap.push(QueueEntry { mip: tile.mip, priority, seq, tile });
-                q.queued += 1;
-                q.counters.requested += 1;
-                // Workers hold receivers until `wake` is dropped, so this cannot fail.
-                let _ = wake.send(());
-                true
-            }
-        };
+        }
         q.maybe_compact();
         queued
+    }
+
+    /// Renews the queued requests among `tiles` as wanted at `frame`, raising their
+    /// priority to at least `priority`, under one lock; tiles that are not queued
+    /// (being loaded, or never requested) are left alone. Returns how many were renewed.
+    pub fn renew_many(&self, tiles: &[TileId], priority: u32, frame: u64) -> usize {
+        let mut guard = self.shared.lock();
+        let q = &mut *guard;
+        let mut renewed = 0;
+        for &tile in tiles {
+            if let Some(TileState::Queued { last_requested_frame, priority: p, seq }) =
+                q.states.get_mut(&tile)
+            {
+                *last_requested_frame = (*last_requested_frame).max(frame);
+                if priority > *p {
+                    *p = priority;
+                    q.heap.push(QueueEntry { mip: tile.mip, priority, seq: *seq, tile });
+                }
+                renewed += 1;
+            }
+        }
+        q.maybe_compact();
+        renewed
     }
 
     /// Cancels queued (not in-flight) requests whose last-requested frame is older
@@ -529,7 +555,7 @@ mod tests {
         let gate_tile = t(20, 0);
         let (tx, rx) = crossbeam_channel::unbounded();
         let loader = Arc::new(Gated { gate_tile, gate: Mutex::new(rx) });
-        let pool = LoaderPool::new(loader, 1, config);
+        let pool = LoaderPool::new(loader, 1, config).unwrap();
         assert!(pool.request(gate_tile, 0, 0));
         wait_until("gate tile in flight", || pool.in_flight() == 1);
         (pool, tx, gate_tile)
@@ -603,7 +629,7 @@ mod tests {
 
     #[test]
     fn cancel_and_cancel_stale() {
-        let config = LoaderConfig { cancel_after_frames: 2 };
+        let config = LoaderConfig { cancel_after_frames: 2, ..LoaderConfig::default() };
         let (pool, gate, gate_tile) = gated_pool(config);
         assert_eq!(pool.config(), config);
         assert!(pool.request(t(0, 1), 0, 10));
@@ -650,7 +676,7 @@ mod tests {
                 _ => panic!("boom {}", tile.x),
             }
         };
-        let pool = LoaderPool::new(Arc::new(loader), 2, LoaderConfig::default());
+        let pool = LoaderPool::new(Arc::new(loader), 2, LoaderConfig::default()).unwrap();
         assert_eq!(pool.threads(), 2);
         for x in 0..3 {
             assert!(pool.request(t(0, x), 0, 0));
@@ -677,7 +703,7 @@ mod tests {
         let (gate_tx, gate_rx) = crossbeam_channel::unbounded();
         let loader = Arc::new(Gated { gate_tile, gate: Mutex::new(gate_rx) });
         let as_dyn: Arc<dyn TileLoader> = loader.clone();
-        let pool = LoaderPool::new(as_dyn, 3, LoaderConfig::default());
+        let pool = LoaderPool::new(as_dyn, 3, LoaderConfig::default()).unwrap();
         let rx = pool.results().clone();
         assert!(pool.request(gate_tile, 0, 0));
         wait_until("gate tile in flight", || pool.in_flight() == 1);
@@ -717,7 +743,7 @@ mod tests {
             Ok(Arc::from(vec![tile.mip]))
         });
         let weak = Arc::downgrade(&loader);
-        let pool = LoaderPool::new(loader, 4, LoaderConfig::default());
+        let pool = LoaderPool::new(loader, 4, LoaderConfig::default()).unwrap();
         for x in 0..200 {
             pool.request(t(0, x), 0, 0);
         }
@@ -757,7 +783,14 @@ mod tests {
                 Ok(Arc::from(vec![tile.mip; 8]))
             }
         };
-        let pool = Arc::new(LoaderPool::new(Arc::new(loader), 3, LoaderConfig { cancel_after_frames: 2 }));
+        let pool = Arc::new(
+            LoaderPool::new(
+                Arc::new(loader),
+                3,
+                LoaderConfig { cancel_after_frames: 2, ..LoaderConfig::default() },
+            )
+            .unwrap(),
+        );
         let frame = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let submitters: Vec<_> = (0..4u32)

@@ -1,17 +1,11 @@
 //! Frame-to-frame scheduling decisions, GPU-free: the global mip bias under
-//! oversubscription, the adaptive per-frame upload budget, prefetch candidates, and a
-//! measurement of the per-frame CPU cost of streaming against the virtual size.
+//! oversubscription, the adaptive per-frame upload budget and prefetch candidates.
 //!
 //! The renderer feeds these controllers what it measured on the previous frame and
 //! applies what they return on the next one; every decision is made and tested here.
 
-use std::collections::VecDeque;
-use std::sync::Arc;
-use std::time::Instant;
-
-use crate::format::tile::{TextureLayout, TileId};
+use crate::format::tile::TileId;
 use crate::stream::feedback::FeedbackLayout;
-use crate::stream::residency::{Residency, ResidencyConfig};
 
 /// Tuning of a [`MipBiasController`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -53,9 +47,9 @@ impl Default for BiasConfig {
 /// What the renderer measured in one frame, for [`MipBiasController::update`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BiasInput {
-    /// Tiles the view needs, ancestors included ([`Residency::needed_count`]).
+    /// Tiles the view needs, ancestors included ([`Residency::needed_count`](crate::stream::residency::Residency::needed_count)).
     pub needed: usize,
-    /// Slots in the pool ([`Residency::slot_count`]).
+    /// Slots in the pool ([`Residency::slot_count`](crate::stream::residency::Residency::slot_count)).
     pub capacity: usize,
     /// Whether residency could not place a needed tile this frame
     /// ([`crate::stream::residency::UploadPlan::pool_full`]).
@@ -102,6 +96,14 @@ impl MipBiasController {
     /// The tuning in use.
     pub fn config(&self) -> BiasConfig {
         self.config
+    }
+
+    /// Changes the settle window (see [`BiasConfig::settle_frames`]), e.g. when the
+    /// feedback window changes with the feedback stride. A settle in progress is
+    /// shortened to the new window, never lengthened.
+    pub fn set_settle_frames(&mut self, frames: u32) {
+        self.config.settle_frames = frames;
+        self.settle = self.settle.min(frames);
     }
 
     /// The bias returned by the latest [`MipBiasController::update`] (0 before any).
@@ -189,7 +191,7 @@ impl Default for BudgetConfig {
     }
 }
 
-/// A per-frame upload budget ([`Residency::set_upload_budget`]).
+/// A per-frame upload budget ([`Residency::set_upload_budget`](crate::stream::residency::Residency::set_upload_budget)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Budget {
     /// Most tiles to upload next frame.
@@ -239,6 +241,13 @@ impl UploadBudgetController {
     /// The budget returned by the latest update (the start budget before any).
     pub fn budget(&self) -> Budget {
         Budget { tiles: self.tiles, bytes: (self.tiles as u64).saturating_mul(self.config.bytes_per_tile) }
+    }
+
+    /// Changes the most tiles per frame (at least `min_tiles`): the budget adapts
+    /// below this ceiling, and drops to it at once when it is above.
+    pub fn set_max_tiles(&mut self, tiles: usize) {
+        self.config.max_tiles = tiles.max(self.config.min_tiles);
+        self.tiles = self.tiles.min(self.config.max_tiles);
     }
 
     /// The estimated cost of one upload in milliseconds, once an upload was measured.
@@ -324,175 +333,4 @@ pub fn region_tiles(layout: &FeedbackLayout, layer: u16, rect_texels: [u32; 4], 
         .flat_map(|ty| (tx0..=tx1).map(move |tx| TileId::new(layer, mip, tx as u32, ty as u32)))
         .collect();
     layout.with_ancestors(&tiles)
-}
-
-/// One virtual size of [`cpu_scaling`].
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct CpuScalingRow {
-    /// Side of the square virtual texture in texels.
-    pub size: u32,
-    /// Tiles over the whole mip chain (page-table entries).
-    pub tiles: u64,
-    /// `u32` words of the feedback bitset.
-    pub words: usize,
-    /// Median CPU time of one frame's streaming work, in milliseconds.
-    pub median_ms: f64,
-    /// 95th percentile of the same, in milliseconds.
-    pub p95_ms: f64,
-    /// Median time of the readback copy and the decode alone (of the compacted
-    /// (word, bits) pairs), in milliseconds.
-    pub decode_median_ms: f64,
-    /// Mean size of the needed set, ancestors included.
-    pub needed_mean: f64,
-}
-
-/// Mip-0 tiles of the simulated view (about a 1920×1080 view of 128-texel tiles).
-const VIEW_TILES: (u32, u32) = (16, 9);
-/// Coarser mips of the simulated view's far band, and the band's size at each.
-const BAND_MIPS: u8 = 3;
-const BAND_TILES: (u32, u32) = (16, 3);
-/// Readbacks merged into the needed set (the renderer's default stride 2 → 2²).
-const FEEDBACK_WINDOW: usize = 4;
-
-/// Measures the per-frame CPU cost of streaming for square virtual textures of each
-/// side in `sizes` (tile 128, border 4; sizes a layout rejects are skipped): a moving
-/// view of roughly constant size over `frames` frames, through a 2048-slot pool.
-///
-/// Each frame mirrors the renderer's CPU work: copy the read-back feedback (the GPU
-/// compacts the bitset into (word index, bits) pairs of its non-zero words), decode it,
-/// merge the last few readbacks into the needed set, [`Residency::on_feedback`], the
-/// needed set with ancestors (to renew queued loads), [`Residency::on_loaded`] for
-/// every request (fake bytes, as if the loader answered at once),
-/// [`Residency::plan_uploads`] and copying the page table's dirty ranges. Writing and
-/// compacting the bitset (the GPU's job) is not timed, so the decode costs the same
-/// whatever the atlas' size; [`CpuScalingRow::decode_median_ms`] shows it.
-pub fn cpu_scaling(sizes: &[u32], frames: u32) -> Vec<CpuScalingRow> {
-    sizes.iter().filter_map(|&size| scaling_row(size, frames)).collect()
-}
-
-fn scaling_row(size: u32, frames: u32) -> Option<CpuScalingRow> {
-    let tl = match TextureLayout::new(size, size, 128, 4) {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::warn!("cpu_scaling: size {size} skipped: {e}");
-            return None;
-        }
-    };
-    let layout = FeedbackLayout::new(&[tl]);
-    let config = ResidencyConfig { slots_x: 64, slots_y: 32, ..ResidencyConfig::default() };
-    let mut res = Residency::with_layout(layout.clone(), config);
-    let bytes: Arc<[u8]> = Arc::from(vec![0u8; 16]);
-    let mut words = vec![0u32; layout.words()];
-    let mut recent: VecDeque<Vec<TileId>> = VecDeque::with_capacity(FEEDBACK_WINDOW + 1);
-    let mut staging: Vec<u32> = Vec::new();
-    let (mut total, mut decode) = (Vec::new(), Vec::new());
-    let mut needed_sum = 0usize;
-    for f in 0..frames {
-        words.fill(0);
-        for t in view_tiles(&tl, f) {
-            layout.mark_tile(&mut words, t);
-        }
-        let frame = u64::from(f);
-        // The GPU compacts the bitset into (word index, bits) pairs (see the renderer's
-        // feedback pass); the CPU copies and decodes only those.
-        let pairs: Vec<(u32, u32)> =
-            words.iter().enumerate().filter(|(_, w)| **w != 0).map(|(i, w)| (i as u32, *w)).collect();
-        let t0 = Instant::now();
-        let readback = pairs.clone();
-        recent.push_back(layout.decode_sparse(&readback));
-        let t1 = Instant::now();
-        while recent.len() > FEEDBACK_WINDOW {
-            recent.pop_front();
-        }
-        let mut needed: Vec<TileId> = recent.iter().flatten().copied().collect();
-        needed.sort_unstable();
-        needed.dedup();
-        let requests = res.on_feedback(frame, &needed);
-        let renewed = layout.with_ancestors(&needed);
-        for (tile, _) in requests {
-            res.on_loaded(tile, bytes.clone());
-        }
-        let plan = res.plan_uploads(frame);
-        let pt = res.page_table_mut();
-        staging.clear();
-        for range in pt.take_dirty_ranges() {
-            if let Some(s) = pt.entries().get(range) {
-                staging.extend_from_slice(s);
-            }
-        }
-        let t2 = Instant::now();
-        std::hint::black_box((&plan, &staging, &renewed));
-        needed_sum += res.needed_count();
-        total.push((t2 - t0).as_secs_f64() * 1e3);
-        decode.push((t1 - t0).as_secs_f64() * 1e3);
-    }
-    let (median_ms, p95_ms) = (percentile(&mut total, 0.5), percentile(&mut total, 0.95));
-    Some(CpuScalingRow {
-        size,
-        tiles: tl.tile_count(),
-        words: layout.words(),
-        median_ms,
-        p95_ms,
-        decode_median_ms: percentile(&mut decode, 0.5),
-        needed_mean: if frames == 0 { 0.0 } else { needed_sum as f64 / f64::from(frames) },
-    })
-}
-
-/// The tiles the simulated view samples in frame `f`: a 16×9 window at mip 0 moving
-/// two tiles a frame across and one every third frame down, and a far band at each of
-/// mips 1..=3, all clipped to the grid.
-fn view_tiles(l: &TextureLayout, f: u32) -> Vec<TileId> {
-    let (gx, gy) = l.tiles_at(0);
-    let x0 = (2 * f) % gx.saturating_sub(VIEW_TILES.0).max(1);
-    let y0 = (f / 3) % gy.saturating_sub(VIEW_TILES.1).max(1);
-    let mut out = rect(l, 0, x0, y0, VIEW_TILES);
-    for m in 1..=BAND_MIPS.min(l.coarsest_mip()) {
-        let (mx, my) = l.tiles_at(u32::from(m));
-        let bx = (x0 >> m).min(mx.saturating_sub(BAND_TILES.0));
-        let by = ((y0 + VIEW_TILES.1) >> m).min(my.saturating_sub(BAND_TILES.1));
-        out.extend(rect(l, m, bx, by, BAND_TILES));
-    }
-    out
-}
-
-/// The tiles of a `size` rectangle at `(x, y)` of mip `mip`, clipped to the grid.
-fn rect(l: &TextureLayout, mip: u8, x: u32, y: u32, size: (u32, u32)) -> Vec<TileId> {
-    let (gx, gy) = l.tiles_at(u32::from(mip));
-    let (x1, y1) = ((x + size.0).min(gx), (y + size.1).min(gy));
-    (y..y1).flat_map(|ty| (x..x1).map(move |tx| TileId::new(0, mip, tx, ty))).collect()
-}
-
-/// The `q` quantile (nearest rank) of `v`, 0 for an empty slice.
-fn percentile(v: &mut [f64], q: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_unstable_by(f64::total_cmp);
-    let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
-    v[i]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentile_nearest_rank() {
-        let mut v = [5.0, 1.0, 3.0, 2.0, 4.0];
-        assert_eq!(percentile(&mut v, 0.5), 3.0);
-        assert_eq!(percentile(&mut v, 0.95), 5.0);
-        assert_eq!(percentile(&mut [], 0.5), 0.0);
-    }
-
-    #[test]
-    fn simulated_view_is_the_same_size_at_every_virtual_size() {
-        for size in [16_384, 65_536, 262_144] {
-            let l = TextureLayout::new(size, size, 128, 4).unwrap();
-            for f in [0, 7, 500] {
-                let tiles = view_tiles(&l, f);
-                assert_eq!(tiles.len(), 16 * 9 + 3 * 16 * 3, "size {size} frame {f}");
-                assert!(tiles.iter().all(|&t| l.contains(t)));
-            }
-        }
-    }
 }

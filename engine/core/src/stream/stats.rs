@@ -95,3 +95,51 @@ mod tests {
         assert_eq!(StatsSnapshot::default().host_hit_rate(), 0.0);
     }
 }
+
+/// What streaming did in one frame.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StreamFrame {
+    /// Distinct tiles (with ancestors) the newest feedback asked for.
+    pub tiles_needed: usize,
+    /// Of those, tiles not resident in VRAM.
+    pub misses: usize,
+    /// Tiles uploaded this frame.
+    pub uploads: usize,
+    /// Tiles evicted from the pool this frame.
+    pub evictions: usize,
+    /// Tiles resident in the pool.
+    pub resident_vram: usize,
+    /// Tiles resident in the host cache.
+    pub resident_host: usize,
+    /// Requests handed to the loader this frame.
+    pub requests: usize,
+    /// Frame whose feedback was used (none when no readback arrived).
+    pub feedback_frame: Option<u64>,
+    /// CPU time spent decoding feedback and planning, milliseconds.
+    pub feedback_ms: f64,
+    /// CPU time spent issuing uploads and page-table writes, milliseconds.
+    pub upload_ms: f64,
+    /// Request-to-resident latency of the tiles uploaded this frame (from the frame
+    /// whose feedback asked for them to the upload), milliseconds: mean and maximum
+    /// (0 when nothing that was requested arrived).
+    pub latency_ms_mean: f64,
+    /// See [`StreamFrame::latency_ms_mean`].
+    pub latency_ms_max: f64,
+    /// The same latency in frames (upload frame − feedback frame): mean.
+    pub latency_frames_mean: f64,
+    /// Fraction (0 to 1) of the tiles the view wants (the latest feedback window, each
+    /// tile at the mip its pixels asked for) that are resident themselves rather than
+    /// shown through a coarser fallback, after this frame's uploads. 1 when nothing is
+    /// wanted.
+    pub resident_fraction: f64,
+    /// True on the frame where `resident_fraction` reaches 1 after being below it: the
+    /// "fully resident" event (everything visible is at its wanted resolution).
+    pub became_fully_resident: bool,
+    /// The automatic mip bias in effect for this frame (0 without oversubscription).
+    pub auto_mip_bias: f32,
+    /// The upload budget (tiles) for this frame.
+    pub upload_budget: usize,
+    /// Prefetch requests (neighbours, regions) handed to the loader this frame.
+    pub prefetches: usize,
+}

@@ -12,16 +12,16 @@ use tessera_core::stream::loader::{LoadOutcome, LoaderConfig, LoaderPool};
 use tessera_core::stream::page_table::SlotCoord;
 use tessera_core::{Atlas, AtlasLoader, HostCache, TileId};
 
-use crate::context::GpuContext;
-use crate::error::RenderError;
-use crate::pool::{TilePool, format_support};
+use tessera::GpuContext;
+use tessera::RenderError;
+use tessera::pool::{TilePool, format_support};
 
 /// Tiles per upload batch (one staging copy and one submission each).
 const SUBMIT_EVERY: usize = 64;
 
 /// What to stream.
 #[derive(Clone, Debug)]
-pub struct StreamBenchConfig {
+pub(crate) struct StreamBenchConfig {
     /// The tiles to make resident (duplicates are streamed once).
     pub tiles: Vec<TileId>,
     /// Loader threads (0 = one per core).
@@ -40,7 +40,7 @@ impl Default for StreamBenchConfig {
 
 /// What a streaming run measured.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct StreamReport {
+pub(crate) struct StreamReport {
     /// The adapter.
     pub adapter: String,
     /// The pool's texel format (what the loaders transcoded to).
@@ -67,9 +67,9 @@ pub struct StreamReport {
 
 /// The smallest pool size in MiB whose slot grid ([`TilePool::new`]'s arithmetic) holds at
 /// least `slots` slots of `slot_bytes`, or as many as `max_side × max_side` allows.
-pub fn pool_mib_for(slots: u64, slot_bytes: u64, max_side: u32) -> u32 {
+pub(crate) fn pool_mib_for(slots: u64, slot_bytes: u64, max_side: u32) -> u32 {
     let fits = |mib: u64| {
-        let (sx, sy) = crate::pool::slot_grid(mib.min(u64::from(u32::MAX)) as u32, slot_bytes, max_side);
+        let (sx, sy) = tessera::pool::slot_grid(mib.min(u64::from(u32::MAX)) as u32, slot_bytes, max_side);
         let n = u64::from(sx) * u64::from(sy);
         n >= slots.max(2) || n >= u64::from(max_side).pow(2)
     };
@@ -83,7 +83,7 @@ pub fn pool_mib_for(slots: u64, slot_bytes: u64, max_side: u32) -> u32 {
 /// Streams `cfg.tiles` of `atlas` from disk into a new pool on `ctx`, in rounds, and
 /// reports the rate. Every round empties the host cache, requests every tile from the
 /// loader pool, uploads each result as it arrives and waits for the GPU.
-pub fn stream(
+pub(crate) fn stream(
     ctx: &GpuContext,
     atlas: Arc<Atlas>,
     cfg: &StreamBenchConfig,
@@ -104,14 +104,14 @@ pub fn stream(
     let max_side = ctx.device.limits().max_texture_dimension_2d / slot;
     let mib = pool_mib_for(tiles.len() as u64, slot_bytes, max_side);
     let pool = TilePool::new(&ctx.device, &ctx.queue, mib, slot, target)?;
-    wait_idle(ctx)?;
+    ctx.wait_idle()?;
     let threads = if cfg.threads == 0 {
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
     } else {
         cfg.threads
     };
     let cache = Arc::new(HostCache::new(u64::MAX / 4));
-    let loader = LoaderPool::try_new(
+    let loader = LoaderPool::new(
         Arc::new(AtlasLoader::with_target(atlas.clone(), cache.clone(), target)),
         threads,
         LoaderConfig::default(),
@@ -176,15 +176,8 @@ fn stream_round(
         }
     }
     flush(&mut batch);
-    wait_idle(ctx)?;
+    ctx.wait_idle()?;
     Ok(queued as u64)
-}
-
-fn wait_idle(ctx: &GpuContext) -> Result<(), RenderError> {
-    ctx.device
-        .poll(wgpu::PollType::wait_indefinitely())
-        .map(|_| ())
-        .map_err(|e| RenderError::Readback(format!("waiting for the GPU: {e}")))
 }
 
 #[cfg(test)]
@@ -193,7 +186,7 @@ mod tests {
 
     /// Mirrors the slot grid [`TilePool::new`] makes of `mib`.
     fn slots(mib: u32, slot_bytes: u64, max_side: u32) -> u64 {
-        let (sx, sy) = crate::pool::slot_grid(mib, slot_bytes, max_side);
+        let (sx, sy) = tessera::pool::slot_grid(mib, slot_bytes, max_side);
         u64::from(sx) * u64::from(sy)
     }
 

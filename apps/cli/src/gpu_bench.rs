@@ -9,20 +9,20 @@ use serde::Serialize;
 use tessera_core::Atlas;
 use tessera_core::scene::camera::{Camera, CameraPath};
 
-use crate::capture::Drawer;
-use crate::context::GpuContext;
-use crate::error::RenderError;
-use crate::scene::OffscreenTarget;
-use crate::vt::{StreamFrame, VirtualTextures, VtConfig};
+use tessera::GpuContext;
+use tessera::RenderError;
+use tessera::drawer::{Drawer, drawer_for};
+use tessera::scene::OffscreenTarget;
+use tessera::{StreamFrame, VirtualTextures, VtConfig};
 use tessera_core::scene::material_scene::MaterialScene;
 
 /// Feedback stride of the sparse-feedback probe: one pixel in 8×8 writes feedback, the fewest the
 /// shaders allow, so the difference to the configured stride is the cost of the feedback writes.
-pub const PROBE_FEEDBACK_STRIDE: u32 = 8;
+pub(crate) const PROBE_FEEDBACK_STRIDE: u32 = 8;
 
 /// What to benchmark.
 #[derive(Clone, Debug)]
-pub struct BenchConfig {
+pub(crate) struct BenchConfig {
     /// The atlas to stream from (and to build the reference textures from).
     pub atlas: PathBuf,
     /// Camera path; frame `i` of the measurement shows its camera at frame `i`.
@@ -50,7 +50,7 @@ pub struct BenchConfig {
 
 /// Median, 95th percentile, maximum and mean of one measure over the measured frames.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
-pub struct Stat {
+pub(crate) struct Stat {
     /// Median.
     pub median: f64,
     /// 95th percentile (nearest rank).
@@ -65,7 +65,7 @@ pub struct Stat {
 
 impl Stat {
     /// Statistics of `values` (`None` when empty). NaNs sort last.
-    pub fn of(values: impl IntoIterator<Item = f64>) -> Option<Self> {
+    pub(crate) fn of(values: impl IntoIterator<Item = f64>) -> Option<Self> {
         let mut v: Vec<f64> = values.into_iter().collect();
         if v.is_empty() {
             return None;
@@ -85,7 +85,7 @@ impl Stat {
 
 /// The timings of one rendering mode (virtual texturing, reference, sparse-feedback probe).
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct ModeStats {
+pub(crate) struct ModeStats {
     /// GPU time of the scene render pass from timestamp queries, ms (`None` without `TIMESTAMP_QUERY`).
     pub gpu_pass_ms: Option<Stat>,
     /// Wall time from `queue.submit` until the device is idle again, ms: the GPU work of the
@@ -99,7 +99,7 @@ pub struct ModeStats {
 
 /// Virtual texturing divided by the reference, of the medians.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
-pub struct Ratios {
+pub(crate) struct Ratios {
     /// Of the GPU scene pass (with timestamp queries).
     pub gpu_pass: Option<f64>,
     /// Of the submit-to-idle wall time.
@@ -110,7 +110,7 @@ pub struct Ratios {
 
 /// What feedback costs.
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct FeedbackStats {
+pub(crate) struct FeedbackStats {
     /// CPU time to collect the readback, decode it and decide (`StreamFrame::feedback_ms`), ms.
     pub cpu_ms: Stat,
     /// GPU time of clearing the feedback bitset plus copying it to the readback ring, ms
@@ -128,7 +128,7 @@ pub struct FeedbackStats {
 
 /// Tile uploads.
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct UploadStats {
+pub(crate) struct UploadStats {
     /// CPU time to issue uploads and page-table writes (`StreamFrame::upload_ms`), ms.
     pub cpu_ms: Stat,
     /// Tiles uploaded per measured frame.
@@ -146,7 +146,7 @@ pub struct UploadStats {
 
 /// One measured frame.
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct BenchFrame {
+pub(crate) struct BenchFrame {
     /// Frame index on the camera path.
     pub frame: u32,
     /// Virtual texturing: GPU scene pass, ms.
@@ -178,7 +178,7 @@ pub struct BenchFrame {
 
 /// The result of [`run`]; serialises to the JSON `tessera bench` writes.
 #[derive(Clone, Debug, Serialize)]
-pub struct BenchReport {
+pub(crate) struct BenchReport {
     /// Adapter description ([`GpuContext::describe`]).
     pub adapter: String,
     /// The atlas.
@@ -298,7 +298,7 @@ impl Timer {
         self.readback.map_async(wgpu::MapMode::Read, .., move |r| {
             let _ = tx.send(r);
         });
-        wait_idle(ctx)?;
+        ctx.wait_idle()?;
         rx.recv()
             .map_err(|e| RenderError::Readback(format!("timestamps: {e}")))?
             .map_err(|e| RenderError::Readback(format!("timestamps: {e}")))?;
@@ -328,13 +328,6 @@ impl Timer {
     }
 }
 
-fn wait_idle(ctx: &GpuContext) -> Result<(), RenderError> {
-    ctx.device
-        .poll(wgpu::PollType::wait_indefinitely())
-        .map(|_| ())
-        .map_err(|e| RenderError::Readback(format!("waiting for the GPU: {e}")))
-}
-
 /// Wall-clock times of one frame of one mode.
 #[derive(Clone, Copy, Default)]
 struct Times {
@@ -347,13 +340,11 @@ fn submit_and_wait(
     ctx: &GpuContext,
     encoder: wgpu::CommandEncoder,
     started: Instant,
-    after_submit: impl FnOnce(),
 ) -> Result<Times, RenderError> {
     let commands = encoder.finish();
     let submitted = Instant::now();
     ctx.queue.submit([commands]);
-    after_submit();
-    wait_idle(ctx)?;
+    ctx.wait_idle()?;
     let done = Instant::now();
     Ok(Times {
         cpu_ms: (submitted - started).as_secs_f64() * 1e3,
@@ -364,21 +355,19 @@ fn submit_and_wait(
 /// Everything the frames of one virtual-texturing variant need.
 struct VtMode {
     vt: VirtualTextures,
-    scene: Drawer,
+    scene: Box<dyn Drawer>,
 }
 
 impl VtMode {
-    /// One virtual-texturing frame: `prepare`, encode, submit, `after_submit`, wait.
+    /// One virtual-texturing frame: `begin`, encode, `finish` (submits), wait.
     fn frame(
         &mut self,
         ctx: &GpuContext,
         target: &OffscreenTarget,
         camera: &Camera,
-        frame: u64,
         timer: Option<(&Timer, u32, bool)>,
     ) -> Result<(StreamFrame, Times), RenderError> {
         let started = Instant::now();
-        let stream = self.vt.prepare(ctx, frame);
         let (w, h) = target.size;
         self.scene.set_camera(&ctx.queue, camera, w as f32 / h as f32);
         let mut encoder = ctx
@@ -389,21 +378,27 @@ impl VtMode {
         if let Some(t) = marks {
             t.mark(&mut encoder, Q_CLEAR);
         }
-        self.vt.begin_frame(&mut encoder);
+        let mut frame = self.vt.begin(ctx, &mut encoder);
         if let Some(t) = marks {
             t.mark(&mut encoder, Q_CLEAR + 1);
         }
         let writes = timer.map(|(t, first, _)| t.pass(first));
-        self.scene.draw_vt(&mut encoder, &target.color_view, &target.depth_view, &self.vt, writes);
+        self.scene.draw_vt(&mut encoder, &target.color_view, &target.depth_view, frame.vt(), writes);
         if let Some(t) = marks {
             t.mark(&mut encoder, Q_COPY);
         }
-        self.vt.end_frame(&mut encoder, frame);
+        frame.record_readback(&mut encoder);
         if let Some(t) = marks {
             t.mark(&mut encoder, Q_COPY + 1);
         }
-        let vt = &mut self.vt;
-        let times = submit_and_wait(ctx, encoder, started, || vt.after_submit())?;
+        let submitted = Instant::now();
+        let stream = frame.finish(ctx, encoder);
+        ctx.wait_idle()?;
+        let done = Instant::now();
+        let times = Times {
+            cpu_ms: (submitted - started).as_secs_f64() * 1e3,
+            wall_ms: (done - submitted).as_secs_f64() * 1e3,
+        };
         Ok((stream, times))
     }
 }
@@ -444,11 +439,11 @@ fn burst_stats(frames: &[BenchFrame]) -> Option<BurstStats> {
 }
 
 /// Uploads a frame must sustain without a frame-time spike (DESIGN.md section 9).
-pub const BURST_TILES: usize = 256;
+pub(crate) const BURST_TILES: usize = 256;
 
 /// See [`UploadStats::burst`].
 #[derive(Clone, Copy, Debug, Default, Serialize)]
-pub struct BurstStats {
+pub(crate) struct BurstStats {
     /// Measured frames that uploaded at least [`BURST_TILES`] tiles.
     pub frames: usize,
     /// Their uploads.
@@ -467,7 +462,7 @@ pub struct BurstStats {
 /// offscreen target; no pixel readback), then per frame renders virtual texturing and the
 /// reference (and the sparse-feedback probe) one after the other on the same camera, each
 /// submitted alone and waited for, so frames never overlap.
-pub fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, RenderError> {
+pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, RenderError> {
     let (w, h) = cfg.size;
     if w == 0 || h == 0 || w > 16384 || h > 16384 {
         return Err(RenderError::Config(format!("frame size {w}x{h} is out of range (1..=16384)")));
@@ -477,7 +472,7 @@ pub fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, RenderErr
     }
     let atlas = Arc::new(Atlas::open(&cfg.atlas)?);
     let vt = VirtualTextures::new(ctx, atlas.clone(), cfg.vt.clone())?;
-    let mut scene = Drawer::new(ctx, &vt, cfg.scene.as_deref())?;
+    let mut scene = drawer_for(ctx, &vt, cfg.scene.as_deref())?;
     // A texture too large for a fully resident reference (the point of a stress scene)
     // is measured alone: the report says why there is no ratio.
     let reference_unavailable = match scene.enable_reference(ctx, &atlas, cfg.vt.max_anisotropy) {
@@ -493,7 +488,7 @@ pub fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, RenderErr
     let mut probe = if cfg.feedback_probe && stride != PROBE_FEEDBACK_STRIDE {
         let vt_cfg = VtConfig { feedback_stride: PROBE_FEEDBACK_STRIDE, ..cfg.vt.clone() };
         let vt = VirtualTextures::new(ctx, atlas.clone(), vt_cfg)?;
-        let scene = Drawer::new(ctx, &vt, cfg.scene.as_deref())?;
+        let scene = drawer_for(ctx, &vt, cfg.scene.as_deref())?;
         Some(VtMode { vt, scene })
     } else {
         None
@@ -507,17 +502,13 @@ pub fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, RenderErr
     for i in 0..cfg.warmup + cfg.frames {
         let measured = i >= cfg.warmup;
         let camera = cfg.camera.camera_at(i.saturating_sub(cfg.warmup));
-        let frame = u64::from(i);
 
         if measured && cfg.flush_every > 0 && (i - cfg.warmup).is_multiple_of(cfg.flush_every) {
             main.vt.flush_vram();
         }
-        let (stream, vt_t) =
-            main.frame(ctx, &target, &camera, frame, timer.as_ref().map(|t| (t, Q_VT, true)))?;
+        let (stream, vt_t) = main.frame(ctx, &target, &camera, timer.as_ref().map(|t| (t, Q_VT, true)))?;
         let probe_t = match probe.as_mut() {
-            Some(p) => {
-                Some(p.frame(ctx, &target, &camera, frame, timer.as_ref().map(|t| (t, Q_PROBE, false)))?.1)
-            }
+            Some(p) => Some(p.frame(ctx, &target, &camera, timer.as_ref().map(|t| (t, Q_PROBE, false)))?.1),
             None => None,
         };
         let ref_t = if reference_unavailable.is_none() {
@@ -528,7 +519,7 @@ pub fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, RenderErr
             });
             let writes = timer.as_ref().map(|t| t.pass(Q_REF));
             main.scene.draw_reference(&mut encoder, &target.color_view, &target.depth_view, writes);
-            submit_and_wait(ctx, encoder, started, || ())?
+            submit_and_wait(ctx, encoder, started)?
         } else {
             Times { wall_ms: f64::NAN, cpu_ms: f64::NAN }
         };

@@ -1,0 +1,167 @@
+//! The shape of the GPU tile pool for an atlas, decided and validated without a GPU:
+//! pool formats, slot grid and page-table size, checked against the adapter's limits.
+
+use std::path::PathBuf;
+
+use crate::format::atlas::Atlas;
+use crate::format::codec::TargetFormat;
+use crate::format::pool_format::{self, FormatSupport};
+use crate::format::tile::TextureLayout;
+use crate::stream::page_table::MAX_SLOTS_PER_SIDE;
+
+/// Largest mip count the shader's parameter block holds (`VtParams.mips` in `vt.wgsl`).
+pub const MAX_SHADER_MIPS: usize = 20;
+
+/// What the renderer reads off the adapter before a pool is planned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuLimits {
+    /// Block-compressed formats the device can sample.
+    pub support: FormatSupport,
+    /// Largest side of a 2D texture, in texels.
+    pub max_texture_side: u32,
+    /// Largest storage-buffer binding, in bytes (the page table is one).
+    pub max_storage_binding: u64,
+}
+
+/// Why an atlas cannot be streamed through a pool on this adapter.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PoolLayoutError {
+    /// The atlas, the settings or the adapter's limits rule the pool out.
+    #[error("{atlas}: {reason}")]
+    Unfit {
+        /// The atlas file.
+        atlas: PathBuf,
+        /// What does not fit, with the numbers.
+        reason: String,
+    },
+}
+
+/// The planned pool: one slot grid shared by one pool per stacked layer (or a single
+/// pool for every layer), each in its own format.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolLayout {
+    /// The format of each pool: one, or one per layer of a stack.
+    pub targets: Vec<TargetFormat>,
+    /// Side of a slot in texels (the stored tile, border included).
+    pub slot_texels: u32,
+    /// Slots across.
+    pub slots_x: u32,
+    /// Slots down.
+    pub slots_y: u32,
+    /// Whether the atlas is stacked (layers share tile ids and one page table).
+    pub stacked: bool,
+    /// The layouts that own tile ids (a stack's layers share layer 0's).
+    pub owners: Vec<TextureLayout>,
+}
+
+impl PoolLayout {
+    /// Plans the pool of about `pool_mib` MiB for `atlas` on an adapter with `limits`,
+    /// in `forced` format when given. Refuses tiles of different sizes, too many mips,
+    /// borderless tiles, tiles that are not whole blocks of a compressed pool, a pool
+    /// of fewer than two slots or too few to pin each layer's coarsest tile, and a page
+    /// table larger than the adapter binds.
+    pub fn plan(
+        atlas: &Atlas,
+        pool_mib: u32,
+        forced: Option<TargetFormat>,
+        limits: GpuLimits,
+    ) -> Result<Self, PoolLayoutError> {
+        let unfit = |reason: String| PoolLayoutError::Unfit { atlas: atlas.path().to_path_buf(), reason };
+        let layers = atlas.layers();
+        let Some(first) = layers.first() else { return Err(unfit("the atlas has no layer".into())) };
+        let slot = first.layout.padded_tile_size();
+        if let Some(l) = layers.iter().find(|l| l.layout.padded_tile_size() != slot) {
+            return Err(unfit(format!(
+                "layer '{}' has {}² tiles but layer 0 has {slot}²: one pool needs one tile size",
+                l.name,
+                l.layout.padded_tile_size()
+            )));
+        }
+        if let Some(l) = layers.iter().find(|l| l.layout.mip_count() as usize > MAX_SHADER_MIPS) {
+            return Err(unfit(format!("layer '{}' has more than {MAX_SHADER_MIPS} mips", l.name)));
+        }
+        if first.layout.border() == 0 {
+            return Err(unfit(
+                "tiles have no border, so filtering would read neighbouring pool slots; bake with --border 4"
+                    .into(),
+            ));
+        }
+        let stacked = atlas.is_stacked();
+        let select = |codecs: &[crate::Codec]| {
+            pool_format::select(codecs, limits.support, forced).map_err(|e| unfit(e.to_string()))
+        };
+        // A stack has one pool per layer, each in the best format for that layer's codec;
+        // otherwise one pool holds every layer in one format.
+        let targets: Vec<TargetFormat> = if stacked {
+            layers.iter().map(|l| select(&[l.codec])).collect::<Result<_, _>>()?
+        } else {
+            let codecs: Vec<_> = layers.iter().map(|l| l.codec).collect();
+            vec![select(&codecs)?]
+        };
+        if let Some(t) = targets.iter().find(|t| t.is_block_compressed()).filter(|_| !slot.is_multiple_of(4))
+        {
+            return Err(unfit(format!(
+                "stored tiles are {slot}² texels, not a multiple of the 4×4 blocks of a {} pool",
+                t.name()
+            )));
+        }
+        let slot_bytes: u64 = targets.iter().map(|t| t.bytes_per_tile(slot) as u64).sum();
+        if (u64::from(pool_mib) << 20) / slot_bytes.max(1) < 2 {
+            return Err(unfit(format!(
+                "a {pool_mib} MiB pool holds fewer than 2 tiles of {slot}² texels; give at least {} MiB",
+                (2 * slot_bytes).div_ceil(1 << 20)
+            )));
+        }
+        let max_side = (limits.max_texture_side / slot.max(1)).min(u32::from(MAX_SLOTS_PER_SIDE));
+        let (slots_x, slots_y) = slot_grid(pool_mib, slot_bytes, max_side);
+        let owners: Vec<TextureLayout> =
+            if stacked { vec![first.layout] } else { layers.iter().map(|l| l.layout).collect() };
+        if u64::from(slots_x) * u64::from(slots_y) < owners.len() as u64 + 1 {
+            return Err(unfit(format!(
+                "a pool of {} slots cannot pin the coarsest tile of {} layers",
+                slots_x * slots_y,
+                owners.len()
+            )));
+        }
+        let entries: u64 = owners.iter().map(TextureLayout::tile_count).sum();
+        if entries * 4 > limits.max_storage_binding {
+            return Err(unfit(format!(
+                "the page table needs {} MiB but the adapter binds at most {} MiB of storage buffer",
+                (entries * 4) >> 20,
+                limits.max_storage_binding >> 20
+            )));
+        }
+        Ok(Self { targets, slot_texels: slot, slots_x, slots_y, stacked, owners })
+    }
+
+    /// Slots in the pool.
+    pub fn slot_count(&self) -> u32 {
+        self.slots_x * self.slots_y
+    }
+
+    /// Bytes of each pool's part of one loaded tile, in pool order.
+    pub fn part_lengths(&self) -> Vec<usize> {
+        self.targets.iter().map(|t| t.bytes_per_tile(self.slot_texels)).collect()
+    }
+
+    /// Bytes of one slot over every pool (a loaded tile is exactly this long).
+    pub fn tile_bytes(&self) -> usize {
+        self.part_lengths().iter().sum()
+    }
+
+    /// Page-table entries: every tile of every owning layout.
+    pub fn page_table_entries(&self) -> usize {
+        self.owners.iter().map(TextureLayout::tile_count).sum::<u64>() as usize
+    }
+}
+
+/// The slot grid (across, down) of a `mib` MiB pool of `slot_bytes` slots whose sides
+/// hold at most `max_side` slots: as square as possible, at most 2^24 slots.
+pub fn slot_grid(mib: u32, slot_bytes: u64, max_side: u32) -> (u32, u32) {
+    let wanted = (u64::from(mib) << 20) / slot_bytes.max(1);
+    let n = wanted.min(u64::from(max_side).pow(2)).min(1 << 24);
+    let slots_x = ((n as f64).sqrt().ceil() as u32).clamp(1, max_side.max(1));
+    let slots_y = ((n / u64::from(slots_x)) as u32).clamp(1, max_side.max(1));
+    (slots_x, slots_y)
+}

@@ -1,0 +1,648 @@
+//! The streaming loop of one frame, without a GPU: the [`Streamer`] takes the frame's
+//! read-back feedback and timings and returns a [`FramePlan`] (texture uploads,
+//! page-table writes, shader parameters, statistics) for the renderer to execute.
+//!
+//! It owns every decision: the needed set over the feedback window, residency and the
+//! page-table mirror, loader requests and their renewal and cancellation (one
+//! [`Staleness`] policy), neighbour and region prefetch, the oversubscription mip bias,
+//! the adaptive upload budget, request-to-resident timing and the fully-resident signal.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::format::atlas::Atlas;
+use crate::format::tile::TileId;
+use crate::stream::atlas_loader::{AtlasLoader, StackedLoader};
+use crate::stream::feedback::FeedbackLayout;
+use crate::stream::host_cache::HostCache;
+use crate::stream::loader::{LoadError, LoadOutcome, LoaderConfig, LoaderPool, TileLoader};
+use crate::stream::pool_layout::PoolLayout;
+use crate::stream::residency::{Residency, ResidencyConfig, Upload};
+use crate::stream::schedule::{
+    BiasConfig, BiasInput, BudgetConfig, MipBiasController, UploadBudgetController, neighbours, region_tiles,
+};
+use crate::stream::stats::{StatsSnapshot, StreamFrame, TierStats};
+
+/// Feedback strides the shader supports: one pixel in every `n × n` block writes.
+pub const FEEDBACK_STRIDES: [u32; 4] = [1, 2, 4, 8];
+
+/// When an outstanding request stops being worth its work. The one place these rules
+/// live: the streamer renews what the view still wants each frame and cancels the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Staleness {
+    /// A queued load that no feedback asked for in more than this many frames is
+    /// cancelled before a loader thread spends time on it.
+    pub request_frames: u64,
+    /// A prefetch (neighbour or region) that nothing renewed and no feedback needed for
+    /// this many frames is forgotten: cancelled if queued, dropped if loaded.
+    pub prefetch_frames: u64,
+}
+
+impl Default for Staleness {
+    fn default() -> Self {
+        Self { request_frames: 8, prefetch_frames: 60 }
+    }
+}
+
+/// Settings of a [`Streamer`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamerConfig {
+    /// Host page cache budget in MiB.
+    pub host_cache_mib: u32,
+    /// Loader threads (0 = one per core).
+    pub loader_threads: usize,
+    /// Most tiles uploaded per frame; with `target_frame_ms`, the ceiling of the
+    /// adaptive budget.
+    pub max_uploads_per_frame: usize,
+    /// Most bytes uploaded per frame.
+    pub max_upload_bytes_per_frame: u64,
+    /// One pixel in every `n × n` block writes feedback each frame (one of
+    /// [`FEEDBACK_STRIDES`]).
+    pub feedback_stride: u32,
+    /// Added to every level of detail (positive = blurrier, fewer tiles).
+    pub mip_bias: f32,
+    /// Raise a global mip bias with hysteresis while the view needs more tiles than
+    /// the pool holds, and lower it when room comes back.
+    pub auto_mip_bias: bool,
+    /// Adapt the per-frame upload budget to this frame time (ms); `None`: the fixed
+    /// `max_uploads_per_frame`.
+    pub target_frame_ms: Option<f64>,
+    /// Also request the same-mip neighbours of requested tiles, at the lowest priority,
+    /// into free or unneeded slots only.
+    pub prefetch_neighbours: bool,
+    /// When outstanding requests are cancelled.
+    pub staleness: Staleness,
+    /// Stack size of each loader thread in bytes (`None`: the platform's default).
+    pub loader_stack_bytes: Option<usize>,
+}
+
+impl Default for StreamerConfig {
+    fn default() -> Self {
+        Self {
+            host_cache_mib: 256,
+            loader_threads: 0,
+            max_uploads_per_frame: 256,
+            max_upload_bytes_per_frame: 64 << 20,
+            feedback_stride: 2,
+            mip_bias: 0.0,
+            auto_mip_bias: true,
+            target_frame_ms: None,
+            prefetch_neighbours: true,
+            staleness: Staleness::default(),
+            loader_stack_bytes: None,
+        }
+    }
+}
+
+/// Why a [`Streamer`] could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StreamerError {
+    /// A setting is out of range.
+    #[error("{0}")]
+    Config(String),
+    /// The operating system refused a loader thread.
+    #[error("cannot start the tile loader threads: {0}")]
+    LoaderThreads(#[source] std::io::Error),
+    /// The coarsest tile of a layer cannot be read, so nothing could be shown.
+    #[error("{}: the coarsest tile of a layer cannot be read, so nothing could be shown: {source}", atlas.display())]
+    CoarsestTile {
+        /// The atlas file.
+        atlas: std::path::PathBuf,
+        /// What the loader said.
+        #[source]
+        source: LoadError,
+    },
+}
+
+/// One frame's feedback as read back from the GPU: the bitset's non-zero words.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SparseFeedback {
+    /// The frame that recorded it.
+    pub frame: u64,
+    /// `(word index, word bits)` of the non-zero words, in any order.
+    pub pairs: Vec<(u32, u32)>,
+}
+
+/// What one frame hands the streamer.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FrameInput<'a> {
+    /// This frame's number: one more than the previous call's.
+    pub frame: u64,
+    /// The newest feedback that arrived since the last call, if any.
+    pub feedback: Option<&'a SparseFeedback>,
+    /// Wall time of the previous frame, ms (for the adaptive upload budget).
+    pub last_frame_ms: Option<f64>,
+    /// Time the renderer spent executing the previous plan's uploads, ms.
+    pub last_upload_ms: f64,
+}
+
+/// Values the shaders need this frame.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ShaderParams {
+    /// Mip bias in effect: the configured bias plus the automatic one.
+    pub mip_bias: f32,
+    /// `stride − 1`: a pixel writes feedback when `(x & mask, y & mask)` equals the phase.
+    pub feedback_mask: u32,
+    /// Which pixel of each block writes this frame: `x | (y << 8)`.
+    pub feedback_phase: u32,
+}
+
+/// One entry range of the page table to copy to the GPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PageTableWrite {
+    /// Index of the first entry.
+    pub first: usize,
+    /// The entries from `first` on.
+    pub entries: Vec<u32>,
+}
+
+/// Everything the renderer does for one frame, in order: write `uploads` into the pool
+/// (each tile's bytes split by [`Streamer::part_lengths`] over the pools of a stack),
+/// then `page_table_writes`, then set `shader`.
+#[derive(Clone, Debug)]
+pub struct FramePlan {
+    /// Texture writes, coarse mips first.
+    pub uploads: Vec<Upload>,
+    /// Page-table ranges changed by this plan's uploads and evictions.
+    pub page_table_writes: Vec<PageTableWrite>,
+    /// Shader parameters for this frame.
+    pub shader: ShaderParams,
+    /// What streaming did this frame (`upload_ms` is the renderer's to fill in).
+    pub stats: StreamFrame,
+}
+
+/// The whole streaming loop for one atlas; see the module documentation.
+pub struct Streamer {
+    /// The atlas streamed from, when there is one (not in simulations).
+    atlas: Option<Arc<Atlas>>,
+    layout: FeedbackLayout,
+    residency: Residency,
+    loader: LoaderPool,
+    cache: Arc<HostCache>,
+    part_lengths: Vec<usize>,
+    stacked: bool,
+    config: StreamerConfig,
+    bias: MipBiasController,
+    budget: Option<UploadBudgetController>,
+    recent_feedback: VecDeque<Vec<TileId>>,
+    /// The tiles the view wants (the feedback window), for the resident fraction.
+    wanted: Vec<TileId>,
+    /// Whether any feedback was taken in yet.
+    seen_feedback: bool,
+    last_fraction: f64,
+    last_pool_full: bool,
+    last_uploads: usize,
+    /// When each outstanding request was made: feedback frame and CPU time.
+    request_times: HashMap<TileId, (u64, Instant)>,
+    reported_failures: HashSet<TileId>,
+    frame: u64,
+    frozen: bool,
+}
+
+impl Streamer {
+    /// Starts streaming `atlas` into a pool shaped as `pool`: host cache, loader
+    /// threads, residency. The coarsest tile of every layer is loaded before this
+    /// returns; the first [`Streamer::frame`] uploads it (nothing is ever missing).
+    pub fn new(atlas: Arc<Atlas>, pool: &PoolLayout, config: StreamerConfig) -> Result<Self, StreamerError> {
+        let cache = Arc::new(HostCache::new(u64::from(config.host_cache_mib) << 20));
+        let tile_loader: Arc<dyn TileLoader> = if pool.stacked {
+            Arc::new(StackedLoader::new(atlas.clone(), cache.clone(), &pool.targets))
+        } else {
+            Arc::new(AtlasLoader::with_target(atlas.clone(), cache.clone(), pool.targets[0]))
+        };
+        let mut streamer = Self::with_loader(pool, config, cache, tile_loader).map_err(|e| match e {
+            StreamerError::CoarsestTile { source, .. } => {
+                StreamerError::CoarsestTile { atlas: atlas.path().to_path_buf(), source }
+            }
+            other => other,
+        })?;
+        streamer.atlas = Some(atlas);
+        Ok(streamer)
+    }
+
+    /// As [`Streamer::new`] with a tile loader of the caller's and no atlas file (tests
+    /// and simulations inject corrupt, slow or synthetic tiles this way); `cache` is
+    /// what [`Streamer::host_cache`] reports, and the disk tier of [`Streamer::stats`]
+    /// stays empty.
+    pub fn with_loader(
+        pool: &PoolLayout,
+        config: StreamerConfig,
+        cache: Arc<HostCache>,
+        tile_loader: Arc<dyn TileLoader>,
+    ) -> Result<Self, StreamerError> {
+        let stride = checked_stride(config.feedback_stride)?;
+        let layout = FeedbackLayout::new(&pool.owners);
+        let mut residency = Residency::with_layout(
+            layout.clone(),
+            ResidencyConfig {
+                slots_x: u16::try_from(pool.slots_x).unwrap_or(u16::MAX),
+                slots_y: u16::try_from(pool.slots_y).unwrap_or(u16::MAX),
+                max_uploads_per_frame: config.max_uploads_per_frame.max(1),
+                max_upload_bytes_per_frame: config.max_upload_bytes_per_frame.max(1),
+                ..ResidencyConfig::default()
+            },
+        );
+        residency.set_prefetch_ttl(config.staleness.prefetch_frames);
+        let threads = match config.loader_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let loader_config = LoaderConfig {
+            cancel_after_frames: config.staleness.request_frames,
+            stack_bytes: config.loader_stack_bytes,
+        };
+        let loader = LoaderPool::new(tile_loader.clone(), threads, loader_config)
+            .map_err(StreamerError::LoaderThreads)?;
+        // The coarsest tile of every owning layer, loaded now so that it is never missing.
+        let roots: Vec<TileId> = pool
+            .owners
+            .iter()
+            .enumerate()
+            .map(|(i, l)| TileId::new(i as u16, l.coarsest_mip(), 0, 0))
+            .collect();
+        let part_lengths = pool.part_lengths();
+        let tile_bytes: usize = part_lengths.iter().sum();
+        for (tile, _) in residency.on_feedback(0, &roots) {
+            let bytes = tile_loader
+                .load(tile)
+                .and_then(|b| check_length(tile, b, tile_bytes))
+                .map_err(|source| StreamerError::CoarsestTile { atlas: std::path::PathBuf::new(), source })?;
+            residency.on_loaded(tile, bytes);
+        }
+        let budget = config.target_frame_ms.map(|target| {
+            UploadBudgetController::new(BudgetConfig {
+                target_frame_ms: target,
+                start_tiles: config.max_uploads_per_frame.max(1),
+                max_tiles: config.max_uploads_per_frame.max(1),
+                bytes_per_tile: tile_bytes as u64,
+                ..BudgetConfig::default()
+            })
+        });
+        Ok(Self {
+            atlas: None,
+            layout,
+            residency,
+            loader,
+            cache,
+            part_lengths,
+            stacked: pool.stacked,
+            bias: MipBiasController::new(BiasConfig {
+                settle_frames: settle_frames(stride),
+                ..BiasConfig::default()
+            }),
+            budget,
+            config: StreamerConfig { feedback_stride: stride, ..config },
+            recent_feedback: VecDeque::new(),
+            wanted: Vec::new(),
+            seen_feedback: false,
+            last_fraction: 1.0,
+            last_pool_full: false,
+            last_uploads: 0,
+            request_times: HashMap::new(),
+            reported_failures: HashSet::new(),
+            frame: 0,
+            frozen: false,
+        })
+    }
+
+    /// Runs one frame's decisions: takes in the feedback, requests missing tiles,
+    /// renews still-wanted loads and cancels stale ones, takes finished loads, adjusts
+    /// the mip bias and upload budget, and plans this frame's uploads. Never blocks on
+    /// the disk or the loader threads.
+    pub fn frame(&mut self, input: FrameInput<'_>) -> FramePlan {
+        let t0 = Instant::now();
+        let frame = input.frame;
+        self.frame = frame;
+        let mut out = StreamFrame::default();
+        if let (Some(budget), Some(frame_ms)) = (self.budget.as_mut(), input.last_frame_ms) {
+            let b = budget.update(frame_ms, input.last_upload_ms, self.last_uploads);
+            self.residency.set_upload_budget(b.tiles, b.bytes.max(1));
+        }
+        out.upload_budget = self.residency.config().max_uploads_per_frame;
+        match input.feedback.filter(|_| !self.frozen) {
+            Some(fb) => self.take_feedback(frame, fb, &mut out),
+            None => out.tiles_needed = self.residency.needed_count(),
+        }
+        for tile in self.residency.drop_stale_prefetch(frame) {
+            self.loader.cancel(tile);
+        }
+        self.loader.cancel_stale(frame);
+        self.take_results();
+        let plan = self.residency.plan_uploads(frame);
+        self.last_pool_full = plan.pool_full;
+        self.note_uploads(frame, &plan.uploads, &mut out);
+        let page_table_writes = self.page_table_writes();
+        out.resident_vram = self.residency.resident_count();
+        out.resident_host = self.cache.len();
+        out.resident_fraction = self.residency.resident_fraction(&self.wanted);
+        out.auto_mip_bias = self.bias.bias();
+        out.became_fully_resident = out.resident_fraction >= 1.0 && self.last_fraction < 1.0;
+        self.last_fraction = out.resident_fraction;
+        self.last_uploads = out.uploads;
+        out.feedback_ms = t0.elapsed().as_secs_f64() * 1e3;
+        FramePlan { uploads: plan.uploads, page_table_writes, shader: self.shader_params(frame), stats: out }
+    }
+
+    /// The feedback window, residency, requests, neighbour prefetch, the mip bias and
+    /// the renewal of still-wanted loads.
+    fn take_feedback(&mut self, frame: u64, fb: &SparseFeedback, out: &mut StreamFrame) {
+        // Each frame only one pixel per stride² block writes feedback, so a tile that
+        // covers a few pixels shows up in some frames only: the needed set is the union
+        // of the last stride² readbacks, so such tiles are neither dropped nor evicted.
+        let window = (self.config.feedback_stride * self.config.feedback_stride) as usize;
+        self.recent_feedback.push_back(self.layout.decode_sparse(&fb.pairs));
+        while self.recent_feedback.len() > window {
+            self.recent_feedback.pop_front();
+        }
+        let mut needed: Vec<TileId> = self.recent_feedback.iter().flatten().copied().collect();
+        needed.sort_unstable();
+        needed.dedup();
+        let misses_before = self.residency.counters().misses;
+        let requests = self.residency.on_feedback(frame, &needed);
+        out.tiles_needed = self.residency.needed_count();
+        out.misses = (self.residency.counters().misses - misses_before) as usize;
+        out.feedback_frame = Some(fb.frame);
+        let now = Instant::now();
+        for &(tile, _) in &requests {
+            self.request_times.entry(tile).or_insert((fb.frame, now));
+        }
+        out.requests = self.loader.request_many(&requests, frame);
+        if self.config.prefetch_neighbours && !requests.is_empty() {
+            let mut around: Vec<TileId> =
+                requests.iter().flat_map(|&(t, _)| neighbours(&self.layout, t)).collect();
+            around.sort_unstable();
+            around.dedup();
+            let prefetches = self.residency.prefetch(frame, &around, 0);
+            out.prefetches = self.loader.request_many(&prefetches, frame);
+        }
+        if self.config.auto_mip_bias {
+            self.bias.update(BiasInput {
+                needed: out.tiles_needed,
+                capacity: self.residency.slot_count(),
+                pool_full: self.last_pool_full,
+                misses: out.misses,
+            });
+        }
+        // Renew queued loads the view still wants, so that staleness cancels only what
+        // the feedback no longer asks for; priority 1 lifts a prefetch the view now
+        // needs out of the speculative class.
+        self.loader.renew_many(&self.layout.with_ancestors(&needed), 1, frame);
+        self.wanted = needed;
+        self.seen_feedback = true;
+    }
+
+    /// Hands finished loads to residency; a failed or malformed tile is reported once
+    /// and keeps showing its nearest resident ancestor.
+    fn take_results(&mut self) {
+        let expected: usize = self.part_lengths.iter().sum();
+        for r in self.loader.try_results() {
+            let loaded = match r.outcome {
+                LoadOutcome::Ready(bytes) => check_length(r.tile, bytes, expected),
+                LoadOutcome::Failed(e) => Err(e),
+                LoadOutcome::Cancelled => {
+                    self.residency.on_cancelled(r.tile);
+                    self.request_times.remove(&r.tile);
+                    continue;
+                }
+            };
+            match loaded {
+                Ok(bytes) => self.residency.on_loaded(r.tile, bytes),
+                Err(e) => {
+                    if self.reported_failures.insert(r.tile) {
+                        tracing::error!("{e}; showing its nearest resident ancestor instead");
+                    }
+                    self.residency.on_failed(r.tile);
+                    self.request_times.remove(&r.tile);
+                }
+            }
+        }
+    }
+
+    /// Uploads, evictions and the request-to-resident latency of this frame's uploads.
+    fn note_uploads(&mut self, frame: u64, uploads: &[Upload], out: &mut StreamFrame) {
+        let now = Instant::now();
+        let (mut sum_ms, mut sum_frames, mut timed) = (0.0f64, 0.0f64, 0usize);
+        for u in uploads {
+            out.evictions += usize::from(u.evicted.is_some());
+            if let Some((fb_frame, at)) = self.request_times.remove(&u.tile) {
+                let ms = now.duration_since(at).as_secs_f64() * 1e3;
+                sum_ms += ms;
+                out.latency_ms_max = out.latency_ms_max.max(ms);
+                sum_frames += frame.saturating_sub(fb_frame) as f64;
+                timed += 1;
+            }
+        }
+        out.uploads = uploads.len();
+        if timed > 0 {
+            out.latency_ms_mean = sum_ms / timed as f64;
+            out.latency_frames_mean = sum_frames / timed as f64;
+        }
+        // Requests whose result was dropped (no longer needed) never upload: forget
+        // them once they are neither requested nor waiting.
+        if self.request_times.len() > 4 * self.residency.slot_count() {
+            let live: HashSet<TileId> = self.residency.requested_tiles().collect();
+            self.request_times.retain(|t, _| live.contains(t));
+        }
+    }
+
+    fn page_table_writes(&mut self) -> Vec<PageTableWrite> {
+        let pt = self.residency.page_table_mut();
+        let ranges = pt.take_dirty_ranges();
+        ranges
+            .into_iter()
+            .map(|r| PageTableWrite { first: r.start, entries: pt.entries()[r].to_vec() })
+            .collect()
+    }
+
+    /// The shader parameters of `frame`: mip bias and the rotating feedback pixel.
+    pub fn shader_params(&self, frame: u64) -> ShaderParams {
+        let stride = self.config.feedback_stride;
+        let k = (frame % u64::from(stride * stride)) as u32;
+        ShaderParams {
+            mip_bias: self.mip_bias(),
+            feedback_mask: stride - 1,
+            feedback_phase: (k % stride) | ((k / stride) << 8),
+        }
+    }
+
+    /// The mip bias in effect: the configured one plus the automatic one.
+    pub fn mip_bias(&self) -> f32 {
+        self.config.mip_bias + if self.config.auto_mip_bias { self.bias.bias() } else { 0.0 }
+    }
+
+    /// The automatic oversubscription bias (see [`StreamerConfig::auto_mip_bias`]).
+    pub fn auto_mip_bias(&self) -> f32 {
+        self.bias.bias()
+    }
+
+    /// Changes the configured mip bias from the next frame on.
+    pub fn set_mip_bias(&mut self, bias: f32) {
+        self.config.mip_bias = bias;
+    }
+
+    /// Changes the feedback resolution (one of [`FEEDBACK_STRIDES`]) and the bias
+    /// controller's settle window with it, so a lagging needed set cannot raise the
+    /// bias twice.
+    pub fn set_feedback_stride(&mut self, stride: u32) -> Result<(), StreamerError> {
+        let stride = checked_stride(stride)?;
+        self.config.feedback_stride = stride;
+        self.bias.set_settle_frames(settle_frames(stride));
+        Ok(())
+    }
+
+    /// Changes the most tiles uploaded per frame. With an adaptive budget this is its
+    /// ceiling: the budget adapts below it.
+    pub fn set_upload_budget(&mut self, tiles: usize) {
+        let tiles = tiles.max(1);
+        self.config.max_uploads_per_frame = tiles;
+        match self.budget.as_mut() {
+            Some(b) => {
+                b.set_max_tiles(tiles);
+                let now = b.budget();
+                self.residency.set_upload_budget(now.tiles, now.bytes.max(1));
+            }
+            None => self.residency.set_upload_budget(tiles, self.config.max_upload_bytes_per_frame),
+        }
+    }
+
+    /// The upload budget (tiles) the next frame starts from.
+    pub fn upload_budget(&self) -> usize {
+        self.residency.config().max_uploads_per_frame
+    }
+
+    /// Changes the host cache budget, evicting least recently used tiles until it fits.
+    pub fn set_host_budget_mib(&mut self, mib: u32) {
+        self.config.host_cache_mib = mib;
+        self.cache.set_budget(u64::from(mib) << 20);
+    }
+
+    /// While frozen, arriving feedback is ignored: nothing new is requested (a
+    /// debugging aid).
+    pub fn set_frozen(&mut self, frozen: bool) {
+        self.frozen = frozen;
+    }
+
+    /// Whether feedback is frozen.
+    pub fn frozen(&self) -> bool {
+        self.frozen
+    }
+
+    /// Warms a region before it is seen: the tiles covering `rect` (`[x, y, width,
+    /// height]` in mip-0 texels of `layer`) at `mip`, with their ancestors, at the
+    /// lowest priority. They go into free or unneeded slots only and are forgotten
+    /// after [`Staleness::prefetch_frames`] unless the view needs them. Returns the
+    /// number of tiles requested.
+    pub fn prefetch_region(&mut self, layer: u16, rect: [u32; 4], mip: u8) -> usize {
+        let owner = if self.stacked { 0 } else { layer };
+        let tiles = region_tiles(&self.layout, owner, rect, mip);
+        let requests = self.residency.prefetch(self.frame, &tiles, 0);
+        self.loader.request_many(&requests, self.frame)
+    }
+
+    /// Evicts every unpinned tile from the pool; they stream in again.
+    pub fn flush_vram(&mut self) {
+        self.residency.flush();
+    }
+
+    /// Empties the host cache; tiles are read from disk again.
+    pub fn flush_host_cache(&self) {
+        self.cache.clear();
+    }
+
+    /// Fraction (0 to 1) of the tiles the latest feedback window wants that are
+    /// resident themselves (see [`StreamFrame::resident_fraction`]).
+    pub fn resident_fraction(&self) -> f64 {
+        self.residency.resident_fraction(&self.wanted)
+    }
+
+    /// Whether feedback has arrived and everything it wants is resident at its wanted
+    /// resolution. False before the first feedback: nothing is known to be visible yet.
+    pub fn fully_resident(&self) -> bool {
+        self.seen_feedback && self.resident_fraction() >= 1.0
+    }
+
+    /// Statistics of every tier; `slot_bytes` is one slot over every pool.
+    pub fn stats(&self, slot_bytes: u64) -> StatsSnapshot {
+        let mut s = match &self.atlas {
+            Some(atlas) => StatsSnapshot::gather(atlas, &self.cache, Some(&self.loader)),
+            None => StatsSnapshot::default(),
+        };
+        s.vram_counters = self.residency.vram_counters();
+        s.vram =
+            TierStats { tiles: s.vram_counters.slots_used, bytes: s.vram_counters.slots_used * slot_bytes };
+        s
+    }
+
+    /// Bytes of each pool's part of a loaded tile, in pool order.
+    pub fn part_lengths(&self) -> &[usize] {
+        &self.part_lengths
+    }
+
+    /// The residency manager (page-table mirror, slots, counters).
+    pub fn residency(&self) -> &Residency {
+        &self.residency
+    }
+
+    /// The host page cache.
+    pub fn host_cache(&self) -> &Arc<HostCache> {
+        &self.cache
+    }
+
+    /// The loader pool.
+    pub fn loader(&self) -> &LoaderPool {
+        &self.loader
+    }
+
+    /// The tile-index mapping of the owning layers.
+    pub fn layout(&self) -> &FeedbackLayout {
+        &self.layout
+    }
+
+    /// The settings in use (after clamping and changes).
+    pub fn config(&self) -> &StreamerConfig {
+        &self.config
+    }
+
+    /// The number of the latest frame.
+    pub fn current_frame(&self) -> u64 {
+        self.frame
+    }
+}
+
+/// `stride` when it is one of [`FEEDBACK_STRIDES`].
+fn checked_stride(stride: u32) -> Result<u32, StreamerError> {
+    if FEEDBACK_STRIDES.contains(&stride) {
+        Ok(stride)
+    } else {
+        Err(StreamerError::Config(format!("feedback stride {stride} is not one of {FEEDBACK_STRIDES:?}")))
+    }
+}
+
+/// Frames after a bias change during which the needed set still describes the old
+/// bias: the union of stride² readbacks, which lag about 2 frames.
+fn settle_frames(stride: u32) -> u32 {
+    stride * stride + 2
+}
+
+/// `bytes` when they are exactly one tile for the pools; otherwise a failure, so that
+/// no pool of a stack is left unwritten while residency counts the tile resident.
+fn check_length(tile: TileId, bytes: Arc<[u8]>, expected: usize) -> Result<Arc<[u8]>, LoadError> {
+    if bytes.len() == expected {
+        Ok(bytes)
+    } else {
+        Err(LoadError::failed(tile, format!("loaded {} bytes but a pool slot takes {expected}", bytes.len())))
+    }
+}
+
+impl std::fmt::Debug for Streamer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Streamer")
+            .field("atlas", &self.atlas.as_ref().map(|a| a.path()))
+            .field("frame", &self.frame)
+            .field("resident", &self.residency.resident_count())
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,149 @@
+//! What a frame draws, behind one trait: the built-in scene and the lit material
+//! scenes each draw through the virtual textures and, when enabled, through a fully
+//! resident reference, so capture, bench and the viewer drive either the same way.
+
+use tessera_core::Atlas;
+use tessera_core::scene::camera::Camera;
+use tessera_core::scene::material_scene::MaterialScene;
+use tessera_core::scene::scene_bake::SceneManifest;
+
+use crate::context::GpuContext;
+use crate::error::RenderError;
+use crate::material::MaterialRenderer;
+use crate::scene::{SceneRenderer, TARGET_FORMAT, builtin_meshes};
+use crate::vt::VirtualTextures;
+
+/// A scene renderer: draws through the virtual textures and through its reference.
+pub trait Drawer {
+    /// Builds the fully resident reference from `atlas` (`max_anisotropy` where the
+    /// scene samples with hardware anisotropy).
+    fn enable_reference(
+        &mut self,
+        ctx: &GpuContext,
+        atlas: &Atlas,
+        max_anisotropy: u16,
+    ) -> Result<(), RenderError>;
+
+    /// GPU bytes of the reference textures, when enabled.
+    fn reference_bytes(&self) -> Option<u64>;
+
+    /// Sets the camera for the next draws.
+    fn set_camera(&self, queue: &wgpu::Queue, camera: &Camera, aspect: f32);
+
+    /// Draws through the virtual textures.
+    fn draw_vt(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        color: &wgpu::TextureView,
+        depth: &wgpu::TextureView,
+        vt: &VirtualTextures,
+        timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
+    );
+
+    /// Draws through the reference textures (nothing unless enabled).
+    fn draw_reference(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        color: &wgpu::TextureView,
+        depth: &wgpu::TextureView,
+        timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
+    );
+}
+
+/// The built-in scene over `vt`'s atlas, or `scene` with the manifest beside the atlas.
+pub fn drawer_for(
+    ctx: &GpuContext,
+    vt: &VirtualTextures,
+    scene: Option<&MaterialScene>,
+) -> Result<Box<dyn Drawer>, RenderError> {
+    match scene {
+        None => Ok(Box::new(SceneRenderer::new(ctx, vt, &builtin_meshes(vt.atlas()), TARGET_FORMAT))),
+        Some(scene) => {
+            let path = SceneManifest::path_for(vt.atlas().path());
+            let manifest = SceneManifest::load(&path)
+                .map_err(|e| RenderError::Config(format!("{e} (bake the scene with tessera bake --gltf)")))?;
+            Ok(Box::new(MaterialRenderer::new(ctx, vt, scene, &manifest, TARGET_FORMAT)?))
+        }
+    }
+}
+
+impl Drawer for SceneRenderer {
+    fn enable_reference(
+        &mut self,
+        ctx: &GpuContext,
+        atlas: &Atlas,
+        max_anisotropy: u16,
+    ) -> Result<(), RenderError> {
+        SceneRenderer::enable_reference(self, ctx, atlas, max_anisotropy)
+    }
+
+    fn reference_bytes(&self) -> Option<u64> {
+        SceneRenderer::reference_bytes(self)
+    }
+
+    fn set_camera(&self, queue: &wgpu::Queue, camera: &Camera, aspect: f32) {
+        SceneRenderer::set_camera(self, queue, camera, aspect);
+    }
+
+    fn draw_vt(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        color: &wgpu::TextureView,
+        depth: &wgpu::TextureView,
+        vt: &VirtualTextures,
+        timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
+    ) {
+        SceneRenderer::draw_vt(self, encoder, color, depth, vt, timestamps);
+    }
+
+    fn draw_reference(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        color: &wgpu::TextureView,
+        depth: &wgpu::TextureView,
+        timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
+    ) {
+        SceneRenderer::draw_reference(self, encoder, color, depth, timestamps);
+    }
+}
+
+impl Drawer for MaterialRenderer {
+    /// Material scenes sample their references trilinearly, like their shader.
+    fn enable_reference(
+        &mut self,
+        ctx: &GpuContext,
+        atlas: &Atlas,
+        _max_anisotropy: u16,
+    ) -> Result<(), RenderError> {
+        MaterialRenderer::enable_reference(self, ctx, atlas)
+    }
+
+    fn reference_bytes(&self) -> Option<u64> {
+        MaterialRenderer::reference_bytes(self)
+    }
+
+    fn set_camera(&self, queue: &wgpu::Queue, camera: &Camera, aspect: f32) {
+        MaterialRenderer::set_camera(self, queue, camera, aspect);
+    }
+
+    fn draw_vt(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        color: &wgpu::TextureView,
+        depth: &wgpu::TextureView,
+        vt: &VirtualTextures,
+        timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
+    ) {
+        MaterialRenderer::draw_vt(self, encoder, color, depth, vt, timestamps);
+    }
+
+    fn draw_reference(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        color: &wgpu::TextureView,
+        depth: &wgpu::TextureView,
+        timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
+    ) {
+        MaterialRenderer::draw_reference(self, encoder, color, depth, timestamps);
+    }
+}

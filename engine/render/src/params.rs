@@ -1,0 +1,188 @@
+//! The per-layer parameter block of `shaders/vt.wgsl` (`VtParams`), the bind group
+//! layout of its group and the bind groups that tie pool, page table and feedback
+//! together for user pipelines.
+
+use bytemuck::{Pod, Zeroable};
+use tessera_core::format::atlas::LayerInfo;
+use tessera_core::stream::pool_layout::MAX_SHADER_MIPS;
+use tessera_core::stream::streamer::ShaderParams;
+
+use crate::pool::TilePool;
+
+/// Most anisotropic taps: with a 4-texel border, more would reach past the border.
+pub const MAX_ANISOTROPY: u16 = 4;
+
+/// The per-layer parameter block, laid out as `VtParams` in `shaders/vt.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct VtParams {
+    size: [f32; 2],
+    pool_texels: [f32; 2],
+    tile: f32,
+    border: f32,
+    max_aniso: f32,
+    mip_bias: f32,
+    mip_count: u32,
+    first_tile: u32,
+    feedback_mask: u32,
+    feedback_phase: u32,
+    wrap: u32,
+    debug: u32,
+    _pad: [u32; 2],
+    mips: [[u32; 4]; MAX_SHADER_MIPS],
+}
+
+impl VtParams {
+    /// The block of `layer` sampled from a pool of `pool_texels` with at most
+    /// `max_aniso` taps (clamped to [`MAX_ANISOTROPY`]) and debug view `debug`.
+    pub fn new(layer: &LayerInfo, pool_texels: (u32, u32), max_aniso: u16, debug: u32) -> Self {
+        let lay = layer.layout;
+        let mut p = Self {
+            size: [lay.width() as f32, lay.height() as f32],
+            pool_texels: [pool_texels.0 as f32, pool_texels.1 as f32],
+            tile: lay.tile_size() as f32,
+            border: lay.border() as f32,
+            max_aniso: f32::from(max_aniso.clamp(1, MAX_ANISOTROPY)),
+            mip_bias: 0.0,
+            mip_count: lay.mip_count(),
+            first_tile: layer.first_tile as u32,
+            feedback_mask: 0,
+            feedback_phase: 0,
+            wrap: layer.wrap as u32,
+            debug,
+            _pad: [0; 2],
+            mips: [[0; 4]; MAX_SHADER_MIPS],
+        };
+        for m in 0..lay.mip_count().min(MAX_SHADER_MIPS as u32) {
+            let (tx, ty) = lay.tiles_at(m);
+            p.mips[m as usize] = [lay.mip_tile_offset(m) as u32, tx, ty, 0];
+        }
+        p
+    }
+
+    /// Takes this frame's streaming values (mip bias, feedback pixel).
+    pub fn set_frame(&mut self, s: &ShaderParams) {
+        self.mip_bias = s.mip_bias;
+        self.feedback_mask = s.feedback_mask;
+        self.feedback_phase = s.feedback_phase;
+    }
+
+    /// Sets the debug view (0 off, 1 mip colours, 2 fallback depth, 3 tile borders).
+    pub fn set_debug(&mut self, view: u32) {
+        self.debug = view;
+    }
+}
+
+/// One sampled layer's parameter block, its uniform buffer and its bind group.
+pub struct LayerBinding {
+    /// The CPU copy of the block.
+    pub params: VtParams,
+    /// The uniform buffer holding it.
+    pub buffer: wgpu::Buffer,
+    /// Group 1 of `vt.wgsl` for this layer.
+    pub bind_group: wgpu::BindGroup,
+}
+
+impl LayerBinding {
+    /// Creates the buffer and bind group of `params` over `pools` (one, or up to
+    /// three stacked), the page table and the feedback bitset.
+    pub fn new(
+        device: &wgpu::Device,
+        layout: &wgpu::BindGroupLayout,
+        params: VtParams,
+        name: &str,
+        resources: &Resources<'_>,
+    ) -> Self {
+        let buffer = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(&format!("tessera vt params {name}")),
+            size: std::mem::size_of::<VtParams>() as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let pools = resources.pools;
+        let view = |i: usize| wgpu::BindingResource::TextureView(pools.get(i).unwrap_or(&pools[0]).view());
+        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("tessera vt"),
+            layout,
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: buffer.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: resources.page_table.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 2, resource: resources.feedback.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 3, resource: view(0) },
+                wgpu::BindGroupEntry {
+                    binding: 4,
+                    resource: wgpu::BindingResource::Sampler(resources.sampler),
+                },
+                wgpu::BindGroupEntry { binding: 5, resource: view(1) },
+                wgpu::BindGroupEntry { binding: 6, resource: view(2) },
+            ],
+        });
+        Self { params, buffer, bind_group }
+    }
+
+    /// Writes the CPU copy of the block to its buffer.
+    pub fn write(&self, queue: &wgpu::Queue) {
+        queue.write_buffer(&self.buffer, 0, bytemuck::bytes_of(&self.params));
+    }
+}
+
+/// What every layer's bind group points at.
+pub struct Resources<'a> {
+    /// The pools (one, or one per stacked layer).
+    pub pools: &'a [TilePool],
+    /// The page-table buffer.
+    pub page_table: &'a wgpu::Buffer,
+    /// The feedback bitset.
+    pub feedback: &'a wgpu::Buffer,
+    /// The pool sampler.
+    pub sampler: &'a wgpu::Sampler,
+}
+
+/// The sampler of the pools: bilinear within a slot (the shader blends mips itself).
+pub fn pool_sampler(device: &wgpu::Device) -> wgpu::Sampler {
+    device.create_sampler(&wgpu::SamplerDescriptor {
+        label: Some("tessera pool sampler"),
+        address_mode_u: wgpu::AddressMode::ClampToEdge,
+        address_mode_v: wgpu::AddressMode::ClampToEdge,
+        address_mode_w: wgpu::AddressMode::ClampToEdge,
+        mag_filter: wgpu::FilterMode::Linear,
+        min_filter: wgpu::FilterMode::Linear,
+        mipmap_filter: wgpu::MipmapFilterMode::Linear,
+        ..Default::default()
+    })
+}
+
+/// The layout of group 1 in `vt.wgsl`: parameters, page table, feedback bitset, pool,
+/// sampler and two more pools for stacked layers.
+pub fn bind_group_layout(device: &wgpu::Device) -> wgpu::BindGroupLayout {
+    let frag = wgpu::ShaderStages::FRAGMENT;
+    let pool_texture = wgpu::BindingType::Texture {
+        sample_type: wgpu::TextureSampleType::Float { filterable: true },
+        view_dimension: wgpu::TextureViewDimension::D2,
+        multisampled: false,
+    };
+    let storage = |read_only| wgpu::BindingType::Buffer {
+        ty: wgpu::BufferBindingType::Storage { read_only },
+        has_dynamic_offset: false,
+        min_binding_size: None,
+    };
+    let uniform = wgpu::BindingType::Buffer {
+        ty: wgpu::BufferBindingType::Uniform,
+        has_dynamic_offset: false,
+        min_binding_size: None,
+    };
+    let sampler = wgpu::BindingType::Sampler(wgpu::SamplerBindingType::Filtering);
+    let entry = |binding, ty| wgpu::BindGroupLayoutEntry { binding, visibility: frag, ty, count: None };
+    device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some("tessera vt"),
+        entries: &[
+            entry(0, uniform),
+            entry(1, storage(true)),
+            entry(2, storage(false)),
+            entry(3, pool_texture),
+            entry(4, sampler),
+            entry(5, pool_texture),
+            entry(6, pool_texture),
+        ],
+    })
+}
