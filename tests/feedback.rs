@@ -254,7 +254,9 @@ fn batched_upload_writes_the_same_texels_as_single_uploads() {
     }
 }
 
-/// Upload throughput of single and batched uploads (prints; no assertion). Run with
+/// Upload throughput of single and batched uploads (prints the rates). It checks that every
+/// round was timed with a positive, finite rate and that the tiles of the last frame are in
+/// their slots afterwards; it asserts nothing about speed. Run with
 /// `cargo test -p tessera-tests --test feedback -- --ignored --nocapture`.
 #[test]
 #[ignore = "timing printout"]
@@ -299,8 +301,28 @@ fn upload_timing() {
                 }
             }
         }
+        assert_eq!(results.keys().copied().collect::<Vec<_>>(), [false, true], "{}", target.name());
+        // Slots 0..256 got tiles 0..256 in frames 0 and 2, slots 256..512 in frames 1 and 3.
+        let texels = read_pool(ctx, &pool);
+        let tile_rows = if target.is_block_compressed() { 34 } else { 136 };
+        let tile_row = len / tile_rows;
+        let pool_row = texels.len() / pool.slots_y() as usize;
+        for (i, slot) in slots.iter().enumerate().step_by(37) {
+            let (x, y) = (usize::from(slot.x), usize::from(slot.y));
+            for r in [0, tile_rows / 2, tile_rows - 1] {
+                let at = y * pool_row + r * pool.slots_x() as usize * tile_row + x * tile_row;
+                assert!(
+                    texels[at..at + tile_row] == tiles[i % 256][r * tile_row..(r + 1) * tile_row],
+                    "{}: slot ({x}, {y}) row {r} does not hold tile {}",
+                    target.name(),
+                    i % 256
+                );
+            }
+        }
         for (batched, rates) in results {
             let mut rates = rates;
+            assert_eq!(rates.len(), 8, "one rate per timed round");
+            assert!(rates.iter().all(|r| r.is_finite() && *r > 0.0), "{}: rates {rates:?}", target.name());
             rates.sort_by(f64::total_cmp);
             let median = rates[rates.len() / 2];
             println!(

@@ -81,7 +81,8 @@ pub fn write_failure(test: &str, size: (u32, u32), actual: &[u8], expected: &[u8
 }
 
 /// Compares `actual` with the committed golden image `tests/golden/{name}.png` (PSNR
-/// at least `min_psnr_db`). `TESSERA_UPDATE_GOLDEN=1` rewrites the golden instead.
+/// at least `min_psnr_db`). `TESSERA_UPDATE_GOLDEN=1` rewrites the golden instead. On a
+/// failure, actual, expected and diff PNGs are written to `target/test-output/golden-{name}`.
 pub fn check_golden(name: &str, size: (u32, u32), actual: &[u8], min_psnr_db: f64) {
     let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("golden").join(format!("{name}.png"));
     if std::env::var_os("TESSERA_UPDATE_GOLDEN").is_some_and(|v| v == "1") {
@@ -93,16 +94,137 @@ pub fn check_golden(name: &str, size: (u32, u32), actual: &[u8], min_psnr_db: f6
         "golden image {} is missing; create it with TESSERA_UPDATE_GOLDEN=1 and review it",
         golden.display()
     );
-    let expected = image::open(&golden).unwrap().into_rgba8();
-    assert_eq!(expected.dimensions(), size, "golden {name} has another size");
+    // Created only when something is written into it.
+    let out =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-output").join(format!("golden-{name}"));
+    if let Err(message) = compare_golden(&golden, &out, size, actual, min_psnr_db) {
+        panic!("{name}: {message}");
+    }
+}
+
+/// Compares the RGBA8 image `actual` of `size` with the PNG `golden`: it passes when both
+/// have the same size and a PSNR of at least `min_psnr_db`. Otherwise it writes
+/// `actual.png`, `expected.png` and `diff.png` into `out` (when the sizes differ, the diff
+/// covers the area both images share) and returns why it failed.
+pub fn compare_golden(
+    golden: &Path,
+    out: &Path,
+    size: (u32, u32),
+    actual: &[u8],
+    min_psnr_db: f64,
+) -> Result<(), String> {
+    let expected =
+        image::open(golden).map_err(|e| format!("cannot read golden image {}: {e}", golden.display()))?;
+    let expected = expected.into_rgba8();
+    let expected_size = expected.dimensions();
+    if actual.len() != rgba_len(size) {
+        return Err(format!(
+            "the actual image has {} bytes, not the {} of a {}x{} RGBA8 image",
+            actual.len(),
+            rgba_len(size),
+            size.0,
+            size.1
+        ));
+    }
+    if expected_size != size {
+        write_mismatched(out, (size, actual), (expected_size, expected.as_raw()))?;
+        return Err(format!(
+            "size mismatch: actual {}x{}, golden {} is {}x{}; actual/expected PNGs and the diff \
+             of the shared area in {}",
+            size.0,
+            size.1,
+            golden.display(),
+            expected_size.0,
+            expected_size.1,
+            out.display()
+        ));
+    }
     let d = compare(actual, expected.as_raw());
     if d.psnr_db < min_psnr_db {
-        let dir = write_failure(&format!("golden-{name}"), size, actual, expected.as_raw());
-        panic!(
-            "{name}: PSNR {:.2} dB < {min_psnr_db} dB (max error {}); actual/expected/diff PNGs in {}",
+        write_mismatched(out, (size, actual), (size, expected.as_raw()))?;
+        return Err(format!(
+            "PSNR {:.2} dB < {min_psnr_db} dB (max error {}); actual/expected/diff PNGs in {}",
             d.psnr_db,
             d.max_error,
-            dir.display()
-        );
+            out.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Bytes of an RGBA8 image of `size`.
+fn rgba_len(size: (u32, u32)) -> usize {
+    size.0 as usize * size.1 as usize * 4
+}
+
+/// Writes `actual.png`, `expected.png` and `diff.png` (of the top-left area both images
+/// cover) into `dir`, for images that may differ in size.
+fn write_mismatched(
+    dir: &Path,
+    (a_size, actual): ((u32, u32), &[u8]),
+    (e_size, expected): ((u32, u32), &[u8]),
+) -> Result<(), String> {
+    let write = |name: &str, size: (u32, u32), rgba: &[u8]| {
+        let path = dir.join(name);
+        write_png(&path, size, rgba).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    };
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    write("actual.png", a_size, actual)?;
+    write("expected.png", e_size, expected)?;
+    let shared = (a_size.0.min(e_size.0), a_size.1.min(e_size.1));
+    let crop = |size: (u32, u32), rgba: &[u8]| -> Vec<u8> {
+        let (row, keep) = (size.0 as usize * 4, shared.0 as usize * 4);
+        rgba.chunks_exact(row).take(shared.1 as usize).flat_map(|r| &r[..keep]).copied().collect()
+    };
+    write("diff.png", shared, &diff_image(&crop(a_size, actual), &crop(e_size, expected)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A solid RGBA8 image.
+    fn solid(size: (u32, u32), v: u8) -> Vec<u8> {
+        vec![v; rgba_len(size)]
+    }
+
+    #[test]
+    fn a_golden_of_another_size_fails_and_writes_the_images() {
+        let dir = tempfile::tempdir().unwrap();
+        let golden = dir.path().join("g.png");
+        write_png(&golden, (6, 4), &solid((6, 4), 100)).unwrap();
+        let out = dir.path().join("out");
+        let err = compare_golden(&golden, &out, (4, 5), &solid((4, 5), 90), 30.0).unwrap_err();
+        assert!(err.contains("size mismatch: actual 4x5") && err.contains("is 6x4"), "{err}");
+        let dims = |n: &str| image::open(out.join(n)).unwrap().into_rgba8().dimensions();
+        assert_eq!(dims("actual.png"), (4, 5));
+        assert_eq!(dims("expected.png"), (6, 4));
+        assert_eq!(dims("diff.png"), (4, 4), "the diff covers the shared area");
+        let diff = image::open(out.join("diff.png")).unwrap().into_rgba8();
+        assert!(diff.pixels().all(|p| p.0 == [40, 40, 40, 255]), "|90 - 100| x 4 everywhere");
+    }
+
+    #[test]
+    fn a_golden_of_the_same_size_passes_or_fails_on_psnr() {
+        let dir = tempfile::tempdir().unwrap();
+        let golden = dir.path().join("g.png");
+        write_png(&golden, (3, 2), &solid((3, 2), 100)).unwrap();
+        let out = dir.path().join("out");
+        compare_golden(&golden, &out, (3, 2), &solid((3, 2), 100), 40.0).unwrap();
+        assert!(!out.exists(), "nothing written when the images match");
+        let err = compare_golden(&golden, &out, (3, 2), &solid((3, 2), 60), 40.0).unwrap_err();
+        assert!(err.contains("PSNR"), "{err}");
+        for name in ["actual.png", "expected.png", "diff.png"] {
+            assert!(out.join(name).exists(), "{name}");
+        }
+    }
+
+    #[test]
+    fn an_actual_buffer_of_the_wrong_length_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let golden = dir.path().join("g.png");
+        write_png(&golden, (2, 2), &solid((2, 2), 0)).unwrap();
+        let err = compare_golden(&golden, dir.path(), (2, 2), &[0u8; 12], 40.0).unwrap_err();
+        assert!(err.contains("12 bytes"), "{err}");
     }
 }

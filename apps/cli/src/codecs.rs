@@ -13,11 +13,12 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use tessera::GpuContext;
 use tessera_core::bake::source::{ImageSource, RowSource};
-use tessera_core::codec_bench::{
-    CodecBenchOptions, CodecMeasurement, atlas_path, crop_centre, measure, sample_mip0,
-};
 use tessera_core::format::atlas::ColorSpace;
 use tessera_core::format::codec::{Codec, QUALITY_DEFAULT, TargetFormat};
+
+use measure::{CodecBenchOptions, CodecMeasurement, atlas_path, crop_centre, measure, sample_mip0};
+
+mod measure;
 
 /// Arguments of `tessera codecs`.
 #[derive(clap::Args)]

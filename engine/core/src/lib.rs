@@ -7,7 +7,6 @@
 #![warn(missing_docs)]
 
 pub mod bake;
-pub mod codec_bench;
 pub mod compare;
 pub mod format;
 pub mod scene;

@@ -6,37 +6,37 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::{Result, bail};
 use indicatif::ProgressBar;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-
-use crate::bake::source::{ImageSource, RowSource, TEXEL_BYTES};
-use crate::bake::{BakeError, BakeInput, BakeOptions, bake};
-use crate::compare::compare;
-use crate::format::atlas::{Atlas, AtlasError, ColorSpace, Wrap};
-use crate::format::codec::{Codec, TargetFormat};
-use crate::format::tile::TileId;
-use crate::stream::atlas_loader::AtlasLoader;
-use crate::stream::host_cache::HostCache;
-use crate::stream::loader::LoadError;
+use tessera_core::bake::source::{ImageSource, RowSource, TEXEL_BYTES};
+use tessera_core::bake::{BakeInput, BakeOptions, bake};
+use tessera_core::compare::compare;
+use tessera_core::format::atlas::{Atlas, AtlasError, ColorSpace, Wrap};
+use tessera_core::format::codec::{Codec, TargetFormat};
+use tessera_core::format::tile::TileId;
+use tessera_core::stream::atlas_loader::AtlasLoader;
+use tessera_core::stream::host_cache::HostCache;
+use tessera_core::stream::loader::LoadError;
 
 /// What to measure and how long.
 #[derive(Clone, Debug)]
-pub struct CodecBenchOptions {
-    /// Basis quality (1..=255), see [`crate::format::codec::EncodeOptions::quality`].
-    pub quality: u32,
+pub(crate) struct CodecBenchOptions {
+    /// Basis quality (1..=255), see [`tessera_core::format::codec::EncodeOptions::quality`].
+    pub(crate) quality: u32,
     /// Mip-0 tiles, evenly spread over the image, that the transcode rates are measured on.
-    pub sample_tiles: usize,
+    pub(crate) sample_tiles: usize,
     /// Each single-core rate is timed over whole passes of the sample lasting at least this long.
-    pub single_core_min: Duration,
+    pub(crate) single_core_min: Duration,
     /// Each all-cores rate is timed over whole passes of the sample lasting at least this long.
-    pub all_cores_min: Duration,
+    pub(crate) all_cores_min: Duration,
 }
 
 impl Default for CodecBenchOptions {
     fn default() -> Self {
         Self {
-            quality: crate::format::codec::QUALITY_DEFAULT,
+            quality: tessera_core::format::codec::QUALITY_DEFAULT,
             sample_tiles: 256,
             single_core_min: Duration::from_millis(300),
             all_cores_min: Duration::from_millis(500),
@@ -46,94 +46,67 @@ impl Default for CodecBenchOptions {
 
 /// The loader's transcode rate of one codec's tiles to one target format.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct TranscodeRate {
+pub(crate) struct TranscodeRate {
     /// The format the tiles are turned into.
-    pub target: TargetFormat,
+    pub(crate) target: TargetFormat,
     /// Tiles per second on the calling thread alone.
-    pub single_core_tiles_per_s: f64,
+    pub(crate) single_core_tiles_per_s: f64,
     /// The same in millions of texels (border included) per second.
-    pub single_core_mpix_per_s: f64,
+    pub(crate) single_core_mpix_per_s: f64,
     /// Microseconds per tile on one core.
-    pub single_core_us_per_tile: f64,
+    pub(crate) single_core_us_per_tile: f64,
     /// Tiles per second with a rayon task per tile over every core.
-    pub all_cores_tiles_per_s: f64,
+    pub(crate) all_cores_tiles_per_s: f64,
     /// `cores × single_core_tiles_per_s`: what all cores would reach with perfect scaling.
-    pub limit_tiles_per_s: f64,
+    pub(crate) limit_tiles_per_s: f64,
     /// `all_cores_tiles_per_s / limit_tiles_per_s`.
-    pub all_cores_fraction_of_limit: f64,
+    pub(crate) all_cores_fraction_of_limit: f64,
     /// GPU bytes of one tile in this format.
-    pub vram_bytes_per_tile: usize,
+    pub(crate) vram_bytes_per_tile: usize,
 }
 
 /// Everything measured for one codec on one image.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct CodecMeasurement {
+pub(crate) struct CodecMeasurement {
     /// The codec the image was baked with.
-    pub codec: Codec,
+    pub(crate) codec: Codec,
     /// Basis quality used.
-    pub quality: u32,
+    pub(crate) quality: u32,
     /// Tiles over all mips.
-    pub tiles: u64,
+    pub(crate) tiles: u64,
     /// Tiles of mip 0.
-    pub mip0_tiles: u64,
+    pub(crate) mip0_tiles: u64,
     /// Side of a stored tile in texels, border included.
-    pub padded_tile_size: u32,
+    pub(crate) padded_tile_size: u32,
     /// Wall time of the bake (mip chain, encode, write), seconds.
-    pub bake_seconds: f64,
+    pub(crate) bake_seconds: f64,
     /// `tiles / bake_seconds`, every core encoding.
-    pub bake_tiles_per_s: f64,
+    pub(crate) bake_tiles_per_s: f64,
     /// Atlas file size.
-    pub file_bytes: u64,
+    pub(crate) file_bytes: u64,
     /// Bytes of tile data on disk.
-    pub stored_bytes: u64,
+    pub(crate) stored_bytes: u64,
     /// Bits per stored texel on disk, borders included (from [`Atlas::summary`]).
-    pub bits_per_texel: f64,
+    pub(crate) bits_per_texel: f64,
     /// PSNR over RGB of the reassembled mip 0 against the source, dB; `None` when identical.
-    pub psnr_db: Option<f64>,
+    pub(crate) psnr_db: Option<f64>,
     /// Largest channel error of mip 0 against the source.
-    pub max_error: u8,
+    pub(crate) max_error: u8,
     /// Mip-0 tiles the transcode rates were measured on.
-    pub sample_tiles: usize,
+    pub(crate) sample_tiles: usize,
     /// Cores used for the all-cores rates (rayon's thread count).
-    pub cores: usize,
+    pub(crate) cores: usize,
     /// The format a pool would use on a desktop GPU: BC7 for Basis codecs, else RGBA8.
-    pub default_target: TargetFormat,
+    pub(crate) default_target: TargetFormat,
     /// One entry per target format this codec can be loaded into.
-    pub transcode: Vec<TranscodeRate>,
+    pub(crate) transcode: Vec<TranscodeRate>,
 }
 
 impl CodecMeasurement {
     /// The rates for `target`, when this codec can be loaded into it.
-    pub fn rate(&self, target: TargetFormat) -> Option<&TranscodeRate> {
+    pub(crate) fn rate(&self, target: TargetFormat) -> Option<&TranscodeRate> {
         self.transcode.iter().find(|r| r.target == target)
     }
-}
-
-/// Why a measurement failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum CodecBenchError {
-    /// Baking the image failed.
-    #[error(transparent)]
-    Bake(#[from] BakeError),
-    /// The baked atlas could not be opened or a tile not decoded.
-    #[error(transparent)]
-    Atlas(#[from] AtlasError),
-    /// A tile could not be transcoded.
-    #[error(transparent)]
-    Load(#[from] LoadError),
-    /// A crop larger than the image.
-    #[error("cannot crop {crop_w}x{crop_h} out of a {width}x{height} image")]
-    Crop {
-        /// Image width.
-        width: u32,
-        /// Image height.
-        height: u32,
-        /// Crop width asked for.
-        crop_w: u32,
-        /// Crop height asked for.
-        crop_h: u32,
-    },
 }
 
 /// A decoded image shared by several bakes.
@@ -149,10 +122,10 @@ impl RowSource for SharedImage {
 }
 
 /// The centred `w × h` part of `image`.
-pub fn crop_centre(image: &ImageSource, w: u32, h: u32) -> Result<ImageSource, CodecBenchError> {
+pub(crate) fn crop_centre(image: &ImageSource, w: u32, h: u32) -> Result<ImageSource> {
     let (iw, ih) = image.size();
     if w == 0 || h == 0 || w > iw || h > ih {
-        return Err(CodecBenchError::Crop { width: iw, height: ih, crop_w: w, crop_h: h });
+        bail!("cannot crop {w}x{h} out of a {iw}x{ih} image");
     }
     let (x0, y0) = (((iw - w) / 2) as usize, ((ih - h) / 2) as usize);
     let row = iw as usize * TEXEL_BYTES;
@@ -166,17 +139,17 @@ pub fn crop_centre(image: &ImageSource, w: u32, h: u32) -> Result<ImageSource, C
 }
 
 /// The target formats tiles of `codec` can be loaded into.
-pub fn targets_for(codec: Codec) -> Vec<TargetFormat> {
+pub(crate) fn targets_for(codec: Codec) -> Vec<TargetFormat> {
     TargetFormat::ALL.into_iter().filter(|t| codec.is_basis() || !t.is_block_compressed()).collect()
 }
 
 /// The pool format on a desktop GPU (BC7 for Basis codecs, RGBA8 otherwise).
-pub fn default_target(codec: Codec) -> TargetFormat {
+pub(crate) fn default_target(codec: Codec) -> TargetFormat {
     if codec.is_basis() { TargetFormat::Bc7 } else { TargetFormat::Rgba8 }
 }
 
 /// Up to `n` mip-0 tiles of layer 0, evenly spread over the rows and columns.
-pub fn sample_mip0(atlas: &Atlas, n: usize) -> Vec<TileId> {
+pub(crate) fn sample_mip0(atlas: &Atlas, n: usize) -> Vec<TileId> {
     let Some(layer) = atlas.layers().first() else { return Vec::new() };
     let (tx, ty) = layer.layout.tiles_at(0);
     let total = u64::from(tx) * u64::from(ty);
@@ -189,15 +162,15 @@ pub fn sample_mip0(atlas: &Atlas, n: usize) -> Vec<TileId> {
 
 /// Bakes `image` with `codec` into `atlas_path` (one layer named `name`) and measures it.
 /// Returns the measurement and the open atlas (for a streaming measurement after it).
-pub fn measure(
+pub(crate) fn measure(
     image: &Arc<ImageSource>,
     name: &str,
     color: ColorSpace,
     codec: Codec,
     atlas_path: &Path,
     opts: &CodecBenchOptions,
-) -> Result<(CodecMeasurement, Arc<Atlas>), CodecBenchError> {
-    crate::format::basis::init();
+) -> Result<(CodecMeasurement, Arc<Atlas>)> {
+    tessera_core::format::basis::init();
     let bake_opts = BakeOptions { codec, quality: opts.quality, ..BakeOptions::default() };
     let input = BakeInput {
         name: name.to_string(),
@@ -210,9 +183,9 @@ pub fn measure(
     let report = bake(vec![input], atlas_path, &bake_opts, &ProgressBar::hidden())?;
     let atlas = Arc::new(Atlas::open(atlas_path)?);
     let summary = atlas.summary();
-    let (layer, layout) = match (summary.layers.first(), atlas.layers().first()) {
-        (Some(s), Some(l)) => (s.clone(), l.layout),
-        _ => return Err(AtlasError::Invalid { path: atlas_path.into(), what: "no layer".into() }.into()),
+    let (Some(layer), Some(layout)) = (summary.layers.first(), atlas.layers().first().map(|l| l.layout))
+    else {
+        bail!("{}: the baked atlas has no layer", atlas_path.display());
     };
     let diff = compare(&reassemble_mip0(&atlas)?, image.texels());
     let padded = layout.padded_tile_size();
@@ -283,7 +256,7 @@ fn timed_passes(min: Duration, mut pass: impl FnMut() -> Result<usize, LoadError
 
 /// Decodes every mip-0 tile of layer 0 to RGBA8 and puts their payloads back together
 /// into the full `width × height` image.
-pub fn reassemble_mip0(atlas: &Atlas) -> Result<Vec<u8>, AtlasError> {
+pub(crate) fn reassemble_mip0(atlas: &Atlas) -> Result<Vec<u8>, AtlasError> {
     let Some(layer) = atlas.layers().first() else {
         return Err(AtlasError::Invalid { path: atlas.path().to_path_buf(), what: "no layer".into() });
     };
@@ -316,7 +289,7 @@ pub fn reassemble_mip0(atlas: &Atlas) -> Result<Vec<u8>, AtlasError> {
 }
 
 /// A file name for the atlas of `image` baked with `codec`, inside `dir`.
-pub fn atlas_path(dir: &Path, name: &str, codec: Codec) -> PathBuf {
+pub(crate) fn atlas_path(dir: &Path, name: &str, codec: Codec) -> PathBuf {
     let safe: String =
         name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
     dir.join(format!("{safe}-{}.tsa", codec.name().replace('+', "-")))
@@ -325,7 +298,7 @@ pub fn atlas_path(dir: &Path, name: &str, codec: Codec) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bake::source::Generated;
+    use tessera_core::bake::source::Generated;
 
     fn image(w: u32, h: u32) -> Arc<ImageSource> {
         let g = Generated::new(w, h);

@@ -1,0 +1,107 @@
+//! Everything that can be wrong with an atlas file, reading or writing it.
+
+use std::path::PathBuf;
+
+use super::VERSION;
+use crate::format::codec::CodecError;
+use crate::format::tile::{LayoutError, TileId};
+
+/// Everything that can be wrong with an atlas file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AtlasError {
+    /// The file could not be opened, read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The atlas path.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file does not start with the atlas magic.
+    #[error("{path}: not a Tessera atlas (bad magic bytes)")]
+    BadMagic {
+        /// The atlas path.
+        path: PathBuf,
+    },
+    /// The file is of a format version this build does not read.
+    #[error("{path}: unsupported atlas version {found} (this build reads version {VERSION})")]
+    UnsupportedVersion {
+        /// The atlas path.
+        path: PathBuf,
+        /// Version found in the file.
+        found: u32,
+    },
+    /// The file is shorter (or longer) than its header says.
+    #[error("{path}: truncated or extended: header says {expected} bytes, file has {found}")]
+    Truncated {
+        /// The atlas path.
+        path: PathBuf,
+        /// Size the header records.
+        expected: u64,
+        /// Actual size.
+        found: u64,
+    },
+    /// A checksum over the header or the index does not match.
+    #[error("{path}: {what} checksum mismatch (file corrupted)")]
+    Checksum {
+        /// The atlas path.
+        path: PathBuf,
+        /// Which part.
+        what: &'static str,
+    },
+    /// A header, layer or index field is out of range.
+    #[error("{path}: invalid {what}")]
+    Invalid {
+        /// The atlas path.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
+    /// A tile id outside every layer was asked for.
+    #[error("{path}: {tile} does not exist in this atlas")]
+    NoSuchTile {
+        /// The atlas path.
+        path: PathBuf,
+        /// The tile asked for.
+        tile: TileId,
+    },
+    /// A tile's data does not match its CRC.
+    #[error("{path}: {tile}: data checksum mismatch (corrupted tile)")]
+    TileChecksum {
+        /// The atlas path.
+        path: PathBuf,
+        /// The bad tile.
+        tile: TileId,
+    },
+    /// A tile's data passed its CRC but cannot be decoded.
+    #[error("{path}: {tile}: {source}")]
+    TileDecode {
+        /// The atlas path.
+        path: PathBuf,
+        /// The bad tile.
+        tile: TileId,
+        /// The codec's complaint.
+        source: CodecError,
+    },
+    /// A layout could not be built (writer side).
+    #[error("{path}: {source}")]
+    Layout {
+        /// The atlas path.
+        path: PathBuf,
+        /// The layout problem.
+        source: LayoutError,
+    },
+}
+
+impl AtlasError {
+    /// The tile the error is about, when it is about one tile.
+    pub fn tile(&self) -> Option<TileId> {
+        match self {
+            AtlasError::TileChecksum { tile, .. }
+            | AtlasError::TileDecode { tile, .. }
+            | AtlasError::NoSuchTile { tile, .. } => Some(*tile),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,365 @@
+//! Opening an atlas (mapping and validating header, layer table and index) and reading,
+//! decoding and verifying its tiles.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+
+use super::header::{
+    BLOB_ALIGN, ENTRY_BYTES, FLAG_STACKED, HEADER_BYTES, Header, KNOWN_FLAGS, LAYER_BYTES, MAGIC,
+    MAX_NAME_BYTES, VERSION, rd_u32, rd_u64,
+};
+use super::{AtlasError, ColorSpace, LayerInfo, TileEntry, Wrap, stacked_mismatch};
+use crate::format::codec::Codec;
+use crate::format::tile::{MAX_LAYERS, TextureLayout, TileId};
+
+/// Sorts blob spans `(start, end)`, merges identical ones (a shared blob) and returns
+/// the bytes of the distinct blobs, or the first two spans that overlap without being
+/// identical.
+#[allow(clippy::type_complexity)]
+fn shared_spans(spans: &mut Vec<(u64, u64)>) -> Result<u64, ((u64, u64), (u64, u64))> {
+    spans.sort_unstable();
+    spans.dedup();
+    for w in spans.windows(2) {
+        if w[1].0 < w[0].1 {
+            return Err((w[0], w[1]));
+        }
+    }
+    Ok(spans.iter().map(|(a, b)| b - a).sum())
+}
+
+/// A validated, memory-mapped atlas. Cheap to share between loader threads.
+pub struct Atlas {
+    path: PathBuf,
+    map: Mmap,
+    layers: Vec<LayerInfo>,
+    index_offset: usize,
+    tile_count: u64,
+    data_offset: u64,
+    stored_bytes: u64,
+    flags: u32,
+}
+
+impl std::fmt::Debug for Atlas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Atlas").field("path", &self.path).field("layers", &self.layers).finish()
+    }
+}
+
+impl Atlas {
+    /// Opens and validates an atlas: header, checksums, every layer and every
+    /// index entry. Tile data is checked by [`Atlas::read_tile`] and [`Atlas::verify`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, AtlasError> {
+        let path = path.as_ref().to_path_buf();
+        let io = |source| AtlasError::Io { path: path.clone(), source };
+        let file = File::open(&path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        let invalid = |what: String| AtlasError::Invalid { path: path.clone(), what };
+        if len < HEADER_BYTES as u64 {
+            if len >= 8 && !Self::starts_with_magic(&file) {
+                return Err(AtlasError::BadMagic { path });
+            }
+            return Err(AtlasError::Truncated { path, expected: HEADER_BYTES as u64, found: len });
+        }
+        // SAFETY: the map is read-only; atlases are replaced by rename, never
+        // rewritten in place, so the mapped bytes do not change under us.
+        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        let header = read_header(&map[..HEADER_BYTES], &path, len)?;
+        let table_end = HEADER_BYTES as u64 + u64::from(header.layer_count) * LAYER_BYTES as u64;
+        let index_end = header
+            .tile_count
+            .checked_mul(ENTRY_BYTES as u64)
+            .and_then(|n| n.checked_add(header.index_offset))
+            .filter(|&end| {
+                header.index_offset == table_end && end <= header.data_offset && header.data_offset <= len
+            })
+            .ok_or_else(|| invalid("index or data offsets".into()))?;
+        let meta = &map[HEADER_BYTES..index_end as usize];
+        if crc32fast::hash(meta) != header.meta_crc {
+            return Err(AtlasError::Checksum { path, what: "layer table and tile index" });
+        }
+        let layers = read_layers(&map, &header, &path)?;
+        let mut atlas = Atlas {
+            path,
+            map,
+            layers,
+            index_offset: header.index_offset as usize,
+            tile_count: header.tile_count,
+            data_offset: header.data_offset,
+            stored_bytes: 0,
+            flags: header.flags,
+        };
+        atlas.stored_bytes = atlas.check_index(len)?;
+        Ok(atlas)
+    }
+
+    /// Checks that every index entry points at an aligned blob inside the data and of
+    /// the decoded size its layer implies, and that blobs are identical or disjoint;
+    /// returns the bytes of the distinct blobs.
+    fn check_index(&self, len: u64) -> Result<u64, AtlasError> {
+        let mut stored_bytes = 0u64;
+        // Blobs in ascending, disjoint order need no sort; shared or reordered ones do.
+        let mut spans: Vec<(u64, u64)> = Vec::new();
+        let (mut in_order, mut prev_end) = (true, 0u64);
+        for (li, layer) in self.layers.iter().enumerate() {
+            let expect_raw = u64::from(layer.layout.padded_tile_size()).pow(2) * 4;
+            for i in 0..layer.layout.tile_count() {
+                let e = self.entry_at(layer.first_tile + i)?;
+                stored_bytes += u64::from(e.length);
+                let bad = e.offset < self.data_offset
+                    || e.offset % BLOB_ALIGN != 0
+                    || e.offset.checked_add(u64::from(e.length)).is_none_or(|end| end > len)
+                    || u64::from(e.raw_length) != expect_raw;
+                if bad {
+                    let (m, x, y) = layer.layout.tile_at_index(i).unwrap_or_default();
+                    let tile = TileId::new(li as u16, m as u8, x, y);
+                    return Err(AtlasError::Invalid {
+                        path: self.path.clone(),
+                        what: format!("index entry for {tile} (points outside the data)"),
+                    });
+                }
+                let end = e.offset + u64::from(e.length);
+                in_order &= e.offset >= prev_end;
+                prev_end = prev_end.max(end);
+                spans.push((e.offset, end));
+            }
+        }
+        if !in_order {
+            stored_bytes = shared_spans(&mut spans).map_err(|(a, b)| AtlasError::Invalid {
+                path: self.path.clone(),
+                what: format!(
+                    "tile index: blobs [{}, {}) and [{}, {}) partially overlap \
+                     (blobs must be identical or disjoint)",
+                    a.0, a.1, b.0, b.1
+                ),
+            })?;
+        }
+        Ok(stored_bytes)
+    }
+
+    fn starts_with_magic(file: &File) -> bool {
+        let mut b = [0u8; 8];
+        std::os::unix::fs::FileExt::read_exact_at(file, &mut b, 0).is_ok() && b == MAGIC
+    }
+
+    /// The index entry of the `i`-th tile of the atlas (layers in order).
+    pub(super) fn entry_at(&self, i: u64) -> Result<TileEntry, AtlasError> {
+        let at = self.index_offset + i as usize * ENTRY_BYTES;
+        let b = &self.map[at..at + ENTRY_BYTES];
+        let codec = Codec::from_code(b[20]).ok_or_else(|| AtlasError::Invalid {
+            path: self.path.clone(),
+            what: format!("codec {} in tile index entry {i}", b[20]),
+        })?;
+        Ok(TileEntry {
+            offset: rd_u64(b, 0),
+            length: rd_u32(b, 8),
+            raw_length: rd_u32(b, 12),
+            crc32: rd_u32(b, 16),
+            codec,
+        })
+    }
+
+    /// The header flags (see [`FLAG_STACKED`]).
+    pub fn flags(&self) -> u32 {
+        self.flags
+    }
+
+    /// Whether the layers are stacked: one layout, shared tile ids (see [`FLAG_STACKED`]).
+    pub fn is_stacked(&self) -> bool {
+        self.flags & FLAG_STACKED != 0
+    }
+
+    /// The file this atlas was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// All layers, in file order; the index is the tile id's `layer`.
+    pub fn layers(&self) -> &[LayerInfo] {
+        &self.layers
+    }
+
+    /// Total tiles over all layers and mips.
+    pub fn tile_count(&self) -> u64 {
+        self.tile_count
+    }
+
+    /// Bytes of tile data over all tiles (blobs only, without index and padding; a blob
+    /// shared by several tiles counts once).
+    pub fn stored_bytes(&self) -> u64 {
+        self.stored_bytes
+    }
+
+    /// Size of the file in bytes.
+    pub fn file_size(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    /// Where `tile` is stored.
+    pub fn entry(&self, tile: TileId) -> Result<TileEntry, AtlasError> {
+        let no = || AtlasError::NoSuchTile { path: self.path.clone(), tile };
+        let layer = self.layers.get(usize::from(tile.layer)).ok_or_else(no)?;
+        let i = layer.layout.tile_index(u32::from(tile.mip), tile.x, tile.y).ok_or_else(no)?;
+        self.entry_at(layer.first_tile + i)
+    }
+
+    /// The stored bytes of `tile`, after checking their CRC.
+    pub fn read_tile(&self, tile: TileId) -> Result<&[u8], AtlasError> {
+        let e = self.entry(tile)?;
+        // Offsets were checked on open; `get` keeps a bad one from panicking all the same.
+        let blob = usize::try_from(e.offset)
+            .ok()
+            .and_then(|start| self.map.get(start..start.checked_add(e.length as usize)?))
+            .ok_or_else(|| AtlasError::Invalid {
+                path: self.path.clone(),
+                what: format!("index entry for {tile} (points outside the data)"),
+            })?;
+        if crc32fast::hash(blob) != e.crc32 {
+            return Err(AtlasError::TileChecksum { path: self.path.clone(), tile });
+        }
+        Ok(blob)
+    }
+
+    /// The tile decoded to RGBA8 (`padded_tile_size² × 4` bytes), CRC checked.
+    pub fn decode_tile(&self, tile: TileId) -> Result<Vec<u8>, AtlasError> {
+        let blob = self.read_tile(tile)?;
+        let e = self.entry(tile)?;
+        e.codec.decode(blob, e.raw_length as usize).map_err(|source| AtlasError::TileDecode {
+            path: self.path.clone(),
+            tile,
+            source,
+        })
+    }
+
+    /// Reads, checks and decodes every tile (in parallel); returns one error per bad
+    /// tile, in tile order, and also any non-zero byte in the padding between blobs.
+    pub fn verify(&self, progress: &indicatif::ProgressBar) -> Vec<AtlasError> {
+        use rayon::prelude::*;
+        let tiles: Vec<TileId> =
+            self.layers.iter().enumerate().flat_map(|(i, l)| l.layout.tiles(i as u16)).collect();
+        progress.set_length(tiles.len() as u64);
+        let mut errors: Vec<AtlasError> = tiles
+            .par_iter()
+            .filter_map(|&t| {
+                let r = self.decode_tile(t).err();
+                progress.inc(1);
+                r
+            })
+            .collect();
+        if let Some(e) = self.check_padding() {
+            errors.push(e);
+        }
+        errors
+    }
+
+    /// Every byte between the index and the end of the file belongs to a blob or is zero padding.
+    fn check_padding(&self) -> Option<AtlasError> {
+        let mut spans: Vec<(u64, u64)> = (0..self.tile_count)
+            .filter_map(|i| self.entry_at(i).ok())
+            .map(|e| (e.offset, e.offset + u64::from(e.length)))
+            .collect();
+        spans.sort_unstable();
+        let index_end = self.index_offset as u64 + self.tile_count * ENTRY_BYTES as u64;
+        let mut pos = index_end;
+        let nonzero = |a: u64, b: u64| self.map[a as usize..b as usize].iter().position(|&v| v != 0);
+        for (start, end) in spans.into_iter().chain(std::iter::once((self.file_size(), self.file_size()))) {
+            if start > pos
+                && let Some(k) = nonzero(pos, start)
+            {
+                return Some(AtlasError::Invalid {
+                    path: self.path.clone(),
+                    what: format!("padding byte at offset {} is not zero (file corrupted)", pos + k as u64),
+                });
+            }
+            pos = pos.max(end);
+        }
+        None
+    }
+}
+
+/// Checks the fixed header `h` of a file of `len` bytes at `path` (magic, version,
+/// checksum, size, flags, file size, layer count) and decodes it.
+fn read_header(h: &[u8], path: &Path, len: u64) -> Result<Header, AtlasError> {
+    let path = path.to_path_buf();
+    if h[0..8] != MAGIC {
+        return Err(AtlasError::BadMagic { path });
+    }
+    let version = rd_u32(h, 8);
+    if version != VERSION {
+        return Err(AtlasError::UnsupportedVersion { path, found: version });
+    }
+    if rd_u32(h, 60) != crc32fast::hash(&h[0..60]) {
+        return Err(AtlasError::Checksum { path, what: "header" });
+    }
+    let header = Header::decode(h);
+    let invalid = |what: String| AtlasError::Invalid { path: path.clone(), what };
+    if rd_u32(h, 12) != HEADER_BYTES as u32 {
+        return Err(invalid(format!("header size {}", rd_u32(h, 12))));
+    }
+    if header.flags & !KNOWN_FLAGS != 0 {
+        return Err(invalid(format!(
+            "header flags {:#x}: unknown flag bits {:#x} (this build knows {KNOWN_FLAGS:#x})",
+            header.flags,
+            header.flags & !KNOWN_FLAGS
+        )));
+    }
+    if header.file_size != len {
+        return Err(AtlasError::Truncated { path, expected: header.file_size, found: len });
+    }
+    if header.layer_count == 0 || header.layer_count > MAX_LAYERS {
+        return Err(invalid(format!("layer count {}", header.layer_count)));
+    }
+    Ok(header)
+}
+
+/// Decodes and checks the layer table that follows the header in `map`: every layout,
+/// codec, wrap mode and colour space, first tiles that follow each other, the header's
+/// tile count and, for stacked atlases, one shared layout.
+fn read_layers(map: &[u8], header: &Header, path: &Path) -> Result<Vec<LayerInfo>, AtlasError> {
+    let invalid = |what: String| AtlasError::Invalid { path: path.to_path_buf(), what };
+    let mut layers = Vec::with_capacity(header.layer_count as usize);
+    let mut next_tile = 0u64;
+    for i in 0..header.layer_count as usize {
+        let b = &map[HEADER_BYTES + i * LAYER_BYTES..HEADER_BYTES + (i + 1) * LAYER_BYTES];
+        let layer = read_layer(b, i).map_err(invalid)?;
+        if layer.first_tile != next_tile {
+            return Err(invalid(format!("layer {i} first tile {} (expected {next_tile})", layer.first_tile)));
+        }
+        next_tile += layer.layout.tile_count();
+        layers.push(layer);
+    }
+    if next_tile != header.tile_count {
+        return Err(invalid(format!("tile count {} (layers hold {next_tile})", header.tile_count)));
+    }
+    if header.flags & FLAG_STACKED != 0
+        && let Some(what) = stacked_mismatch(&layers)
+    {
+        return Err(invalid(what));
+    }
+    Ok(layers)
+}
+
+/// Decodes the 64-byte record `b` of layer `i`, or says which field is invalid.
+fn read_layer(b: &[u8], i: usize) -> Result<LayerInfo, String> {
+    let name_len = b[..MAX_NAME_BYTES].iter().position(|&c| c == 0).unwrap_or(MAX_NAME_BYTES);
+    let name =
+        std::str::from_utf8(&b[..name_len]).map_err(|_| format!("layer {i} name (not UTF-8)"))?.to_string();
+    let f = |k: usize| rd_u32(b, 32 + 4 * k);
+    let layout = TextureLayout::new(f(0), f(1), f(2), f(3)).map_err(|e| format!("layer {i} layout: {e}"))?;
+    if layout.mip_count() != f(4) {
+        return Err(format!("layer {i} mip count {} (expected {})", f(4), layout.mip_count()));
+    }
+    let codec = Codec::from_code(b[52]).ok_or_else(|| format!("layer {i} codec {}", b[52]))?;
+    let wrap = match b[53] {
+        0 => Wrap::Clamp,
+        1 => Wrap::Repeat,
+        w => return Err(format!("layer {i} wrap mode {w}")),
+    };
+    let color = match b[54] {
+        0 => ColorSpace::Srgb,
+        1 => ColorSpace::Linear,
+        c => return Err(format!("layer {i} colour space {c}")),
+    };
+    Ok(LayerInfo { name, layout, codec, wrap, color, first_tile: rd_u64(b, 56) })
+}
