@@ -243,11 +243,14 @@ impl UploadBudgetController {
         Budget { tiles: self.tiles, bytes: (self.tiles as u64).saturating_mul(self.config.bytes_per_tile) }
     }
 
-    /// Changes the most tiles per frame (at least `min_tiles`): the budget adapts
-    /// below this ceiling, and drops to it at once when it is above.
+    /// Changes the most tiles per frame (at least 1): the budget adapts below this
+    /// ceiling, and drops to it at once when it is above. A ceiling under `min_tiles`
+    /// lowers `min_tiles` with it.
     pub fn set_max_tiles(&mut self, tiles: usize) {
-        self.config.max_tiles = tiles.max(self.config.min_tiles);
-        self.tiles = self.tiles.min(self.config.max_tiles);
+        let tiles = tiles.max(1);
+        self.config.max_tiles = tiles;
+        self.config.min_tiles = self.config.min_tiles.min(tiles);
+        self.tiles = self.tiles.min(tiles);
     }
 
     /// The estimated cost of one upload in milliseconds, once an upload was measured.

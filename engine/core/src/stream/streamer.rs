@@ -580,6 +580,11 @@ impl Streamer {
         &self.part_lengths
     }
 
+    /// The oversubscription mip-bias controller.
+    pub fn bias(&self) -> &MipBiasController {
+        &self.bias
+    }
+
     /// The residency manager (page-table mirror, slots, counters).
     pub fn residency(&self) -> &Residency {
         &self.residency

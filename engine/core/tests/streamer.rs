@@ -1,0 +1,338 @@
+//! The streaming loop without a GPU: the `Streamer` driven by scripted feedback (a
+//! camera cut, an oversubscribed pool settling through the mip bias, corrupted and
+//! malformed tiles, prefetch before a cut, stride and budget changes), with real
+//! loader threads delivering synthetic tiles. The lavapipe tests check the same
+//! scenarios through the renderer; these run in milliseconds.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tessera_core::format::codec::TargetFormat;
+use tessera_core::stream::feedback::{FeedbackLayout, compact};
+use tessera_core::stream::loader::LoadError;
+use tessera_core::stream::page_table::decode_entry;
+use tessera_core::stream::pool_layout::PoolLayout;
+use tessera_core::stream::streamer::{
+    FrameInput, FramePlan, SparseFeedback, Streamer, StreamerConfig, StreamerError,
+};
+use tessera_core::{HostCache, TextureLayout, TileId};
+
+/// A 1024² texture of 128² tiles: mips of 8×8, 4×4, 2×2 and 1×1 tiles.
+fn texture() -> TextureLayout {
+    TextureLayout::new(1024, 1024, 128, 4).unwrap()
+}
+
+fn pool(layouts: Vec<TextureLayout>, slots: (u32, u32), targets: Vec<TargetFormat>) -> PoolLayout {
+    PoolLayout {
+        targets,
+        slot_texels: layouts[0].padded_tile_size(),
+        slots_x: slots.0,
+        slots_y: slots.1,
+        stacked: false,
+        owners: layouts,
+    }
+}
+
+/// A loader of synthetic tiles of `len` bytes; `bad` tiles fail and `short` tiles come
+/// back one byte short.
+fn loader(
+    len: usize,
+    bad: Vec<TileId>,
+    short: Vec<TileId>,
+) -> Arc<dyn Fn(TileId) -> Result<Arc<[u8]>, LoadError> + Send + Sync> {
+    Arc::new(move |t: TileId| {
+        if bad.contains(&t) {
+            return Err(LoadError::failed(t, "CRC mismatch"));
+        }
+        let n = if short.contains(&t) { len - 1 } else { len };
+        Ok(Arc::from(vec![t.mip; n]))
+    })
+}
+
+/// A streamer and the frame counter of the application driving it.
+struct Sim {
+    streamer: Streamer,
+    layout: FeedbackLayout,
+    frame: u64,
+}
+
+impl Sim {
+    fn new(pool: &PoolLayout, config: StreamerConfig, bad: Vec<TileId>, short: Vec<TileId>) -> Self {
+        let load = loader(pool.tile_bytes(), bad, short);
+        let streamer = Streamer::with_loader(
+            pool,
+            config,
+            Arc::new(HostCache::new(64 << 20)),
+            Arc::new(move |t| load(t)),
+        )
+        .unwrap();
+        let layout = FeedbackLayout::new(&pool.owners);
+        let mut sim = Self { streamer, layout, frame: 0 };
+        sim.step(None, None);
+        sim
+    }
+
+    /// One frame whose read-back feedback (of the previous frame) asked for `view`.
+    fn step(&mut self, view: Option<&[TileId]>, frame_ms: Option<f64>) -> FramePlan {
+        let feedback = view.map(|tiles| {
+            let mut words = vec![0u32; self.layout.words()];
+            for &t in tiles {
+                self.layout.mark_tile(&mut words, t);
+            }
+            SparseFeedback { frame: self.frame.saturating_sub(1), pairs: compact(&words) }
+        });
+        let plan = self.streamer.frame(FrameInput {
+            frame: self.frame,
+            feedback: feedback.as_ref(),
+            last_frame_ms: frame_ms,
+            last_upload_ms: 0.0,
+        });
+        self.frame += 1;
+        // Loader threads deliver between frames.
+        std::thread::sleep(Duration::from_millis(1));
+        plan
+    }
+
+    /// Runs frames of `view` until it is fully resident (at most `max` frames); returns
+    /// the frames it took.
+    fn settle(&mut self, view: &[TileId], max: u32) -> u32 {
+        for i in 1..=max {
+            self.step(Some(view), None);
+            if self.streamer.fully_resident() {
+                return i;
+            }
+        }
+        panic!("not fully resident after {max} frames: {:?}", self.streamer);
+    }
+}
+
+/// The tiles of a `w × h` block at `(x, y)` of `mip`.
+fn block(mip: u8, x: u32, y: u32, w: u32, h: u32) -> Vec<TileId> {
+    (y..y + h).flat_map(|ty| (x..x + w).map(move |tx| TileId::new(0, mip, tx, ty))).collect()
+}
+
+/// Every page-table entry points at the tile itself when resident, else at its nearest
+/// resident ancestor (brute force over the whole table).
+fn assert_page_table_consistent(s: &Streamer) {
+    let res = s.residency();
+    let layout = s.layout();
+    let coarsest = layout.coarsest_mip(0).unwrap();
+    for g in 0..layout.total_tiles() {
+        let tile = layout.tile_at(g).unwrap();
+        let mut cur = Some(tile);
+        let want = loop {
+            match cur {
+                Some(c) if res.is_resident(c) => break Some((res.slot_of(c).unwrap(), c.mip)),
+                Some(c) => cur = c.parent(coarsest),
+                None => break None,
+            }
+        };
+        assert_eq!(decode_entry(res.page_table().entry(tile)), want, "entry of {tile}");
+    }
+}
+
+#[test]
+fn the_coarsest_tile_is_uploaded_by_the_first_frame() {
+    let p = pool(vec![texture()], (8, 8), vec![TargetFormat::Rgba8]);
+    let sim = Sim::new(&p, StreamerConfig::default(), vec![], vec![]);
+    assert!(sim.streamer.residency().is_resident(TileId::new(0, 3, 0, 0)));
+    assert!(!sim.streamer.fully_resident(), "no feedback yet: nothing is known to be visible");
+}
+
+#[test]
+fn a_camera_cut_streams_the_new_view_and_then_uploads_nothing() {
+    let p = pool(vec![texture()], (8, 8), vec![TargetFormat::Rgba8]);
+    let mut sim =
+        Sim::new(&p, StreamerConfig { prefetch_neighbours: false, ..Default::default() }, vec![], vec![]);
+    let a = block(0, 0, 0, 3, 3);
+    let b = block(0, 5, 5, 3, 3);
+    sim.settle(&a, 200);
+    let frames = sim.settle(&b, 200);
+    assert!(frames < 200);
+    // Steady state: the same view uploads and requests nothing more.
+    for _ in 0..10 {
+        let plan = sim.step(Some(&b), None);
+        assert_eq!((plan.stats.uploads, plan.stats.requests), (0, 0), "{:?}", plan.stats);
+        assert_eq!(plan.stats.resident_fraction, 1.0);
+    }
+    // The first view is still there (room in the pool): a cut back costs nothing.
+    assert!(a.iter().all(|&t| sim.streamer.residency().is_resident(t)));
+    assert_page_table_consistent(&sim.streamer);
+}
+
+#[test]
+fn an_oversubscribed_pool_settles_through_the_mip_bias() {
+    // 20 slots: the view at mip 0 needs 64 + 21 tiles and at mip 1 needs 21; at mip 2, 5 fit.
+    let p = pool(vec![texture()], (4, 5), vec![TargetFormat::Rgba8]);
+    let mut sim =
+        Sim::new(&p, StreamerConfig { prefetch_neighbours: false, ..Default::default() }, vec![], vec![]);
+    let view_at = |bias: f32| {
+        let mip = (bias.round() as u8).min(3);
+        let n = 8 >> mip;
+        block(mip, 0, 0, n, n)
+    };
+    let mut history = Vec::new();
+    for _ in 0..300 {
+        let bias = sim.streamer.mip_bias();
+        let plan = sim.step(Some(&view_at(bias)), None);
+        history.push((plan.stats.auto_mip_bias, plan.stats.uploads));
+    }
+    let tail = &history[history.len() - 40..];
+    let settled = tail[0].0;
+    assert!(settled >= 1.5, "the bias rose to a level whose view fits: {settled}");
+    assert!(tail.iter().all(|&(b, _)| b == settled), "the bias oscillates: {tail:?}");
+    assert!(tail.iter().all(|&(_, u)| u == 0), "uploads in steady state: {tail:?}");
+    assert!(sim.streamer.fully_resident());
+    assert_page_table_consistent(&sim.streamer);
+}
+
+#[test]
+fn a_corrupted_tile_is_reported_once_and_shows_its_ancestor() {
+    let bad = TileId::new(0, 0, 1, 1);
+    let p = pool(vec![texture()], (8, 8), vec![TargetFormat::Rgba8]);
+    let mut sim = Sim::new(&p, StreamerConfig::default(), vec![bad], vec![]);
+    let view = block(0, 0, 0, 2, 2);
+    for _ in 0..40 {
+        sim.step(Some(&view), None);
+    }
+    let res = sim.streamer.residency();
+    assert!(!res.is_resident(bad));
+    assert_eq!(res.failed_count(), 1);
+    assert!(view.iter().filter(|&&t| t != bad).all(|&t| res.is_resident(t)));
+    // Not requested again, and the loop keeps running.
+    let plan = sim.step(Some(&view), None);
+    assert_eq!(plan.stats.requests, 0);
+    assert_eq!(sim.streamer.residency().counters().failed, 1);
+    let parent = bad.parent(3).unwrap();
+    let entry = decode_entry(sim.streamer.residency().page_table().entry(bad)).unwrap();
+    assert_eq!(entry.1, parent.mip, "the failed tile shows its parent");
+    assert!(sim.streamer.resident_fraction() < 1.0);
+}
+
+#[test]
+fn a_tile_of_the_wrong_length_fails_instead_of_half_filling_a_stack() {
+    // Two stacked pools: a tile one byte short would leave the second pool unwritten.
+    let short = TileId::new(0, 0, 0, 0);
+    let mut p = pool(vec![texture()], (8, 8), vec![TargetFormat::Rgba8, TargetFormat::Rgba8]);
+    p.stacked = true;
+    let mut sim = Sim::new(&p, StreamerConfig::default(), vec![], vec![short]);
+    let view = block(0, 0, 0, 2, 1);
+    let mut uploaded = HashSet::new();
+    for _ in 0..40 {
+        let plan = sim.step(Some(&view), None);
+        for u in &plan.uploads {
+            assert_eq!(u.bytes.len(), p.tile_bytes(), "{} uploaded with a wrong length", u.tile);
+            uploaded.insert(u.tile);
+        }
+    }
+    assert!(!uploaded.contains(&short));
+    assert!(!sim.streamer.residency().is_resident(short));
+    assert!(sim.streamer.residency().is_resident(TileId::new(0, 0, 1, 0)));
+    assert_eq!(sim.streamer.residency().failed_count(), 1);
+}
+
+#[test]
+fn a_prefetched_region_is_resident_when_the_cut_arrives() {
+    let p = pool(vec![texture()], (8, 8), vec![TargetFormat::Rgba8]);
+    let mut sim =
+        Sim::new(&p, StreamerConfig { prefetch_neighbours: false, ..Default::default() }, vec![], vec![]);
+    let here = block(0, 0, 0, 2, 2);
+    sim.settle(&here, 200);
+    // The destination: texels [768, 768, 256, 256] at mip 0 = tiles (6..8, 6..8).
+    let requested = sim.streamer.prefetch_region(0, [768, 768, 256, 256], 0);
+    assert!(requested >= 4, "{requested}");
+    for _ in 0..30 {
+        sim.step(Some(&here), None);
+    }
+    let there = block(0, 6, 6, 2, 2);
+    let plan = sim.step(Some(&there), None);
+    assert_eq!(plan.stats.requests, 0, "everything was prefetched");
+    assert_eq!(plan.stats.resident_fraction, 1.0);
+    assert!(plan.stats.became_fully_resident || sim.streamer.fully_resident());
+}
+
+#[test]
+fn changing_the_stride_moves_the_bias_settle_window() {
+    let p = pool(vec![texture()], (8, 8), vec![TargetFormat::Rgba8]);
+    let mut sim = Sim::new(&p, StreamerConfig::default(), vec![], vec![]);
+    assert_eq!(sim.streamer.bias().config().settle_frames, 2 * 2 + 2);
+    sim.streamer.set_feedback_stride(8).unwrap();
+    assert_eq!(sim.streamer.bias().config().settle_frames, 8 * 8 + 2);
+    assert_eq!(sim.streamer.shader_params(0).feedback_mask, 7);
+    // 64 frames cycle through every pixel of an 8×8 block once.
+    let phases: HashSet<u32> = (0..64).map(|f| sim.streamer.shader_params(f).feedback_phase).collect();
+    assert_eq!(phases.len(), 64);
+    assert!(matches!(sim.streamer.set_feedback_stride(3), Err(StreamerError::Config(_))));
+    assert_eq!(sim.streamer.config().feedback_stride, 8, "a refused stride changes nothing");
+}
+
+#[test]
+fn the_upload_budget_setting_caps_the_adaptive_budget() {
+    let p = pool(vec![texture()], (8, 8), vec![TargetFormat::Rgba8]);
+    let config =
+        StreamerConfig { target_frame_ms: Some(16.6), prefetch_neighbours: false, ..Default::default() };
+    let mut sim = Sim::new(&p, config, vec![], vec![]);
+    sim.streamer.set_upload_budget(4);
+    assert!(sim.streamer.upload_budget() <= 4);
+    let view = block(0, 0, 0, 8, 4);
+    for _ in 0..60 {
+        // Fast frames: the adaptive budget wants to grow, but not past the setting.
+        let plan = sim.step(Some(&view), Some(2.0));
+        assert!(plan.uploads.len() <= 4 && plan.stats.upload_budget <= 4, "{:?}", plan.stats);
+    }
+    sim.streamer.set_upload_budget(1000);
+    assert!(sim.streamer.upload_budget() <= 1000);
+}
+
+#[test]
+fn a_loader_thread_that_cannot_start_is_an_error_not_a_panic() {
+    let p = pool(vec![texture()], (8, 8), vec![TargetFormat::Rgba8]);
+    // A petabyte of stack per thread: the operating system refuses the thread.
+    let config =
+        StreamerConfig { loader_threads: 1, loader_stack_bytes: Some(1 << 50), ..Default::default() };
+    let load = loader(p.tile_bytes(), vec![], vec![]);
+    let r = Streamer::with_loader(&p, config, Arc::new(HostCache::new(0)), Arc::new(move |t| load(t)));
+    assert!(matches!(r, Err(StreamerError::LoaderThreads(_))), "{r:?}");
+}
+
+#[test]
+fn an_unreadable_coarsest_tile_is_an_error() {
+    let p = pool(vec![texture()], (8, 8), vec![TargetFormat::Rgba8]);
+    let load = loader(p.tile_bytes(), vec![TileId::new(0, 3, 0, 0)], vec![]);
+    let r = Streamer::with_loader(
+        &p,
+        StreamerConfig::default(),
+        Arc::new(HostCache::new(0)),
+        Arc::new(move |t| load(t)),
+    );
+    assert!(matches!(r, Err(StreamerError::CoarsestTile { .. })), "{r:?}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Whatever sequence of views arrives, the page table always points every tile at
+    /// itself or its nearest resident ancestor, the pool never holds more tiles than
+    /// slots, and every upload has the slot's length.
+    #[test]
+    fn random_views_keep_the_page_table_consistent(
+        views in prop::collection::vec((0u8..4, 0u32..8, 0u32..8, 1u32..4), 1..6),
+        slots in 3u32..12,
+    ) {
+        let p = pool(vec![texture()], (slots, 2), vec![TargetFormat::Rgba8]);
+        let mut sim = Sim::new(&p, StreamerConfig::default(), vec![], vec![]);
+        for (mip, x, y, n) in views {
+            let side = 8u32 >> mip;
+            let (x, y) = (x % side, y % side);
+            let view = block(mip, x, y, n.min(side - x), n.min(side - y));
+            for _ in 0..6 {
+                let plan = sim.step(Some(&view), None);
+                prop_assert!(plan.uploads.iter().all(|u| u.bytes.len() == p.tile_bytes()));
+                prop_assert!(sim.streamer.residency().resident_count() <= (slots * 2) as usize);
+            }
+            assert_page_table_consistent(&sim.streamer);
+        }
+    }
+}
