@@ -403,6 +403,27 @@ impl VtMode {
     }
 }
 
+impl VtMode {
+    /// One frame of the fully resident reference, drawn by the same scene.
+    fn reference_frame(
+        &self,
+        ctx: &GpuContext,
+        target: &OffscreenTarget,
+        camera: &Camera,
+        timer: Option<&Timer>,
+    ) -> Result<Times, RenderError> {
+        let started = Instant::now();
+        let (w, h) = target.size;
+        self.scene.set_camera(&ctx.queue, camera, w as f32 / h as f32);
+        let mut encoder = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera bench reference") });
+        let writes = timer.map(|t| t.pass(Q_REF));
+        self.scene.draw_reference(&mut encoder, &target.color_view, &target.depth_view, writes);
+        submit_and_wait(ctx, encoder, started)
+    }
+}
+
 fn mode_stats(
     frames: &[BenchFrame],
     gpu: impl Fn(&BenchFrame) -> Option<f64>,
@@ -495,7 +516,6 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
     };
     let target = OffscreenTarget::new(&ctx.device, w, h);
     let timer = Timer::new(ctx);
-    let aspect = w as f32 / h as f32;
 
     let mut per_frame = Vec::with_capacity(cfg.frames as usize);
     let mut warmup_uploads = 0u64;
@@ -512,14 +532,7 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
             None => None,
         };
         let ref_t = if reference_unavailable.is_none() {
-            let started = Instant::now();
-            main.scene.set_camera(&ctx.queue, &camera, aspect);
-            let mut encoder = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("tessera bench reference"),
-            });
-            let writes = timer.as_ref().map(|t| t.pass(Q_REF));
-            main.scene.draw_reference(&mut encoder, &target.color_view, &target.depth_view, writes);
-            submit_and_wait(ctx, encoder, started)?
+            main.reference_frame(ctx, &target, &camera, timer.as_ref())?
         } else {
             Times { wall_ms: f64::NAN, cpu_ms: f64::NAN }
         };

@@ -78,9 +78,7 @@ impl DebugView {
     }
 }
 
-/// The feedback strides the engine supports: one pixel in every `stride × stride` block
-/// writes feedback each frame.
-pub const FEEDBACK_STRIDES: [u32; 4] = [1, 2, 4, 8];
+pub use tessera_core::stream::streamer::FEEDBACK_STRIDES;
 
 /// How the feedback selector names `stride`, e.g. "feedback: 1 px in 2×2".
 pub fn feedback_stride_label(stride: u32) -> String {
@@ -339,7 +337,8 @@ fn plots_ui(ui: &mut egui::Ui, m: &OverlayModel) {
 fn controls_ui(ui: &mut egui::Ui, c: &mut OverlayControls) {
     ui.add(egui::Slider::new(&mut c.pool_mib, 4..=1024).logarithmic(true).text("pool MiB"));
     ui.add(egui::Slider::new(&mut c.mip_bias, -2.0..=4.0).text("mip bias"));
-    ui.add(egui::Slider::new(&mut c.upload_budget, 1..=1024).logarithmic(true).text("uploads / frame"));
+    ui.add(egui::Slider::new(&mut c.upload_budget, 1..=1024).logarithmic(true).text("uploads / frame (max)"))
+        .on_hover_text("The most tiles uploaded per frame; an adaptive budget stays at or below it");
     ui.add(egui::Slider::new(&mut c.host_budget_mib, 16..=4096).logarithmic(true).text("host MiB"));
     ui.checkbox(&mut c.freeze_feedback, "freeze feedback");
     egui::ComboBox::from_id_salt("tessera feedback stride")

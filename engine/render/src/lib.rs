@@ -1,10 +1,11 @@
 //! Tessera's renderer: streams virtual textures far larger than VRAM through a fixed
 //! GPU tile pool, driven by GPU feedback. Re-exports the GPU-free core as `core`.
 //!
-//! The small public API: [`GpuContext`] (device), [`VirtualTextures`] (pool, page
-//! table, feedback, streaming; `prepare` / `begin_frame` / `end_frame` /
-//! `after_submit` each frame, `bind_group` for your pipeline), and
-//! [`shaders::VT_WGSL`] to prepend to your WGSL. See `examples/embed.rs`.
+//! The small public API: [`GpuContext`] (device), [`VirtualTextures`] (pools, page
+//! table, feedback; [`VirtualTextures::begin`] before your passes and
+//! [`VtFrame::finish`] after them each frame, `bind_group` for your pipeline), and
+//! [`shaders::VT_WGSL`] to prepend to your WGSL. See `examples/embed.rs`. Every
+//! streaming decision is made by the core's `Streamer`; this crate executes its plans.
 
 #![warn(missing_docs)]
 
