@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use indicatif::ProgressBar;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -207,7 +206,7 @@ pub fn measure(
         codec: None,
         regions: Vec::new(),
     };
-    let report = bake(vec![input], atlas_path, &bake_opts, &ProgressBar::hidden())?;
+    let report = bake(vec![input], atlas_path, &bake_opts, &crate::progress::NoProgress)?;
     let atlas = Arc::new(Atlas::open(atlas_path)?);
     let summary = atlas.summary();
     let (layer, layout) = match (summary.layers.first(), atlas.layers().first()) {

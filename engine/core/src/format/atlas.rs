@@ -550,7 +550,7 @@ impl Atlas {
 
     /// Reads, checks and decodes every tile (in parallel); returns one error per bad
     /// tile, in tile order, and also any non-zero byte in the padding between blobs.
-    pub fn verify(&self, progress: &indicatif::ProgressBar) -> Vec<AtlasError> {
+    pub fn verify(&self, progress: &dyn crate::progress::Progress) -> Vec<AtlasError> {
         use rayon::prelude::*;
         let tiles: Vec<TileId> =
             self.layers.iter().enumerate().flat_map(|(i, l)| l.layout.tiles(i as u16)).collect();
@@ -1063,7 +1063,7 @@ mod tests {
         let atlas = Atlas::open(&path).unwrap();
         assert_eq!(atlas.read_tile(TileId::new(0, 0, 1, 0)).unwrap(), &b[..]);
         assert_eq!(atlas.entry(TileId::new(0, 1, 0, 0)).unwrap().offset, atlas.entry_at(0).unwrap().offset);
-        assert!(atlas.verify(&indicatif::ProgressBar::hidden()).is_empty());
+        assert!(atlas.verify(&crate::progress::NoProgress).is_empty());
         assert_eq!(atlas.stored_bytes(), 2048);
     }
 
