@@ -8,9 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use indicatif::ProgressBar;
 use tessera::VtConfig;
 use tessera::capture::{CaptureConfig, CaptureReport, capture};
+use tessera::core::NoProgress;
 use tessera::core::format::codec::Codec;
 use tessera::core::scene::camera::CameraPath;
 use tessera::core::scene::floor_level;
@@ -29,7 +29,7 @@ fn dungeon_gltf() -> PathBuf {
 fn bake(scene: &MaterialScene, dir: &Path, name: &str) -> PathBuf {
     let atlas = dir.join(format!("{name}.tsa"));
     let opts = BakeOptions { codec: Codec::Lz4, ..BakeOptions::default() };
-    bake_scene(scene, &atlas, &opts, &ProgressBar::hidden()).unwrap();
+    bake_scene(scene, &atlas, &opts, &NoProgress).unwrap();
     atlas
 }
 
@@ -123,15 +123,9 @@ fn globe_of_a_real_photograph_converges_and_matches_its_golden() {
 fn stress_scene_of_64k_squared_streams_into_a_small_pool() {
     let cache = tempfile::tempdir().unwrap();
     let data = tessera_core::bake::source::data_dir();
-    let prepared = tessera_core::scene::catalog::prepare(
-        "stress",
-        &data,
-        cache.path(),
-        Codec::Lz4,
-        false,
-        &ProgressBar::hidden(),
-    )
-    .unwrap();
+    let prepared =
+        tessera_core::scene::catalog::prepare("stress", &data, cache.path(), Codec::Lz4, false, &NoProgress)
+            .unwrap();
     assert!(prepared.scene.is_none(), "the stress scene uses the built-in meshes");
     let atlas = Atlas::open(&prepared.atlas).unwrap();
     let lay = atlas.layers()[0].layout;

@@ -24,8 +24,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use bytemuck::{Pod, Zeroable};
 use glam::Vec3;
-use indicatif::ProgressBar;
 use tessera::core::Atlas;
+use tessera::core::NoProgress;
 use tessera::core::bake::source::Generated;
 use tessera::core::bake::{BakeInput, BakeOptions, bake};
 use tessera::core::format::atlas::{ColorSpace, Wrap};
@@ -222,7 +222,7 @@ fn bake_test_atlas(dir: &Path) -> anyhow::Result<PathBuf> {
         codec: None,
         regions: Vec::new(),
     };
-    let report = bake(vec![input], &path, &BakeOptions::default(), &ProgressBar::hidden())?;
+    let report = bake(vec![input], &path, &BakeOptions::default(), &NoProgress)?;
     println!("baked {} ({} bytes) in {:.2} s", path.display(), report.file_bytes, report.seconds);
     Ok(path)
 }
