@@ -13,7 +13,6 @@ use tessera::capture::{CaptureConfig, CaptureReport, capture};
 use tessera::core::NoProgress;
 use tessera::core::format::codec::Codec;
 use tessera::core::scene::camera::CameraPath;
-use tessera::core::scene::floor_level;
 use tessera::core::scene::material_scene::{MaterialScene, globe_scene, load_gltf};
 use tessera::core::scene::scene_bake::bake_scene;
 use tessera::core::{Atlas, bake::BakeOptions};
@@ -63,8 +62,7 @@ fn run(
 
 /// A fixed view from a scene preset at `frame`.
 fn view(scene: &MaterialScene, preset: &str, frame: u32) -> CameraPath {
-    let floor = floor_level(scene.meshes.iter().map(|m| &m.mesh));
-    let path = CameraPath::scene_preset(preset, scene.bounds_min, scene.bounds_max, floor).unwrap();
+    let path = CameraPath::preset_for(preset, Some(scene)).unwrap();
     CameraPath::fixed(path.camera_at(frame))
 }
 
