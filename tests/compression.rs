@@ -6,10 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
-use indicatif::ProgressBar;
 use tessera::VtConfig;
 use tessera::capture::{CaptureConfig, CaptureReport, capture};
 use tessera_core::Atlas;
+use tessera_core::NoProgress;
 use tessera_core::bake::source::ImageSource;
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
 use tessera_core::format::atlas::{ColorSpace, Wrap};
@@ -40,7 +40,7 @@ fn bake_crop(dir: &Path, codec: Codec) -> PathBuf {
         regions: Vec::new(),
     };
     let opts = BakeOptions { codec, ..BakeOptions::default() };
-    bake(vec![input], &path, &opts, &ProgressBar::hidden()).unwrap();
+    bake(vec![input], &path, &opts, &NoProgress).unwrap();
     path
 }
 

@@ -8,12 +8,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use indicatif::ProgressBar;
 use tessera::VtConfig;
 use tessera::capture::{CaptureConfig, CaptureReport, capture};
+use tessera::core::NoProgress;
 use tessera::core::format::codec::Codec;
 use tessera::core::scene::camera::CameraPath;
-use tessera::core::scene::floor_level;
 use tessera::core::scene::material_scene::{MaterialScene, globe_scene, load_gltf};
 use tessera::core::scene::scene_bake::bake_scene;
 use tessera::core::{Atlas, bake::BakeOptions};
@@ -29,7 +28,7 @@ fn dungeon_gltf() -> PathBuf {
 fn bake(scene: &MaterialScene, dir: &Path, name: &str) -> PathBuf {
     let atlas = dir.join(format!("{name}.tsa"));
     let opts = BakeOptions { codec: Codec::Lz4, ..BakeOptions::default() };
-    bake_scene(scene, &atlas, &opts, &ProgressBar::hidden()).unwrap();
+    bake_scene(scene, &atlas, &opts, &NoProgress).unwrap();
     atlas
 }
 
@@ -63,8 +62,7 @@ fn run(
 
 /// A fixed view from a scene preset at `frame`.
 fn view(scene: &MaterialScene, preset: &str, frame: u32) -> CameraPath {
-    let floor = floor_level(scene.meshes.iter().map(|m| &m.mesh));
-    let path = CameraPath::scene_preset(preset, scene.bounds_min, scene.bounds_max, floor).unwrap();
+    let path = CameraPath::preset_for(preset, Some(scene)).unwrap();
     CameraPath::fixed(path.camera_at(frame))
 }
 
@@ -123,15 +121,9 @@ fn globe_of_a_real_photograph_converges_and_matches_its_golden() {
 fn stress_scene_of_64k_squared_streams_into_a_small_pool() {
     let cache = tempfile::tempdir().unwrap();
     let data = tessera_core::bake::source::data_dir();
-    let prepared = tessera_core::scene::catalog::prepare(
-        "stress",
-        &data,
-        cache.path(),
-        Codec::Lz4,
-        false,
-        &ProgressBar::hidden(),
-    )
-    .unwrap();
+    let prepared =
+        tessera_core::scene::catalog::prepare("stress", &data, cache.path(), Codec::Lz4, false, &NoProgress)
+            .unwrap();
     assert!(prepared.scene.is_none(), "the stress scene uses the built-in meshes");
     let atlas = Atlas::open(&prepared.atlas).unwrap();
     let lay = atlas.layers()[0].layout;

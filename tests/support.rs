@@ -6,9 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use indicatif::ProgressBar;
 use tessera::GpuContext;
 use tessera::capture::write_png;
+use tessera_core::NoProgress;
 use tessera_core::bake::source::RowSource;
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
 use tessera_core::compare::{compare, diff_image};
@@ -53,13 +53,8 @@ pub fn bake_source(dir: &Path, name: &str, source: impl RowSource + 'static) -> 
         codec: None,
         regions: Vec::new(),
     };
-    bake(
-        vec![input],
-        &path,
-        &BakeOptions { codec: Codec::Lz4, ..BakeOptions::default() },
-        &ProgressBar::hidden(),
-    )
-    .unwrap();
+    bake(vec![input], &path, &BakeOptions { codec: Codec::Lz4, ..BakeOptions::default() }, &NoProgress)
+        .unwrap();
     path
 }
 

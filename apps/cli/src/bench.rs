@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use crate::gpu_bench::{BenchConfig, BenchReport, ModeStats, PROBE_FEEDBACK_STRIDE, Stat};
 use anyhow::{Context, Result};
 use tessera::GpuContext;
+use tessera::core::scene::camera::{CameraPath, Shot};
 
 /// Arguments of `tessera bench`.
 #[derive(clap::Args)]
@@ -25,7 +26,8 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value = "lz4")]
     codec: tessera::core::Codec,
     /// Camera path: a preset (built-in scene: static, flyover, orbit, cut; --scene:
-    /// overview, walk, fly, cut) or a JSON file. Default: flyover, or fly with --scene.
+    /// overview, walk, fly, cut) or a JSON file. Default: flyover, or for a material scene walk
+    /// through a level (dungeon) and fly around an object (globe).
     #[arg(long)]
     camera: Option<String>,
     /// Measured frames (frame i shows the camera path at frame i).
@@ -55,14 +57,13 @@ pub(crate) struct BenchArgs {
 pub(crate) fn run(args: &BenchArgs) -> Result<ExitCode> {
     let (atlas, scene) = match (&args.atlas, &args.scene) {
         (Some(a), _) => (a.clone(), None),
-        (None, Some(name)) => crate::demo::scene_atlas(name, args.texture, args.codec, false)?,
-        (None, None) => crate::demo::scene_atlas("builtin", args.texture, args.codec, false)?,
+        (None, Some(name)) => crate::scene::open(name, args.texture, args.codec, false)?,
+        (None, None) => crate::scene::open("builtin", args.texture, args.codec, false)?,
     };
-    let default_camera = if scene.is_some() { "fly" } else { "flyover" };
-    let camera = args.camera.as_deref().unwrap_or(default_camera);
+    let camera = args.camera.as_deref().unwrap_or(CameraPath::default_preset(scene.as_deref(), Shot::Tour));
     let cfg = BenchConfig {
         atlas: atlas.clone(),
-        camera: crate::capture::camera_for(Some(camera), scene.as_deref())?,
+        camera: CameraPath::for_scene(Some(camera), scene.as_deref(), Shot::Tour)?,
         scene,
         frames: args.frames.max(1),
         warmup: args.warmup,

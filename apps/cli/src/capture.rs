@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use std::sync::Arc;
 use tessera::capture::{CaptureConfig, capture};
 
-use tessera::core::scene::camera::{CameraPath, PRESETS, SCENE_PRESETS};
+use tessera::core::scene::camera::{CameraPath, Shot};
 use tessera::core::scene::material_scene::{self, MaterialScene};
 use tessera::{GpuContext, VtConfig};
 
@@ -134,28 +134,6 @@ fn parse_stride(s: &str) -> Result<u32, String> {
     }
 }
 
-/// The camera path `spec` (default: `static`, or `overview` for a scene) for the
-/// built-in scene or, given, a material scene (whose presets follow its bounds).
-pub(crate) fn camera_for(spec: Option<&str>, scene: Option<&MaterialScene>) -> Result<CameraPath> {
-    let spec = spec.unwrap_or(if scene.is_some() { "overview" } else { "static" });
-    let preset = match scene {
-        Some(s) => {
-            let floor = tessera::core::scene::floor_level(s.meshes.iter().map(|m| &m.mesh));
-            CameraPath::scene_preset(spec, s.bounds_min, s.bounds_max, floor)
-        }
-        None => CameraPath::preset(spec),
-    };
-    if let Some(p) = preset {
-        return Ok(p);
-    }
-    let path = PathBuf::from(spec);
-    if !path.exists() {
-        let names = if scene.is_some() { SCENE_PRESETS } else { PRESETS };
-        anyhow::bail!("camera '{spec}' is neither a preset ({}) nor an existing JSON file", names.join(", "));
-    }
-    Ok(CameraPath::load(&path)?)
-}
-
 /// The material scene named by `--gltf` or `--globe`, if any.
 pub(crate) fn load_scene(
     gltf: Option<&PathBuf>,
@@ -177,13 +155,13 @@ fn cuts(path: &CameraPath) -> Vec<u32> {
 /// Runs `tessera capture`.
 pub(crate) fn run(args: &CaptureArgs) -> Result<ExitCode> {
     let (atlas, scene) = match (&args.scene, &args.atlas) {
-        (Some(name), _) => crate::demo::scene_atlas(name, (0, 0), args.codec, false)?,
+        (Some(name), _) => crate::scene::open(name, (0, 0), args.codec, false)?,
         (None, Some(atlas)) => (atlas.clone(), load_scene(args.gltf.as_ref(), args.globe.as_ref())?),
         (None, None) => anyhow::bail!("give --atlas or --scene"),
     };
     let cfg = CaptureConfig {
         atlas: atlas.clone(),
-        camera: camera_for(args.camera.as_deref(), scene.as_deref())?,
+        camera: CameraPath::for_scene(args.camera.as_deref(), scene.as_deref(), Shot::Still)?,
         scene,
         frames: args.frames.max(1),
         size: args.size,

@@ -9,9 +9,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use tessera::GpuContext;
 use tessera::capture::{CaptureConfig, CaptureReport, capture};
-use tessera_core::bake::source::Generated;
-use tessera_core::bake::{BakeInput, BakeOptions, bake};
-use tessera_core::format::atlas::{Atlas, ColorSpace, Wrap};
+use tessera_core::format::atlas::Atlas;
+use tessera_core::scene::camera::{CameraPath, Shot};
 
 /// Arguments of `tessera demo`.
 #[derive(clap::Args)]
@@ -50,79 +49,20 @@ pub(crate) struct DemoArgs {
     vt: crate::capture::VtArgs,
 }
 
-/// The atlas and (for real-data scenes) meshes of scene `name`, baked when needed.
-pub(crate) fn scene_atlas(
-    name: &str,
-    builtin: (u32, u32),
-    codec: tessera_core::Codec,
-    rebake: bool,
-) -> Result<(PathBuf, Option<std::sync::Arc<tessera_core::scene::material_scene::MaterialScene>>)> {
-    if name == "builtin" {
-        return Ok((ensure_demo_atlas(builtin.0, builtin.1, rebake)?, None));
-    }
-    let pb = crate::progress_bar(0);
-    let data = tessera_core::bake::source::data_dir();
-    let prepared = tessera_core::scene::catalog::prepare(
-        name,
-        &data,
-        &tessera_core::scene::catalog::cache_dir(),
-        codec,
-        rebake,
-        &pb,
-    )?;
-    pb.finish_and_clear();
-    println!(
-        "{} scene '{name}': {}",
-        if prepared.baked { "baked" } else { "using the cached bake of" },
-        prepared.atlas.display()
-    );
-    Ok((prepared.atlas, prepared.scene.map(std::sync::Arc::new)))
-}
-
-/// The cached atlas of the built-in `w × h` labelled texture, baked first when missing,
-/// unreadable or when `rebake` asks for it.
-pub(crate) fn ensure_demo_atlas(w: u32, h: u32, rebake: bool) -> Result<PathBuf> {
-    let cache = tessera_core::scene::catalog::cache_dir();
-    std::fs::create_dir_all(&cache).with_context(|| format!("creating cache folder {}", cache.display()))?;
-    let atlas_path = cache.join(format!("demo-{w}x{h}.tsa"));
-    let cached = !rebake && Atlas::open(&atlas_path).is_ok();
-    if cached {
-        println!("using cached atlas {}", atlas_path.display());
-    } else {
-        println!("baking the built-in {w}x{h} labelled texture into {}", atlas_path.display());
-        let input = BakeInput {
-            name: "demo".into(),
-            source: Box::new(Generated::new(w, h)),
-            wrap: Wrap::Clamp,
-            color: ColorSpace::Srgb,
-            codec: None,
-            regions: Vec::new(),
-        };
-        let pb = crate::progress_bar(0);
-        bake(vec![input], &atlas_path, &BakeOptions::default(), &pb)?;
-        pb.finish_and_clear();
-    }
-    Ok(atlas_path)
-}
-
 /// Runs `tessera demo`.
 pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
-    let (atlas_path, scene) = scene_atlas(&args.scene, args.texture, args.codec, args.rebake)?;
-    let camera_name = args.camera.clone().unwrap_or_else(|| {
-        match args.scene.as_str() {
-            "builtin" => "flyover",
-            "dungeon" => "walk",
-            _ => "fly",
-        }
-        .to_string()
-    });
+    let (atlas_path, scene) = crate::scene::open(&args.scene, args.texture, args.codec, args.rebake)?;
+    let camera_name = args
+        .camera
+        .clone()
+        .unwrap_or_else(|| CameraPath::default_preset(scene.as_deref(), Shot::Tour).to_string());
     print!("{}", crate::inspect::table(&Atlas::open(&atlas_path)?.summary()));
     let ctx = GpuContext::headless()?;
     println!("adapter: {}", ctx.describe());
     let cfg = CaptureConfig {
         atlas: atlas_path.clone(),
-        camera: crate::capture::camera_for(Some(&camera_name), scene.as_deref())?,
+        camera: CameraPath::for_scene(Some(&camera_name), scene.as_deref(), Shot::Tour)?,
         frames: args.frames.max(1),
         size: args.size,
         every: args.every,

@@ -415,9 +415,9 @@ impl VtMode {
         let started = Instant::now();
         let (w, h) = target.size;
         self.scene.set_camera(&ctx.queue, camera, w as f32 / h as f32);
-        let mut encoder = ctx
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera bench reference") });
+        let mut encoder = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("tessera bench reference"),
+        });
         let writes = timer.map(|t| t.pass(Q_REF));
         self.scene.draw_reference(&mut encoder, &target.color_view, &target.depth_view, writes);
         submit_and_wait(ctx, encoder, started)

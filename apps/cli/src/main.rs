@@ -7,6 +7,8 @@ mod codecs;
 mod demo;
 mod gpu_bench;
 mod inspect;
+mod progress;
+mod scene;
 mod stream_bench;
 
 use std::path::{Path, PathBuf};
@@ -14,13 +16,15 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
+use tessera_core::bake::cache::{BakeCache, BakeKey, BakeKind};
 use tessera_core::bake::source::{Generated, ImageSource};
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
 use tessera_core::format::atlas::{Atlas, ColorSpace, Wrap};
 use tessera_core::format::codec::Codec;
 use tessera_core::scene::material_scene::load_gltf;
-use tessera_core::scene::scene_bake::{SceneManifest, bake_scene};
+use tessera_core::scene::scene_bake::{SceneManifest, bake_scene, scene_bake_key};
+
+use crate::progress::Bar;
 
 /// Tessera: streaming virtual textures far larger than VRAM.
 #[derive(Parser)]
@@ -159,19 +163,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// A progress bar on stderr (hidden when stderr is not a terminal).
-pub(crate) fn progress_bar(len: u64) -> ProgressBar {
-    let pb = ProgressBar::new(len);
-    pb.set_style(
-        ProgressStyle::with_template(
-            "{spinner} {msg:24} [{bar:40}] {pos}/{len} tiles ({per_sec}, ETA {eta})",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> "),
-    );
-    pb
-}
-
 fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
     if args.gltf.is_some() || args.globe.is_some() {
         return run_scene_bake(args);
@@ -187,18 +178,10 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
         ColorArg::Srgb => ColorSpace::Srgb,
         ColorArg::Linear => ColorSpace::Linear,
     };
-    // Unreadable inputs are reported below, by the image loader, with a clearer message.
-    let fingerprint = bake_fingerprint(args).ok();
-    let stamp = stamp_path(&args.output);
-    if let Some(fp) = &fingerprint
-        && Atlas::open(&args.output).is_ok()
-        && std::fs::read_to_string(&stamp).is_ok_and(|old| &old == fp)
-    {
-        println!(
-            "{} is up to date (same inputs and options): reusing the previous bake",
-            args.output.display()
-        );
-        return Ok(ExitCode::SUCCESS);
+    let stamp = BakeCache::new(&args.output);
+    let key = bake_key(args);
+    if stamp.is_current(&key) {
+        return Ok(up_to_date(&args.output));
     }
     let mut inputs = Vec::new();
     for path in &args.inputs {
@@ -223,14 +206,11 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
         });
     }
     let opts = bake_options(args);
-    let pb = progress_bar(0);
-    let report = bake(inputs, &args.output, &opts, &pb)
+    let bar = Bar::new(0);
+    let report = bake(inputs, &args.output, &opts, &bar)
         .with_context(|| format!("baking {}", args.output.display()))?;
-    pb.finish_and_clear();
-    // Best effort: without the stamp the next bake simply runs again.
-    if let Some(fp) = &fingerprint {
-        let _ = std::fs::write(&stamp, fp);
-    }
+    bar.clear();
+    record(&stamp, &key);
     let tiles: u64 = report.layers.iter().map(|l| l.tiles).sum();
     let raw: u64 = report.layers.iter().map(|l| l.raw_bytes).sum();
     let shared: u64 = report.layers.iter().map(|l| l.shared_tiles).sum();
@@ -260,14 +240,22 @@ fn bake_options(args: &BakeArgs) -> BakeOptions {
 
 /// `bake --gltf` / `bake --globe`: the scene's materials into one stacked atlas + manifest.
 fn run_scene_bake(args: &BakeArgs) -> Result<ExitCode> {
-    let scene = match (&args.gltf, &args.globe) {
-        (Some(gltf), _) => load_gltf(gltf)?,
-        (None, Some(image)) => tessera_core::scene::catalog::globe(image)?,
+    let (scene, kind) = match (&args.gltf, &args.globe) {
+        (Some(gltf), _) => (load_gltf(gltf)?, BakeKind::Gltf),
+        (None, Some(image)) => (tessera_core::scene::catalog::globe(image)?, BakeKind::Globe),
         (None, None) => bail!("nothing to bake: give --gltf SCENE or --globe IMAGE"),
     };
-    let pb = progress_bar(0);
-    let (report, manifest) = bake_scene(&scene, &args.output, &bake_options(args), &pb)?;
-    pb.finish_and_clear();
+    let opts = bake_options(args);
+    let stamp = BakeCache::new(&args.output);
+    let key = scene_bake_key(kind, &scene, &args.output, &opts);
+    if stamp.is_current(&key) {
+        return Ok(up_to_date(&args.output));
+    }
+    let bar = Bar::new(0);
+    let (report, manifest) = bake_scene(&scene, &args.output, &opts, &bar)
+        .with_context(|| format!("baking {}", args.output.display()))?;
+    bar.clear();
+    record(&stamp, &key);
     let tiles: u64 = report.layers.iter().map(|l| l.tiles).sum();
     let rects = manifest.materials.iter().filter_map(|m| m.rect).collect::<std::collections::HashSet<_>>();
     println!(
@@ -286,36 +274,31 @@ fn run_scene_bake(args: &BakeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Where the fingerprint of the inputs and options of a bake is kept: beside the atlas.
-fn stamp_path(atlas: &Path) -> PathBuf {
-    let mut name = atlas.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    name.push(".bake");
-    atlas.with_file_name(name)
+/// Says that `atlas` is reused.
+fn up_to_date(atlas: &Path) -> ExitCode {
+    println!("{} is up to date (same inputs and options): reusing the previous bake", atlas.display());
+    ExitCode::SUCCESS
 }
 
-/// What decides a bake's output: every input's contents (CRC-32 and length), the
-/// generated layers, every option and this build's version.
-fn bake_fingerprint(args: &BakeArgs) -> Result<String> {
-    use std::fmt::Write as _;
-    let mut f = format!(
-        "tessera {} tile {} border {} codec {} quality {} rdo {:?} wrap {:?} color {:?}\n",
-        env!("CARGO_PKG_VERSION"),
-        args.tile_size,
-        args.border,
-        args.codec,
-        args.quality,
-        args.uastc_rdo,
-        args.wrap as u8,
-        args.color as u8
-    );
-    for path in &args.inputs {
-        let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read input", path.display()))?;
-        let _ = writeln!(f, "input {} {} {:08x}", path.display(), bytes.len(), crc32fast::hash(&bytes));
+/// Writes the stamp of a finished bake; without it the next bake simply runs again.
+fn record(stamp: &BakeCache, key: &BakeKey) {
+    if let Err(e) = stamp.record(key) {
+        eprintln!("tessera: warning: {e}; the next bake of {} runs again", stamp.atlas().display());
     }
+}
+
+/// What decides the output of `tessera bake INPUT…`: every option, the input images in
+/// order and the generated layers.
+fn bake_key(args: &BakeArgs) -> BakeKey {
+    let mut key = BakeKey::new(BakeKind::Layers)
+        .bake_options(&bake_options(args))
+        .option("wrap", args.wrap as u8)
+        .option("color", args.color as u8)
+        .inputs(&args.inputs);
     for (w, h) in &args.generate {
-        let _ = writeln!(f, "generated {w}x{h}");
+        key = key.option("generated", format!("{w}x{h}"));
     }
-    Ok(f)
+    key
 }
 
 /// The layer name for an input path: its file stem.
@@ -325,10 +308,10 @@ fn layer_name(path: &Path) -> String {
 
 fn run_verify(path: &Path) -> Result<ExitCode> {
     let atlas = Atlas::open(path)?;
-    let pb = progress_bar(atlas.tile_count());
-    pb.set_message("verifying");
-    let errors = atlas.verify(&pb);
-    pb.finish_and_clear();
+    let bar = Bar::new(atlas.tile_count());
+    tessera_core::Progress::set_message(&bar, "verifying");
+    let errors = atlas.verify(&bar);
+    bar.clear();
     if errors.is_empty() {
         println!("{}: all {} tiles good", path.display(), atlas.tile_count());
         return Ok(ExitCode::SUCCESS);

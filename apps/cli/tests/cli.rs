@@ -195,3 +195,60 @@ fn gltf_bake_writes_a_stacked_atlas_and_names_a_missing_texture() {
     assert_eq!(j["stacked"], true);
     assert_eq!(j["layers"].as_array().unwrap().len(), 3);
 }
+
+/// Whether the atlas at `out` is stacked, and its layer count, from `inspect --json`.
+fn stacked_layers(out: &Path) -> (bool, usize) {
+    let o = tessera(&["inspect", out.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    (j["stacked"] == true, j["layers"].as_array().unwrap().len())
+}
+
+#[test]
+fn a_bake_is_reused_only_over_its_own_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let crop = dir.path().join("crop.png");
+    image::RgbaImage::from_fn(200, 100, |x, y| image::Rgba([x as u8, y as u8, 80, 255])).save(&crop).unwrap();
+    image::RgbaImage::from_pixel(64, 32, image::Rgba([90, 120, 30, 255]))
+        .save(dir.path().join("stone_albedo.png"))
+        .unwrap();
+    let gltf = triangle_gltf(dir.path(), "stone_albedo.png");
+    let out = dir.path().join("out.tsa");
+    let o_path = out.to_str().unwrap();
+    let image_bake = || tessera(&["bake", crop.to_str().unwrap(), "-o", o_path]);
+    let gltf_bake = || tessera(&["bake", "--gltf", gltf.to_str().unwrap(), "-o", o_path]);
+    let reused = |o: &Output| {
+        assert!(o.status.success(), "{}", stderr(o));
+        stdout(o).contains("up to date")
+    };
+
+    let o = image_bake();
+    assert!(!reused(&o) && stdout(&o).contains("baked 1 layer(s)"), "{}", stdout(&o));
+    assert!(reused(&image_bake()), "same image, same options");
+    assert_eq!(stacked_layers(&out), (false, 1));
+
+    let o = gltf_bake();
+    assert!(!reused(&o) && stdout(&o).contains("baked 1 material(s)"), "{}", stdout(&o));
+    assert_eq!(stacked_layers(&out), (true, 3));
+
+    // The glTF bake replaced the image's atlas: baking the image again must bake.
+    let o = image_bake();
+    assert!(!reused(&o), "the glTF atlas was taken for the image's bake: {}", stdout(&o));
+    assert!(stdout(&o).contains("baked 1 layer(s)"), "{}", stdout(&o));
+    assert_eq!(stacked_layers(&out), (false, 1));
+
+    // And the other way round; a scene bake is reused over its own output too.
+    assert!(!reused(&gltf_bake()));
+    assert!(reused(&gltf_bake()));
+    assert_eq!(stacked_layers(&out), (true, 3));
+
+    // Another option, or an atlas replaced by another program, bakes again.
+    let o = tessera(&["bake", crop.to_str().unwrap(), "-o", o_path, "--tile-size", "64"]);
+    assert!(!reused(&o));
+    assert!(reused(&tessera(&["bake", crop.to_str().unwrap(), "-o", o_path, "--tile-size", "64"])));
+    std::fs::copy(dir.path().join("stone_albedo.png"), &out).unwrap();
+    assert!(!reused(&tessera(&["bake", crop.to_str().unwrap(), "-o", o_path, "--tile-size", "64"])));
+    // A corrupt stamp is a stale one, not an error.
+    std::fs::write(dir.path().join("out.tsa.bake"), b"\xff\x00 not a stamp").unwrap();
+    assert!(!reused(&tessera(&["bake", crop.to_str().unwrap(), "-o", o_path, "--tile-size", "64"])));
+}

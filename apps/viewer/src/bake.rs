@@ -5,23 +5,26 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow};
-use indicatif::ProgressBar;
-use tessera::core::Codec;
-use tessera::core::bake::source::{Generated, ImageSource};
+use tessera::core::bake::cache::{BakeCache, BakeKey, BakeKind};
+use tessera::core::bake::source::ImageSource;
 use tessera::core::bake::{BakeInput, BakeOptions, bake};
-use tessera::core::format::atlas::{Atlas, ColorSpace, Wrap};
+use tessera::core::format::atlas::{ColorSpace, Wrap};
 use tessera::core::scene::catalog;
-use tessera::core::scene::material_scene::{self, ImageRef, MaterialScene};
-use tessera::core::scene::scene_bake::{SceneManifest, bake_scene};
+use tessera::core::scene::material_scene::{self, MaterialScene};
+use tessera::core::scene::scene_bake::{bake_scene, scene_bake_key};
+use tessera::core::{Codec, Progress, ProgressCounter};
 use tessera_egui::BakeProgress;
 
 use crate::input::Input;
 
 /// Codec of the scenes the viewer bakes: lossless and quick to bake and to decode.
 const SCENE_CODEC: Codec = Codec::Lz4;
+
+/// Size of the built-in labelled texture.
+const BUILTIN_SIZE: (u32, u32) = (8192, 4096);
 
 /// An atlas ready to stream, and what to draw with it.
 #[derive(Clone, Debug)]
@@ -69,9 +72,10 @@ pub(crate) enum Resolved {
     Bake(BakeJob),
 }
 
-/// Decides what to open for `input`: an atlas as it is, the cached bake of an image when
-/// it is newer than the image, else a job for the background thread (any bake, and every
-/// scene, whose meshes load there). Cheap: nothing is decoded or baked here.
+/// Decides what to open for `input`: an atlas as it is, the cached bake of an image or of
+/// the built-in texture when it is current ([`BakeCache`]), else a job for the background
+/// thread (any bake, and every scene, whose meshes load there). Cheap: nothing is decoded
+/// or baked here.
 pub(crate) fn resolve(input: &Input) -> Result<Resolved> {
     let cache = catalog::cache_dir();
     std::fs::create_dir_all(&cache).with_context(|| format!("creating cache folder {}", cache.display()))?;
@@ -81,13 +85,14 @@ pub(crate) fn resolve(input: &Input) -> Result<Resolved> {
     let job = |source, out| Resolved::Bake(BakeJob { name: name.clone(), source, out });
     Ok(match input {
         Input::Builtin => {
-            let out = cache.join("demo-8192x4096.tsa");
-            if Atlas::open(&out).is_ok() { ready(out) } else { job(Source::Builtin, out) }
+            let (stamp, key) = catalog::builtin_bake(&cache, BUILTIN_SIZE);
+            let out = stamp.atlas().to_path_buf();
+            if stamp.is_current(&key) { ready(out) } else { job(Source::Builtin, out) }
         }
         Input::Atlas(path) => ready(path.clone()),
         Input::Image(path) => {
             let out = cached_bake_path(&cache, path, "image");
-            if is_current(&out, std::slice::from_ref(path)) && Atlas::open(&out).is_ok() {
+            if BakeCache::new(&out).is_current(&image_key(path)) {
                 ready(out)
             } else {
                 job(Source::Image(path.clone()), out)
@@ -107,52 +112,66 @@ fn cached_bake_path(cache: &Path, input: &Path, fallback_stem: &str) -> PathBuf 
     cache.join(format!("{stem}-{key:08x}.tsa"))
 }
 
-/// Whether `out` exists and is at least as new as every file of `sources` (a source
-/// that cannot be read counts as changed).
-fn is_current(out: &Path, sources: &[PathBuf]) -> bool {
-    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let Some(baked) = modified(out) else { return false };
-    sources.iter().all(|s| modified(s).is_some_and(|t: SystemTime| baked >= t))
+/// What decides the viewer's bake of the image `path`: the default options, one clamped
+/// sRGB layer.
+fn image_key(path: &Path) -> BakeKey {
+    BakeKey::new(BakeKind::Layers)
+        .bake_options(&BakeOptions::default())
+        .option("wrap", "clamp")
+        .option("color", "srgb")
+        .input(path)
+}
+
+/// Writes the stamp of a finished bake; a failure only costs a bake at the next open.
+fn record(stamp: &BakeCache, key: &BakeKey) {
+    if let Err(e) = stamp.record(key) {
+        eprintln!("warning: {e}; the next open bakes {} again", stamp.atlas().display());
+    }
 }
 
 impl BakeJob {
-    /// Does the job: bakes an image or the built-in texture into `self.out` (through a
-    /// temporary file, so an interrupted bake never leaves a broken atlas), loads a glTF
-    /// scene and bakes it unless its bake is current, or prepares a named scene; counts
-    /// tiles on `progress`.
-    pub(crate) fn run(self, progress: &ProgressBar) -> Result<Opened> {
+    /// Does the job: bakes an image or the built-in texture into `self.out` (atomically,
+    /// so an interrupted bake never leaves a broken atlas), loads a glTF scene and bakes it
+    /// unless its bake is current, or prepares a named scene; counts tiles on `progress`.
+    pub(crate) fn run(self, progress: &dyn Progress) -> Result<Opened> {
         match self.source {
             Source::Builtin => {
-                bake_texture(&self.name, "demo", Box::new(Generated::new(8192, 4096)), &self.out, progress)?;
-                Ok(Opened { name: self.name, atlas: self.out, scene: None, baked: true })
+                let cache = self.out.parent().map_or_else(catalog::cache_dir, Path::to_path_buf);
+                let prepared = catalog::prepare_builtin(&cache, BUILTIN_SIZE, false, progress)
+                    .with_context(|| format!("baking {} into {}", self.name, self.out.display()))?;
+                Ok(Opened { name: self.name, atlas: prepared.atlas, scene: None, baked: prepared.baked })
             }
             Source::Image(path) => {
                 let source = ImageSource::open(&path).with_context(|| {
                     format!("{} is neither a Tessera atlas nor a readable image", path.display())
                 })?;
                 let layer = path.file_stem().map_or("image".into(), |s| s.to_string_lossy().into_owned());
-                bake_texture(&self.name, &layer, Box::new(source), &self.out, progress)?;
+                let input = BakeInput {
+                    name: layer,
+                    source: Box::new(source),
+                    wrap: Wrap::Clamp,
+                    color: ColorSpace::Srgb,
+                    codec: None,
+                    regions: Vec::new(),
+                };
+                bake(vec![input], &self.out, &BakeOptions::default(), progress)
+                    .with_context(|| format!("baking {} into {}", self.name, self.out.display()))?;
+                record(&BakeCache::new(&self.out), &image_key(&path));
                 Ok(Opened { name: self.name, atlas: self.out, scene: None, baked: true })
             }
             Source::Gltf(path) => {
                 progress.set_message("loading the glTF");
                 let scene = material_scene::load_gltf(&path)
                     .with_context(|| format!("loading the glTF scene {}", path.display()))?;
-                let manifest = SceneManifest::path_for(&self.out);
-                let mut sources = vec![path.clone()];
-                sources.extend(material_scene::scene_images(&scene).into_iter().filter_map(|i| match i {
-                    ImageRef::File(p) => Some(p),
-                    ImageRef::Embedded { .. } => None,
-                }));
-                let current = is_current(&self.out, &sources)
-                    && is_current(&manifest, &sources)
-                    && Atlas::open(&self.out).is_ok()
-                    && SceneManifest::load(&manifest).is_ok();
+                let opts = BakeOptions { codec: SCENE_CODEC, ..BakeOptions::default() };
+                let stamp = BakeCache::new(&self.out);
+                let key = scene_bake_key(BakeKind::Gltf, &scene, &self.out, &opts);
+                let current = stamp.is_current(&key);
                 if !current {
                     progress.set_message("");
-                    let opts = BakeOptions { codec: SCENE_CODEC, ..BakeOptions::default() };
                     bake_scene(&scene, &self.out, &opts, progress)
                         .with_context(|| format!("baking {} into {}", self.name, self.out.display()))?;
+                    record(&stamp, &key);
                 }
                 Ok(Opened { name: self.name, atlas: self.out, scene: Some(Arc::new(scene)), baked: !current })
             }
@@ -185,43 +204,21 @@ impl BakeJob {
                 );
             }
         }
-        let progress = ProgressBar::hidden();
+        let progress = Arc::new(ProgressCounter::new());
         let model = BakeProgress::new(self.name.clone());
-        let counter = progress.clone();
+        let counter = Arc::clone(&progress);
         let handle = std::thread::Builder::new()
             .name("tessera-viewer bake".into())
-            .spawn(move || self.run(&counter))
+            .spawn(move || self.run(counter.as_ref()))
             .context("starting the bake thread")?;
         Ok(BakeTask { progress, model, started: Instant::now(), handle: Some(handle) })
     }
 }
 
-/// Bakes one texture layer named `layer` from `source` into `out`, atomically.
-fn bake_texture(
-    name: &str,
-    layer: &str,
-    source: Box<dyn tessera::core::bake::source::RowSource>,
-    out: &Path,
-    progress: &ProgressBar,
-) -> Result<()> {
-    let input = BakeInput {
-        name: layer.to_owned(),
-        source,
-        wrap: Wrap::Clamp,
-        color: ColorSpace::Srgb,
-        codec: None,
-        regions: Vec::new(),
-    };
-    let tmp = out.with_extension("tsa.partial");
-    bake(vec![input], &tmp, &BakeOptions::default(), progress)
-        .with_context(|| format!("baking {name} into {}", out.display()))?;
-    std::fs::rename(&tmp, out).with_context(|| format!("moving the bake to {}", out.display()))
-}
-
 /// A job running on a background thread; the window polls it every frame.
 pub(crate) struct BakeTask {
     /// The baker's tile counter, shared with the bake thread.
-    progress: ProgressBar,
+    progress: Arc<ProgressCounter>,
     model: BakeProgress,
     started: Instant,
     handle: Option<JoinHandle<Result<Opened>>>,
@@ -235,7 +232,7 @@ impl BakeTask {
 
     /// How far the bake has got, read from the shared counter now.
     pub(crate) fn progress(&mut self) -> &BakeProgress {
-        let total = self.progress.length().unwrap_or(0);
+        let total = self.progress.length();
         let stage = self.progress.message();
         self.model.update(self.started.elapsed().as_secs_f64(), self.progress.position(), total, stage);
         &self.model
@@ -257,22 +254,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bakes_are_current_only_when_newer_than_every_source() {
+    fn an_image_bake_is_current_until_the_image_changes() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let (a, b, out) = (dir.path().join("a"), dir.path().join("b"), dir.path().join("out"));
-        std::fs::write(&a, b"a").expect("write");
-        std::fs::write(&b, b"b").expect("write");
-        assert!(!is_current(&out, std::slice::from_ref(&a)), "no bake yet");
-        std::fs::write(&out, b"baked").expect("write");
-        let past = SystemTime::now() - std::time::Duration::from_secs(60);
-        for p in [&a, &b] {
-            std::fs::File::options().write(true).open(p).and_then(|f| f.set_modified(past)).expect("mtime");
-        }
-        assert!(is_current(&out, &[a.clone(), b.clone()]));
-        let future = SystemTime::now() + std::time::Duration::from_secs(60);
-        std::fs::File::options().write(true).open(&b).and_then(|f| f.set_modified(future)).expect("mtime");
-        assert!(!is_current(&out, &[a.clone(), b.clone()]), "b changed after the bake");
-        assert!(!is_current(&out, &[a, dir.path().join("gone")]), "a missing source counts as changed");
+        let image = dir.path().join("photo.png");
+        image::RgbaImage::from_pixel(300, 200, image::Rgba([20, 90, 160, 255])).save(&image).expect("png");
+        let cache = dir.path().join("cache");
+        std::fs::create_dir_all(&cache).expect("cache folder");
+        let out = cached_bake_path(&cache, &image, "image");
+        assert!(!BakeCache::new(&out).is_current(&image_key(&image)), "no bake yet");
+        let job =
+            BakeJob { name: "photo.png".into(), source: Source::Image(image.clone()), out: out.clone() };
+        let counter = ProgressCounter::new();
+        let opened = job.run(&counter).expect("bake");
+        assert!(opened.baked && opened.atlas == out);
+        assert!(counter.length() > 0 && counter.position() == counter.length(), "every tile counted");
+        assert!(BakeCache::new(&out).is_current(&image_key(&image)));
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+        std::fs::File::options().write(true).open(&image).and_then(|f| f.set_modified(later)).expect("touch");
+        assert!(!BakeCache::new(&out).is_current(&image_key(&image)), "touched image");
+        let leftovers: Vec<_> = std::fs::read_dir(&cache)
+            .expect("list")
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name())
+            .filter(|n| n.to_string_lossy().ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
     }
 
     #[test]

@@ -3,18 +3,10 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use glam::Vec3;
-use tessera::core::scene::camera::{Camera, CameraPath, PRESETS, SCENE_PRESETS};
-use tessera::core::scene::floor_level;
+use tessera::core::scene::camera::{Camera, CameraPath, PRESETS, SCENE_PRESETS, Shot};
 use tessera::core::scene::material_scene::MaterialScene;
-
-/// The camera path `--camera` names when it names none: the built-in scene's and a
-/// material scene's.
-const DEFAULT_PRESETS: (&str, &str) = ("static", "overview");
-
-/// A scene's preset camera paths by name.
-type Preset = dyn Fn(&str) -> Option<CameraPath>;
 
 /// The cameras of one scene: the `--camera` path, the preset views that keys 1–4 and C
 /// jump to, and the size that scales the rig.
@@ -35,28 +27,10 @@ impl SceneCameras {
     /// The cameras for `scene` (`None`: the built-in scene) with the path `spec` (a preset
     /// of the scene's kind or a camera JSON file; `None`: the kind's default preset).
     pub(crate) fn new(spec: Option<&str>, scene: Option<&MaterialScene>) -> Result<Self> {
-        let (names, unit, preset): (_, _, Box<Preset>) = match scene {
-            None => (PRESETS, 1.0, Box::new(CameraPath::preset)),
-            Some(s) => {
-                let floor = floor_level(s.meshes.iter().map(|m| &m.mesh));
-                let (min, max) = (s.bounds_min, s.bounds_max);
-                let unit = ((max - min).length() * 0.5).max(1e-3);
-                (SCENE_PRESETS, unit, Box::new(move |n: &str| CameraPath::scene_preset(n, min, max, floor)))
-            }
-        };
-        let spec = spec.unwrap_or(if scene.is_some() { DEFAULT_PRESETS.1 } else { DEFAULT_PRESETS.0 });
-        let path = match preset(spec) {
-            Some(p) => p,
-            None => {
-                let file = Path::new(spec);
-                anyhow::ensure!(
-                    file.is_file(),
-                    "camera '{spec}' is neither a preset of this scene ({}) nor an existing JSON file",
-                    names.join(", ")
-                );
-                CameraPath::load(file).with_context(|| format!("reading camera path {}", file.display()))?
-            }
-        };
+        let unit = scene.map_or(1.0, |s| ((s.bounds_max - s.bounds_min).length() * 0.5).max(1e-3));
+        let names = CameraPath::preset_names(scene);
+        let path = CameraPath::for_scene(spec, scene, Shot::Still)?;
+        let preset = |n: &str| CameraPath::preset_for(n, scene);
         let mut views: Vec<Camera> = names.iter().filter_map(|n| preset(n)).map(|p| p.camera_at(0)).collect();
         if let Some(cut) = preset("cut") {
             views.push(cut.camera_at(cut.end_frame()));

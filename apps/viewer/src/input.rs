@@ -97,7 +97,7 @@ mod tests {
             codec: None,
             regions: Vec::new(),
         };
-        bake(vec![input], &atlas, &BakeOptions::default(), &indicatif::ProgressBar::hidden()).expect("bake");
+        bake(vec![input], &atlas, &BakeOptions::default(), &tessera::core::NoProgress).expect("bake");
         assert_eq!(Input::classify(Some(&atlas)).expect("atlas"), Input::Atlas(atlas.clone()));
         // An atlas under another extension is still an atlas.
         let renamed = d.join("small.bin");

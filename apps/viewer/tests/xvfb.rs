@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use tessera::core::NoProgress;
 use tessera::core::bake::source::Generated;
 use tessera::core::bake::{BakeInput, BakeOptions, bake};
 use tessera::core::format::atlas::{ColorSpace, Wrap};
@@ -33,8 +34,7 @@ fn small_atlas(dir: &Path) -> PathBuf {
         codec: None,
         regions: Vec::new(),
     };
-    bake(vec![input], &out, &BakeOptions::default(), &indicatif::ProgressBar::hidden())
-        .expect("baking the test atlas");
+    bake(vec![input], &out, &BakeOptions::default(), &NoProgress).expect("baking the test atlas");
     out
 }
 
@@ -203,7 +203,7 @@ fn viewer_bakes_an_image_in_the_background_then_shows_it() {
         baked.iter().any(|n| n.starts_with("checks-") && n.ends_with(".tsa")),
         "no baked atlas in the cache folder: {baked:?}"
     );
-    assert!(!baked.iter().any(|n| n.ends_with(".partial")), "a partial bake was left behind: {baked:?}");
+    assert!(!baked.iter().any(|n| n.ends_with(".tmp")), "a partial bake was left behind: {baked:?}");
 }
 
 #[test]
@@ -222,10 +222,7 @@ fn viewer_fails_with_the_bake_error_when_nobody_can_see_the_window() {
     );
     assert!(!png.exists(), "no screenshot without a scene");
     let left = cached(dir.path());
-    assert!(
-        !left.iter().any(|n| n.ends_with(".tsa") || n.ends_with(".partial")),
-        "bake output left: {left:?}"
-    );
+    assert!(!left.iter().any(|n| n.ends_with(".tsa") || n.ends_with(".tmp")), "bake output left: {left:?}");
 }
 
 #[test]

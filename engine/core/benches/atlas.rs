@@ -12,7 +12,7 @@ use std::time::Duration;
 use criterion::{
     BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
 };
-use indicatif::ProgressBar;
+use tessera_core::NoProgress;
 use tessera_core::bake::source::{Generated, ImageSource, RowSource, TEXEL_BYTES};
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
 use tessera_core::format::atlas::{ColorSpace, Wrap};
@@ -91,7 +91,7 @@ fn options(codec: Codec) -> BakeOptions {
 /// Bakes `tex` with `codec` into `dir` and opens the result.
 fn bake_atlas(tex: &Texture, codec: Codec, dir: &Path) -> Arc<Atlas> {
     let out = dir.join(format!("bench-{}.tsa", codec.name()));
-    bake(vec![tex.input()], &out, &options(codec), &ProgressBar::hidden()).expect("baking the bench atlas");
+    bake(vec![tex.input()], &out, &options(codec), &NoProgress).expect("baking the bench atlas");
     Arc::new(Atlas::open(&out).expect("opening the freshly baked bench atlas"))
 }
 
@@ -158,7 +158,7 @@ fn bake_throughput(c: &mut Criterion) {
         group.bench_function(codec.name(), |b| {
             b.iter_batched(
                 || vec![tex.input()],
-                |inputs| bake(inputs, &out, &opts, &ProgressBar::hidden()).expect("baking in the bench"),
+                |inputs| bake(inputs, &out, &opts, &NoProgress).expect("baking in the bench"),
                 BatchSize::PerIteration,
             );
         });

@@ -9,12 +9,14 @@
 pub mod bake;
 pub mod compare;
 pub mod format;
+pub mod progress;
 pub mod scene;
 pub mod stream;
 
 pub use format::atlas::{Atlas, AtlasError, LayerInfo};
 pub use format::codec::Codec;
 pub use format::tile::{TextureLayout, TileId};
+pub use progress::{NoProgress, Progress, ProgressCounter};
 pub use stream::atlas_loader::{AtlasLoader, StackedLoader};
 pub use stream::host_cache::HostCache;
 pub use stream::loader::{LoadOutcome, LoadResult, LoaderPool, TileLoader};

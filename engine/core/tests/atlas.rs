@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use indicatif::ProgressBar;
 use proptest::prelude::*;
+use tessera_core::NoProgress;
 use tessera_core::bake::source::{Generated, ImageSource, RowSource, SourceError};
 use tessera_core::bake::{BakeInput, BakeOptions, bake, edge};
 use tessera_core::format::atlas::{
@@ -31,7 +31,7 @@ fn random_image(w: u32, h: u32, seed: u64) -> ImageSource {
 fn bake_to(dir: &Path, inputs: Vec<BakeInput>, tile: u32, border: u32, codec: Codec) -> PathBuf {
     let path = dir.join("a.tsa");
     let opts = BakeOptions { tile_size: tile, border, codec, ..BakeOptions::default() };
-    bake(inputs, &path, &opts, &ProgressBar::hidden()).expect("bake");
+    bake(inputs, &path, &opts, &NoProgress).expect("bake");
     path
 }
 
@@ -93,7 +93,7 @@ proptest! {
                 prop_assert_eq!(atlas.decode_tile(t).unwrap().len(), (p * p * 4) as usize);
             }
         }
-        prop_assert!(atlas.verify(&ProgressBar::hidden()).is_empty());
+        prop_assert!(atlas.verify(&NoProgress).is_empty());
     }
 }
 
@@ -204,7 +204,7 @@ fn verify_catches_every_flipped_tile_byte() {
             let mut m = bytes.clone();
             m[(e.offset + k) as usize] ^= 0x40;
             let atlas = open_bytes(dir.path(), &m).expect("tile data is not checked on open");
-            let errors = atlas.verify(&ProgressBar::hidden());
+            let errors = atlas.verify(&NoProgress);
             assert_eq!(errors.len(), 1, "{tile} byte {k}");
             assert_eq!(errors[0].tile(), Some(tile));
             assert!(matches!(atlas.read_tile(tile), Err(AtlasError::TileChecksum { .. })));
@@ -225,7 +225,7 @@ proptest! {
         m[i] ^= 1 << bit;
         match open_bytes(dir.path(), &m) {
             Err(_) => {}
-            Ok(atlas) => prop_assert!(!atlas.verify(&ProgressBar::hidden()).is_empty(), "byte {} undetected", i),
+            Ok(atlas) => prop_assert!(!atlas.verify(&NoProgress).is_empty(), "byte {} undetected", i),
         }
     }
 }
@@ -299,7 +299,7 @@ fn a_failed_finish_leaves_no_temporary_file() {
     std::fs::create_dir(&dest).unwrap();
     let input = input("g", Generated::with_cell(40, 40, 16), Wrap::Clamp);
     let opts = BakeOptions { tile_size: 16, border: 2, codec: Codec::Lz4, ..BakeOptions::default() };
-    assert!(bake(vec![input], &dest, &opts, &ProgressBar::hidden()).is_err());
+    assert!(bake(vec![input], &dest, &opts, &NoProgress).is_err());
     let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, vec![std::ffi::OsString::from("taken")]);
 }
@@ -332,7 +332,7 @@ fn writes_are_atomic() {
         }
     }
     let opts = BakeOptions { tile_size: 32, border: 4, codec: Codec::Lz4, ..BakeOptions::default() };
-    let err = bake(vec![input("f", Failing, Wrap::Clamp)], &path, &opts, &ProgressBar::hidden()).unwrap_err();
+    let err = bake(vec![input("f", Failing, Wrap::Clamp)], &path, &opts, &NoProgress).unwrap_err();
     assert!(err.to_string().contains("disk on fire"));
     assert_eq!(std::fs::read(&path).unwrap(), first);
     let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();

@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use indicatif::ProgressBar;
 use tessera_core::AtlasLoader;
+use tessera_core::NoProgress;
 use tessera_core::bake::source::ImageSource;
 use tessera_core::bake::{BakeError, BakeInput, BakeOptions, bake, edge};
 use tessera_core::compare::compare;
@@ -45,7 +45,7 @@ fn bake_codec(dir: &std::path::Path, texels: &[u8], codec: Codec) -> PathBuf {
         regions: Vec::new(),
     };
     let opts = BakeOptions { tile_size: TILE, border: BORDER, codec, ..BakeOptions::default() };
-    bake(vec![input], &path, &opts, &ProgressBar::hidden()).unwrap();
+    bake(vec![input], &path, &opts, &NoProgress).unwrap();
     path
 }
 
@@ -77,7 +77,7 @@ fn basis_layers_bake_open_verify_and_load() {
     ] {
         let path = bake_codec(dir.path(), &src, codec);
         let atlas = Arc::new(Atlas::open(&path).unwrap());
-        assert!(atlas.verify(&ProgressBar::hidden()).is_empty(), "{codec}: verify");
+        assert!(atlas.verify(&NoProgress).is_empty(), "{codec}: verify");
         let layer = &atlas.layers()[0];
         assert_eq!(layer.codec, codec);
         let lay = layer.layout;
@@ -145,7 +145,7 @@ fn corrupted_basis_tile_is_reported_not_crashed() {
     bytes[e.offset as usize + e.length as usize / 2] ^= 0x40;
     std::fs::write(&path, &bytes).unwrap();
     let atlas = Arc::new(Atlas::open(&path).unwrap());
-    let errors = atlas.verify(&ProgressBar::hidden());
+    let errors = atlas.verify(&NoProgress);
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(matches!(errors[0], AtlasError::TileChecksum { tile, .. } if tile == bad));
     let loader = AtlasLoader::with_target(atlas, Arc::new(HostCache::new(1 << 24)), TargetFormat::Bc7);
@@ -165,7 +165,7 @@ fn out_of_range_quality_is_a_bake_error() {
         regions: Vec::new(),
     };
     let opts = BakeOptions { codec: Codec::Etc1s, quality: 0, ..BakeOptions::default() };
-    let err = bake(vec![input], &dir.path().join("q.tsa"), &opts, &ProgressBar::hidden()).unwrap_err();
+    let err = bake(vec![input], &dir.path().join("q.tsa"), &opts, &NoProgress).unwrap_err();
     assert!(matches!(err, BakeError::Options(_)), "{err}");
     assert!(err.to_string().contains("quality 0"), "{err}");
 }

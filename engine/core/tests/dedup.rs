@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use indicatif::ProgressBar;
+use tessera_core::NoProgress;
 use tessera_core::bake::mosaic::{Mosaic, MosaicCrop, MosaicError, crop_at};
 use tessera_core::bake::source::{ImageSource, RowSource};
 use tessera_core::bake::{BakeInput, BakeOptions, BakeReport, bake};
@@ -63,7 +63,7 @@ fn bake_source(
         codec: None,
         regions,
     };
-    bake(vec![input], path, &opts(), &ProgressBar::hidden()).unwrap()
+    bake(vec![input], path, &opts(), &NoProgress).unwrap()
 }
 
 fn bake_mosaic(dir: &Path) -> (PathBuf, BakeReport) {
@@ -193,7 +193,7 @@ fn mosaic_tiles_equal_their_crop_baked_alone() {
                 codec: None,
                 regions: Vec::new(),
             };
-            bake(vec![input], &p, &opts(), &ProgressBar::hidden()).unwrap();
+            bake(vec![input], &p, &opts(), &NoProgress).unwrap();
             Atlas::open(&p).unwrap()
         })
         .collect();
@@ -219,7 +219,7 @@ fn dedup_round_trip() {
     let dir = tempfile::tempdir().unwrap();
     let (path, report) = bake_mosaic(dir.path());
     let atlas = Atlas::open(&path).unwrap();
-    assert!(atlas.verify(&ProgressBar::hidden()).is_empty());
+    assert!(atlas.verify(&NoProgress).is_empty());
     // 16 cells of 3 crops: on mips 0..=2 only 3 × (16 + 4 + 1) tiles are distinct.
     let layer = &report.layers[0];
     assert_eq!(layer.tiles, 16 * 16 + 8 * 8 + 4 * 4 + 2 * 2 + 1);
@@ -233,7 +233,7 @@ fn dedup_round_trip() {
     assert!(report.file_bytes * 4 < full_bytes, "{} vs {full_bytes} bytes", report.file_bytes);
     let full = Atlas::open(&full).unwrap();
     assert_eq!(full.summary().layers[0].shared_tiles, 0);
-    assert!(full.verify(&ProgressBar::hidden()).is_empty());
+    assert!(full.verify(&NoProgress).is_empty());
     for t in tiles(&atlas) {
         assert_eq!(atlas.decode_tile(t).unwrap(), full.decode_tile(t).unwrap(), "{t}");
     }
@@ -261,7 +261,7 @@ fn a_flipped_byte_in_a_shared_blob_is_reported_for_every_tile_sharing_it() {
         let bad = dir.path().join("bad.tsa");
         std::fs::write(&bad, &m).unwrap();
         let atlas = Atlas::open(&bad).expect("tile data is not checked on open");
-        let errors = atlas.verify(&ProgressBar::hidden());
+        let errors = atlas.verify(&NoProgress);
         let reported: Vec<TileId> = errors.iter().filter_map(AtlasError::tile).collect();
         assert_eq!(&reported, sharers, "blob at {offset}");
         assert!(errors.iter().all(|e| matches!(e, AtlasError::TileChecksum { .. })));
@@ -310,7 +310,7 @@ fn blobs_may_be_shared_but_not_partially_overlap() {
     set_entry(&mut m, 1, e0.offset, e0.length);
     fix_checksums(&mut m);
     let atlas = write(&m).unwrap();
-    let errors = atlas.verify(&ProgressBar::hidden());
+    let errors = atlas.verify(&NoProgress);
     assert_eq!(errors.iter().filter_map(AtlasError::tile).collect::<Vec<_>>(), vec![TileId::new(0, 0, 1, 0)]);
     // Starting inside entry 0's blob, or at its start with another length: rejected.
     for (offset, length) in [(e0.offset + 16, e1.length), (e0.offset, e0.length - 1), (e1.offset - 16, 32)] {

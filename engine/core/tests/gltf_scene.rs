@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use glam::Vec3;
-use indicatif::ProgressBar;
 use serde_json::{Value, json};
+use tessera_core::NoProgress;
 use tessera_core::bake::BakeOptions;
 use tessera_core::format::atlas::{Atlas, Wrap};
 use tessera_core::format::codec::Codec;
@@ -213,7 +213,7 @@ fn a_two_material_scene_bakes_into_one_stacked_atlas() {
     let scene = load_gltf(&path).unwrap();
     let out = dir.path().join("scene.tsa");
     let opts = BakeOptions { tile_size: 16, border: 2, codec: Codec::Raw, ..BakeOptions::default() };
-    let (report, manifest) = bake_scene(&scene, &out, &opts, &ProgressBar::hidden()).unwrap();
+    let (report, manifest) = bake_scene(&scene, &out, &opts, &NoProgress).unwrap();
     assert_eq!(report.layers.len(), 3);
     let atlas = Atlas::open(&out).unwrap();
     assert!(atlas.is_stacked());
@@ -271,7 +271,7 @@ fn etc1s_scenes_store_normals_and_orm_as_uastc() {
     assert_eq!(scene.materials[0].base_color.as_ref().unwrap().wrap, [Wrap::Repeat, Wrap::Clamp]);
     let out = dir.path().join("globe.tsa");
     let opts = BakeOptions { tile_size: 16, border: 2, codec: Codec::Etc1s, ..BakeOptions::default() };
-    let (_, manifest) = bake_scene(&scene, &out, &opts, &ProgressBar::hidden()).unwrap();
+    let (_, manifest) = bake_scene(&scene, &out, &opts, &NoProgress).unwrap();
     assert_eq!(manifest.gltf, None);
     assert_eq!(manifest.materials[0].rect, Some([0, 0, 64, 32]));
     let atlas = Atlas::open(&out).unwrap();

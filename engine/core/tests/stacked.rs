@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use indicatif::ProgressBar;
+use tessera_core::NoProgress;
 use tessera_core::bake::source::ImageSource;
 use tessera_core::bake::{BakeError, BakeInput, BakeOptions, Region, bake, edge};
 use tessera_core::format::atlas::{Atlas, AtlasError, ColorSpace, FLAG_STACKED, Wrap};
@@ -56,7 +56,7 @@ fn stacked_round_trip() {
     let src = [a.texels().to_vec(), b.texels().to_vec()];
     let path = dir.path().join("s.tsa");
     let inputs = vec![input("a", a, Wrap::Clamp, vec![]), input("b", b, Wrap::Clamp, vec![])];
-    bake(inputs, &path, &opts(true), &ProgressBar::hidden()).unwrap();
+    bake(inputs, &path, &opts(true), &NoProgress).unwrap();
     let atlas = Atlas::open(&path).unwrap();
     assert!(atlas.is_stacked());
     assert_eq!(atlas.flags(), FLAG_STACKED);
@@ -75,7 +75,7 @@ fn stacked_round_trip() {
     // A plain bake of the same inputs is not stacked.
     let plain = dir.path().join("p.tsa");
     let inputs = vec![input("a", random_image(40, 24, 1), Wrap::Clamp, vec![])];
-    bake(inputs, &plain, &opts(false), &ProgressBar::hidden()).unwrap();
+    bake(inputs, &plain, &opts(false), &NoProgress).unwrap();
     assert!(!Atlas::open(&plain).unwrap().is_stacked());
 }
 
@@ -83,13 +83,8 @@ fn stacked_round_trip() {
 fn unknown_flag_bits_are_rejected() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("f.tsa");
-    bake(
-        vec![input("a", random_image(20, 20, 3), Wrap::Clamp, vec![])],
-        &path,
-        &opts(false),
-        &ProgressBar::hidden(),
-    )
-    .unwrap();
+    bake(vec![input("a", random_image(20, 20, 3), Wrap::Clamp, vec![])], &path, &opts(false), &NoProgress)
+        .unwrap();
     set_flags(&path, 0b110);
     let err = Atlas::open(&path).unwrap_err();
     assert!(matches!(err, AtlasError::Invalid { .. }), "{err}");
@@ -105,7 +100,7 @@ fn stacked_layers_with_different_layouts_are_rejected() {
         input("big", random_image(40, 24, 1), Wrap::Clamp, vec![]),
         input("small", random_image(20, 24, 2), Wrap::Clamp, vec![]),
     ];
-    let err = bake(inputs, &dir.path().join("x.tsa"), &opts(true), &ProgressBar::hidden()).unwrap_err();
+    let err = bake(inputs, &dir.path().join("x.tsa"), &opts(true), &NoProgress).unwrap_err();
     assert!(matches!(err, BakeError::StackedSize { .. }), "{err}");
     assert!(err.to_string().contains("'small' is 20x24") && err.to_string().contains("'big'"), "{err}");
     // A reader refuses a file whose header claims STACKED over differing layouts.
@@ -114,7 +109,7 @@ fn stacked_layers_with_different_layouts_are_rejected() {
         input("big", random_image(40, 24, 1), Wrap::Clamp, vec![]),
         input("small", random_image(20, 24, 2), Wrap::Clamp, vec![]),
     ];
-    bake(inputs, &path, &opts(false), &ProgressBar::hidden()).unwrap();
+    bake(inputs, &path, &opts(false), &NoProgress).unwrap();
     set_flags(&path, FLAG_STACKED);
     let err = Atlas::open(&path).unwrap_err();
     assert!(matches!(err, AtlasError::Invalid { .. }), "{err}");
@@ -128,7 +123,7 @@ fn per_input_codec_overrides_the_option() {
     let mut a = input("a", random_image(20, 20, 1), Wrap::Clamp, vec![]);
     a.codec = Some(Codec::Lz4);
     let b = input("b", random_image(20, 20, 2), Wrap::Clamp, vec![]);
-    bake(vec![a, b], &path, &opts(false), &ProgressBar::hidden()).unwrap();
+    bake(vec![a, b], &path, &opts(false), &NoProgress).unwrap();
     let atlas = Atlas::open(&path).unwrap();
     assert_eq!(atlas.layers()[0].codec, Codec::Lz4);
     assert_eq!(atlas.layers()[1].codec, Codec::Raw);
@@ -168,8 +163,7 @@ fn region_borders_follow_the_region_wrap_on_every_clean_mip() {
     let mixed_u = Region { x: 0, y: 0, width: 16, height: 16, wrap: [Wrap::Repeat, Wrap::Clamp] };
     let regions = vec![repeat, clamp, mixed_u];
     let src = random_image(64, 64, 9);
-    bake(vec![input("r", src, Wrap::Repeat, regions.clone())], &path, &opts(false), &ProgressBar::hidden())
-        .unwrap();
+    bake(vec![input("r", src, Wrap::Repeat, regions.clone())], &path, &opts(false), &NoProgress).unwrap();
     let atlas = Atlas::open(&path).unwrap();
     let lay = atlas.layers()[0].layout;
     let (t, b, p) = (16u32, 2u32, 20u32);
@@ -252,7 +246,7 @@ fn a_region_outside_the_texture_is_an_error() {
         vec![input("r", random_image(32, 32, 1), Wrap::Clamp, vec![r])],
         &dir.path().join("r.tsa"),
         &opts(false),
-        &ProgressBar::hidden(),
+        &NoProgress,
     )
     .unwrap_err();
     assert!(matches!(err, BakeError::Region { .. }) && err.to_string().contains("'r'"), "{err}");

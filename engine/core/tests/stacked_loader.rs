@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use indicatif::ProgressBar;
+use tessera_core::NoProgress;
 use tessera_core::bake::source::Generated;
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
 use tessera_core::format::atlas::{Atlas, ColorSpace, Wrap};
@@ -27,7 +27,7 @@ fn stacked_atlas(dir: &std::path::Path) -> std::path::PathBuf {
         input("normal", 40, Some(Codec::Raw), ColorSpace::Linear),
     ];
     let opts = BakeOptions { codec: Codec::Lz4, stacked: true, ..BakeOptions::default() };
-    bake(inputs, &path, &opts, &ProgressBar::hidden()).unwrap();
+    bake(inputs, &path, &opts, &NoProgress).unwrap();
     path
 }
 

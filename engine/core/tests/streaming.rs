@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use indicatif::ProgressBar;
+use tessera_core::NoProgress;
 use tessera_core::bake::source::Generated;
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
 use tessera_core::format::atlas::{Atlas, ColorSpace, Wrap};
@@ -25,7 +25,7 @@ fn baked(dir: &std::path::Path) -> std::path::PathBuf {
         regions: Vec::new(),
     };
     let opts = BakeOptions { codec: Codec::Lz4, ..BakeOptions::default() };
-    bake(vec![input], &path, &opts, &ProgressBar::hidden()).unwrap();
+    bake(vec![input], &path, &opts, &NoProgress).unwrap();
     path
 }
 

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly by design.
 
 use tessera_core::Codec;
+use tessera_core::NoProgress;
 use tessera_core::bake::mosaic::{Mosaic, STRESS_CELL, STRESS_CROPS, crop_at};
 use tessera_core::bake::source::RowSource;
 use tessera_core::scene::catalog;
@@ -21,9 +22,7 @@ fn stress_scene_bakes_and_dedups() {
     let cache_path = std::env::var_os("TESSERA_CACHE").map_or(cache.path().to_path_buf(), Into::into);
     let data = tessera_core::bake::source::data_dir();
     let start = std::time::Instant::now();
-    let prepared =
-        catalog::prepare("stress", &data, &cache_path, codec, true, &indicatif::ProgressBar::hidden())
-            .unwrap();
+    let prepared = catalog::prepare("stress", &data, &cache_path, codec, true, &NoProgress).unwrap();
     let secs = start.elapsed().as_secs_f64();
     assert!(prepared.scene.is_none());
     let atlas = tessera_core::Atlas::open(&prepared.atlas).unwrap();
@@ -40,7 +39,7 @@ fn stress_scene_bakes_and_dedups() {
     );
     assert!(l.shared_tiles > l.tiles * 9 / 10, "most tiles are shared");
     let start = std::time::Instant::now();
-    assert!(atlas.verify(&indicatif::ProgressBar::hidden()).is_empty());
+    assert!(atlas.verify(&NoProgress).is_empty());
     eprintln!("verified in {:.1} s", start.elapsed().as_secs_f64());
 }
 

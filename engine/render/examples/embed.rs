@@ -25,13 +25,12 @@ use std::sync::Arc;
 use anyhow::Context;
 use bytemuck::{Pod, Zeroable};
 use glam::Vec3;
-use indicatif::ProgressBar;
 use tessera::core::Atlas;
-use tessera::core::StatsSnapshot;
 use tessera::core::bake::source::Generated;
 use tessera::core::bake::{BakeInput, BakeOptions, bake};
 use tessera::core::format::atlas::{ColorSpace, Wrap};
 use tessera::core::scene::camera::Camera;
+use tessera::core::{NoProgress, StatsSnapshot};
 use tessera::scene::{OffscreenTarget, TARGET_FORMAT};
 use tessera::{GpuContext, VirtualTextures, VtConfig};
 
@@ -226,7 +225,7 @@ pub fn bake_test_atlas(dir: &Path) -> anyhow::Result<PathBuf> {
         codec: None,
         regions: Vec::new(),
     };
-    let report = bake(vec![input], &path, &BakeOptions::default(), &ProgressBar::hidden())?;
+    let report = bake(vec![input], &path, &BakeOptions::default(), &NoProgress)?;
     println!("baked {} ({} bytes) in {:.2} s", path.display(), report.file_bytes, report.seconds);
     Ok(path)
 }

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
-use indicatif::ProgressBar;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use tessera_core::bake::source::{ImageSource, RowSource, TEXEL_BYTES};
@@ -180,7 +179,7 @@ pub(crate) fn measure(
         codec: None,
         regions: Vec::new(),
     };
-    let report = bake(vec![input], atlas_path, &bake_opts, &ProgressBar::hidden())?;
+    let report = bake(vec![input], atlas_path, &bake_opts, &tessera_core::NoProgress)?;
     let atlas = Arc::new(Atlas::open(atlas_path)?);
     let summary = atlas.summary();
     let (Some(layer), Some(layout)) = (summary.layers.first(), atlas.layers().first().map(|l| l.layout))

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use indicatif::ProgressBar;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -15,6 +14,7 @@ use crate::bake::source::{LevelStore, RowSource, TEXEL_BYTES};
 use crate::format::atlas::{AtlasError, AtlasWriter, ColorSpace, LayerInfo, Wrap};
 use crate::format::codec::{Codec, CodecError, EncodeOptions, QUALITY_DEFAULT};
 use crate::format::tile::{LayoutError, TextureLayout};
+use crate::progress::Progress;
 
 /// One input of a bake: becomes one layer of the atlas.
 pub struct BakeInput {
@@ -223,7 +223,7 @@ pub fn bake(
     inputs: Vec<BakeInput>,
     out: &Path,
     opts: &BakeOptions,
-    progress: &ProgressBar,
+    progress: &dyn Progress,
 ) -> Result<BakeReport, BakeError> {
     if inputs.is_empty() {
         return Err(BakeError::NoInputs);
@@ -298,7 +298,7 @@ fn bake_layer(
     encode: &EncodeOptions,
     scratch: &Path,
     writer: &mut AtlasWriter,
-    progress: &ProgressBar,
+    progress: &dyn Progress,
 ) -> Result<LayerReport, BakeError> {
     let read_err = |source| BakeError::Read { name: input.name.clone(), source };
     let layout = layer.layout;
@@ -318,7 +318,7 @@ fn bake_layer(
     // A level the source supplies itself replaces the filtered one (see `RowSource::mip_level`).
     let supplied = |mip: u32| (mip > 0).then(|| input.source.mip_level(mip, layer.color)).flatten();
     for mip in 0..layout.mip_count() {
-        progress.set_message(format!("{} mip {mip}", layer.name));
+        progress.set_message(&format!("{} mip {mip}", layer.name));
         let (w, h) = layout.mip_size(mip);
         let level: &dyn RowSource = match (supplied(mip), &stored) {
             (Some(l), _) => {

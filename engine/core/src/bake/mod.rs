@@ -1,8 +1,10 @@
 //! Offline baking: image sources, the streaming baker that writes atlases, mosaics of
-//! real images and rectangle packing. (Baking a glTF scene is `scene::scene_bake`: it
-//! builds on the scene import, and keeping it there leaves no import circle.)
+//! real images, rectangle packing and the stamp that says whether a bake is up to date.
+//! (Baking a glTF scene is `scene::scene_bake`: it builds on the scene import, and
+//! keeping it there leaves no import circle.)
 
 mod baker;
+pub mod cache;
 pub mod mosaic;
 pub mod pack;
 pub mod source;

@@ -6,6 +6,9 @@ use glam::camera::rh::{proj, view};
 use glam::{Mat4, Vec3};
 use serde::{Deserialize, Serialize};
 
+use crate::scene::floor_level;
+use crate::scene::material_scene::MaterialScene;
+
 /// Names accepted by [`CameraPath::preset`], in the order tools should list them.
 pub const PRESETS: &[&str] = &["static", "flyover", "orbit", "cut"];
 
@@ -245,6 +248,23 @@ pub enum CameraError {
         /// What is wrong, naming the field and its value.
         problem: String,
     },
+    /// A camera named by neither a preset of the scene nor an existing file.
+    #[error("camera '{spec}' is neither a preset of this scene ({presets}) nor an existing JSON file")]
+    Unknown {
+        /// The name given.
+        spec: String,
+        /// The scene's presets, comma-separated.
+        presets: String,
+    },
+}
+
+/// What a camera path is for when none is named: it decides the default preset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shot {
+    /// One still view of the whole scene (captures, the viewer's start).
+    Still,
+    /// A path that moves through the scene (the demo, benchmarks).
+    Tour,
 }
 
 impl CameraPath {
@@ -417,6 +437,67 @@ impl CameraPath {
             "cut" => Some(cut()),
             _ => None,
         }
+    }
+}
+
+impl CameraPath {
+    /// The preset names of a scene: [`PRESETS`] for the built-in meshes (`scene` `None`,
+    /// which also draw the atlases of mosaics and plain textures), [`SCENE_PRESETS`] for a
+    /// material scene.
+    pub fn preset_names(scene: Option<&MaterialScene>) -> &'static [&'static str] {
+        if scene.is_some() { SCENE_PRESETS } else { PRESETS }
+    }
+
+    /// The preset `name` of a scene (`None`: the built-in meshes): [`CameraPath::preset`],
+    /// or [`CameraPath::scene_preset`] fitted to the material scene's bounds and floor.
+    pub fn preset_for(name: &str, scene: Option<&MaterialScene>) -> Option<Self> {
+        match scene {
+            None => Self::preset(name),
+            Some(s) => {
+                let floor = floor_level(s.meshes.iter().map(|m| &m.mesh));
+                Self::scene_preset(name, s.bounds_min, s.bounds_max, floor)
+            }
+        }
+    }
+
+    /// The preset that suits a scene (`None`: the built-in meshes) for `shot`:
+    /// - still: `static` on the built-in meshes, `overview` of a material scene;
+    /// - tour: `flyover` on the built-in meshes; for a material scene, `walk` when it has a
+    ///   floor and is at most half as high as it is wide or deep (a level, like the
+    ///   dungeon), else `fly` around it (an object, like the globe).
+    pub fn default_preset(scene: Option<&MaterialScene>, shot: Shot) -> &'static str {
+        match (scene, shot) {
+            (None, Shot::Still) => "static",
+            (None, Shot::Tour) => "flyover",
+            (Some(_), Shot::Still) => "overview",
+            (Some(s), Shot::Tour) => {
+                let size = s.bounds_max - s.bounds_min;
+                let flat = size.y <= 0.5 * size.x.max(size.z);
+                if flat && floor_level(s.meshes.iter().map(|m| &m.mesh)).is_some() { "walk" } else { "fly" }
+            }
+        }
+    }
+
+    /// The camera path for a scene (`None`: the built-in meshes): `spec` names a preset
+    /// of the scene ([`CameraPath::preset_names`]) or a camera path JSON file; without
+    /// `spec`, the scene's default preset for `shot` ([`CameraPath::default_preset`]).
+    pub fn for_scene(
+        spec: Option<&str>,
+        scene: Option<&MaterialScene>,
+        shot: Shot,
+    ) -> Result<Self, CameraError> {
+        let spec = spec.unwrap_or_else(|| Self::default_preset(scene, shot));
+        if let Some(path) = Self::preset_for(spec, scene) {
+            return Ok(path);
+        }
+        let file = Path::new(spec);
+        if !file.is_file() {
+            return Err(CameraError::Unknown {
+                spec: spec.to_string(),
+                presets: Self::preset_names(scene).join(", "),
+            });
+        }
+        Self::load(file)
     }
 }
 
@@ -623,6 +704,72 @@ mod tests {
         }
         let path = path_with_cut();
         assert_eq!(CameraPath::from_json_str(&path.to_json()).unwrap(), path);
+    }
+
+    /// A material scene of one mesh filling the box `min..max`, with a floor.
+    fn boxed_scene(min: Vec3, max: Vec3) -> MaterialScene {
+        let ground = scene::Mesh {
+            vertices: [(min.x, min.z), (max.x, min.z), (max.x, max.z), (min.x, max.z)]
+                .map(|(x, z)| scene::Vertex {
+                    position: [x, min.y, z],
+                    normal: [0.0, 1.0, 0.0],
+                    uv: [0.0, 0.0],
+                })
+                .into(),
+            indices: vec![0, 2, 1, 0, 3, 2],
+        };
+        MaterialScene {
+            meshes: vec![crate::scene::material_scene::SceneMesh {
+                name: "box".into(),
+                mesh: ground,
+                material: 0,
+            }],
+            materials: vec![Default::default()],
+            bounds_min: min,
+            bounds_max: max,
+            sun_direction: None,
+            source: PathBuf::from("box.gltf"),
+        }
+    }
+
+    #[test]
+    fn for_scene_picks_the_presets_of_the_scene_kind() {
+        // The built-in meshes: their presets, static when still, flyover on tour.
+        assert_eq!(
+            CameraPath::for_scene(None, None, Shot::Still).unwrap(),
+            CameraPath::preset("static").unwrap()
+        );
+        assert_eq!(
+            CameraPath::for_scene(None, None, Shot::Tour).unwrap(),
+            CameraPath::preset("flyover").unwrap()
+        );
+        assert_eq!(
+            CameraPath::for_scene(Some("orbit"), None, Shot::Tour).unwrap(),
+            CameraPath::preset("orbit").unwrap()
+        );
+        let e = CameraPath::for_scene(Some("walk"), None, Shot::Still).unwrap_err();
+        assert!(e.to_string().contains("static, flyover, orbit, cut"), "{e}");
+        // A flat level is walked through, an object flown around.
+        let level = boxed_scene(Vec3::new(-20.0, 0.0, -10.0), Vec3::new(20.0, 4.0, 10.0));
+        let object = boxed_scene(Vec3::splat(-1.0), Vec3::splat(1.0));
+        assert_eq!(CameraPath::default_preset(Some(&level), Shot::Tour), "walk");
+        assert_eq!(CameraPath::default_preset(Some(&object), Shot::Tour), "fly");
+        assert_eq!(CameraPath::default_preset(Some(&object), Shot::Still), "overview");
+        let walk = CameraPath::for_scene(None, Some(&level), Shot::Tour).unwrap();
+        assert_eq!(
+            walk,
+            CameraPath::scene_preset("walk", level.bounds_min, level.bounds_max, Some(0.0)).unwrap()
+        );
+        let e = CameraPath::for_scene(Some("flyover"), Some(&level), Shot::Still).unwrap_err();
+        assert!(e.to_string().contains("overview, walk, fly, cut"), "{e}");
+        assert_eq!(CameraPath::preset_names(Some(&level)), SCENE_PRESETS);
+        // A file is read whatever the scene.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("cam.json");
+        let orbit = CameraPath::preset("orbit").unwrap();
+        orbit.save(&file).unwrap();
+        let spec = file.to_str().unwrap();
+        assert_eq!(CameraPath::for_scene(Some(spec), Some(&level), Shot::Still).unwrap(), orbit);
     }
 
     #[test]

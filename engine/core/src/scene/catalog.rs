@@ -5,14 +5,15 @@
 
 use std::path::{Path, PathBuf};
 
-use indicatif::ProgressBar;
-
+use crate::bake::cache::{BakeCache, BakeKey, BakeKind};
 use crate::bake::mosaic::{Mosaic, MosaicError, STRESS_CELL, STRESS_CELLS, STRESS_CROPS};
+use crate::bake::source::Generated;
 use crate::bake::{BakeError, BakeInput, BakeOptions, bake};
-use crate::format::atlas::{Atlas, ColorSpace, Wrap};
+use crate::format::atlas::{ColorSpace, Wrap};
 use crate::format::codec::Codec;
+use crate::progress::Progress;
 use crate::scene::material_scene::{self, MaterialScene, SceneError};
-use crate::scene::scene_bake::{SceneManifest, bake_scene};
+use crate::scene::scene_bake::{bake_scene, scene_bake_key};
 
 /// The scenes [`prepare`] knows, with a one-line description each.
 pub const SCENES: &[(&str, &str)] = &[
@@ -150,64 +151,86 @@ pub fn load(name: &str, data: &Path) -> Result<Option<MaterialScene>, CatalogErr
     }
 }
 
-/// What decides a scene's bake: its source files (length and modification time), the
-/// codec and this build's version.
-fn fingerprint(scene: &MaterialScene, codec: Codec) -> String {
-    let mut files = vec![scene.source.clone()];
-    files.extend(material_scene::scene_images(scene).into_iter().filter_map(|i| match i {
-        material_scene::ImageRef::File(p) => Some(p),
-        material_scene::ImageRef::Embedded { .. } => None,
-    }));
-    files_fingerprint(format!("tessera {} codec {codec}\n", env!("CARGO_PKG_VERSION")), files)
-}
-
-/// `head`, then one line per file: its path, length and modification time.
-fn files_fingerprint(head: String, files: Vec<PathBuf>) -> String {
-    let mut f = head;
-    for p in files {
-        let meta = std::fs::metadata(&p).ok();
-        let len = meta.as_ref().map_or(0, |m| m.len());
-        let mtime = meta
-            .and_then(|m| m.modified().ok())
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_secs());
-        f.push_str(&format!("{} {len} {mtime}\n", p.display()));
-    }
-    f
-}
-
 /// Scene `name` from the data folder `data`, baked with `codec` into `cache/scenes/`
-/// unless a current bake is there (or `rebake`); `progress` shows the bake.
+/// unless a current bake is there (see [`BakeCache`]) or `rebake`; `progress` shows the
+/// bake.
 pub fn prepare(
     name: &str,
     data: &Path,
     cache: &Path,
     codec: Codec,
     rebake: bool,
-    progress: &ProgressBar,
+    progress: &dyn Progress,
 ) -> Result<PreparedScene, CatalogError> {
     let scene = load(name, data)?;
     let dir = cache.join("scenes");
     std::fs::create_dir_all(&dir).map_err(|source| CatalogError::Io { path: dir.clone(), source })?;
     let atlas = dir.join(format!("{name}-{codec}.tsa"));
-    let stamp = atlas.with_extension("tsa.bake");
+    let opts = BakeOptions { codec, ..BakeOptions::default() };
     let Some(scene) = scene else {
         let cells = if name == "stress" { STRESS_CELLS } else { 4 };
-        let baked = prepare_stress(data, &atlas, &stamp, codec, cells, rebake, progress)?;
+        let baked = prepare_stress(data, &atlas, &opts, cells, rebake, progress)?;
         return Ok(PreparedScene { name: name.to_string(), atlas, scene: None, baked });
     };
-    let fp = fingerprint(&scene, codec);
-    let current = !rebake
-        && Atlas::open(&atlas).is_ok()
-        && SceneManifest::load(&SceneManifest::path_for(&atlas)).is_ok()
-        && std::fs::read_to_string(&stamp).is_ok_and(|old| old == fp);
+    let kind = if name == "globe" { BakeKind::Globe } else { BakeKind::Gltf };
+    let key = scene_bake_key(kind, &scene, &atlas, &opts);
+    let stamp = BakeCache::new(&atlas);
+    let current = !rebake && stamp.is_current(&key);
     if !current {
-        let opts = BakeOptions { codec, ..BakeOptions::default() };
         bake_scene(&scene, &atlas, &opts, progress)?;
-        // Best effort: without the stamp the next call bakes again.
-        let _ = std::fs::write(&stamp, &fp);
+        record(&stamp, &key);
     }
     Ok(PreparedScene { name: name.to_string(), atlas, scene: Some(scene), baked: !current })
+}
+
+/// The cached bake of the built-in labelled texture of `size` in the folder `cache`
+/// (`demo-WxH.tsa`) and the key that says whether it is current.
+pub fn builtin_bake(cache: &Path, size: (u32, u32)) -> (BakeCache, BakeKey) {
+    let (w, h) = size;
+    let key = BakeKey::new(BakeKind::Layers)
+        .bake_options(&BakeOptions::default())
+        .option("generated", format!("{w}x{h}"))
+        .option("layer", BUILTIN_LAYER);
+    (BakeCache::new(cache.join(format!("demo-{w}x{h}.tsa"))), key)
+}
+
+/// Layer name of the built-in labelled texture.
+const BUILTIN_LAYER: &str = "demo";
+
+/// The built-in labelled texture of `size` (drawn on the built-in meshes), baked into the
+/// folder `cache` unless a current bake is there (or `rebake`); `progress` shows the bake.
+pub fn prepare_builtin(
+    cache: &Path,
+    size: (u32, u32),
+    rebake: bool,
+    progress: &dyn Progress,
+) -> Result<PreparedScene, CatalogError> {
+    std::fs::create_dir_all(cache)
+        .map_err(|source| CatalogError::Io { path: cache.to_path_buf(), source })?;
+    let (stamp, key) = builtin_bake(cache, size);
+    let atlas = stamp.atlas().to_path_buf();
+    let current = !rebake && stamp.is_current(&key);
+    if !current {
+        let input = BakeInput {
+            name: BUILTIN_LAYER.into(),
+            source: Box::new(Generated::new(size.0, size.1)),
+            wrap: Wrap::Clamp,
+            color: ColorSpace::Srgb,
+            codec: None,
+            regions: Vec::new(),
+        };
+        bake(vec![input], &atlas, &BakeOptions::default(), progress)
+            .map_err(|source| CatalogError::Bake { path: atlas.clone(), source })?;
+        record(&stamp, &key);
+    }
+    Ok(PreparedScene { name: "builtin".into(), atlas, scene: None, baked: !current })
+}
+
+/// Writes the stamp of a finished bake; a failure only costs a bake next time.
+fn record(stamp: &BakeCache, key: &BakeKey) {
+    if let Err(e) = stamp.record(key) {
+        tracing::warn!("{e}; the next run bakes {} again", stamp.atlas().display());
+    }
 }
 
 /// Bakes the stress mosaic into `atlas` unless the bake there is current (or `rebake`);
@@ -215,20 +238,19 @@ pub fn prepare(
 fn prepare_stress(
     data: &Path,
     atlas: &Path,
-    stamp: &Path,
-    codec: Codec,
+    opts: &BakeOptions,
     cells: u32,
     rebake: bool,
-    progress: &ProgressBar,
+    progress: &dyn Progress,
 ) -> Result<bool, CatalogError> {
-    let head = format!(
-        "tessera {} codec {codec}\nstress mosaic {cells}x{cells} cells of {STRESS_CELL}: {STRESS_CROPS:?}\n",
-        env!("CARGO_PKG_VERSION")
-    );
-    let fp = files_fingerprint(head, Mosaic::stress_files(data));
-    let current =
-        !rebake && Atlas::open(atlas).is_ok() && std::fs::read_to_string(stamp).is_ok_and(|old| old == fp);
-    if current {
+    let key = BakeKey::new(BakeKind::Mosaic)
+        .bake_options(opts)
+        .option("cells", cells)
+        .option("cell", STRESS_CELL)
+        .option("crops", format!("{STRESS_CROPS:?}"))
+        .inputs(Mosaic::stress_files(data));
+    let stamp = BakeCache::new(atlas);
+    if !rebake && stamp.is_current(&key) {
         return Ok(false);
     }
     let mosaic = Mosaic::stress_grid(data, cells)?;
@@ -244,17 +266,30 @@ fn prepare_stress(
         color: ColorSpace::Srgb,
         codec: None,
     };
-    let opts = BakeOptions { codec, ..BakeOptions::default() };
-    bake(vec![input], atlas, &opts, progress)
+    bake(vec![input], atlas, opts, progress)
         .map_err(|source| CatalogError::Bake { path: atlas.to_path_buf(), source })?;
-    // Best effort: without the stamp the next call bakes again.
-    let _ = std::fs::write(stamp, &fp);
+    record(&stamp, &key);
     Ok(true)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_builtin_texture_is_baked_once_then_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = prepare_builtin(dir.path(), (256, 128), false, &crate::progress::NoProgress).unwrap();
+        assert!(first.baked && first.scene.is_none());
+        assert!(crate::Atlas::open(&first.atlas).is_ok());
+        let again = prepare_builtin(dir.path(), (256, 128), false, &crate::progress::NoProgress).unwrap();
+        assert!(!again.baked, "the bake is current");
+        let forced = prepare_builtin(dir.path(), (256, 128), true, &crate::progress::NoProgress).unwrap();
+        assert!(forced.baked, "rebake");
+        let (stamp, key) = builtin_bake(dir.path(), (256, 128));
+        assert!(stamp.is_current(&key));
+        assert!(!stamp.is_current(&key.option("generated", "512x256")));
+    }
 
     #[test]
     fn unknown_and_missing_scenes_say_what_to_do() {

@@ -7,15 +7,16 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
 
+use crate::bake::cache::{BakeKey, BakeKind};
 use crate::bake::pack::{owned_mips, pack};
 use crate::bake::source::{RowSource, TEXEL_BYTES};
 use crate::bake::{BakeInput, BakeOptions, BakeReport, Region, bake};
 use crate::format::atlas::{ColorSpace, Wrap};
 use crate::format::codec::Codec;
 use crate::format::tile::TextureLayout;
+use crate::progress::Progress;
 use crate::scene::material_scene::{ImageRef, MaterialScene, SceneError, embedded_image_bytes, image_size};
 
 /// The layers of a scene atlas, in order: base colour (sRGB), tangent-space normal map
@@ -128,6 +129,21 @@ impl SceneManifest {
     }
 }
 
+/// What decides the output of [`bake_scene`] for `scene` into `out`, as a cache key: the
+/// bake `kind` ([`BakeKind::Gltf`] or [`BakeKind::Globe`]), `opts`, the scene's source file
+/// and image files; the manifest beside `out` counts as an output.
+pub fn scene_bake_key(kind: BakeKind, scene: &MaterialScene, out: &Path, opts: &BakeOptions) -> BakeKey {
+    let images = crate::scene::material_scene::scene_images(scene).into_iter().filter_map(|i| match i {
+        ImageRef::File(p) => Some(p),
+        ImageRef::Embedded { .. } => None,
+    });
+    BakeKey::new(kind)
+        .bake_options(opts)
+        .input(&scene.source)
+        .inputs(images)
+        .output(SceneManifest::path_for(out))
+}
+
 /// The images of one packed rectangle, one per layer, and its wrap.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct RectKey {
@@ -147,7 +163,7 @@ pub fn bake_scene(
     scene: &MaterialScene,
     out: &Path,
     opts: &BakeOptions,
-    progress: &ProgressBar,
+    progress: &dyn Progress,
 ) -> Result<(BakeReport, SceneManifest), SceneError> {
     let t = opts.tile_size.max(1);
     // Group materials by their images, remembering a material name for messages.

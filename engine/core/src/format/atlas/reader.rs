@@ -234,7 +234,7 @@ impl Atlas {
 
     /// Reads, checks and decodes every tile (in parallel); returns one error per bad
     /// tile, in tile order, and also any non-zero byte in the padding between blobs.
-    pub fn verify(&self, progress: &indicatif::ProgressBar) -> Vec<AtlasError> {
+    pub fn verify(&self, progress: &dyn crate::progress::Progress) -> Vec<AtlasError> {
         use rayon::prelude::*;
         let tiles: Vec<TileId> =
             self.layers.iter().enumerate().flat_map(|(i, l)| l.layout.tiles(i as u16)).collect();

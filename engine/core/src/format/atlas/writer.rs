@@ -301,7 +301,7 @@ mod tests {
         let atlas = Atlas::open(&path).unwrap();
         assert_eq!(atlas.read_tile(TileId::new(0, 0, 1, 0)).unwrap(), &b[..]);
         assert_eq!(atlas.entry(TileId::new(0, 1, 0, 0)).unwrap().offset, atlas.entry_at(0).unwrap().offset);
-        assert!(atlas.verify(&indicatif::ProgressBar::hidden()).is_empty());
+        assert!(atlas.verify(&crate::progress::NoProgress).is_empty());
         assert_eq!(atlas.stored_bytes(), 2048);
     }
 

@@ -1,0 +1,401 @@
+//! Whether a bake on disk is up to date: a stamp beside the atlas records what the bake
+//! was made from (kind, options, inputs) and what it wrote, so a later bake with the
+//! same key can reuse it and any other bake, edit or replacement makes it stale.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
+
+use crate::bake::BakeOptions;
+
+/// First line of every stamp; a file starting otherwise is not ours (or is outdated).
+const STAMP_MAGIC: &str = "tessera bake stamp 1";
+
+/// A stamp larger than this is not one we wrote.
+const STAMP_MAX_BYTES: u64 = 1 << 20;
+
+/// Files up to this size are identified by a CRC-32 of their contents as well as by
+/// length and modification time.
+const HASH_MAX_BYTES: u64 = 8 << 20;
+
+/// What kind of bake produced an atlas: two bakes of different kinds never share a stamp,
+/// even from the same inputs and options.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BakeKind {
+    /// Images and generated textures, one layer each (`tessera bake INPUT…`, the built-in
+    /// labelled texture).
+    Layers,
+    /// The materials of a glTF scene, stacked (`tessera bake --gltf`).
+    Gltf,
+    /// An equirectangular image as a globe scene (`tessera bake --globe`).
+    Globe,
+    /// A mosaic of image crops (the stress scenes).
+    Mosaic,
+}
+
+impl BakeKind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Layers => "layers",
+            Self::Gltf => "gltf",
+            Self::Globe => "globe",
+            Self::Mosaic => "mosaic",
+        }
+    }
+}
+
+/// Everything that decides a bake's output: its kind, its options (as name = value pairs)
+/// and its input files. Build one per bake and hand it to [`BakeCache`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct BakeKey {
+    kind: BakeKind,
+    options: Vec<(String, String)>,
+    inputs: Vec<PathBuf>,
+    outputs: Vec<PathBuf>,
+}
+
+impl BakeKey {
+    /// A key for a bake of `kind` with no options or inputs yet.
+    pub fn new(kind: BakeKind) -> Self {
+        Self { kind, options: Vec::new(), inputs: Vec::new(), outputs: Vec::new() }
+    }
+
+    /// Adds an option that changes the output (a wrap rule, a generated layer's size…).
+    #[must_use]
+    pub fn option(mut self, name: &str, value: impl std::fmt::Display) -> Self {
+        self.options.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    /// Adds every field of `opts` that changes the output (all but the scratch folder).
+    #[must_use]
+    pub fn bake_options(self, opts: &BakeOptions) -> Self {
+        self.option("tile_size", opts.tile_size)
+            .option("border", opts.border)
+            .option("codec", opts.codec)
+            .option("quality", opts.quality)
+            .option("uastc_rdo", format!("{:?}", opts.uastc_rdo))
+            .option("stacked", opts.stacked)
+    }
+
+    /// Adds an input file, in order (the order of layers matters).
+    #[must_use]
+    pub fn input(mut self, path: impl Into<PathBuf>) -> Self {
+        self.inputs.push(path.into());
+        self
+    }
+
+    /// Adds input files, in order.
+    #[must_use]
+    pub fn inputs(mut self, paths: impl IntoIterator<Item = impl Into<PathBuf>>) -> Self {
+        self.inputs.extend(paths.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds a file the bake writes besides the atlas (e.g. a scene manifest): replaced
+    /// or missing, it makes the bake stale too.
+    #[must_use]
+    pub fn output(mut self, path: impl Into<PathBuf>) -> Self {
+        self.outputs.push(path.into());
+        self
+    }
+}
+
+/// Why a stamp could not be written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BakeCacheError {
+    /// An input or output of the bake could not be read.
+    #[error("{path}: {source}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Writing the stamp failed.
+    #[error("writing the bake stamp {path}: {source}")]
+    Write {
+        /// The stamp.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// The cached bake at one atlas path and its stamp (`ATLAS.bake`, beside it).
+///
+/// [`is_current`](Self::is_current) says yes only when the stamp matches the key (kind,
+/// options, canonical input paths and each input's length, modification time and, for
+/// small files, CRC-32) and the atlas and other outputs are exactly the files the stamp's
+/// bake wrote (same length, modification time and small-file CRC). So an edited input,
+/// another option, another kind of bake, or an atlas written since by anyone else all
+/// make it stale. A missing, corrupt or foreign stamp is stale, never an error.
+#[derive(Clone, Debug)]
+pub struct BakeCache {
+    atlas: PathBuf,
+    stamp: PathBuf,
+}
+
+impl BakeCache {
+    /// The cache of the atlas at `atlas`.
+    pub fn new(atlas: impl Into<PathBuf>) -> Self {
+        let atlas = atlas.into();
+        let stamp = Self::stamp_path(&atlas);
+        Self { atlas, stamp }
+    }
+
+    /// Where the stamp of `atlas` lives: `ATLAS.bake` beside it.
+    pub fn stamp_path(atlas: &Path) -> PathBuf {
+        let mut name = atlas.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        name.push(".bake");
+        atlas.with_file_name(name)
+    }
+
+    /// The atlas.
+    pub fn atlas(&self) -> &Path {
+        &self.atlas
+    }
+
+    /// The stamp file.
+    pub fn stamp(&self) -> &Path {
+        &self.stamp
+    }
+
+    /// Whether the atlas is the output of a bake with `key` whose inputs have not changed
+    /// since. False whenever anything cannot be read.
+    pub fn is_current(&self, key: &BakeKey) -> bool {
+        let Ok(expected) = self.render(key) else { return false };
+        self.read_stamp().is_some_and(|stamp| stamp == expected)
+    }
+
+    /// Records that the atlas (and the key's other outputs) were just baked with `key`.
+    /// Call after the atlas is in place; the stamp is written atomically (temporary
+    /// file, fsync, rename), so a crash leaves the old stamp, which no longer matches.
+    pub fn record(&self, key: &BakeKey) -> Result<(), BakeCacheError> {
+        let text = self.render(key)?;
+        let write_err = |source| BakeCacheError::Write { path: self.stamp.clone(), source };
+        let mut tmp_name = self.stamp.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        tmp_name.push(format!(".{}.tmp", std::process::id()));
+        let tmp = self.stamp.with_file_name(tmp_name);
+        let written = (|| {
+            let mut file = std::fs::File::create(&tmp)?;
+            file.write_all(text.as_bytes())?;
+            file.sync_all()?;
+            std::fs::rename(&tmp, &self.stamp)
+        })();
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(write_err(e));
+        }
+        if let Some(dir) = self.stamp.parent().filter(|d| !d.as_os_str().is_empty())
+            && let Ok(d) = std::fs::File::open(dir)
+        {
+            // Persist the rename itself; not every filesystem supports this.
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+
+    /// Forgets the bake: removes the stamp (nothing to do when there is none).
+    pub fn forget(&self) {
+        let _ = std::fs::remove_file(&self.stamp);
+    }
+
+    /// The stamp's text, or `None` when it is missing, too large or not text.
+    fn read_stamp(&self) -> Option<String> {
+        let meta = std::fs::metadata(&self.stamp).ok()?;
+        if !meta.is_file() || meta.len() > STAMP_MAX_BYTES {
+            return None;
+        }
+        std::fs::read_to_string(&self.stamp).ok()
+    }
+
+    /// The stamp a bake with `key` writes for the files as they are now.
+    fn render(&self, key: &BakeKey) -> Result<String, BakeCacheError> {
+        let mut s = String::new();
+        let _ = writeln!(s, "{STAMP_MAGIC}");
+        let _ = writeln!(s, "tessera {}", env!("CARGO_PKG_VERSION"));
+        let _ = writeln!(s, "kind {}", key.kind.name());
+        for (name, value) in &key.options {
+            let _ = writeln!(s, "option {name:?} {value:?}");
+        }
+        for path in &key.inputs {
+            let _ = writeln!(s, "input {}", identify(path)?);
+        }
+        for path in std::iter::once(&self.atlas).chain(&key.outputs) {
+            let _ = writeln!(s, "output {}", identify(path)?);
+        }
+        Ok(s)
+    }
+}
+
+/// A file's canonical path, length, modification time (ns) and, when small, CRC-32.
+fn identify(path: &Path) -> Result<String, BakeCacheError> {
+    let err = |source| BakeCacheError::File { path: path.to_path_buf(), source };
+    let canonical = path.canonicalize().map_err(err)?;
+    let meta = std::fs::metadata(&canonical).map_err(err)?;
+    let mtime = meta.modified().map_err(err)?;
+    let ns = mtime.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let crc = if meta.len() <= HASH_MAX_BYTES {
+        format!("{:08x}", crc32fast::hash(&std::fs::read(&canonical).map_err(err)?))
+    } else {
+        "-".to_string()
+    };
+    Ok(format!("{canonical:?} len {} mtime {ns} crc {crc}", meta.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::codec::Codec;
+    use std::time::{Duration, SystemTime};
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        input: PathBuf,
+        atlas: PathBuf,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let input = dir.path().join("crop.png");
+        let atlas = dir.path().join("out.tsa");
+        std::fs::write(&input, b"pretend image").expect("write input");
+        std::fs::write(&atlas, b"pretend atlas").expect("write atlas");
+        Fixture { _dir: dir, input, atlas }
+    }
+
+    fn set_mtime(path: &Path, t: SystemTime) {
+        std::fs::File::options().write(true).open(path).and_then(|f| f.set_modified(t)).expect("set mtime");
+    }
+
+    fn key(input: &Path) -> BakeKey {
+        BakeKey::new(BakeKind::Layers)
+            .bake_options(&BakeOptions::default())
+            .option("wrap", "clamp")
+            .input(input)
+    }
+
+    #[test]
+    fn same_inputs_and_options_are_current() {
+        let f = fixture();
+        let cache = BakeCache::new(&f.atlas);
+        assert!(!cache.is_current(&key(&f.input)), "no stamp yet");
+        cache.record(&key(&f.input)).expect("record");
+        assert!(cache.is_current(&key(&f.input)));
+        assert_eq!(cache.stamp(), f.atlas.with_file_name("out.tsa.bake"));
+        // The same file through another spelling of its path is the same input.
+        let dotted = f.input.parent().expect("folder").join(".").join("crop.png");
+        assert!(cache.is_current(&key(&dotted)));
+    }
+
+    #[test]
+    fn a_touched_or_edited_input_is_stale() {
+        let f = fixture();
+        let cache = BakeCache::new(&f.atlas);
+        cache.record(&key(&f.input)).expect("record");
+        set_mtime(&f.input, SystemTime::now() + Duration::from_secs(5));
+        assert!(!cache.is_current(&key(&f.input)), "touched");
+        cache.record(&key(&f.input)).expect("record");
+        let mtime = std::fs::metadata(&f.input).and_then(|m| m.modified()).expect("mtime");
+        std::fs::write(&f.input, b"pretend imagf").expect("edit");
+        set_mtime(&f.input, mtime);
+        assert!(!cache.is_current(&key(&f.input)), "same length and mtime, other contents");
+        std::fs::remove_file(&f.input).expect("remove");
+        assert!(!cache.is_current(&key(&f.input)), "missing input");
+    }
+
+    #[test]
+    fn another_option_or_kind_or_input_list_is_stale() {
+        let f = fixture();
+        let cache = BakeCache::new(&f.atlas);
+        cache.record(&key(&f.input)).expect("record");
+        let lossy = BakeOptions { codec: Codec::Etc1s, ..BakeOptions::default() };
+        let other_codec =
+            BakeKey::new(BakeKind::Layers).bake_options(&lossy).option("wrap", "clamp").input(&f.input);
+        assert!(!cache.is_current(&other_codec));
+        let other_wrap = BakeKey::new(BakeKind::Layers)
+            .bake_options(&BakeOptions::default())
+            .option("wrap", "repeat")
+            .input(&f.input);
+        assert!(!cache.is_current(&other_wrap));
+        let other_tile = BakeOptions { tile_size: 256, ..BakeOptions::default() };
+        assert!(!cache.is_current(&BakeKey::new(BakeKind::Layers).bake_options(&other_tile).input(&f.input)));
+        let gltf = BakeKey::new(BakeKind::Gltf).bake_options(&BakeOptions::default()).option("wrap", "clamp");
+        assert!(!cache.is_current(&gltf.input(&f.input)), "another kind of bake");
+        assert!(!cache.is_current(&key(&f.input).input(&f.input)), "the input twice");
+        assert!(cache.is_current(&key(&f.input)));
+    }
+
+    #[test]
+    fn an_atlas_replaced_by_another_writer_is_stale() {
+        let f = fixture();
+        let cache = BakeCache::new(&f.atlas);
+        cache.record(&key(&f.input)).expect("record");
+        // Same length, same modification time, other contents.
+        let mtime = std::fs::metadata(&f.atlas).and_then(|m| m.modified()).expect("mtime");
+        std::fs::write(&f.atlas, b"another atlas").expect("replace");
+        set_mtime(&f.atlas, mtime);
+        assert!(!cache.is_current(&key(&f.input)), "same length, other contents");
+        cache.record(&key(&f.input)).expect("record");
+        set_mtime(&f.atlas, SystemTime::now() + Duration::from_secs(5));
+        assert!(!cache.is_current(&key(&f.input)), "rewritten later");
+        std::fs::remove_file(&f.atlas).expect("remove");
+        assert!(!cache.is_current(&key(&f.input)), "no atlas");
+        assert!(cache.record(&key(&f.input)).is_err(), "no atlas to stamp");
+    }
+
+    #[test]
+    fn extra_outputs_count_like_the_atlas() {
+        let f = fixture();
+        let manifest = f.atlas.with_extension("scene.json");
+        std::fs::write(&manifest, b"{}").expect("write manifest");
+        let cache = BakeCache::new(&f.atlas);
+        let k = key(&f.input).output(&manifest);
+        cache.record(&k).expect("record");
+        assert!(cache.is_current(&k));
+        std::fs::write(&manifest, b"[]").expect("rewrite manifest");
+        assert!(!cache.is_current(&k));
+    }
+
+    #[test]
+    fn corrupt_or_foreign_stamps_are_stale() {
+        let f = fixture();
+        let cache = BakeCache::new(&f.atlas);
+        cache.record(&key(&f.input)).expect("record");
+        let good = std::fs::read(cache.stamp()).expect("stamp");
+        let mut truncated = good.clone();
+        truncated.truncate(good.len() / 2);
+        let bad: [&[u8]; 5] =
+            [b"", b"\xff\xfe\x00garbage", &truncated, b"tessera bake stamp 1\n", &[b'x'; 4096]];
+        for contents in bad {
+            std::fs::write(cache.stamp(), contents).expect("corrupt");
+            assert!(!cache.is_current(&key(&f.input)));
+        }
+        // A stamp for another atlas, copied here.
+        let other = f.atlas.with_file_name("other.tsa");
+        std::fs::copy(&f.atlas, &other).expect("copy");
+        let other_cache = BakeCache::new(&other);
+        other_cache.record(&key(&f.input)).expect("record");
+        std::fs::copy(other_cache.stamp(), cache.stamp()).expect("copy stamp");
+        assert!(!cache.is_current(&key(&f.input)));
+        // A folder where the stamp should be.
+        std::fs::remove_file(cache.stamp()).expect("remove");
+        std::fs::create_dir(cache.stamp()).expect("mkdir");
+        assert!(!cache.is_current(&key(&f.input)));
+        assert!(cache.record(&key(&f.input)).is_err());
+    }
+
+    #[test]
+    fn forget_makes_it_stale() {
+        let f = fixture();
+        let cache = BakeCache::new(&f.atlas);
+        cache.record(&key(&f.input)).expect("record");
+        cache.forget();
+        assert!(!cache.is_current(&key(&f.input)));
+        cache.forget();
+    }
+}
