@@ -10,12 +10,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow};
+use tessera::VirtualTextures;
 use tessera::capture::write_png;
-use tessera::core::Atlas;
 use tessera::core::scene::camera::Camera;
-use tessera::drawer::{Drawer, drawer_for};
-use tessera::scene::{OffscreenTarget, TARGET_FORMAT};
-use tessera::{GpuContext, VirtualTextures, VtConfig};
 use tessera_egui::{
     BakeProgress, DebugView, FrameSample, History, Latency, OverlayControls, OverlayModel, ResidencySnapshot,
     bake_progress_ui, overlay_ui, shown_layer,
@@ -30,6 +27,7 @@ use winit::window::{Window, WindowId};
 use crate::Args;
 use crate::bake::{BakeTask, Opened, Resolved};
 use crate::camera::{Mode, Rig, SceneCameras};
+use crate::gfx::{Gfx, clear, draw_egui, load_scene};
 use crate::input::Input;
 
 /// Keys and what they do, for the overlay's help panel.
@@ -53,211 +51,6 @@ const KEYS: &[(&str, &str)] = &[
 
 /// Most tiles in a residency map drawn every frame; finer mips are left out.
 const MAX_MAP_TILES: u64 = 8192;
-
-const BLIT_WGSL: &str = r"
-@group(0) @binding(0) var src: texture_2d<f32>;
-
-@vertex
-fn vs_main(@builtin(vertex_index) i: u32) -> @builtin(position) vec4<f32> {
-    let p = vec2<f32>(f32((i << 1u) & 2u), f32(i & 2u));
-    return vec4<f32>(p * 2.0 - 1.0, 0.0, 1.0);
-}
-
-@fragment
-fn fs_main(@builtin(position) pos: vec4<f32>) -> @location(0) vec4<f32> {
-    return textureLoad(src, vec2<i32>(pos.xy), 0);
-}
-";
-
-/// The streamed atlas and what is drawn with it: the built-in meshes or a lit material
-/// scene.
-struct Scene {
-    /// What was opened.
-    opened: Opened,
-    vt: VirtualTextures,
-    drawer: Box<dyn Drawer>,
-    pool_mib: u32,
-}
-
-fn load_scene(ctx: &GpuContext, opened: &Opened, args: &Args, pool_mib: u32) -> Result<Scene> {
-    let path = &opened.atlas;
-    let atlas = Arc::new(Atlas::open(path).with_context(|| format!("opening atlas {}", path.display()))?);
-    let cfg = VtConfig {
-        pool_mib,
-        host_cache_mib: args.host_cache_mib,
-        max_uploads_per_frame: args.upload_budget.max(1),
-        mip_bias: args.mip_bias,
-        // Interactive: streaming adapts its per-frame upload budget to a 60 Hz frame.
-        target_frame_ms: Some(1000.0 / 60.0),
-        ..VtConfig::default()
-    };
-    let vt = VirtualTextures::new(ctx, atlas.clone(), cfg)
-        .with_context(|| format!("setting up virtual textures for {}", path.display()))?;
-    let drawer = drawer_for(ctx, &vt, opened.scene.as_deref())
-        .with_context(|| format!("setting up the scene of {}", opened.name))?;
-    Ok(Scene { opened: opened.clone(), vt, drawer, pool_mib })
-}
-
-/// Everything that needs the window: surface, device, targets, egui.
-struct Gfx {
-    window: Arc<Window>,
-    ctx: GpuContext,
-    surface: wgpu::Surface<'static>,
-    config: wgpu::SurfaceConfiguration,
-    view_format: wgpu::TextureFormat,
-    blit: wgpu::RenderPipeline,
-    blit_layout: wgpu::BindGroupLayout,
-    blit_group: wgpu::BindGroup,
-    target: OffscreenTarget,
-    /// `None` until the first atlas is open (while it bakes, or after it failed).
-    scene: Option<Scene>,
-    /// The pool texture registered with egui, for the thumbnail.
-    pool_texture: Option<egui::TextureId>,
-    egui_ctx: egui::Context,
-    egui_state: egui_winit::State,
-    egui_renderer: egui_wgpu::Renderer,
-}
-
-impl Gfx {
-    fn new(window: Arc<Window>, args: &Args) -> Result<Self> {
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_with_display_handle_from_env(
-            Box::new(window.clone()),
-        ));
-        let surface = instance.create_surface(window.clone()).context("creating the window surface")?;
-        let ctx = GpuContext::with_instance(instance, Some(&surface))?;
-        println!("adapter: {}", ctx.describe());
-        let size = window.inner_size();
-        let caps = surface.get_capabilities(&ctx.adapter);
-        let format = caps
-            .formats
-            .iter()
-            .copied()
-            .find(wgpu::TextureFormat::is_srgb)
-            .or_else(|| caps.formats.first().copied())
-            .context("the window surface supports no texture format")?;
-        let mut config = surface
-            .get_default_config(&ctx.adapter, size.width.max(1), size.height.max(1))
-            .context("the adapter cannot present to this window")?;
-        config.format = format;
-        // A linear surface format is viewed as sRGB so the blit writes encoded colour.
-        let view_format = format.add_srgb_suffix();
-        config.view_formats = if view_format == format { vec![] } else { vec![view_format] };
-        config.present_mode =
-            if args.no_vsync { wgpu::PresentMode::AutoNoVsync } else { wgpu::PresentMode::AutoVsync };
-        surface.configure(&ctx.device, &config);
-        let device = &ctx.device;
-        let blit_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: Some("viewer blit"),
-            entries: &[wgpu::BindGroupLayoutEntry {
-                binding: 0,
-                visibility: wgpu::ShaderStages::FRAGMENT,
-                ty: wgpu::BindingType::Texture {
-                    sample_type: wgpu::TextureSampleType::Float { filterable: false },
-                    view_dimension: wgpu::TextureViewDimension::D2,
-                    multisampled: false,
-                },
-                count: None,
-            }],
-        });
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some("viewer blit"),
-            source: wgpu::ShaderSource::Wgsl(BLIT_WGSL.into()),
-        });
-        let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some("viewer blit"),
-            bind_group_layouts: &[Some(&blit_layout)],
-            immediate_size: 0,
-        });
-        let blit = device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
-            label: Some("viewer blit"),
-            layout: Some(&layout),
-            vertex: wgpu::VertexState {
-                module: &module,
-                entry_point: Some("vs_main"),
-                compilation_options: Default::default(),
-                buffers: &[],
-            },
-            primitive: Default::default(),
-            depth_stencil: None,
-            multisample: Default::default(),
-            fragment: Some(wgpu::FragmentState {
-                module: &module,
-                entry_point: Some("fs_main"),
-                compilation_options: Default::default(),
-                targets: &[Some(view_format.into())],
-            }),
-            multiview_mask: None,
-            cache: None,
-        });
-        let target = OffscreenTarget::new(device, config.width, config.height);
-        let blit_group = blit_group(device, &blit_layout, &target);
-        let egui_ctx = egui::Context::default();
-        let egui_state = egui_winit::State::new(
-            egui_ctx.clone(),
-            egui::ViewportId::ROOT,
-            &window,
-            Some(window.scale_factor() as f32),
-            None,
-            Some(device.limits().max_texture_dimension_2d as usize),
-        );
-        let egui_renderer = egui_wgpu::Renderer::new(device, TARGET_FORMAT, Default::default());
-        Ok(Self {
-            window,
-            ctx,
-            surface,
-            config,
-            view_format,
-            blit,
-            blit_layout,
-            blit_group,
-            target,
-            scene: None,
-            pool_texture: None,
-            egui_ctx,
-            egui_state,
-            egui_renderer,
-        })
-    }
-
-    /// Replaces the scene, re-registering the pool thumbnail.
-    fn set_scene(&mut self, scene: Scene) {
-        if let Some(id) = self.pool_texture.take() {
-            self.egui_renderer.free_texture(&id);
-        }
-        self.pool_texture = Some(self.egui_renderer.register_native_texture(
-            &self.ctx.device,
-            scene.vt.pool().view(),
-            wgpu::FilterMode::Linear,
-        ));
-        self.scene = Some(scene);
-    }
-
-    fn resize(&mut self, size: PhysicalSize<u32>) {
-        if size.width == 0 || size.height == 0 {
-            return;
-        }
-        self.config.width = size.width;
-        self.config.height = size.height;
-        self.surface.configure(&self.ctx.device, &self.config);
-        self.target = OffscreenTarget::new(&self.ctx.device, size.width, size.height);
-        self.blit_group = blit_group(&self.ctx.device, &self.blit_layout, &self.target);
-    }
-}
-
-fn blit_group(
-    device: &wgpu::Device,
-    layout: &wgpu::BindGroupLayout,
-    target: &OffscreenTarget,
-) -> wgpu::BindGroup {
-    device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some("viewer blit"),
-        layout,
-        entries: &[wgpu::BindGroupEntry {
-            binding: 0,
-            resource: wgpu::BindingResource::TextureView(&target.color_view),
-        }],
-    })
-}
 
 /// The settings last applied to the engine, to notice changes in the overlay.
 #[derive(Clone, Copy, PartialEq)]
@@ -404,12 +197,12 @@ impl App {
             KeyCode::KeyV => {
                 self.vsync = !self.vsync;
                 if let Some(g) = &mut self.gfx {
-                    g.config.present_mode = if self.vsync {
+                    g.present.config.present_mode = if self.vsync {
                         wgpu::PresentMode::AutoVsync
                     } else {
                         wgpu::PresentMode::AutoNoVsync
                     };
-                    g.surface.configure(&g.ctx.device, &g.config);
+                    g.present.configure(&g.ctx.device);
                 }
             }
             _ => {}
@@ -668,22 +461,7 @@ impl App {
             None => clear(&mut encoder, &g.target.color_view),
         }
         let egui_cmds = g.egui_renderer.update_buffers(device, queue, &mut encoder, &jobs, &screen);
-        {
-            let pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
-                label: Some("overlay"),
-                color_attachments: &[Some(wgpu::RenderPassColorAttachment {
-                    view: &g.target.color_view,
-                    depth_slice: None,
-                    resolve_target: None,
-                    ops: wgpu::Operations { load: wgpu::LoadOp::Load, store: wgpu::StoreOp::Store },
-                })],
-                depth_stencil_attachment: None,
-                timestamp_writes: None,
-                occlusion_query_set: None,
-                multiview_mask: None,
-            });
-            g.egui_renderer.render(&mut pass.forget_lifetime(), &jobs, &screen);
-        }
+        draw_egui(&g.egui_renderer, &mut encoder, &g.target.color_view, &jobs, &screen);
         // In screenshot mode frames count once the scene is up (after any bake).
         let last = self.args.screenshot.is_some()
             && vt_frame.is_some()
@@ -691,54 +469,7 @@ impl App {
         if last {
             g.target.copy_out(&mut encoder);
         }
-        let mut reconfigure = false;
-        let surface_texture = match g.surface.get_current_texture() {
-            wgpu::CurrentSurfaceTexture::Success(t) => Some(t),
-            wgpu::CurrentSurfaceTexture::Suboptimal(t) => {
-                reconfigure = true;
-                Some(t)
-            }
-            wgpu::CurrentSurfaceTexture::Lost => {
-                g.surface = g
-                    .ctx
-                    .instance
-                    .create_surface(g.window.clone())
-                    .context("recreating the lost window surface")?;
-                g.surface.configure(device, &g.config);
-                None
-            }
-            wgpu::CurrentSurfaceTexture::Outdated => {
-                g.surface.configure(device, &g.config);
-                None
-            }
-            // Timeout, occluded: skip presenting this frame; the scene still streams.
-            _ => None,
-        };
-        if let Some(t) = &surface_texture {
-            let view = t.texture.create_view(&wgpu::TextureViewDescriptor {
-                format: Some(g.view_format),
-                ..Default::default()
-            });
-            let mut pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
-                label: Some("blit to surface"),
-                color_attachments: &[Some(wgpu::RenderPassColorAttachment {
-                    view: &view,
-                    depth_slice: None,
-                    resolve_target: None,
-                    ops: wgpu::Operations {
-                        load: wgpu::LoadOp::Clear(wgpu::Color::BLACK),
-                        store: wgpu::StoreOp::Store,
-                    },
-                })],
-                depth_stencil_attachment: None,
-                timestamp_writes: None,
-                occlusion_query_set: None,
-                multiview_mask: None,
-            });
-            pass.set_pipeline(&g.blit);
-            pass.set_bind_group(0, &g.blit_group, &[]);
-            pass.draw(0..3, 0..1);
-        }
+        let (surface_texture, reconfigure) = g.present.blit(&g.ctx, &g.window, &mut encoder)?;
         // egui's buffer uploads go first; the frame's encoder is submitted by `finish`.
         queue.submit(egui_cmds);
         let streamed = vt_frame.is_some();
@@ -754,7 +485,7 @@ impl App {
             queue.present(t);
         }
         if reconfigure {
-            g.surface.configure(device, &g.config);
+            g.present.configure(device);
         }
         for id in full.textures_delta.free.drain() {
             g.egui_renderer.free_texture(&id);
@@ -842,26 +573,6 @@ fn messages_ui(ui: &mut egui::Ui, baking: Option<&BakeProgress>, notice: &mut Op
                 ui.label("Drop an image, a glTF scene or a Tessera atlas (.tsa) on the window.")
             });
     }
-}
-
-/// Clears the scene target when there is no scene to draw.
-fn clear(encoder: &mut wgpu::CommandEncoder, view: &wgpu::TextureView) {
-    encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
-        label: Some("no scene"),
-        color_attachments: &[Some(wgpu::RenderPassColorAttachment {
-            view,
-            depth_slice: None,
-            resolve_target: None,
-            ops: wgpu::Operations {
-                load: wgpu::LoadOp::Clear(wgpu::Color { r: 0.05, g: 0.06, b: 0.08, a: 1.0 }),
-                store: wgpu::StoreOp::Store,
-            },
-        })],
-        depth_stencil_attachment: None,
-        timestamp_writes: None,
-        occlusion_query_set: None,
-        multiview_mask: None,
-    });
 }
 
 impl ApplicationHandler for App {

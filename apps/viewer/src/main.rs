@@ -5,6 +5,7 @@
 mod app;
 mod bake;
 mod camera;
+mod gfx;
 mod input;
 
 use std::path::PathBuf;

@@ -4,6 +4,8 @@
 //! loader threads delivering synthetic tiles. The lavapipe tests check the same
 //! scenarios through the renderer; these run in milliseconds.
 
+#![allow(clippy::unwrap_used)] // Test helpers fail loudly by design.
+
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,11 +39,9 @@ fn pool(layouts: Vec<TextureLayout>, slots: (u32, u32), targets: Vec<TargetForma
 
 /// A loader of synthetic tiles of `len` bytes; `bad` tiles fail and `short` tiles come
 /// back one byte short.
-fn loader(
-    len: usize,
-    bad: Vec<TileId>,
-    short: Vec<TileId>,
-) -> Arc<dyn Fn(TileId) -> Result<Arc<[u8]>, LoadError> + Send + Sync> {
+type Load = Arc<dyn Fn(TileId) -> Result<Arc<[u8]>, LoadError> + Send + Sync>;
+
+fn loader(len: usize, bad: Vec<TileId>, short: Vec<TileId>) -> Load {
     Arc::new(move |t: TileId| {
         if bad.contains(&t) {
             return Err(LoadError::failed(t, "CRC mismatch"));
