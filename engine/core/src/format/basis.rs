@@ -17,7 +17,7 @@ use basis_universal::{
     TranscoderTextureFormat, sys,
 };
 
-use crate::format::codec::{CodecError, EncodeOptions, TargetFormat};
+use crate::format::codec_types::{CodecError, EncodeOptions, TargetFormat};
 use crate::format::color::ColorSpace;
 
 /// The two Basis Universal modes a tile can be stored in.

@@ -4,6 +4,7 @@
 pub mod atlas;
 pub mod basis;
 pub mod codec;
+pub mod codec_types;
 pub mod color;
 pub mod pool_format;
 pub mod tile;
