@@ -13,6 +13,7 @@ use tessera_core::scene::scene_bake::SceneManifest;
 use wgpu::util::DeviceExt;
 
 use crate::context::GpuContext;
+use crate::drawer::Drawer;
 use crate::error::RenderError;
 use crate::reference;
 use crate::scene::{SceneRenderer, frame_uniform, mesh_pipeline};
@@ -240,9 +241,25 @@ impl MaterialRenderer {
         self.triangles
     }
 
+    fn draw(&self, pass: &mut wgpu::RenderPass<'_>) {
+        for m in &self.meshes {
+            pass.set_bind_group(2, &self.material_group, &[m.material * MATERIAL_STRIDE as u32]);
+            pass.set_vertex_buffer(0, m.vertices.slice(..));
+            pass.set_index_buffer(m.indices.slice(..), wgpu::IndexFormat::Uint32);
+            pass.draw_indexed(0..m.count, 0, 0..1);
+        }
+    }
+}
+
+impl Drawer for MaterialRenderer {
     /// Builds fully resident reference textures of the atlas' first three layers (a
     /// layer the atlas lacks repeats layer 0).
-    pub fn enable_reference(&mut self, ctx: &GpuContext, atlas: &Atlas) -> Result<(), RenderError> {
+    fn enable_reference(
+        &mut self,
+        ctx: &GpuContext,
+        atlas: &Atlas,
+        _max_anisotropy: u16,
+    ) -> Result<(), RenderError> {
         let device = &ctx.device;
         let tex = |binding| wgpu::BindGroupLayoutEntry {
             binding,
@@ -316,12 +333,12 @@ impl MaterialRenderer {
     }
 
     /// GPU bytes of the reference textures, when enabled.
-    pub fn reference_bytes(&self) -> Option<u64> {
+    fn reference_bytes(&self) -> Option<u64> {
         self.reference.as_ref().map(|r| r.bytes)
     }
 
     /// Sets the camera (and the light) for the next draws.
-    pub fn set_camera(&self, queue: &wgpu::Queue, camera: &Camera, aspect: f32) {
+    fn set_camera(&self, queue: &wgpu::Queue, camera: &Camera, aspect: f32) {
         let vp = camera.view_projection(aspect);
         let p = camera.position;
         let u = FrameUniform {
@@ -333,17 +350,8 @@ impl MaterialRenderer {
         queue.write_buffer(&self.frame_buffer, 0, bytemuck::bytes_of(&u));
     }
 
-    fn draw(&self, pass: &mut wgpu::RenderPass<'_>) {
-        for m in &self.meshes {
-            pass.set_bind_group(2, &self.material_group, &[m.material * MATERIAL_STRIDE as u32]);
-            pass.set_vertex_buffer(0, m.vertices.slice(..));
-            pass.set_index_buffer(m.indices.slice(..), wgpu::IndexFormat::Uint32);
-            pass.draw_indexed(0..m.count, 0, 0..1);
-        }
-    }
-
     /// Draws the scene through the virtual texture.
-    pub fn draw_vt(
+    fn draw_vt(
         &self,
         encoder: &mut wgpu::CommandEncoder,
         color: &wgpu::TextureView,
@@ -360,7 +368,7 @@ impl MaterialRenderer {
     }
 
     /// Draws the scene through the fully resident reference textures (no-op unless enabled).
-    pub fn draw_reference(
+    fn draw_reference(
         &self,
         encoder: &mut wgpu::CommandEncoder,
         color: &wgpu::TextureView,

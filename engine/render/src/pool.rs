@@ -39,15 +39,7 @@ pub fn wgpu_format_for(target: TargetFormat, color: ColorSpace) -> wgpu::Texture
     }
 }
 
-/// The slot grid (across, down) of a `mib` MiB pool of `slot_bytes` slots whose sides
-/// hold at most `max_side` slots: as square as possible, at most 2^24 slots.
-pub fn slot_grid(mib: u32, slot_bytes: u64, max_side: u32) -> (u32, u32) {
-    let wanted = (u64::from(mib) << 20) / slot_bytes.max(1);
-    let n = wanted.min(u64::from(max_side).pow(2)).min(1 << 24);
-    let slots_x = ((n as f64).sqrt().ceil() as u32).clamp(1, max_side.max(1));
-    let slots_y = ((n / u64::from(slots_x)) as u32).clamp(1, max_side.max(1));
-    (slots_x, slots_y)
-}
+pub use tessera_core::stream::pool_layout::slot_grid;
 
 /// What the adapter's device can sample, for [`tessera_core::format::pool_format::select`].
 pub fn format_support(device: &wgpu::Device) -> tessera_core::format::pool_format::FormatSupport {

@@ -9,6 +9,7 @@ use tessera_core::scene::{Mesh, Vertex};
 use wgpu::util::DeviceExt;
 
 use crate::context::GpuContext;
+use crate::drawer::Drawer;
 use crate::error::RenderError;
 use crate::reference::{self, ReferenceTexture};
 use crate::shaders;
@@ -188,99 +189,6 @@ impl SceneRenderer {
         Self { meshes, frame_buffer, frame_group, frame_layout, vt_pipeline, reference: None, color_format }
     }
 
-    /// Builds the fully resident reference textures of every layer the meshes use.
-    pub fn enable_reference(
-        &mut self,
-        ctx: &GpuContext,
-        atlas: &Atlas,
-        max_anisotropy: u16,
-    ) -> Result<(), RenderError> {
-        let device = &ctx.device;
-        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: Some("reference"),
-            entries: &[
-                wgpu::BindGroupLayoutEntry {
-                    binding: 0,
-                    visibility: wgpu::ShaderStages::FRAGMENT,
-                    ty: wgpu::BindingType::Buffer {
-                        ty: wgpu::BufferBindingType::Uniform,
-                        has_dynamic_offset: false,
-                        min_binding_size: None,
-                    },
-                    count: None,
-                },
-                wgpu::BindGroupLayoutEntry {
-                    binding: 1,
-                    visibility: wgpu::ShaderStages::FRAGMENT,
-                    ty: wgpu::BindingType::Texture {
-                        sample_type: wgpu::TextureSampleType::Float { filterable: true },
-                        view_dimension: wgpu::TextureViewDimension::D2,
-                        multisampled: false,
-                    },
-                    count: None,
-                },
-                wgpu::BindGroupLayoutEntry {
-                    binding: 2,
-                    visibility: wgpu::ShaderStages::FRAGMENT,
-                    ty: wgpu::BindingType::Sampler(wgpu::SamplerBindingType::Filtering),
-                    count: None,
-                },
-            ],
-        });
-        let sampler = device.create_sampler(&wgpu::SamplerDescriptor {
-            label: Some("reference"),
-            mag_filter: wgpu::FilterMode::Linear,
-            min_filter: wgpu::FilterMode::Linear,
-            mipmap_filter: wgpu::MipmapFilterMode::Linear,
-            anisotropy_clamp: max_anisotropy.clamp(1, 16),
-            ..Default::default()
-        });
-        let layers = self.meshes.iter().map(|m| m.layer).max().unwrap_or(0) + 1;
-        let mut groups = Vec::new();
-        let mut bytes = 0;
-        for layer in 0..layers.min(atlas.layers().len()) {
-            let ReferenceTexture { view, params, bytes: b, .. } = reference::build(ctx, atlas, layer)?;
-            bytes += b;
-            let ubuf = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some("reference params"),
-                contents: bytemuck::bytes_of(&params),
-                usage: wgpu::BufferUsages::UNIFORM,
-            });
-            groups.push(device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some("reference"),
-                layout: &layout,
-                entries: &[
-                    wgpu::BindGroupEntry { binding: 0, resource: ubuf.as_entire_binding() },
-                    wgpu::BindGroupEntry { binding: 1, resource: wgpu::BindingResource::TextureView(&view) },
-                    wgpu::BindGroupEntry { binding: 2, resource: wgpu::BindingResource::Sampler(&sampler) },
-                ],
-            }));
-        }
-        let pipeline = pipeline(
-            device,
-            "scene reference",
-            shaders::scene_reference_source(),
-            &[Some(&self.frame_layout), Some(&layout)],
-            self.color_format,
-        );
-        self.reference = Some(ReferencePass { pipeline, groups, bytes });
-        Ok(())
-    }
-
-    /// GPU bytes of the reference textures, when enabled.
-    pub fn reference_bytes(&self) -> Option<u64> {
-        self.reference.as_ref().map(|r| r.bytes)
-    }
-
-    /// Sets the camera for the next draws.
-    pub fn set_camera(&self, queue: &wgpu::Queue, camera: &Camera, aspect: f32) {
-        let vp: Mat4 = camera.view_projection(aspect);
-        let light = Vec3::new(0.4, 1.0, 0.3).normalize();
-        let u =
-            FrameUniform { view_proj: vp.to_cols_array_2d(), light_dir: [light.x, light.y, light.z, 0.0] };
-        queue.write_buffer(&self.frame_buffer, 0, bytemuck::bytes_of(&u));
-    }
-
     /// A render pass clearing `color` and `depth`, for drawing a scene.
     pub(crate) fn pass<'a>(
         encoder: &'a mut wgpu::CommandEncoder,
@@ -311,49 +219,6 @@ impl SceneRenderer {
             occlusion_query_set: None,
             multiview_mask: None,
         })
-    }
-
-    /// Draws the scene through the virtual textures.
-    pub fn draw_vt(
-        &self,
-        encoder: &mut wgpu::CommandEncoder,
-        color: &wgpu::TextureView,
-        depth: &wgpu::TextureView,
-        vt: &VirtualTextures,
-        timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
-    ) {
-        let mut pass = Self::pass(encoder, color, depth, timestamps);
-        pass.set_pipeline(&self.vt_pipeline);
-        pass.set_bind_group(0, &self.frame_group, &[]);
-        for m in &self.meshes {
-            // A mesh whose layer the atlas lacks (or a stacked atlas, sampled through
-            // layer 0's group) uses layer 0.
-            let Some(group) = vt.bind_group(m.layer).or_else(|| vt.bind_group(0)) else { continue };
-            pass.set_bind_group(1, group, &[]);
-            pass.set_vertex_buffer(0, m.vertices.slice(..));
-            pass.set_index_buffer(m.indices.slice(..), wgpu::IndexFormat::Uint32);
-            pass.draw_indexed(0..m.count, 0, 0..1);
-        }
-    }
-
-    /// Draws the scene through the fully resident reference textures (no-op unless enabled).
-    pub fn draw_reference(
-        &self,
-        encoder: &mut wgpu::CommandEncoder,
-        color: &wgpu::TextureView,
-        depth: &wgpu::TextureView,
-        timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
-    ) {
-        let Some(r) = &self.reference else { return };
-        let mut pass = Self::pass(encoder, color, depth, timestamps);
-        pass.set_pipeline(&r.pipeline);
-        pass.set_bind_group(0, &self.frame_group, &[]);
-        for m in &self.meshes {
-            pass.set_bind_group(1, &r.groups[m.layer.min(r.groups.len() - 1)], &[]);
-            pass.set_vertex_buffer(0, m.vertices.slice(..));
-            pass.set_index_buffer(m.indices.slice(..), wgpu::IndexFormat::Uint32);
-            pass.draw_indexed(0..m.count, 0, 0..1);
-        }
     }
 }
 
@@ -473,4 +338,142 @@ pub fn builtin_meshes(atlas: &Atlas) -> Vec<(String, tessera_core::scene::Mesh, 
             (name, mesh, layer)
         })
         .collect()
+}
+
+impl Drawer for SceneRenderer {
+    /// Builds the fully resident reference textures of every layer the meshes use.
+    fn enable_reference(
+        &mut self,
+        ctx: &GpuContext,
+        atlas: &Atlas,
+        max_anisotropy: u16,
+    ) -> Result<(), RenderError> {
+        let device = &ctx.device;
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("reference"),
+            entries: &[
+                wgpu::BindGroupLayoutEntry {
+                    binding: 0,
+                    visibility: wgpu::ShaderStages::FRAGMENT,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Uniform,
+                        has_dynamic_offset: false,
+                        min_binding_size: None,
+                    },
+                    count: None,
+                },
+                wgpu::BindGroupLayoutEntry {
+                    binding: 1,
+                    visibility: wgpu::ShaderStages::FRAGMENT,
+                    ty: wgpu::BindingType::Texture {
+                        sample_type: wgpu::TextureSampleType::Float { filterable: true },
+                        view_dimension: wgpu::TextureViewDimension::D2,
+                        multisampled: false,
+                    },
+                    count: None,
+                },
+                wgpu::BindGroupLayoutEntry {
+                    binding: 2,
+                    visibility: wgpu::ShaderStages::FRAGMENT,
+                    ty: wgpu::BindingType::Sampler(wgpu::SamplerBindingType::Filtering),
+                    count: None,
+                },
+            ],
+        });
+        let sampler = device.create_sampler(&wgpu::SamplerDescriptor {
+            label: Some("reference"),
+            mag_filter: wgpu::FilterMode::Linear,
+            min_filter: wgpu::FilterMode::Linear,
+            mipmap_filter: wgpu::MipmapFilterMode::Linear,
+            anisotropy_clamp: max_anisotropy.clamp(1, 16),
+            ..Default::default()
+        });
+        let layers = self.meshes.iter().map(|m| m.layer).max().unwrap_or(0) + 1;
+        let mut groups = Vec::new();
+        let mut bytes = 0;
+        for layer in 0..layers.min(atlas.layers().len()) {
+            let ReferenceTexture { view, params, bytes: b, .. } = reference::build(ctx, atlas, layer)?;
+            bytes += b;
+            let ubuf = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("reference params"),
+                contents: bytemuck::bytes_of(&params),
+                usage: wgpu::BufferUsages::UNIFORM,
+            });
+            groups.push(device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("reference"),
+                layout: &layout,
+                entries: &[
+                    wgpu::BindGroupEntry { binding: 0, resource: ubuf.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 1, resource: wgpu::BindingResource::TextureView(&view) },
+                    wgpu::BindGroupEntry { binding: 2, resource: wgpu::BindingResource::Sampler(&sampler) },
+                ],
+            }));
+        }
+        let pipeline = pipeline(
+            device,
+            "scene reference",
+            shaders::scene_reference_source(),
+            &[Some(&self.frame_layout), Some(&layout)],
+            self.color_format,
+        );
+        self.reference = Some(ReferencePass { pipeline, groups, bytes });
+        Ok(())
+    }
+
+    /// GPU bytes of the reference textures, when enabled.
+    fn reference_bytes(&self) -> Option<u64> {
+        self.reference.as_ref().map(|r| r.bytes)
+    }
+
+    /// Sets the camera for the next draws.
+    fn set_camera(&self, queue: &wgpu::Queue, camera: &Camera, aspect: f32) {
+        let vp: Mat4 = camera.view_projection(aspect);
+        let light = Vec3::new(0.4, 1.0, 0.3).normalize();
+        let u =
+            FrameUniform { view_proj: vp.to_cols_array_2d(), light_dir: [light.x, light.y, light.z, 0.0] };
+        queue.write_buffer(&self.frame_buffer, 0, bytemuck::bytes_of(&u));
+    }
+
+    /// Draws the scene through the virtual textures.
+    fn draw_vt(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        color: &wgpu::TextureView,
+        depth: &wgpu::TextureView,
+        vt: &VirtualTextures,
+        timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
+    ) {
+        let mut pass = Self::pass(encoder, color, depth, timestamps);
+        pass.set_pipeline(&self.vt_pipeline);
+        pass.set_bind_group(0, &self.frame_group, &[]);
+        for m in &self.meshes {
+            // A mesh whose layer the atlas lacks (or a stacked atlas, sampled through
+            // layer 0's group) uses layer 0.
+            let Some(group) = vt.bind_group(m.layer).or_else(|| vt.bind_group(0)) else { continue };
+            pass.set_bind_group(1, group, &[]);
+            pass.set_vertex_buffer(0, m.vertices.slice(..));
+            pass.set_index_buffer(m.indices.slice(..), wgpu::IndexFormat::Uint32);
+            pass.draw_indexed(0..m.count, 0, 0..1);
+        }
+    }
+
+    /// Draws the scene through the fully resident reference textures (no-op unless enabled).
+    fn draw_reference(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        color: &wgpu::TextureView,
+        depth: &wgpu::TextureView,
+        timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
+    ) {
+        let Some(r) = &self.reference else { return };
+        let mut pass = Self::pass(encoder, color, depth, timestamps);
+        pass.set_pipeline(&r.pipeline);
+        pass.set_bind_group(0, &self.frame_group, &[]);
+        for m in &self.meshes {
+            pass.set_bind_group(1, &r.groups[m.layer.min(r.groups.len() - 1)], &[]);
+            pass.set_vertex_buffer(0, m.vertices.slice(..));
+            pass.set_index_buffer(m.indices.slice(..), wgpu::IndexFormat::Uint32);
+            pass.draw_indexed(0..m.count, 0, 0..1);
+        }
+    }
 }

@@ -133,8 +133,10 @@ pub struct StreamFrame {
     /// shown through a coarser fallback, after this frame's uploads. 1 when nothing is
     /// wanted.
     pub resident_fraction: f64,
-    /// True on the frame where `resident_fraction` reaches 1 after being below it: the
-    /// "fully resident" event (everything visible is at its wanted resolution).
+    /// True on the frame where `resident_fraction` reaches 1 after something was missing
+    /// (the fraction was below 1, or this frame's feedback missed tiles that arrived
+    /// within the frame): the "fully resident" event (everything visible is at its
+    /// wanted resolution).
     pub became_fully_resident: bool,
     /// The automatic mip bias in effect for this frame (0 without oversubscription).
     pub auto_mip_bias: f32,

@@ -338,7 +338,10 @@ impl Streamer {
         out.resident_host = self.cache.len();
         out.resident_fraction = self.residency.resident_fraction(&self.wanted);
         out.auto_mip_bias = self.bias.bias();
-        out.became_fully_resident = out.resident_fraction >= 1.0 && self.last_fraction < 1.0;
+        // Something was missing (last frame, or in this frame's feedback) and now nothing is:
+        // a loader fast enough to deliver within the frame still fires the event.
+        out.became_fully_resident =
+            out.resident_fraction >= 1.0 && (self.last_fraction < 1.0 || out.misses > 0);
         self.last_fraction = out.resident_fraction;
         self.last_uploads = out.uploads;
         out.feedback_ms = t0.elapsed().as_secs_f64() * 1e3;
