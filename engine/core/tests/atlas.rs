@@ -382,3 +382,30 @@ fn bad_images_give_clear_errors() {
     let err = ImageSource::open(&cut).err().unwrap();
     assert!(err.to_string().contains("cut.png"), "{err}");
 }
+
+/// An atlas truncated or overwritten in place while open (the process keeps reading it)
+/// gives per-tile errors, never a SIGBUS: tiles are read with positioned reads.
+#[test]
+fn an_atlas_changed_in_place_while_open_gives_errors_not_a_crash() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path =
+        bake_to(dir.path(), vec![input("g", Generated::new(1024, 1024), Wrap::Clamp)], 128, 4, Codec::Raw);
+    let atlas = Atlas::open(&path).unwrap();
+    let last = TileId::new(0, 0, 7, 7);
+    let first = TileId::new(0, 0, 0, 0);
+    assert!(atlas.read_tile(last).is_ok());
+    // Overwrite the first tile's bytes in place: its CRC no longer matches.
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    let e = atlas.entry(first).unwrap();
+    file.write_all_at(&vec![0x5a; e.length as usize], e.offset).unwrap();
+    assert!(matches!(atlas.read_tile(first), Err(AtlasError::TileChecksum { .. })));
+    // Truncate to half: tiles past the end fail with a clear error, the rest still read.
+    file.set_len(atlas.file_size() / 2).unwrap();
+    let err = atlas.read_tile(last).unwrap_err();
+    assert!(matches!(err, AtlasError::Changed { .. }), "{err}");
+    assert!(err.to_string().contains("changed while in use"), "{err}");
+    let errors = atlas.verify(&NoProgress);
+    assert!(errors.iter().any(|e| matches!(e, AtlasError::Changed { .. })), "{errors:?}");
+    assert!(errors.iter().any(|e| matches!(e, AtlasError::TileChecksum { .. })), "{errors:?}");
+}

@@ -97,7 +97,7 @@ fn copy_without_dedup(src: &Atlas, dest: &Path) -> u64 {
     w.set_dedup(false);
     for t in tiles(src) {
         let e = src.entry(t).unwrap();
-        w.push_tile(src.read_tile(t).unwrap(), e.codec, e.raw_length).unwrap();
+        w.push_tile(&src.read_tile(t).unwrap(), e.codec, e.raw_length).unwrap();
     }
     assert_eq!(w.shared_tiles(), 0);
     w.finish().unwrap()

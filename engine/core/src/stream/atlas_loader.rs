@@ -55,7 +55,7 @@ impl AtlasLoader {
         let side =
             self.atlas.layers().get(usize::from(tile.layer)).map_or(0, |l| l.layout.padded_tile_size());
         // read_tile checked the blob's CRC-32, so Basis's own data CRC-16 is redundant.
-        transcode_verified(entry.codec, blob, entry.raw_length as usize, side, self.target)
+        transcode_verified(entry.codec, &blob, entry.raw_length as usize, side, self.target)
             .map_err(|e| fail(&format_args!("{}: {tile}: {e}", self.atlas.path().display())))
     }
 }

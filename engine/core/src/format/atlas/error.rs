@@ -18,6 +18,19 @@ pub enum AtlasError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The file shrank or could not be read after it was opened (truncated or replaced
+    /// in place while in use): the tile is reported and its ancestor shown instead.
+    #[error(
+        "{path}: tile {tile} cannot be read: the file changed while in use ({source}); replace atlases by renaming a new file over them"
+    )]
+    Changed {
+        /// The atlas path.
+        path: PathBuf,
+        /// The tile being read.
+        tile: TileId,
+        /// What the read said.
+        source: std::io::Error,
+    },
     /// The file does not start with the atlas magic.
     #[error("{path}: not a Tessera atlas (bad magic bytes)")]
     BadMagic {

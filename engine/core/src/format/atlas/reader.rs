@@ -1,10 +1,14 @@
-//! Opening an atlas (mapping and validating header, layer table and index) and reading,
+//! Opening an atlas (reading and validating header, layer table and index) and reading,
 //! decoding and verifying its tiles.
+//!
+//! Tiles are read with positioned reads (`pread`) into owned buffers, not through a
+//! memory map: a file truncated or overwritten in place while in use then gives a read
+//! error or a CRC mismatch for the affected tiles (reported; the renderer shows their
+//! ancestors) instead of a SIGBUS that kills the process.
 
 use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-
-use memmap2::Mmap;
 
 use super::header::{
     BLOB_ALIGN, ENTRY_BYTES, FLAG_STACKED, HEADER_BYTES, Header, KNOWN_FLAGS, LAYER_BYTES, MAGIC,
@@ -29,10 +33,15 @@ fn shared_spans(spans: &mut Vec<(u64, u64)>) -> Result<u64, ((u64, u64), (u64, u
     Ok(spans.iter().map(|(a, b)| b - a).sum())
 }
 
-/// A validated, memory-mapped atlas. Cheap to share between loader threads.
+/// A validated atlas: header, layer table and tile index in memory, tiles read on
+/// demand. Cheap to share between loader threads.
 pub struct Atlas {
     path: PathBuf,
-    map: Mmap,
+    file: File,
+    /// The file's length when it was opened.
+    len: u64,
+    /// Header, layer table and tile index (the file's first bytes, up to the index end).
+    meta: Vec<u8>,
     layers: Vec<LayerInfo>,
     index_offset: usize,
     tile_count: u64,
@@ -62,10 +71,9 @@ impl Atlas {
             }
             return Err(AtlasError::Truncated { path, expected: HEADER_BYTES as u64, found: len });
         }
-        // SAFETY: the map is read-only; atlases are replaced by rename, never
-        // rewritten in place, so the mapped bytes do not change under us.
-        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-        let header = read_header(&map[..HEADER_BYTES], &path, len)?;
+        let mut head = [0u8; HEADER_BYTES];
+        file.read_exact_at(&mut head, 0).map_err(io)?;
+        let header = read_header(&head, &path, len)?;
         let table_end = HEADER_BYTES as u64 + u64::from(header.layer_count) * LAYER_BYTES as u64;
         let index_end = header
             .tile_count
@@ -75,14 +83,19 @@ impl Atlas {
                 header.index_offset == table_end && end <= header.data_offset && header.data_offset <= len
             })
             .ok_or_else(|| invalid("index or data offsets".into()))?;
-        let meta = &map[HEADER_BYTES..index_end as usize];
-        if crc32fast::hash(meta) != header.meta_crc {
+        let meta_len =
+            usize::try_from(index_end).map_err(|_| invalid("tile index larger than memory".into()))?;
+        let mut meta = vec![0u8; meta_len];
+        file.read_exact_at(&mut meta, 0).map_err(io)?;
+        if crc32fast::hash(&meta[HEADER_BYTES..]) != header.meta_crc {
             return Err(AtlasError::Checksum { path, what: "layer table and tile index" });
         }
-        let layers = read_layers(&map, &header, &path)?;
+        let layers = read_layers(&meta, &header, &path)?;
         let mut atlas = Atlas {
             path,
-            map,
+            file,
+            len,
+            meta,
             layers,
             index_offset: header.index_offset as usize,
             tile_count: header.tile_count,
@@ -140,13 +153,16 @@ impl Atlas {
 
     fn starts_with_magic(file: &File) -> bool {
         let mut b = [0u8; 8];
-        std::os::unix::fs::FileExt::read_exact_at(file, &mut b, 0).is_ok() && b == MAGIC
+        file.read_exact_at(&mut b, 0).is_ok() && b == MAGIC
     }
 
     /// The index entry of the `i`-th tile of the atlas (layers in order).
     pub(super) fn entry_at(&self, i: u64) -> Result<TileEntry, AtlasError> {
         let at = self.index_offset + i as usize * ENTRY_BYTES;
-        let b = &self.map[at..at + ENTRY_BYTES];
+        let b = self.meta.get(at..at + ENTRY_BYTES).ok_or_else(|| AtlasError::Invalid {
+            path: self.path.clone(),
+            what: format!("tile index entry {i} (past the index)"),
+        })?;
         let codec = Codec::from_code(b[20]).ok_or_else(|| AtlasError::Invalid {
             path: self.path.clone(),
             what: format!("codec {} in tile index entry {i}", b[20]),
@@ -191,9 +207,9 @@ impl Atlas {
         self.stored_bytes
     }
 
-    /// Size of the file in bytes.
+    /// Size of the file in bytes, when it was opened.
     pub fn file_size(&self) -> u64 {
-        self.map.len() as u64
+        self.len
     }
 
     /// Where `tile` is stored.
@@ -204,18 +220,18 @@ impl Atlas {
         self.entry_at(layer.first_tile + i)
     }
 
-    /// The stored bytes of `tile`, after checking their CRC.
-    pub fn read_tile(&self, tile: TileId) -> Result<&[u8], AtlasError> {
+    /// The stored bytes of `tile`, after checking their CRC. A file that shrank or
+    /// changed since it was opened gives [`AtlasError::Changed`] or
+    /// [`AtlasError::TileChecksum`], never a crash.
+    pub fn read_tile(&self, tile: TileId) -> Result<Vec<u8>, AtlasError> {
         let e = self.entry(tile)?;
-        // Offsets were checked on open; `get` keeps a bad one from panicking all the same.
-        let blob = usize::try_from(e.offset)
-            .ok()
-            .and_then(|start| self.map.get(start..start.checked_add(e.length as usize)?))
-            .ok_or_else(|| AtlasError::Invalid {
-                path: self.path.clone(),
-                what: format!("index entry for {tile} (points outside the data)"),
-            })?;
-        if crc32fast::hash(blob) != e.crc32 {
+        let mut blob = vec![0u8; e.length as usize];
+        self.file.read_exact_at(&mut blob, e.offset).map_err(|source| AtlasError::Changed {
+            path: self.path.clone(),
+            tile,
+            source,
+        })?;
+        if crc32fast::hash(&blob) != e.crc32 {
             return Err(AtlasError::TileChecksum { path: self.path.clone(), tile });
         }
         Ok(blob)
@@ -225,7 +241,7 @@ impl Atlas {
     pub fn decode_tile(&self, tile: TileId) -> Result<Vec<u8>, AtlasError> {
         let blob = self.read_tile(tile)?;
         let e = self.entry(tile)?;
-        e.codec.decode(blob, e.raw_length as usize).map_err(|source| AtlasError::TileDecode {
+        e.codec.decode(&blob, e.raw_length as usize).map_err(|source| AtlasError::TileDecode {
             path: self.path.clone(),
             tile,
             source,
@@ -262,19 +278,40 @@ impl Atlas {
         spans.sort_unstable();
         let index_end = self.index_offset as u64 + self.tile_count * ENTRY_BYTES as u64;
         let mut pos = index_end;
-        let nonzero = |a: u64, b: u64| self.map[a as usize..b as usize].iter().position(|&v| v != 0);
-        for (start, end) in spans.into_iter().chain(std::iter::once((self.file_size(), self.file_size()))) {
-            if start > pos
-                && let Some(k) = nonzero(pos, start)
-            {
-                return Some(AtlasError::Invalid {
-                    path: self.path.clone(),
-                    what: format!("padding byte at offset {} is not zero (file corrupted)", pos + k as u64),
-                });
+        let end_of_file = (self.len, self.len);
+        for (start, end) in spans.into_iter().chain(std::iter::once(end_of_file)) {
+            if start > pos {
+                match self.first_nonzero(pos, start) {
+                    Ok(None) => {}
+                    Ok(Some(at)) => {
+                        return Some(AtlasError::Invalid {
+                            path: self.path.clone(),
+                            what: format!("padding byte at offset {at} is not zero (file corrupted)"),
+                        });
+                    }
+                    Err(source) => return Some(AtlasError::Io { path: self.path.clone(), source }),
+                }
             }
             pos = pos.max(end);
         }
         None
+    }
+}
+
+impl Atlas {
+    /// The offset of the first non-zero byte in `[start, end)` of the file, read in chunks.
+    fn first_nonzero(&self, start: u64, end: u64) -> std::io::Result<Option<u64>> {
+        let mut buf = vec![0u8; 1 << 16];
+        let mut pos = start;
+        while pos < end {
+            let n = ((end - pos) as usize).min(buf.len());
+            self.file.read_exact_at(&mut buf[..n], pos)?;
+            if let Some(k) = buf[..n].iter().position(|&v| v != 0) {
+                return Ok(Some(pos + k as u64));
+            }
+            pos += n as u64;
+        }
+        Ok(None)
     }
 }
 
@@ -316,12 +353,12 @@ fn read_header(h: &[u8], path: &Path, len: u64) -> Result<Header, AtlasError> {
 /// Decodes and checks the layer table that follows the header in `map`: every layout,
 /// codec, wrap mode and colour space, first tiles that follow each other, the header's
 /// tile count and, for stacked atlases, one shared layout.
-fn read_layers(map: &[u8], header: &Header, path: &Path) -> Result<Vec<LayerInfo>, AtlasError> {
+fn read_layers(meta: &[u8], header: &Header, path: &Path) -> Result<Vec<LayerInfo>, AtlasError> {
     let invalid = |what: String| AtlasError::Invalid { path: path.to_path_buf(), what };
     let mut layers = Vec::with_capacity(header.layer_count as usize);
     let mut next_tile = 0u64;
     for i in 0..header.layer_count as usize {
-        let b = &map[HEADER_BYTES + i * LAYER_BYTES..HEADER_BYTES + (i + 1) * LAYER_BYTES];
+        let b = &meta[HEADER_BYTES + i * LAYER_BYTES..HEADER_BYTES + (i + 1) * LAYER_BYTES];
         let layer = read_layer(b, i).map_err(invalid)?;
         if layer.first_tile != next_tile {
             return Err(invalid(format!("layer {i} first tile {} (expected {next_tile})", layer.first_tile)));
