@@ -55,6 +55,9 @@ pub(crate) struct BenchArgs {
 
 /// Runs `tessera bench`.
 pub(crate) fn run(args: &BenchArgs) -> Result<ExitCode> {
+    if let Some(atlas) = &args.atlas {
+        crate::args::atlas_file(atlas)?;
+    }
     let (atlas, scene) = match (&args.atlas, &args.scene) {
         (Some(a), _) => (a.clone(), None),
         (None, Some(name)) => crate::scene::open(name, args.texture, args.codec, false)?,
