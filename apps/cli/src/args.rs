@@ -13,6 +13,18 @@ pub(crate) fn atlas_file(path: &std::path::Path) -> anyhow::Result<()> {
 /// Most loader threads accepted: far past any useful count, short of exhausting the system.
 pub(crate) const MAX_LOADER_THREADS: usize = 256;
 
+/// Largest frame side accepted: the largest texture side every desktop GPU renders to.
+pub(crate) const MAX_FRAME_SIDE: u32 = 16384;
+
+/// Parses a frame size `WxH`, each side from 1 to [`MAX_FRAME_SIDE`].
+pub(crate) fn frame_size(s: &str) -> Result<(u32, u32), String> {
+    let (w, h) = crate::parse_size(s)?;
+    if w == 0 || h == 0 || w > MAX_FRAME_SIDE || h > MAX_FRAME_SIDE {
+        return Err(format!("'{s}': frame sides go from 1 to {MAX_FRAME_SIDE}"));
+    }
+    Ok((w, h))
+}
+
 /// Parses a finite number (NaN and infinities rejected).
 pub(crate) fn finite_f32(s: &str) -> Result<f32, String> {
     let v: f32 = s.trim().parse().map_err(|_| format!("'{s}' is not a number"))?;
@@ -83,6 +95,8 @@ mod tests {
         assert_eq!(byte_size("512m"), Ok(512 << 20));
         assert_eq!(byte_size("1000"), Ok(1000));
         assert_eq!(byte_size("1.5G"), Ok(3 << 29));
+        assert!(frame_size("0x720").is_err() && frame_size("99999x10").is_err());
+        assert_eq!(frame_size("640x360"), Ok((640, 360)));
         assert!(byte_size("4 parsecs").is_err() && byte_size("0").is_err() && byte_size("").is_err());
     }
 }

@@ -99,7 +99,7 @@ pub(crate) struct CaptureArgs {
     #[arg(long, default_value_t = 60)]
     frames: u32,
     /// Frame size.
-    #[arg(long, default_value = "1280x720", value_parser = crate::parse_size)]
+    #[arg(long, default_value = "1280x720", value_parser = crate::args::frame_size)]
     size: (u32, u32),
     /// Write every K-th frame as PNG (0: only the last; the last is always written).
     #[arg(long, default_value_t = 0)]

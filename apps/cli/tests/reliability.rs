@@ -225,6 +225,7 @@ fn numbers_out_of_range_are_refused() {
         assert_refused(&run(&["--target-frame-ms", "0"]), "'0'", "greater than 0");
         assert_refused(&run(&["--target-frame-ms", "NaN"]), "NaN", "greater than 0");
         assert_refused(&run(&["--loader-threads", "5000"]), "5000", "at most 256");
+        assert_refused(&run(&["--size", "0x720"]), "0x720", "from 1 to 16384");
     }
     assert_refused(
         &tessera(&["bake", "--generate", "64x64", "-o", a, "--uastc-rdo", "NaN"]),
