@@ -37,7 +37,7 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 30)]
     warmup: u32,
     /// Frame size.
-    #[arg(long, default_value = "1920x1080", value_parser = crate::parse_size)]
+    #[arg(long, default_value = "1920x1080", value_parser = crate::args::frame_size)]
     size: (u32, u32),
     /// Where to write the JSON report.
     #[arg(long, default_value = "out/bench/bench.json")]
@@ -55,6 +55,9 @@ pub(crate) struct BenchArgs {
 
 /// Runs `tessera bench`.
 pub(crate) fn run(args: &BenchArgs) -> Result<ExitCode> {
+    if let Some(atlas) = &args.atlas {
+        crate::args::atlas_file(atlas)?;
+    }
     let (atlas, scene) = match (&args.atlas, &args.scene) {
         (Some(a), _) => (a.clone(), None),
         (None, Some(name)) => crate::scene::open(name, args.texture, args.codec, false)?,

@@ -29,20 +29,20 @@ pub(crate) struct VtArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=4))]
     pub(crate) aniso: u16,
     /// Added to every level of detail (positive = blurrier, fewer tiles).
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = crate::args::finite_f32)]
     pub(crate) mip_bias: f32,
     /// Feedback is written by one pixel in every N×N block (1, 2, 4, 8).
     #[arg(long, default_value_t = 2, value_parser = parse_stride)]
     pub(crate) feedback_stride: u32,
-    /// Loader threads (0 = one per core).
-    #[arg(long, default_value_t = 0)]
+    /// Loader threads (0 = one per core; at most 256).
+    #[arg(long, default_value_t = 0, value_parser = crate::args::loader_threads)]
     pub(crate) loader_threads: usize,
     /// Force the VRAM pool's format: rgba8, bc7, bc1, astc, etc2 (default: the best the GPU
     /// and the atlas allow; block formats need Basis layers).
     #[arg(long)]
     pub(crate) pool_format: Option<tessera::core::format::codec::TargetFormat>,
     /// Adapt the upload budget to this frame time in ms (default: the fixed --upload-budget).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::positive_f64)]
     pub(crate) target_frame_ms: Option<f64>,
     /// Keep the mip bias fixed even when the view needs more tiles than the pool holds.
     #[arg(long)]
@@ -99,7 +99,7 @@ pub(crate) struct CaptureArgs {
     #[arg(long, default_value_t = 60)]
     frames: u32,
     /// Frame size.
-    #[arg(long, default_value = "1280x720", value_parser = crate::parse_size)]
+    #[arg(long, default_value = "1280x720", value_parser = crate::args::frame_size)]
     size: (u32, u32),
     /// Write every K-th frame as PNG (0: only the last; the last is always written).
     #[arg(long, default_value_t = 0)]
@@ -154,6 +154,9 @@ fn cuts(path: &CameraPath) -> Vec<u32> {
 
 /// Runs `tessera capture`.
 pub(crate) fn run(args: &CaptureArgs) -> Result<ExitCode> {
+    for atlas in args.atlas.iter().chain(&args.reference_atlas) {
+        crate::args::atlas_file(atlas)?;
+    }
     let (atlas, scene) = match (&args.scene, &args.atlas) {
         (Some(name), _) => crate::scene::open(name, (0, 0), args.codec, false)?,
         (None, Some(atlas)) => (atlas.clone(), load_scene(args.gltf.as_ref(), args.globe.as_ref())?),

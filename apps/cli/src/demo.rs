@@ -37,7 +37,7 @@ pub(crate) struct DemoArgs {
     #[arg(long, default_value_t = 120)]
     frames: u32,
     /// Frame size.
-    #[arg(long, default_value = "1280x720", value_parser = crate::parse_size)]
+    #[arg(long, default_value = "1280x720", value_parser = crate::args::frame_size)]
     size: (u32, u32),
     /// Write every K-th frame as PNG.
     #[arg(long, default_value_t = 20)]

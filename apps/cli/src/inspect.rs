@@ -8,6 +8,7 @@ use tessera_core::format::atlas::{Atlas, AtlasSummary};
 
 /// Runs `tessera inspect`.
 pub(crate) fn run(path: &Path, json: bool) -> Result<ExitCode> {
+    crate::args::atlas_file(path)?;
     let summary = Atlas::open(path)?.summary();
     if json {
         println!("{}", serde_json::to_string_pretty(&summary)?);

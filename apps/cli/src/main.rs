@@ -1,6 +1,7 @@
 //! `tessera`: bake images into virtual-texture atlases, inspect and verify them,
 //! and run the demo.
 
+mod args;
 mod bench;
 mod capture;
 mod codecs;
@@ -9,8 +10,10 @@ mod gpu_bench;
 mod inspect;
 mod progress;
 mod scene;
+mod signals;
 mod stream_bench;
 
+use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -103,7 +106,7 @@ struct BakeArgs {
           value_parser = clap::value_parser!(u32).range(1..=255))]
     quality: u32,
     /// UASTC rate-distortion optimisation (e.g. 1.0: smaller after LZ4, slightly lossier).
-    #[arg(long)]
+    #[arg(long, value_parser = args::non_negative_f32)]
     uastc_rdo: Option<f32>,
     /// What lies beyond the texture's edges: borders repeat the edge or wrap around.
     #[arg(long, value_enum, default_value_t = WrapArg::Clamp)]
@@ -114,6 +117,10 @@ struct BakeArgs {
     /// Folder for large intermediate mip levels (default: the output's folder).
     #[arg(long)]
     scratch_dir: Option<PathBuf>,
+    /// Memory one input image may take while it is decoded (e.g. 8GiB, 512MiB); larger
+    /// images are refused before decoding.
+    #[arg(long, value_name = "SIZE", default_value = "4GiB", value_parser = args::byte_size)]
+    max_memory: u64,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -144,7 +151,13 @@ fn main() -> ExitCode {
     // Engine logs (adapter choice, corrupted tiles) go to stderr; RUST_LOG overrides the level.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .init();
+    signals::install();
     let result = match cli.command {
         Command::Bake(args) => run_bake(&args),
         Command::Inspect { atlas, json } => inspect::run(&atlas, json),
@@ -157,7 +170,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("tessera: error: {e:#}");
+            eprintln!("tessera: error: {}", tessera_core::error_text::chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -178,6 +191,8 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
         ColorArg::Srgb => ColorSpace::Srgb,
         ColorArg::Linear => ColorSpace::Linear,
     };
+    tessera_core::bake::source::set_memory_limit(args.max_memory);
+    check_output(&args.output, args.inputs.iter().map(PathBuf::as_path))?;
     let stamp = BakeCache::new(&args.output);
     let key = bake_key(args);
     if stamp.is_current(&key) {
@@ -245,6 +260,12 @@ fn run_scene_bake(args: &BakeArgs) -> Result<ExitCode> {
         (None, Some(image)) => (tessera_core::scene::catalog::globe(image)?, BakeKind::Globe),
         (None, None) => bail!("nothing to bake: give --gltf SCENE or --globe IMAGE"),
     };
+    let images = tessera_core::scene::material_scene::scene_images(&scene);
+    let files = images.iter().filter_map(|i| match i {
+        tessera_core::scene::material_scene::ImageRef::File(p) => Some(p.as_path()),
+        _ => None,
+    });
+    check_output(&args.output, args.gltf.iter().chain(&args.globe).map(PathBuf::as_path).chain(files))?;
     let opts = bake_options(args);
     let stamp = BakeCache::new(&args.output);
     let key = scene_bake_key(kind, &scene, &args.output, &opts);
@@ -272,6 +293,21 @@ fn run_scene_bake(args: &BakeArgs) -> Result<ExitCode> {
     );
     println!("manifest: {}", SceneManifest::path_for(&args.output).display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses an output that is a folder or any of `inputs`, or whose stamp or scene manifest
+/// would be: a bake never writes over what it reads.
+fn check_output<'a>(output: &Path, inputs: impl Iterator<Item = &'a Path>) -> Result<()> {
+    if output.is_dir() {
+        bail!(
+            "{}: is a directory; give the atlas file to write (e.g. {}/atlas.tsa)",
+            output.display(),
+            output.display()
+        );
+    }
+    let outputs = [output.to_path_buf(), BakeCache::stamp_path(output), SceneManifest::path_for(output)];
+    tessera_core::bake::overwrite::check_outputs(inputs, &outputs)?;
+    Ok(())
 }
 
 /// Says that `atlas` is reused.
@@ -307,6 +343,7 @@ fn layer_name(path: &Path) -> String {
 }
 
 fn run_verify(path: &Path) -> Result<ExitCode> {
+    args::atlas_file(path)?;
     let atlas = Atlas::open(path)?;
     let bar = Bar::new(atlas.tile_count());
     tessera_core::Progress::set_message(&bar, "verifying");

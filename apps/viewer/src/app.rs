@@ -245,8 +245,8 @@ impl App {
                 Err(e) if self.args.screenshot.is_some() => return Err(e),
                 Err(e) => {
                     let e = e.context(format!("{} opens with its default camera", opened.name));
-                    eprintln!("error: {e:#}");
-                    self.notice = Some(format!("{e:#}"));
+                    eprintln!("error: {}", tessera::core::error_text::chain(e.as_ref()));
+                    self.notice = Some(tessera::core::error_text::chain(e.as_ref()));
                     SceneCameras::new(None, material)?
                 }
             })
@@ -268,8 +268,8 @@ impl App {
 
     /// Logs an error and shows it in the window; the current scene keeps running.
     fn report(&mut self, e: anyhow::Error) {
-        eprintln!("error: {e:#}");
-        self.notice = Some(format!("{e:#}"));
+        eprintln!("error: {}", tessera::core::error_text::chain(e.as_ref()));
+        self.notice = Some(tessera::core::error_text::chain(e.as_ref()));
     }
 
     /// Opens the atlas of a finished bake, or reports why it failed. Without a window to
@@ -349,8 +349,8 @@ impl App {
                 }
                 Err(e) => {
                     let e = e.context(format!("cannot rebuild the pool at {} MiB", self.controls.pool_mib));
-                    eprintln!("error: {e:#}");
-                    self.notice = Some(format!("{e:#}"));
+                    eprintln!("error: {}", tessera::core::error_text::chain(e.as_ref()));
+                    self.notice = Some(tessera::core::error_text::chain(e.as_ref()));
                     self.controls.pool_mib = pool_mib;
                 }
             }

@@ -142,6 +142,8 @@ impl BakeJob {
                 Ok(Opened { name: self.name, atlas: prepared.atlas, scene: None, baked: prepared.baked })
             }
             Source::Image(path) => {
+                let stamp = BakeCache::stamp_path(&self.out);
+                tessera::core::bake::overwrite::check_outputs([&path], [&self.out, &stamp])?;
                 let source = ImageSource::open(&path).with_context(|| {
                     format!("{} is neither a Tessera atlas nor a readable image", path.display())
                 })?;
@@ -160,6 +162,8 @@ impl BakeJob {
                 Ok(Opened { name: self.name, atlas: self.out, scene: None, baked: true })
             }
             Source::Gltf(path) => {
+                let stamp = BakeCache::stamp_path(&self.out);
+                tessera::core::bake::overwrite::check_outputs([&path], [&self.out, &stamp])?;
                 progress.set_message("loading the glTF");
                 let scene = material_scene::load_gltf(&path)
                     .with_context(|| format!("loading the glTF scene {}", path.display()))?;

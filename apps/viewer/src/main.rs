@@ -51,7 +51,7 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 64)]
     upload_budget: usize,
     /// Added to every level of detail.
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = parse_finite)]
     mip_bias: f32,
     /// Start without vsync (V toggles it).
     #[arg(long)]
@@ -70,6 +70,14 @@ fn parse_stride(s: &str) -> Result<u32, String> {
         .ok()
         .filter(|v| FEEDBACK_STRIDES.contains(v))
         .ok_or_else(|| format!("'{s}' is not a feedback stride (1, 2, 4 or 8)"))
+}
+
+fn parse_finite(s: &str) -> Result<f32, String> {
+    s.trim()
+        .parse::<f32>()
+        .ok()
+        .filter(|v| v.is_finite())
+        .ok_or_else(|| format!("'{s}' is not a finite number"))
 }
 
 fn parse_debug_view(s: &str) -> Result<DebugView, String> {
@@ -95,12 +103,13 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
     let args = Args::parse();
     match app::run(args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", tessera::core::error_text::chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }

@@ -8,10 +8,12 @@
 
 pub mod bake;
 pub mod compare;
+pub mod error_text;
 pub mod format;
 pub mod progress;
 pub mod scene;
 pub mod stream;
+pub mod temp_files;
 
 pub use format::atlas::{Atlas, AtlasError, LayerInfo};
 pub use format::codec::Codec;

@@ -218,7 +218,9 @@ pub enum BakeError {
     },
 }
 
-/// Bakes `inputs` into the atlas `out` (written atomically).
+/// Bakes `inputs` into the atlas `out` (written atomically). Temporary files that killed
+/// bakes left beside `out` or in the scratch folder are removed first
+/// ([`crate::temp_files::sweep`]).
 pub fn bake(
     inputs: Vec<BakeInput>,
     out: &Path,
@@ -280,6 +282,8 @@ pub fn bake(
         Some(d) => d.clone(),
         None => out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf(),
     };
+    // Spilled levels of bakes that were killed would otherwise stay forever.
+    crate::temp_files::sweep(&scratch, crate::bake::source::SCRATCH_PREFIX);
     let flags = if opts.stacked { crate::format::atlas::FLAG_STACKED } else { 0 };
     let mut writer = AtlasWriter::create_with_flags(out, layers.clone(), flags)?;
     let mut reports = Vec::with_capacity(inputs.len());
@@ -611,6 +615,36 @@ mod tests {
         let rows = [0, 0, 0, 255, 0, 0, 0, 255, 255, 255, 255, 255];
         let out = downsample(&rows, 3, 1, 5, 0, 1, ColorSpace::Linear);
         assert_eq!(&out[4..], &[255, 255, 255, 255]);
+    }
+
+    #[test]
+    fn a_bake_sweeps_temporary_files_of_dead_processes_only() {
+        use crate::bake::source::Generated;
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.tsa");
+        let dead = crate::temp_files::dead_pid();
+        let live = std::os::unix::process::parent_id();
+        let stale_atlas = dir.path().join(format!(".out.tsa.{dead}.tmp"));
+        let stale_level = dir.path().join(format!(".tessera-level-{dead}-8192x8192-0.tmp"));
+        let live_atlas = dir.path().join(format!(".out.tsa.{live}.tmp"));
+        let other = dir.path().join(format!(".other.tsa.{dead}.tmp"));
+        for p in [&stale_atlas, &stale_level, &live_atlas, &other] {
+            std::fs::write(p, b"left behind").unwrap();
+        }
+        let input = BakeInput {
+            name: "g".into(),
+            source: Box::new(Generated::new(64, 64)),
+            wrap: Wrap::Clamp,
+            color: ColorSpace::Srgb,
+            codec: None,
+            regions: Vec::new(),
+        };
+        let opts = BakeOptions { tile_size: 32, ..BakeOptions::default() };
+        bake(vec![input], &out, &opts, &crate::progress::NoProgress).unwrap();
+        assert!(out.exists());
+        assert!(!stale_atlas.exists() && !stale_level.exists(), "a dead process's files are swept");
+        assert!(live_atlas.exists(), "a live process's temporary file stays");
+        assert!(other.exists(), "another output's temporary file stays");
     }
 
     #[test]

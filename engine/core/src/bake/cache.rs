@@ -177,18 +177,20 @@ impl BakeCache {
     pub fn record(&self, key: &BakeKey) -> Result<(), BakeCacheError> {
         let text = self.render(key)?;
         let write_err = |source| BakeCacheError::Write { path: self.stamp.clone(), source };
-        let mut tmp_name = self.stamp.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-        tmp_name.push(format!(".{}.tmp", std::process::id()));
-        let tmp = self.stamp.with_file_name(tmp_name);
+        let prefix = format!("{}.", self.stamp.file_name().map(|n| n.to_string_lossy()).unwrap_or_default());
+        crate::temp_files::sweep(self.stamp.parent().unwrap_or(Path::new(".")), &prefix);
+        let mut tmp = crate::temp_files::TempPath::new(
+            self.stamp.with_file_name(crate::temp_files::temp_name(&prefix, "")),
+        );
         let written = (|| {
-            let mut file = std::fs::File::create(&tmp)?;
+            let mut file = std::fs::File::create(tmp.path())?;
             file.write_all(text.as_bytes())?;
             file.sync_all()?;
-            std::fs::rename(&tmp, &self.stamp)
+            std::fs::rename(tmp.path(), &self.stamp)
         })();
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(write_err(e));
+        match written {
+            Ok(()) => tmp.keep(),
+            Err(e) => return Err(write_err(e)),
         }
         if let Some(dir) = self.stamp.parent().filter(|d| !d.as_os_str().is_empty())
             && let Ok(d) = std::fs::File::open(dir)

@@ -6,6 +6,7 @@
 mod baker;
 pub mod cache;
 pub mod mosaic;
+pub mod overwrite;
 pub mod pack;
 pub mod source;
 

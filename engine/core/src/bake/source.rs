@@ -9,6 +9,7 @@ use rayon::prelude::*;
 
 use crate::format::atlas::ColorSpace;
 use crate::format::tile::MAX_VIRTUAL_SIDE;
+use crate::temp_files::{self, TempPath};
 
 /// Bytes per RGBA8 texel.
 pub const TEXEL_BYTES: usize = 4;
@@ -105,6 +106,68 @@ pub enum SourceError {
         /// What the decoder said.
         reason: String,
     },
+    /// The path is a folder.
+    #[error("{path}: is a directory, not an image")]
+    Directory {
+        /// The input path.
+        path: PathBuf,
+    },
+    /// The file ends before its image data does.
+    #[error("{path}: truncated or corrupt image: {reason}")]
+    Truncated {
+        /// The input path.
+        path: PathBuf,
+        /// What is missing.
+        reason: String,
+    },
+    /// Decoding the image would take more memory than allowed.
+    #[error(
+        "{path}: decoding this {width}x{height} image needs {needed} of memory, over the limit of {limit} \
+         (raise the limit to decode it, e.g. `tessera bake --max-memory`)",
+        needed = human_bytes(*needed),
+        limit = human_bytes(*limit)
+    )]
+    OverMemory {
+        /// The input path.
+        path: PathBuf,
+        /// Width found.
+        width: u32,
+        /// Height found.
+        height: u32,
+        /// Bytes the decode would need at its peak.
+        needed: u64,
+        /// The limit in force.
+        limit: u64,
+    },
+}
+
+/// Memory a decode may take by default: the file, the decoded pixels and their RGBA8 copy.
+pub const DEFAULT_MEMORY_LIMIT: u64 = 4 << 30;
+
+/// The limit in force for [`ImageSource::open`] and every other decode of an image file.
+static MEMORY_LIMIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(DEFAULT_MEMORY_LIMIT);
+
+/// Sets the memory that decoding one image file may take, for this whole process (default
+/// [`DEFAULT_MEMORY_LIMIT`]). Images that would need more are refused before decoding.
+pub fn set_memory_limit(bytes: u64) {
+    MEMORY_LIMIT.store(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The memory that decoding one image file may take (see [`set_memory_limit`]).
+pub fn memory_limit() -> u64 {
+    MEMORY_LIMIT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// `bytes` as a short human-readable size: "812 MiB", "5.9 GiB".
+pub fn human_bytes(bytes: u64) -> String {
+    const GIB: f64 = (1u64 << 30) as f64;
+    if bytes >= 1 << 30 {
+        format!("{:.1} GiB", bytes as f64 / GIB)
+    } else if bytes >= 1 << 20 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{bytes} bytes")
+    }
 }
 
 /// A decoded image held in memory as RGBA8.
@@ -121,9 +184,16 @@ impl ImageSource {
         Self { width, height, texels }
     }
 
-    /// Decodes an image file (PNG or JPEG), checking its size before decoding.
+    /// Decodes an image file (PNG or JPEG) whole, checking first its size against the
+    /// engine's limits and the memory the decode needs against [`memory_limit`]; truncated
+    /// or corrupt data is an error.
     pub fn open(path: &Path) -> Result<Self, SourceError> {
-        let img = decode_image(path)?;
+        Self::open_with_limit(path, memory_limit())
+    }
+
+    /// [`ImageSource::open`] with a memory limit of `max_bytes` for this decode.
+    pub fn open_with_limit(path: &Path, max_bytes: u64) -> Result<Self, SourceError> {
+        let img = decode_with_limit(path, max_bytes)?;
         let (width, height) = (img.width(), img.height());
         Ok(Self { width, height, texels: img.into_rgba8().into_raw() })
     }
@@ -134,29 +204,119 @@ impl ImageSource {
     }
 }
 
-/// Decodes an image file (PNG or JPEG) in its own pixel format, checking its size first.
+/// Decodes an image file (PNG or JPEG) in its own pixel format, checking its size and the
+/// memory it needs ([`memory_limit`]) first.
 pub(crate) fn decode_image(path: &Path) -> Result<image::DynamicImage, SourceError> {
+    decode_with_limit(path, memory_limit())
+}
+
+fn decode_with_limit(path: &Path, max_bytes: u64) -> Result<image::DynamicImage, SourceError> {
+    use image::ImageDecoder as _;
     let p = path.to_path_buf();
-    if !path.exists() {
-        return Err(SourceError::Missing { path: p });
+    let meta = std::fs::metadata(path).map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => SourceError::Missing { path: p.clone() },
+        _ => SourceError::Io { path: p.clone(), source },
+    })?;
+    if meta.is_dir() {
+        return Err(SourceError::Directory { path: p });
     }
-    let reader = image::ImageReader::open(path)
-        .map_err(|source| SourceError::Io { path: p.clone(), source })?
+    // The compressed file is read whole: it is small beside the pixels it decodes to.
+    let file_bytes = meta.len();
+    if file_bytes > max_bytes {
+        // Its decoded pixels need more still; the header says how many.
+        let (width, height) = image::ImageReader::open(path)
+            .and_then(|r| r.with_guessed_format())
+            .ok()
+            .and_then(|r| r.into_dimensions().ok())
+            .unwrap_or((0, 0));
+        return Err(SourceError::OverMemory { path: p, width, height, needed: file_bytes, limit: max_bytes });
+    }
+    let bytes = std::fs::read(path).map_err(|source| SourceError::Io { path: p.clone(), source })?;
+    let reader = image::ImageReader::new(std::io::Cursor::new(&bytes[..]))
         .with_guessed_format()
         .map_err(|source| SourceError::Io { path: p.clone(), source })?;
-    if reader.format().is_none() {
+    let Some(format) = reader.format() else {
         return Err(SourceError::Unsupported { path: p, reason: "unrecognised file contents".into() });
-    }
-    let (width, height) = reader.into_dimensions().map_err(|e| classify(&p, e))?;
+    };
+    let mut decoder = reader.into_decoder().map_err(|e| classify(&p, e))?;
+    let (width, height) = decoder.dimensions();
     check_size(&p, width, height)?;
-    let mut reader = image::ImageReader::open(path)
-        .map_err(|source| SourceError::Io { path: p.clone(), source })?
-        .with_guessed_format()
-        .map_err(|source| SourceError::Io { path: p.clone(), source })?;
+    let rgba = u64::from(width) * u64::from(height) * TEXEL_BYTES as u64;
+    let native = decoder.total_bytes();
+    // Peak: the file, the decoded pixels and (unless they are RGBA8 already) their RGBA8 copy.
+    let needed =
+        bytes.len() as u64 + native + if decoder.color_type() == image::ColorType::Rgba8 { 0 } else { rgba };
+    if needed > max_bytes {
+        return Err(SourceError::OverMemory { path: p, width, height, needed, limit: max_bytes });
+    }
+    if format == image::ImageFormat::Jpeg
+        && let Err(reason) = jpeg_complete(&bytes)
+    {
+        return Err(SourceError::Truncated { path: p, reason });
+    }
     let mut limits = image::Limits::default();
-    limits.max_alloc = Some(MAX_DECODED_BYTES * 2);
-    reader.limits(limits);
-    reader.decode().map_err(|e| classify(&p, e))
+    limits.max_alloc = Some(max_bytes);
+    decoder.set_limits(limits).map_err(|e| classify(&p, e))?;
+    image::DynamicImage::from_decoder(decoder).map_err(|e| match e {
+        image::ImageError::Limits(_) => {
+            SourceError::OverMemory { path: p.clone(), width, height, needed, limit: max_bytes }
+        }
+        e => classify(&p, e),
+    })
+}
+
+/// Whether a JPEG stream is whole: its segments, the entropy-coded data of every scan and
+/// the end-of-image marker are all there. The decoder fills what is missing with grey
+/// and reports nothing, so a cut file is found here. Bytes after the end marker are allowed.
+fn jpeg_complete(b: &[u8]) -> Result<(), String> {
+    const CUT: &str = "the file ends before the end-of-image marker (cut short?)";
+    if !b.starts_with(&[0xFF, 0xD8]) {
+        return Err("no start-of-image marker".into());
+    }
+    let mut i = 2;
+    let mut in_scan = false;
+    loop {
+        if in_scan {
+            // Entropy-coded data: 0xFF is followed by 0x00 (a stuffed byte), a restart
+            // marker or the next marker.
+            let Some(off) = b.get(i..).and_then(|r| r.iter().position(|&x| x == 0xFF)) else {
+                return Err(CUT.into());
+            };
+            i += off + 1;
+            match b.get(i) {
+                None => return Err(CUT.into()),
+                Some(0x00 | 0xD0..=0xD7 | 0xFF) => {
+                    if b[i] != 0xFF {
+                        i += 1;
+                    }
+                    continue;
+                }
+                Some(_) => in_scan = false,
+            }
+        } else {
+            // Between segments: fill bytes, then a marker.
+            if b.get(i) != Some(&0xFF) {
+                return Err(format!("no marker at byte {i}"));
+            }
+            while b.get(i) == Some(&0xFF) {
+                i += 1;
+            }
+        }
+        let Some(&marker) = b.get(i) else { return Err(CUT.into()) };
+        i += 1;
+        match marker {
+            0xD9 => return Ok(()),
+            0x01 | 0xD0..=0xD7 => {}
+            _ => {
+                let len = b.get(i..i + 2).map(|l| usize::from(u16::from_be_bytes([l[0], l[1]])));
+                let Some(len) = len.filter(|&l| l >= 2 && i + l <= b.len()) else {
+                    return Err(CUT.into());
+                };
+                i += len;
+                in_scan = marker == 0xDA;
+            }
+        }
+    }
 }
 
 fn check_size(path: &Path, width: u32, height: u32) -> Result<(), SourceError> {
@@ -180,14 +340,10 @@ fn classify(path: &Path, e: image::ImageError) -> SourceError {
     let p = path.to_path_buf();
     match e {
         image::ImageError::Unsupported(u) => SourceError::Unsupported { path: p, reason: u.to_string() },
+        image::ImageError::IoError(source) if source.kind() == std::io::ErrorKind::UnexpectedEof => {
+            SourceError::Truncated { path: p, reason: source.to_string() }
+        }
         image::ImageError::IoError(source) => SourceError::Io { path: p, source },
-        image::ImageError::Limits(_) => SourceError::TooLarge {
-            path: p,
-            width: 0,
-            height: 0,
-            max_side: MAX_VIRTUAL_SIDE,
-            max_mib: MAX_DECODED_BYTES >> 20,
-        },
         other => SourceError::Decode { path: p, reason: other.to_string() },
     }
 }
@@ -311,7 +467,8 @@ fn label_pixel(cx: u32, cy: u32, lx: u32, ly: u32) -> Option<bool> {
 }
 
 /// A mip level produced while baking: in memory when small, otherwise in a
-/// scratch file next to the output that is deleted when the level is dropped.
+/// scratch file next to the output that is deleted when the level is dropped (and
+/// listed in [`crate::temp_files`] meanwhile).
 pub struct LevelStore {
     width: u32,
     height: u32,
@@ -320,8 +477,16 @@ pub struct LevelStore {
 
 enum Backing {
     Memory(Vec<u8>),
-    File { file: File, path: PathBuf, written: u64 },
+    /// `_path` deletes the file when the level is dropped.
+    File {
+        file: File,
+        _path: TempPath,
+        written: u64,
+    },
 }
+
+/// Name prefix of the scratch files of spilled levels, `{prefix}{pid}-{w}x{h}-{seq}.tmp`.
+pub const SCRATCH_PREFIX: &str = ".tessera-level-";
 
 /// Levels up to this size stay in memory while baking.
 pub const IN_MEMORY_LEVEL_BYTES: u64 = 64 << 20;
@@ -333,15 +498,11 @@ impl LevelStore {
         let backing = if bytes <= IN_MEMORY_LEVEL_BYTES {
             Backing::Memory(Vec::with_capacity(bytes as usize))
         } else {
-            let path = scratch_dir.join(format!(
-                ".tessera-level-{}-{}x{}-{}.tmp",
-                std::process::id(),
-                width,
-                height,
-                SCRATCH_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            ));
-            let file = File::options().read(true).write(true).create_new(true).open(&path)?;
-            Backing::File { file, path, written: 0 }
+            let seq = SCRATCH_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let name = temp_files::temp_name(SCRATCH_PREFIX, &format!("-{width}x{height}-{seq}"));
+            let path = TempPath::new(scratch_dir.join(name));
+            let file = File::options().read(true).write(true).create_new(true).open(path.path())?;
+            Backing::File { file, _path: path, written: 0 }
         };
         Ok(Self { width, height, backing })
     }
@@ -384,14 +545,6 @@ impl RowSource for LevelStore {
     }
 }
 
-impl Drop for LevelStore {
-    fn drop(&mut self) {
-        if let Backing::File { path, .. } = &self.backing {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,6 +560,107 @@ mod tests {
         assert_eq!(g.texel(128, 50), [24, 24, 32, 255]);
         let ink = (6..18).flat_map(|x| (6..21).map(move |y| (x, y))).any(|(x, y)| g.texel(x, y) == [255; 4]);
         assert!(ink);
+    }
+
+    /// A noisy `w × h` RGB image (noise so that encoders cannot shrink it to nothing).
+    fn noisy(w: u32, h: u32) -> image::RgbImage {
+        let mut x = 0x2545_f491u32;
+        image::RgbImage::from_fn(w, h, |_, _| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            image::Rgb([x as u8, (x >> 8) as u8, (x >> 16) as u8])
+        })
+    }
+
+    /// `path` cut to `fraction` of its length.
+    fn cut(path: &Path, fraction: f64) -> PathBuf {
+        let bytes = std::fs::read(path).unwrap();
+        let name = format!("cut-{}", path.file_name().unwrap().to_string_lossy());
+        let out = path.with_file_name(name);
+        std::fs::write(&out, &bytes[..(bytes.len() as f64 * fraction) as usize]).unwrap();
+        out
+    }
+
+    #[test]
+    fn truncated_jpeg_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let jpg = dir.path().join("photo.jpg");
+        let mut out = std::io::BufWriter::new(File::create(&jpg).unwrap());
+        image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90)
+            .encode_image(&noisy(256, 192))
+            .unwrap();
+        drop(out);
+        assert_eq!(ImageSource::open(&jpg).unwrap().size(), (256, 192));
+        for fraction in [0.5, 0.9, 0.999] {
+            let cut = cut(&jpg, fraction);
+            let err = ImageSource::open(&cut).err().expect("a cut JPEG must not decode");
+            assert!(matches!(err, SourceError::Truncated { .. }), "{err}");
+            assert!(err.to_string().contains("cut-photo.jpg"), "{err}");
+        }
+        // Bytes after the end-of-image marker are harmless.
+        let mut bytes = std::fs::read(&jpg).unwrap();
+        bytes.extend_from_slice(b"trailing metadata");
+        std::fs::write(&jpg, bytes).unwrap();
+        assert!(ImageSource::open(&jpg).is_ok());
+    }
+
+    #[test]
+    fn truncated_png_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let png = dir.path().join("scan.png");
+        noisy(256, 192).save(&png).unwrap();
+        assert!(ImageSource::open(&png).is_ok());
+        for fraction in [0.5, 0.99] {
+            let err = ImageSource::open(&cut(&png, fraction)).err().expect("a cut PNG must not decode");
+            assert!(err.to_string().contains("cut-scan.png"), "{err}");
+        }
+    }
+
+    /// A PNG signature, an IHDR of `w × h` RGBA8 and an empty IDAT: what the decoder needs
+    /// to say how large the image is, in 57 bytes.
+    fn png_header(path: &Path, w: u32, h: u32) {
+        let chunk = |b: &mut Vec<u8>, kind: &[u8], data: &[u8]| {
+            b.extend_from_slice(&(data.len() as u32).to_be_bytes());
+            let start = b.len();
+            b.extend_from_slice(kind);
+            b.extend_from_slice(data);
+            let crc = crc32fast::hash(&b[start..]);
+            b.extend_from_slice(&crc.to_be_bytes());
+        };
+        let mut b = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a];
+        let mut ihdr = w.to_be_bytes().to_vec();
+        ihdr.extend_from_slice(&h.to_be_bytes());
+        ihdr.extend_from_slice(&[8, 6, 0, 0, 0]);
+        chunk(&mut b, b"IHDR", &ihdr);
+        chunk(&mut b, b"IDAT", &[]);
+        chunk(&mut b, b"IEND", &[]);
+        std::fs::write(path, b).unwrap();
+    }
+
+    #[test]
+    fn the_memory_limit_is_checked_before_decoding() {
+        let dir = tempfile::tempdir().unwrap();
+        let png = dir.path().join("vast.png");
+        png_header(&png, 20000, 20000);
+        let err = ImageSource::open_with_limit(&png, 64 << 20).err().unwrap();
+        let text = err.to_string();
+        assert!(matches!(err, SourceError::OverMemory { needed, .. } if needed > 1_600_000_000), "{text}");
+        assert!(
+            text.contains("vast.png") && text.contains("20000x20000") && text.contains("64 MiB"),
+            "{text}"
+        );
+        // Past the limit, the (empty) pixel data is what fails.
+        let err = ImageSource::open_with_limit(&png, 8 << 30).err().unwrap();
+        assert!(!matches!(err, SourceError::OverMemory { .. }), "{err}");
+        assert!(err.to_string().contains("vast.png"), "{err}");
+    }
+
+    #[test]
+    fn a_directory_is_not_an_image() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = ImageSource::open(dir.path()).err().unwrap();
+        assert!(err.to_string().contains("is a directory"), "{err}");
     }
 
     #[test]

@@ -114,6 +114,9 @@ impl PoolLayout {
             )));
         }
         let max_side = (limits.max_texture_side / slot.max(1)).min(u32::from(MAX_SLOTS_PER_SIDE));
+        if let Some(note) = oversized_pool(pool_mib, slot_bytes, max_side) {
+            tracing::warn!("{}: {note}", atlas.path().display());
+        }
         let (slots_x, slots_y) = slot_grid(pool_mib, slot_bytes, max_side);
         let owners: Vec<TextureLayout> =
             if stacked { vec![first.layout] } else { layers.iter().map(|l| l.layout).collect() };
@@ -156,6 +159,20 @@ impl PoolLayout {
     }
 }
 
+/// What to tell the user when a pool of `mib` MiB asks for more slots than [`slot_grid`]
+/// makes (at most `max_side²` slots, and 2²⁴): the pool is smaller than asked.
+pub fn oversized_pool(mib: u32, slot_bytes: u64, max_side: u32) -> Option<String> {
+    let wanted = (u64::from(mib) << 20) / slot_bytes.max(1);
+    let cap = u64::from(max_side).pow(2).min(1 << 24);
+    (wanted > cap).then(|| {
+        format!(
+            "a {mib} MiB pool is more than the GPU can hold as one texture of {max_side}x{max_side} slots: \
+             using the largest possible, {} MiB",
+            (cap * slot_bytes) >> 20
+        )
+    })
+}
+
 /// The slot grid (across, down) of a `mib` MiB pool of `slot_bytes` slots whose sides
 /// hold at most `max_side` slots: as square as possible, at most 2^24 slots.
 pub fn slot_grid(mib: u32, slot_bytes: u64, max_side: u32) -> (u32, u32) {
@@ -164,4 +181,20 @@ pub fn slot_grid(mib: u32, slot_bytes: u64, max_side: u32) -> (u32, u32) {
     let slots_x = ((n as f64).sqrt().ceil() as u32).clamp(1, max_side.max(1));
     let slots_y = ((n / u64::from(slots_x)) as u32).clamp(1, max_side.max(1));
     (slots_x, slots_y)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_oversized_pool_is_reported_with_the_largest_possible() {
+        // 136² RGBA8 slots on an adapter with 16384-texel textures: 120² slots at most.
+        let slot_bytes = 136 * 136 * 4;
+        let note = oversized_pool(1_000_000, slot_bytes, 120).expect("too large");
+        assert!(
+            note.contains("1000000 MiB") && note.contains(&format!("{} MiB", (120 * 120 * slot_bytes) >> 20))
+        );
+        assert!(oversized_pool(128, slot_bytes, 120).is_none());
+    }
 }

@@ -1,5 +1,6 @@
 //! Writing an atlas: tiles streamed to a temporary file, identical blobs stored once,
-//! then index and header written, fsynced and renamed into place.
+//! then index and header written, fsynced and renamed into place. Temporary files that
+//! killed writers left beside the destination are swept first.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -14,9 +15,13 @@ use super::header::{
 use super::{AtlasError, LayerInfo, TileEntry, stacked_mismatch};
 use crate::format::codec::Codec;
 use crate::format::tile::MAX_LAYERS;
+use crate::temp_files::{self, TempPath};
 
 /// Writes an atlas to a temporary file next to its destination and renames it into
 /// place on [`AtlasWriter::finish`]; dropping an unfinished writer deletes the file.
+/// The temporary file is `.NAME.PID.tmp` ([`temp_files::temp_name`]): listed for
+/// [`temp_files::remove_all`] while it lives, and swept by the next writer of the same
+/// destination once its process is gone.
 ///
 /// Blobs are deduplicated (unless [`AtlasWriter::set_dedup`] turns it off): a pushed
 /// blob byte-identical to one already written, with the same codec and decoded length,
@@ -25,8 +30,7 @@ use crate::format::tile::MAX_LAYERS;
 /// so a hash collision can only cost a comparison, never a wrong tile.
 pub struct AtlasWriter {
     dest: PathBuf,
-    tmp: PathBuf,
-    renamed: bool,
+    tmp: TempPath,
     out: Option<BufWriter<File>>,
     layers: Vec<LayerInfo>,
     entries: Vec<TileEntry>,
@@ -119,17 +123,23 @@ impl AtlasWriter {
         let index_offset = (HEADER_BYTES + layers.len() * LAYER_BYTES) as u64;
         let data_offset = (index_offset + first * ENTRY_BYTES as u64).next_multiple_of(BLOB_ALIGN);
         let file_name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let tmp = dest.with_file_name(format!(".{file_name}.{}.tmp", std::process::id()));
-        let io = |source| AtlasError::Io { path: tmp.clone(), source };
+        let prefix = format!(".{file_name}.");
+        temp_files::sweep(dest.parent().unwrap_or(Path::new(".")), &prefix);
+        let tmp = TempPath::new(dest.with_file_name(temp_files::temp_name(&prefix, "")));
+        let io = |source| AtlasError::Io { path: tmp.path().to_path_buf(), source };
         // Readable too: duplicate candidates are compared with the copy already written.
-        let mut file =
-            File::options().read(true).write(true).create(true).truncate(true).open(&tmp).map_err(io)?;
+        let mut file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(tmp.path())
+            .map_err(io)?;
         file.seek(SeekFrom::Start(data_offset)).map_err(io)?;
         Ok(Self {
             dest,
             out: Some(BufWriter::with_capacity(1 << 20, file)),
             tmp,
-            renamed: false,
             entries: Vec::with_capacity(first as usize),
             layers,
             pos: data_offset,
@@ -180,7 +190,7 @@ impl AtlasWriter {
             self.shared += 1;
             return Ok(());
         }
-        let io = |source| AtlasError::Io { path: self.tmp.clone(), source };
+        let io = |source| AtlasError::Io { path: self.tmp.path().to_path_buf(), source };
         let out = self.out.as_mut().ok_or_else(|| io(std::io::Error::other("writer already finished")))?;
         let aligned = self.pos.next_multiple_of(BLOB_ALIGN);
         out.write_all(&[0u8; BLOB_ALIGN as usize][..(aligned - self.pos) as usize]).map_err(io)?;
@@ -196,7 +206,7 @@ impl AtlasWriter {
 
     /// Whether the blob written at `offset` has exactly the bytes `blob`.
     fn written_equals(&mut self, offset: u64, blob: &[u8]) -> Result<bool, AtlasError> {
-        let io = |source| AtlasError::Io { path: self.tmp.clone(), source };
+        let io = |source| AtlasError::Io { path: self.tmp.path().to_path_buf(), source };
         let out = self.out.as_mut().ok_or_else(|| io(std::io::Error::other("writer already finished")))?;
         let on_disk = self.pos - out.buffer().len() as u64;
         if offset + blob.len() as u64 > on_disk {
@@ -216,7 +226,7 @@ impl AtlasWriter {
                 what: format!("{} tiles written, layout has {expected}", self.entries.len()),
             });
         }
-        let io = |source| AtlasError::Io { path: self.tmp.clone(), source };
+        let io = |source| AtlasError::Io { path: self.tmp.path().to_path_buf(), source };
         let out = self.out.take().ok_or_else(|| io(std::io::Error::other("writer already finished")))?;
         let mut file = out.into_inner().map_err(|e| io(e.into_error()))?;
         let mut meta = Vec::with_capacity((self.data_offset - HEADER_BYTES as u64) as usize);
@@ -241,8 +251,9 @@ impl AtlasWriter {
         file.set_len(self.pos).map_err(io)?;
         file.sync_all().map_err(io)?;
         drop(file);
-        std::fs::rename(&self.tmp, &self.dest)
+        std::fs::rename(self.tmp.path(), &self.dest)
             .map_err(|source| AtlasError::Io { path: self.dest.clone(), source })?;
+        self.tmp.keep();
         if let Some(dir) = self.dest.parent().filter(|d| !d.as_os_str().is_empty()) {
             // Persist the rename itself; not every filesystem supports this.
             if let Ok(d) = File::open(dir) {
@@ -256,10 +267,8 @@ impl AtlasWriter {
 impl Drop for AtlasWriter {
     /// An unfinished or failed write leaves nothing behind.
     fn drop(&mut self) {
-        if !self.renamed {
-            self.out = None;
-            let _ = std::fs::remove_file(&self.tmp);
-        }
+        // Close the file before `tmp` deletes it.
+        self.out = None;
     }
 }
 

@@ -1,0 +1,32 @@
+//! SIGINT and SIGTERM: delete this process's temporary files, then exit with the
+//! conventional status (128 + the signal's number), so an interrupted bake leaves nothing.
+
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+/// Starts the thread that waits for SIGINT and SIGTERM. Without it (when the handler
+/// cannot be installed) the signals keep their default action; a later bake still sweeps
+/// what the killed one left.
+pub(crate) fn install() {
+    let mut signals = match Signals::new([SIGINT, SIGTERM]) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(
+                "cannot handle SIGINT/SIGTERM ({e}); an interrupted bake may leave temporary files"
+            );
+            return;
+        }
+    };
+    let spawned = std::thread::Builder::new().name("tessera signals".into()).spawn(move || {
+        if let Some(signal) = signals.forever().next() {
+            let removed = tessera_core::temp_files::remove_all();
+            if removed > 0 {
+                eprintln!("tessera: interrupted; removed {removed} temporary file(s)");
+            }
+            std::process::exit(128 + signal);
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot start the signal thread ({e}); an interrupted bake may leave temporary files");
+    }
+}

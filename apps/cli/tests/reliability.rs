@@ -1,0 +1,254 @@
+//! The `tessera` binary against inputs, arguments and signals that must never crash it,
+//! hang it or destroy data: a bake onto its own input, cut or vast images, a killed bake,
+//! and numbers out of range. Every bad input is made here.
+
+#![allow(clippy::unwrap_used)] // Test helpers fail loudly by design.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn tessera(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).output().expect("run tessera")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Asserts a clean failure: non-zero exit, one error line naming `name` and saying `what`, no panic.
+fn assert_clean_failure(o: &Output, name: &str, what: &str) {
+    let err = stderr(o);
+    assert!(!o.status.success(), "expected failure, got success: {err}");
+    assert!(!err.contains("panicked"), "panic: {err}");
+    let lines: Vec<_> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "want one error line, got: {err}");
+    assert!(lines[0].contains(name), "error does not name {name}: {err}");
+    assert!(lines[0].to_lowercase().contains(what), "error does not say '{what}': {err}");
+}
+
+/// Asserts that clap refused an argument: exit 2, the value named, no panic.
+fn assert_refused(o: &Output, value: &str, what: &str) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "expected a refused argument: {err}");
+    assert!(!err.contains("panicked"), "panic: {err}");
+    assert!(err.contains(value) && err.contains(what), "error does not name '{value}' / '{what}': {err}");
+}
+
+/// A noisy RGB image, so that its encodings are not trivially small.
+fn noisy(w: u32, h: u32) -> image::RgbImage {
+    let mut x = 0x9e37_79b9u32;
+    image::RgbImage::from_fn(w, h, |_, _| {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        image::Rgb([x as u8, (x >> 8) as u8, (x >> 16) as u8])
+    })
+}
+
+fn temp_files(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect()
+}
+
+#[test]
+fn a_bake_never_writes_over_its_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("x.png");
+    let jpg = dir.path().join("y.jpg");
+    noisy(96, 64).save(&png).unwrap();
+    noisy(96, 64).save(&jpg).unwrap();
+    let (png_bytes, jpg_bytes) = (std::fs::read(&png).unwrap(), std::fs::read(&jpg).unwrap());
+    assert_clean_failure(&tessera(&["bake", s(&png), "-o", s(&png)]), "x.png", "refusing");
+    assert_clean_failure(&tessera(&["bake", s(&jpg), "-o", s(&jpg)]), "y.jpg", "refusing");
+    // The same file under another name: a path through another folder, a hard link, a symlink.
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    let roundabout = dir.path().join("sub/../x.png");
+    assert_clean_failure(&tessera(&["bake", s(&jpg), s(&png), "-o", s(&roundabout)]), "x.png", "refusing");
+    let hard = dir.path().join("hard.tsa");
+    std::fs::hard_link(&png, &hard).unwrap();
+    assert_clean_failure(&tessera(&["bake", s(&png), "-o", s(&hard)]), "hard.tsa", "same file");
+    let sym = dir.path().join("sym.tsa");
+    std::os::unix::fs::symlink(&jpg, &sym).unwrap();
+    assert_clean_failure(&tessera(&["bake", s(&jpg), "-o", s(&sym)]), "sym.tsa", "same file");
+    // The globe image of a scene bake.
+    assert_clean_failure(&tessera(&["bake", "--globe", s(&jpg), "-o", s(&jpg)]), "y.jpg", "refusing");
+    // A folder as the output.
+    assert_clean_failure(
+        &tessera(&["bake", s(&png), "-o", s(&dir.path().join("sub"))]),
+        "sub",
+        "is a directory",
+    );
+    assert_eq!(std::fs::read(&png).unwrap(), png_bytes, "the PNG was changed");
+    assert_eq!(std::fs::read(&jpg).unwrap(), jpg_bytes, "the JPEG was changed");
+    assert!(temp_files(dir.path()).is_empty());
+    // A distinct output still bakes.
+    let o = tessera(&["bake", s(&png), "-o", s(&dir.path().join("x.tsa"))]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn cut_images_are_errors_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let jpg = dir.path().join("photo.jpg");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&jpg).unwrap());
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90).encode_image(&noisy(512, 384)).unwrap();
+    drop(out);
+    let png = dir.path().join("scan.png");
+    noisy(512, 384).save(&png).unwrap();
+    for (whole, cut_name) in [(&jpg, "half.jpg"), (&png, "half.png")] {
+        let bytes = std::fs::read(whole).unwrap();
+        let cut = dir.path().join(cut_name);
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+        let out = dir.path().join("cut.tsa");
+        assert_clean_failure(&tessera(&["bake", s(&cut), "-o", s(&out)]), cut_name, "");
+        let err = stderr(&tessera(&["bake", s(&cut), "-o", s(&out)]));
+        assert!(err.contains("truncated") || err.contains("corrupt"), "{err}");
+        assert!(!out.exists(), "a cut image baked into an atlas");
+    }
+}
+
+/// A PNG signature, an IHDR of `w × h` RGBA8, an empty IDAT and IEND: enough for a
+/// decoder to say how large the image is, in 57 bytes.
+fn png_header(path: &Path, w: u32, h: u32) {
+    let chunk = |b: &mut Vec<u8>, kind: &[u8], data: &[u8]| {
+        b.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        let start = b.len();
+        b.extend_from_slice(kind);
+        b.extend_from_slice(data);
+        let crc = crc32fast::hash(&b[start..]);
+        b.extend_from_slice(&crc.to_be_bytes());
+    };
+    let mut b = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a];
+    let mut ihdr = w.to_be_bytes().to_vec();
+    ihdr.extend_from_slice(&h.to_be_bytes());
+    ihdr.extend_from_slice(&[8, 6, 0, 0, 0]);
+    chunk(&mut b, b"IHDR", &ihdr);
+    chunk(&mut b, b"IDAT", &[]);
+    chunk(&mut b, b"IEND", &[]);
+    std::fs::write(path, b).unwrap();
+}
+
+#[test]
+fn max_memory_refuses_vast_images_before_decoding() {
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("vast.png");
+    png_header(&png, 20000, 20000);
+    let out = dir.path().join("vast.tsa");
+    let o = tessera(&["bake", s(&png), "-o", s(&out), "--max-memory", "256MiB"]);
+    assert_clean_failure(&o, "vast.png", "limit of 256 mib");
+    assert!(stderr(&o).contains("20000x20000") && stderr(&o).contains("--max-memory"), "{}", stderr(&o));
+    // With room enough the check passes, and the (empty) pixel data is what fails.
+    let o = tessera(&["bake", s(&png), "-o", s(&out), "--max-memory", "8GiB"]);
+    assert!(!o.status.success());
+    assert!(!stderr(&o).contains("memory"), "8 GiB is enough: {}", stderr(&o));
+    assert_refused(&tessera(&["bake", s(&png), "-o", s(&out), "--max-memory", "lots"]), "lots", "size");
+}
+
+/// Starts a bake of `side`² that spills a mip level to disk, and waits until both its
+/// temporary files exist.
+fn start_big_bake(dir: &Path) -> std::process::Child {
+    let out = dir.join("big.tsa");
+    let child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["bake", "--generate", "16384x16384", "-o", s(&out)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while temp_files(dir).len() < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no temporary files after 60 s: {:?}",
+            temp_files(dir)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+#[test]
+fn a_signalled_bake_leaves_no_temporary_file() {
+    for (signal, code) in [("TERM", 143), ("INT", 130)] {
+        let dir = tempfile::tempdir().unwrap();
+        let child = start_big_bake(dir.path());
+        let sent =
+            Command::new("kill").args([&format!("-{signal}"), &child.id().to_string()]).status().unwrap();
+        assert!(sent.success());
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(code), "SIG{signal}: {}", stderr(&o));
+        assert!(temp_files(dir.path()).is_empty(), "SIG{signal} left {:?}", temp_files(dir.path()));
+        assert!(!dir.path().join("big.tsa").exists());
+    }
+}
+
+#[test]
+fn the_next_bake_sweeps_what_a_killed_one_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = start_big_bake(dir.path());
+    child.kill().unwrap(); // SIGKILL: nothing can clean up.
+    child.wait().unwrap();
+    let left = temp_files(dir.path());
+    assert_eq!(left.len(), 2, "{left:?}");
+    let out = dir.path().join("big.tsa");
+    let o = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["bake", "--generate", "256x256", "-o", s(&out)])
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(temp_files(dir.path()).is_empty(), "left: {:?}", temp_files(dir.path()));
+    // Log lines name what was removed, without colour codes when stderr is not a terminal.
+    let err = stderr(&o);
+    assert!(err.contains("removed") && err.contains(&left[0]), "{err}");
+    assert!(!err.contains('\u{1b}'), "ANSI codes in a piped log: {err:?}");
+}
+
+#[test]
+fn numbers_out_of_range_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = dir.path().join("a.tsa");
+    let o = tessera(&["bake", "--generate", "256x256", "-o", s(&atlas)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let a = s(&atlas);
+    for cmd in [&["capture", "--atlas", a][..], &["bench", "--atlas", a], &["demo"]] {
+        let run = |extra: &[&str]| tessera(&[cmd, extra].concat());
+        assert_refused(&run(&["--mip-bias", "NaN"]), "NaN", "finite");
+        assert_refused(&run(&["--mip-bias", "inf"]), "inf", "finite");
+        assert_refused(&run(&["--target-frame-ms", "0"]), "'0'", "greater than 0");
+        assert_refused(&run(&["--target-frame-ms", "NaN"]), "NaN", "greater than 0");
+        assert_refused(&run(&["--loader-threads", "5000"]), "5000", "at most 256");
+        assert_refused(&run(&["--size", "0x720"]), "0x720", "from 1 to 16384");
+    }
+    assert_refused(
+        &tessera(&["bake", "--generate", "64x64", "-o", a, "--uastc-rdo", "NaN"]),
+        "NaN",
+        "finite",
+    );
+    assert_refused(&tessera(&["bake", "--generate", "64x64", "-o", a, "--uastc-rdo=-1"]), "-1", "negative");
+}
+
+#[test]
+fn a_folder_given_as_an_atlas_says_so_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = s(dir.path());
+    assert_clean_failure(&tessera(&["inspect", d]), d, "is a directory");
+    assert_clean_failure(&tessera(&["verify", d]), d, "is a directory");
+    assert_clean_failure(&tessera(&["capture", "--atlas", d]), d, "is a directory");
+    assert_clean_failure(&tessera(&["bench", "--atlas", d]), d, "is a directory");
+    assert_clean_failure(&tessera(&["bake", d, "-o", s(&dir.path().join("o.tsa"))]), d, "is a directory");
+    // An OS error is said once, not once per layer of context.
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let inside = file.join("out.tsa");
+    let o = tessera(&["bake", "--generate", "64x64", "-o", s(&inside)]);
+    assert_clean_failure(&o, "out.tsa", "not a directory");
+    assert_eq!(stderr(&o).matches("os error").count(), 1, "{}", stderr(&o));
+}
