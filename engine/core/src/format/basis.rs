@@ -671,10 +671,10 @@ mod tests {
 
     #[test]
     fn forged_headers_with_repaired_crcs_are_errors_not_crashes() {
-        type Forge = (&'static str, Box<dyn Fn(&mut Vec<u8>)>);
-        let set =
-            |f: (usize, usize), v: u32| -> Box<dyn Fn(&mut Vec<u8>)> { Box::new(move |b| set_le(b, f, v)) };
-        let slice = |f: (usize, usize), v: u32| -> Box<dyn Fn(&mut Vec<u8>)> {
+        type Edit = Box<dyn Fn(&mut Vec<u8>)>;
+        type Forge = (&'static str, Edit);
+        let set = |f: (usize, usize), v: u32| -> Edit { Box::new(move |b| set_le(b, f, v)) };
+        let slice = |f: (usize, usize), v: u32| -> Edit {
             Box::new(move |b| {
                 let at = read_le(b, field::SLICE_DESC_OFS).unwrap() as usize;
                 set_le(b, (at + f.0, f.1), v)
