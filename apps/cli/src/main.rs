@@ -24,7 +24,7 @@ use tessera_core::bake::source::{Generated, ImageSource};
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
 use tessera_core::format::atlas::{Atlas, ColorSpace, Wrap};
 use tessera_core::format::codec::Codec;
-use tessera_core::scene::material_scene::load_gltf;
+use tessera_core::scene::material_scene::{SceneError, ScenePaths, load_gltf_with};
 use tessera_core::scene::scene_bake::{SceneManifest, bake_scene, scene_bake_key};
 
 use crate::progress::Bar;
@@ -78,6 +78,10 @@ struct BakeArgs {
     /// layers) and write SCENE.scene.json, the material rectangles, beside it.
     #[arg(long, value_name = "SCENE.gltf", conflicts_with_all = ["inputs", "generate", "globe"])]
     gltf: Option<PathBuf>,
+    /// Let the --gltf scene's buffer and image URIs name files outside its folder
+    /// (`..`, absolute paths, file:// URLs, links leading out); refused by default.
+    #[arg(long)]
+    allow_outside_paths: bool,
     /// Bake an equirectangular image as a globe scene (one material, repeating in u),
     /// like --gltf.
     #[arg(long, value_name = "IMAGE", conflicts_with_all = ["inputs", "generate"])]
@@ -177,6 +181,9 @@ fn main() -> ExitCode {
 }
 
 fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
+    if args.allow_outside_paths && args.gltf.is_none() {
+        bail!("--allow-outside-paths applies to --gltf scenes only");
+    }
     if args.gltf.is_some() || args.globe.is_some() {
         return run_scene_bake(args);
     }
@@ -256,7 +263,15 @@ fn bake_options(args: &BakeArgs) -> BakeOptions {
 /// `bake --gltf` / `bake --globe`: the scene's materials into one stacked atlas + manifest.
 fn run_scene_bake(args: &BakeArgs) -> Result<ExitCode> {
     let (scene, kind) = match (&args.gltf, &args.globe) {
-        (Some(gltf), _) => (load_gltf(gltf)?, BakeKind::Gltf),
+        (Some(gltf), _) => {
+            let paths = if args.allow_outside_paths { ScenePaths::Anywhere } else { ScenePaths::Confined };
+            let scene = load_gltf_with(gltf, paths).map_err(|e| match e {
+                SceneError::OutsidePath { .. } => anyhow::Error::new(e)
+                    .context("refusing a file outside the scene's folder (--allow-outside-paths allows it for trusted scenes)"),
+                e => e.into(),
+            })?;
+            (scene, BakeKind::Gltf)
+        }
         (None, Some(image)) => (tessera_core::scene::catalog::globe(image)?, BakeKind::Globe),
         (None, None) => bail!("nothing to bake: give --gltf SCENE or --globe IMAGE"),
     };

@@ -220,6 +220,7 @@ mod tests {
             bounds_max: size,
             sun_direction: None,
             source: "box.gltf".into(),
+            paths: Default::default(),
         }
     }
 

@@ -12,7 +12,9 @@ use tessera_core::bake::BakeOptions;
 use tessera_core::format::atlas::{Atlas, Wrap};
 use tessera_core::format::codec::Codec;
 use tessera_core::format::tile::TileId;
-use tessera_core::scene::material_scene::{ImageRef, SceneError, globe_scene, load_gltf};
+use tessera_core::scene::material_scene::{
+    ImageRef, MaterialScene, SceneError, ScenePaths, globe_scene, load_gltf, load_gltf_with,
+};
 use tessera_core::scene::scene_bake::{SCENE_LAYERS, SceneManifest, bake_scene};
 
 /// A unit quad in the XY plane (z = 0) facing +Z, uv (0,0) top-left.
@@ -277,4 +279,166 @@ fn etc1s_scenes_store_normals_and_orm_as_uastc() {
     let atlas = Atlas::open(&out).unwrap();
     let codecs: Vec<_> = atlas.layers().iter().map(|l| l.codec).collect();
     assert_eq!(codecs, [Codec::Etc1s, Codec::Uastc, Codec::Uastc]);
+}
+
+/// Loads `path` on a thread and waits at most ten seconds, so that a hang fails the test
+/// instead of stalling the run.
+fn load_within_timeout(path: &Path, paths: ScenePaths) -> Result<MaterialScene, SceneError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = path.to_path_buf();
+    std::thread::spawn(move || {
+        let _ = tx.send(load_gltf_with(&path, paths));
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10)).expect("glTF import hung (over 10 s)")
+}
+
+/// Rewrites the glTF at `path` with `edit` applied to its JSON.
+fn edit_gltf(path: &Path, edit: impl FnOnce(&mut Value)) {
+    let mut v: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    edit(&mut v);
+    std::fs::write(path, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+}
+
+#[test]
+fn node_cycles_and_shared_nodes_are_prompt_errors() {
+    // (nodes, what the message must say); node 1 is never a scene root (see write_gltf).
+    let cases = [
+        (json!([{"name": "loop", "mesh": 0, "children": [0]}, {}]), "node 0 'loop' is its own child"),
+        (json!([{"children": [1]}, {"mesh": 0, "children": [0]}]), "is its own ancestor"),
+        (json!([{"mesh": 0, "children": [2]}, {}, {"mesh": 1, "children": [0]}]), "is its own ancestor"),
+        (json!([{"children": [3]}, {}, {"children": [3]}, {"mesh": 0}]), "node 3 has two parents"),
+        // A cycle the scene never reaches is still a broken file.
+        (json!([{"mesh": 0}, {"name": "stray", "children": [1]}]), "node 1 'stray' is its own child"),
+    ];
+    for (nodes, expected) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_gltf(dir.path(), nodes.clone(), one_material(None), json!([]), json!([]), json!([]));
+        let err = load_within_timeout(&path, ScenePaths::Confined).unwrap_err();
+        assert!(matches!(err, SceneError::NodeHierarchy { .. }), "{nodes}: {err}");
+        assert!(err.to_string().contains(expected), "{nodes}: {err}");
+    }
+    // A root listed twice would instance its subtree twice.
+    let dir = tempfile::tempdir().unwrap();
+    let path =
+        write_gltf(dir.path(), json!([{"mesh": 0}, {}]), one_material(None), json!([]), json!([]), json!([]));
+    edit_gltf(&path, |v| v["scenes"][0]["nodes"] = json!([0, 0]));
+    let err = load_within_timeout(&path, ScenePaths::Confined).unwrap_err();
+    assert!(err.to_string().contains("node 0 is reached twice"), "{err}");
+}
+
+/// `root/scene/` holds the glTF (with `quad.bin` and `textures/a.png`); `root/outside/`
+/// holds `secret.bin` (a copy of the quad buffer) and `secret.png`. Returns the glTF.
+fn confined_layout(root: &Path, image_uri: &str) -> PathBuf {
+    let scene = root.join("scene");
+    let outside = root.join("outside");
+    std::fs::create_dir_all(scene.join("textures")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret.bin"), quad_buffer()).unwrap();
+    write_png(&outside.join("secret.png"), 4, 4, 9);
+    write_png(&scene.join("textures/a.png"), 4, 4, 1);
+    let nodes = json!([{"mesh": 0}, {}]);
+    write_gltf(
+        &scene,
+        nodes,
+        one_material(Some(0)),
+        json!([{"uri": image_uri}]),
+        json!([{"source": 0}]),
+        json!([]),
+    )
+}
+
+#[test]
+fn uris_outside_the_scene_folder_are_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let outside = root.path().join("outside");
+    let abs = |name: &str| outside.join(name).display().to_string();
+    // Every way out, for a buffer and for an image.
+    let escapes = |name: &str| {
+        vec![
+            format!("../outside/{name}"),
+            format!("%2e%2e/outside/{name}"),
+            format!("%2E%2E%2Foutside%2F{name}"),
+            format!("textures/../../outside/{name}"),
+            abs(name),
+            format!("file://{}", abs(name)),
+            format!("file://localhost{}", abs(name)),
+            format!("FILE:{}", abs(name)),
+            "link_dir/".to_string() + name,
+            format!("link_{name}"),
+        ]
+    };
+    for (kind, name) in [("buffer", "secret.bin"), ("image", "secret.png")] {
+        for uri in escapes(name) {
+            let gltf = confined_layout(root.path(), "textures/a.png");
+            let scene = gltf.parent().unwrap();
+            let _ = std::fs::remove_file(scene.join("link_dir"));
+            let _ = std::fs::remove_file(scene.join(format!("link_{name}")));
+            std::os::unix::fs::symlink(&outside, scene.join("link_dir")).unwrap();
+            std::os::unix::fs::symlink(outside.join(name), scene.join(format!("link_{name}"))).unwrap();
+            edit_gltf(&gltf, |v| match kind {
+                "buffer" => v["buffers"][0]["uri"] = json!(uri),
+                _ => v["images"][0]["uri"] = json!(uri),
+            });
+            let err = load_within_timeout(&gltf, ScenePaths::Confined).unwrap_err();
+            assert!(matches!(err, SceneError::OutsidePath { .. }), "{kind} '{uri}': {err}");
+            let msg = err.to_string();
+            assert!(msg.contains(&uri) && msg.contains(kind), "{msg}");
+            // Nothing about the refused file: not its size, not its contents.
+            let size = std::fs::metadata(outside.join(name)).unwrap().len().to_string();
+            assert!(!msg.contains(&size) && !msg.contains("bytes"), "{msg}");
+            // Allowed explicitly, the same URIs load.
+            let loaded = load_within_timeout(&gltf, ScenePaths::Anywhere);
+            assert!(loaded.is_ok(), "{kind} '{uri}' with ScenePaths::Anywhere: {:?}", loaded.err());
+        }
+    }
+    // Other schemes are never read.
+    let gltf = confined_layout(root.path(), "textures/a.png");
+    edit_gltf(&gltf, |v| v["buffers"][0]["uri"] = json!("https://example.com/quad.bin"));
+    let err = load_within_timeout(&gltf, ScenePaths::Anywhere).unwrap_err();
+    assert!(err.to_string().contains("not supported"), "{err}");
+}
+
+#[test]
+fn subfolders_data_uris_and_inner_links_stay_allowed() {
+    let root = tempfile::tempdir().unwrap();
+    let gltf = confined_layout(root.path(), "textures/a.png");
+    let scene_dir = gltf.parent().unwrap().to_path_buf();
+    let scene = load_within_timeout(&gltf, ScenePaths::Confined).unwrap();
+    let t = scene.materials[0].base_color.as_ref().unwrap();
+    assert_eq!(t.image, ImageRef::File(scene_dir.join("textures/a.png")));
+    // A data: buffer, `./`, a `..` that stays inside, and a link within the folder.
+    let b64 = {
+        const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let bytes = quad_buffer();
+        let mut s = String::new();
+        for c in bytes.chunks(3) {
+            let n = c.iter().enumerate().fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+            for k in 0..=c.len() {
+                s.push(A[(n >> (18 - 6 * k) & 63) as usize] as char);
+            }
+        }
+        s
+    };
+    std::os::unix::fs::symlink(scene_dir.join("textures/a.png"), scene_dir.join("inner.png")).unwrap();
+    for image_uri in ["./textures/a.png", "textures/../textures/a.png", "inner.png"] {
+        edit_gltf(&gltf, |v| {
+            v["buffers"][0]["uri"] = json!(format!("data:application/octet-stream;base64,{b64}"));
+            v["images"][0]["uri"] = json!(image_uri);
+        });
+        let scene = load_within_timeout(&gltf, ScenePaths::Confined).unwrap();
+        assert_eq!(scene.meshes[0].mesh.vertices.len(), 4, "{image_uri}");
+    }
+}
+
+#[test]
+fn the_bake_refuses_an_image_swapped_for_an_outside_link() {
+    let root = tempfile::tempdir().unwrap();
+    let gltf = confined_layout(root.path(), "textures/a.png");
+    let scene = load_gltf(&gltf).unwrap();
+    let image = gltf.parent().unwrap().join("textures/a.png");
+    std::fs::remove_file(&image).unwrap();
+    std::os::unix::fs::symlink(root.path().join("outside/secret.png"), &image).unwrap();
+    let opts = BakeOptions { tile_size: 16, border: 2, codec: Codec::Raw, ..BakeOptions::default() };
+    let err = bake_scene(&scene, &root.path().join("out.tsa"), &opts, &NoProgress).unwrap_err();
+    assert!(matches!(err, SceneError::OutsidePath { .. }), "{err}");
 }

@@ -2,12 +2,17 @@
 //! ETC1S or UASTC mode, encoded with the `basis-universal` crate's compressor and
 //! transcoded on loader threads to the GPU pool's format.
 //!
-//! The C++ transcoder trusts much of what a `.basis` header says, so every blob is
-//! checked before it is transcoded: header fields and sizes, the header's CRC-16, the
-//! data's CRC-16 (unless the caller has verified the blob already, see [`DataCheck`]),
-//! the mode, one image of one level, and the tile's size. A corrupted blob is a
-//! [`CodecError`], never a crash. (A deliberately forged file with valid checksums is
-//! outside this defence: damaged block data can trip the C++ transcoder's assertions.)
+//! The C++ transcoder trusts much of what a `.basis` header says (a data size near 4 GiB
+//! wraps its size check; slice offsets are not checked against the file), so before any
+//! C++ function sees a blob, [`check_structure`] reads the file header and every slice
+//! descriptor in Rust, overflow-safe: signature, version, sizes, the header's CRC-16,
+//! counts (one image of one level), the mode and flags, the tile's size in texels and
+//! blocks, and that the slice table, codebooks, Huffman tables and slices lie inside the
+//! file without overlapping. Then the data's CRC-16 is checked (unless the caller has
+//! verified the blob already, see [`DataCheck`]). A damaged or forged header is a
+//! [`CodecError`], never a crash. (What remains outside this defence: a forged file with
+//! a valid structure and repaired checksums whose *compressed contents* are malformed can
+//! still trip an assertion inside the C++ transcoder, which aborts the process.)
 
 use std::cell::RefCell;
 use std::sync::Once;
@@ -166,6 +171,7 @@ pub fn transcode(
     let corrupt = |what: &str| CodecError::Corrupt(format!("{} tile: {what}", mode.name()));
     TRANSCODER.with(|cell| {
         let mut t = cell.try_borrow_mut().map_err(|_| corrupt("transcoder re-entered"))?;
+        check_structure(blob, mode, side).map_err(|e| corrupt(&e))?;
         if !t.validate_header(blob) {
             return Err(corrupt("not a valid .basis header (signature, version, sizes or flags)"));
         }
@@ -208,6 +214,213 @@ pub fn transcode(
         }
         Ok(out)
     })
+}
+
+/// Size of the packed `.basis` file header.
+const HEADER_LEN: u64 = 77;
+/// Size of one packed `.basis` slice descriptor.
+const SLICE_DESC_LEN: u64 = 23;
+/// `'B' << 8 | 's'`.
+const SIGNATURE: u32 = 0x4273;
+/// The one file version the vendored transcoder reads.
+const VERSION: u32 = 0x13;
+/// Header flag: ETC1S file (never set for UASTC).
+const FLAG_ETC1S: u32 = 1;
+/// Header flag: ETC1S alpha in every second slice.
+const FLAG_ALPHA_SLICES: u32 = 4;
+/// Header flag: the codebooks come from another file (never for a tile).
+const FLAG_GLOBAL_CODEBOOK: u32 = 8;
+/// Slice flag: the slice holds alpha.
+const SLICE_HAS_ALPHA: u32 = 1;
+/// Bytes of one UASTC 4×4 block.
+const UASTC_BLOCK_BYTES: u64 = 16;
+
+/// Byte offsets and sizes of the `.basis` file header fields (little-endian, packed).
+mod field {
+    pub(super) const SIG: (usize, usize) = (0, 2);
+    pub(super) const VER: (usize, usize) = (2, 2);
+    pub(super) const HEADER_SIZE: (usize, usize) = (4, 2);
+    pub(super) const HEADER_CRC16: (usize, usize) = (6, 2);
+    pub(super) const DATA_SIZE: (usize, usize) = (8, 4);
+    pub(super) const TOTAL_SLICES: (usize, usize) = (14, 3);
+    pub(super) const TOTAL_IMAGES: (usize, usize) = (17, 3);
+    pub(super) const TEX_FORMAT: (usize, usize) = (20, 1);
+    pub(super) const FLAGS: (usize, usize) = (21, 2);
+    pub(super) const TEX_TYPE: (usize, usize) = (23, 1);
+    pub(super) const TOTAL_ENDPOINTS: (usize, usize) = (39, 2);
+    pub(super) const ENDPOINT_CB_OFS: (usize, usize) = (41, 4);
+    pub(super) const ENDPOINT_CB_SIZE: (usize, usize) = (45, 3);
+    pub(super) const TOTAL_SELECTORS: (usize, usize) = (48, 2);
+    pub(super) const SELECTOR_CB_OFS: (usize, usize) = (50, 4);
+    pub(super) const SELECTOR_CB_SIZE: (usize, usize) = (54, 3);
+    pub(super) const TABLES_OFS: (usize, usize) = (57, 4);
+    pub(super) const TABLES_SIZE: (usize, usize) = (61, 4);
+    pub(super) const SLICE_DESC_OFS: (usize, usize) = (65, 4);
+    pub(super) const EXTENDED_OFS: (usize, usize) = (69, 4);
+    pub(super) const EXTENDED_SIZE: (usize, usize) = (73, 4);
+
+    // Within one slice descriptor.
+    pub(super) const SLICE_IMAGE: (usize, usize) = (0, 3);
+    pub(super) const SLICE_LEVEL: (usize, usize) = (3, 1);
+    pub(super) const SLICE_FLAGS: (usize, usize) = (4, 1);
+    pub(super) const SLICE_WIDTH: (usize, usize) = (5, 2);
+    pub(super) const SLICE_HEIGHT: (usize, usize) = (7, 2);
+    pub(super) const SLICE_BLOCKS_X: (usize, usize) = (9, 2);
+    pub(super) const SLICE_BLOCKS_Y: (usize, usize) = (11, 2);
+    pub(super) const SLICE_FILE_OFS: (usize, usize) = (13, 4);
+    pub(super) const SLICE_FILE_SIZE: (usize, usize) = (17, 4);
+}
+
+/// A little-endian field of 1 to 4 bytes at `(offset, size)` of `bytes`; `None` when
+/// `bytes` is too short.
+fn read_le(bytes: &[u8], (at, size): (usize, usize)) -> Option<u32> {
+    let b = bytes.get(at..at.checked_add(size)?)?;
+    Some(b.iter().rev().fold(0u32, |v, &x| (v << 8) | u32::from(x)))
+}
+
+/// The CRC-16 `.basis` files use (CCITT polynomial, inverted in and out).
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = !0;
+    for &b in bytes {
+        let q = u16::from(b) ^ (crc >> 8);
+        let k = (q >> 4) ^ q;
+        crc = (crc << 8) ^ k ^ (k << 5) ^ (k << 12);
+    }
+    !crc
+}
+
+/// Checks everything the C++ transcoder would otherwise trust in a `.basis` tile of
+/// `mode` holding one `side × side` image: the header's sizes, CRC-16, counts, format and
+/// flags, and every slice descriptor's size and position, all against `blob.len()` in
+/// 64-bit arithmetic. The message says which field is wrong and its value.
+pub(crate) fn check_structure(blob: &[u8], mode: BasisMode, side: u32) -> Result<(), String> {
+    let len = blob.len() as u64;
+    if len <= HEADER_LEN {
+        return Err(format!("{len} bytes is too short for a .basis file"));
+    }
+    let header = &blob[..HEADER_LEN as usize];
+    let h = |f: (usize, usize)| u64::from(read_le(header, f).unwrap_or(0));
+    if h(field::SIG) != u64::from(SIGNATURE) || h(field::VER) != u64::from(VERSION) {
+        return Err(format!(
+            "signature {:#06x} version {:#x}, not a .basis file",
+            h(field::SIG),
+            h(field::VER)
+        ));
+    }
+    if h(field::HEADER_SIZE) != HEADER_LEN {
+        return Err(format!("header size {} (expected {HEADER_LEN})", h(field::HEADER_SIZE)));
+    }
+    if HEADER_LEN + h(field::DATA_SIZE) != len {
+        return Err(format!(
+            "data size {} + header {HEADER_LEN} is not the file's {len} bytes",
+            h(field::DATA_SIZE)
+        ));
+    }
+    let crc = crc16(&header[field::DATA_SIZE.0..]);
+    if u64::from(crc) != h(field::HEADER_CRC16) {
+        return Err(format!("header CRC-16 {:#06x}, computed {crc:#06x}", h(field::HEADER_CRC16)));
+    }
+    if h(field::TEX_FORMAT) != mode.header_code() as u64 {
+        return Err(format!("stored as basis format {}, not {}", h(field::TEX_FORMAT), mode.name()));
+    }
+    let flags = h(field::FLAGS) as u32;
+    let etc1s = mode == BasisMode::Etc1s;
+    if (flags & FLAG_ETC1S != 0) != etc1s || flags & FLAG_GLOBAL_CODEBOOK != 0 {
+        return Err(format!("header flags {flags:#x} do not fit a {} tile", mode.name()));
+    }
+    if h(field::TEX_TYPE) != 0 {
+        return Err(format!("texture type {} (a tile is a plain 2D image)", h(field::TEX_TYPE)));
+    }
+    let alpha_slices = etc1s && flags & FLAG_ALPHA_SLICES != 0;
+    let slices = if alpha_slices { 2 } else { 1 };
+    if h(field::TOTAL_IMAGES) != 1 || h(field::TOTAL_SLICES) != slices {
+        return Err(format!(
+            "{} image(s) in {} slice(s); a tile has one image in {slices}",
+            h(field::TOTAL_IMAGES),
+            h(field::TOTAL_SLICES)
+        ));
+    }
+
+    // Every region the transcoder reads, as (what, offset, size): they must lie inside
+    // the file after the header and not overlap.
+    let mut regions: Vec<(String, u64, u64)> = Vec::with_capacity(8);
+    let desc_ofs = h(field::SLICE_DESC_OFS);
+    regions.push(("slice table".into(), desc_ofs, slices * SLICE_DESC_LEN));
+    let codebooks = [
+        ("endpoint codebook", field::ENDPOINT_CB_OFS, field::ENDPOINT_CB_SIZE),
+        ("selector codebook", field::SELECTOR_CB_OFS, field::SELECTOR_CB_SIZE),
+        ("Huffman tables", field::TABLES_OFS, field::TABLES_SIZE),
+    ];
+    let (endpoints, selectors) = (h(field::TOTAL_ENDPOINTS), h(field::TOTAL_SELECTORS));
+    for (what, ofs, size) in codebooks {
+        let (ofs, size) = (h(ofs), h(size));
+        if etc1s {
+            if size == 0 {
+                return Err(format!("empty {what}"));
+            }
+            regions.push((what.into(), ofs, size));
+        } else if size != 0 {
+            return Err(format!("a UASTC tile with a {size}-byte {what}"));
+        }
+    }
+    if etc1s && (endpoints == 0 || selectors == 0) {
+        return Err(format!("{endpoints} endpoints and {selectors} selectors"));
+    }
+    if !etc1s && (endpoints != 0 || selectors != 0) {
+        return Err(format!("a UASTC tile with {endpoints} endpoints and {selectors} selectors"));
+    }
+    if h(field::EXTENDED_SIZE) != 0 || h(field::EXTENDED_OFS) > len {
+        return Err(format!(
+            "extended data of {} bytes at {} (a tile has none)",
+            h(field::EXTENDED_SIZE),
+            h(field::EXTENDED_OFS)
+        ));
+    }
+    let blocks = u64::from(side.div_ceil(4));
+    for k in 0..slices {
+        let at = desc_ofs + k * SLICE_DESC_LEN;
+        let desc = usize::try_from(at)
+            .ok()
+            .and_then(|at| blob.get(at..at.checked_add(SLICE_DESC_LEN as usize)?))
+            .ok_or_else(|| format!("slice table at {desc_ofs} lies outside the {len}-byte file"))?;
+        let d = |f: (usize, usize)| u64::from(read_le(desc, f).unwrap_or(0));
+        if d(field::SLICE_IMAGE) != 0 || d(field::SLICE_LEVEL) != 0 {
+            return Err(format!(
+                "slice {k} is image {} level {}",
+                d(field::SLICE_IMAGE),
+                d(field::SLICE_LEVEL)
+            ));
+        }
+        if alpha_slices && (d(field::SLICE_FLAGS) as u32 & SLICE_HAS_ALPHA != 0) != (k == 1) {
+            return Err(format!("slice {k} flags {:#x} (colour then alpha)", d(field::SLICE_FLAGS)));
+        }
+        let dims =
+            [field::SLICE_WIDTH, field::SLICE_HEIGHT, field::SLICE_BLOCKS_X, field::SLICE_BLOCKS_Y].map(d);
+        if dims != [u64::from(side), u64::from(side), blocks, blocks] {
+            return Err(format!(
+                "slice {k} is {}×{} texels in {}×{} blocks, expected a {side}×{side} tile",
+                dims[0], dims[1], dims[2], dims[3]
+            ));
+        }
+        let (ofs, size) = (d(field::SLICE_FILE_OFS), d(field::SLICE_FILE_SIZE));
+        if size == 0 || (!etc1s && size != blocks * blocks * UASTC_BLOCK_BYTES) {
+            return Err(format!("slice {k} has {size} bytes of data"));
+        }
+        regions.push((format!("slice {k}"), ofs, size));
+    }
+    for (what, ofs, size) in &regions {
+        if *ofs < HEADER_LEN || ofs + size > len {
+            return Err(format!("{what} of {size} bytes at offset {ofs} lies outside the {len}-byte file"));
+        }
+    }
+    regions.sort_by_key(|r| r.1);
+    for pair in regions.windows(2) {
+        let ((a, a_ofs, a_size), (b, b_ofs, _)) = (&pair[0], &pair[1]);
+        if a_ofs + a_size > *b_ofs {
+            return Err(format!("{a} (at {a_ofs}, {a_size} bytes) overlaps {b} (at {b_ofs})"));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -399,6 +612,167 @@ mod tests {
             assert!(codec.decode(&good, raw_len + 4).is_err(), "not square");
         }
     }
+
+    /// Small real tiles of side 32: ETC1S opaque, ETC1S with alpha (two slices), UASTC.
+    fn small_tiles() -> Vec<(BasisMode, Vec<u8>)> {
+        let side = 32;
+        let opaque: Vec<u8> =
+            (0..side * side * 4).map(|i| if i % 4 == 3 { 255 } else { (i * 7 % 256) as u8 }).collect();
+        let alpha: Vec<u8> = (0..side * side * 4).map(|i| (i * 7 % 256) as u8).collect();
+        let opts = EncodeOptions::default();
+        let tiles = vec![
+            (BasisMode::Etc1s, encode(&opaque, side, BasisMode::Etc1s, &opts).unwrap()),
+            (BasisMode::Etc1s, encode(&alpha, side, BasisMode::Etc1s, &opts).unwrap()),
+            (BasisMode::Uastc, encode(&alpha, side, BasisMode::Uastc, &opts).unwrap()),
+        ];
+        let slices: Vec<_> = tiles.iter().map(|(_, b)| read_le(b, field::TOTAL_SLICES).unwrap()).collect();
+        assert_eq!(slices, [1, 2, 1], "the alpha ETC1S tile has a colour and an alpha slice");
+        tiles
+    }
+
+    fn set_le(blob: &mut [u8], (at, size): (usize, usize), value: u32) {
+        for (i, b) in blob[at..at + size].iter_mut().enumerate() {
+            *b = (value >> (8 * i)) as u8;
+        }
+    }
+
+    /// Rewrites both CRC-16s so a forged blob passes the checksum checks.
+    fn repair_crcs(blob: &mut [u8]) {
+        let data = crc16(&blob[HEADER_LEN as usize..]);
+        blob[12..14].copy_from_slice(&data.to_le_bytes());
+        let header = crc16(&blob[8..HEADER_LEN as usize]);
+        blob[6..8].copy_from_slice(&header.to_le_bytes());
+    }
+
+    /// Transcodes `blob` to every target with and without the data CRC; no panic, no
+    /// abort; `Ok` only with the right size. Returns whether any transcode succeeded.
+    fn transcode_all(blob: &[u8], mode: BasisMode, side: u32) -> bool {
+        let mut any_ok = false;
+        for target in TargetFormat::ALL {
+            for check in [DataCheck::Crc16, DataCheck::AlreadyVerified] {
+                if let Ok(out) = transcode(blob, mode, side, target, check) {
+                    assert_eq!(out.len(), target.bytes_per_tile(side));
+                    any_ok = true;
+                }
+            }
+        }
+        any_ok
+    }
+
+    #[test]
+    fn real_tiles_pass_the_structure_check() {
+        for (mode, blob) in small_tiles() {
+            check_structure(&blob, mode, 32).unwrap();
+            let mut copy = blob.clone();
+            repair_crcs(&mut copy);
+            assert_eq!(copy, blob, "the test's CRC-16 is the file's");
+        }
+    }
+
+    #[test]
+    fn forged_headers_with_repaired_crcs_are_errors_not_crashes() {
+        type Edit = Box<dyn Fn(&mut Vec<u8>)>;
+        type Forge = (&'static str, Edit);
+        let set = |f: (usize, usize), v: u32| -> Edit { Box::new(move |b| set_le(b, f, v)) };
+        let slice = |f: (usize, usize), v: u32| -> Edit {
+            Box::new(move |b| {
+                let at = read_le(b, field::SLICE_DESC_OFS).unwrap() as usize;
+                set_le(b, (at + f.0, f.1), v)
+            })
+        };
+        let forged: Vec<Forge> = vec![
+            // 77 + 0xFFFFFFFF wraps to 76 in the transcoder's u32 check (was a SIGSEGV).
+            ("data size 0xFFFFFFFF", set(field::DATA_SIZE, u32::MAX)),
+            ("data size 0", set(field::DATA_SIZE, 0)),
+            (
+                "data size one short",
+                Box::new(|b| {
+                    let n = b.len() as u32 - 78;
+                    set_le(b, field::DATA_SIZE, n)
+                }),
+            ),
+            ("header size 0xFFFF", set(field::HEADER_SIZE, 0xFFFF)),
+            ("total slices 0xFFFFFF", set(field::TOTAL_SLICES, 0xFF_FFFF)),
+            ("total slices 0", set(field::TOTAL_SLICES, 0)),
+            ("total slices 3", set(field::TOTAL_SLICES, 3)),
+            ("total images 0", set(field::TOTAL_IMAGES, 0)),
+            ("total images 0xFFFFFF", set(field::TOTAL_IMAGES, 0xFF_FFFF)),
+            ("texture type 2", set(field::TEX_TYPE, 2)),
+            ("global codebook flag", Box::new(|b| b[21] |= FLAG_GLOBAL_CODEBOOK as u8)),
+            ("ETC1S flag flipped", Box::new(|b| b[21] ^= FLAG_ETC1S as u8)),
+            ("format flipped", Box::new(|b| b[20] ^= 1)),
+            ("slice table at 0xFFFFFFFF", set(field::SLICE_DESC_OFS, u32::MAX)),
+            ("slice table at 0", set(field::SLICE_DESC_OFS, 0)),
+            (
+                "slice table past the end",
+                Box::new(|b| {
+                    let n = b.len() as u32 - 5;
+                    set_le(b, field::SLICE_DESC_OFS, n)
+                }),
+            ),
+            ("endpoint codebook at 0xFFFFFFFF (ETC1S)", set(field::ENDPOINT_CB_OFS, u32::MAX)),
+            ("endpoint codebook of 0xFFFFFF bytes", set(field::ENDPOINT_CB_SIZE, 0xFF_FFFF)),
+            ("selector codebook at 0xFFFFFFF0 (ETC1S)", set(field::SELECTOR_CB_OFS, 0xFFFF_FFF0)),
+            ("selector codebook of 0xFFFFFF bytes", set(field::SELECTOR_CB_SIZE, 0xFF_FFFF)),
+            ("tables at 0xFFFFFFFF (ETC1S)", set(field::TABLES_OFS, u32::MAX)),
+            ("tables of 0xFFFFFFFF bytes", set(field::TABLES_SIZE, u32::MAX)),
+            ("tables over the header (ETC1S)", set(field::TABLES_OFS, 10)),
+            ("extended data of 0xFFFFFFFF bytes", set(field::EXTENDED_SIZE, u32::MAX)),
+            ("slice at 0xFFFFFFFF", slice(field::SLICE_FILE_OFS, u32::MAX)),
+            ("slice at 0xFFFFFFF0", slice(field::SLICE_FILE_OFS, 0xFFFF_FFF0)),
+            ("slice over the header", slice(field::SLICE_FILE_OFS, 3)),
+            ("slice of 0xFFFFFFFF bytes", slice(field::SLICE_FILE_SIZE, u32::MAX)),
+            ("slice of 0 bytes", slice(field::SLICE_FILE_SIZE, 0)),
+            ("slice width 0", slice(field::SLICE_WIDTH, 0)),
+            ("slice width 0xFFFF", slice(field::SLICE_WIDTH, 0xFFFF)),
+            ("slice blocks 0xFFFF", slice(field::SLICE_BLOCKS_X, 0xFFFF)),
+            ("slice blocks 0", slice(field::SLICE_BLOCKS_Y, 0)),
+            ("slice of image 1", slice(field::SLICE_IMAGE, 1)),
+            ("slice of level 1", slice(field::SLICE_LEVEL, 1)),
+        ];
+        for (mode, good) in small_tiles() {
+            assert!(transcode_all(&good, mode, 32));
+            for (what, forge) in &forged {
+                let mut bad = good.clone();
+                forge(&mut bad);
+                repair_crcs(&mut bad);
+                if mode == BasisMode::Uastc && what.ends_with("(ETC1S)") {
+                    // UASTC has no codebooks or tables: where their empty regions lie is
+                    // never read. It must still not crash.
+                    transcode_all(&bad, mode, 32);
+                    continue;
+                }
+                let err = check_structure(&bad, mode, 32);
+                assert!(err.is_err(), "{} {what}: passed the structure check", mode.name());
+                assert!(!transcode_all(&bad, mode, 32), "{} {what}: transcoded", mode.name());
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(400))]
+
+        /// Random bytes of the header and slice table, CRCs repaired: an error or a
+        /// correct-size tile, and the process survives.
+        #[test]
+        fn random_header_edits_never_crash(
+            tile in 0usize..3,
+            edits in proptest::collection::vec((0usize..200, proptest::prelude::any::<u8>()), 1..6),
+        ) {
+            let tiles = SMALL_TILES.get_or_init(small_tiles);
+            let (mode, good) = &tiles[tile];
+            let slices = read_le(good, field::TOTAL_SLICES).unwrap() as usize;
+            let span = HEADER_LEN as usize + slices * SLICE_DESC_LEN as usize;
+            let mut bad = good.clone();
+            for (at, value) in edits {
+                bad[at % span] = value;
+            }
+            repair_crcs(&mut bad);
+            transcode_all(&bad, *mode, 32);
+        }
+    }
+
+    static SMALL_TILES: std::sync::OnceLock<Vec<(BasisMode, Vec<u8>)>> = std::sync::OnceLock::new();
 
     #[test]
     fn bad_options_are_errors() {

@@ -729,6 +729,7 @@ mod tests {
             bounds_max: max,
             sun_direction: None,
             source: PathBuf::from("box.gltf"),
+            paths: Default::default(),
         }
     }
 

@@ -27,6 +27,23 @@ pub struct MaterialScene {
     pub sun_direction: Option<Vec3>,
     /// The file the scene came from (the image itself for [`globe_scene`]).
     pub source: PathBuf,
+    /// Which files the scene may read besides `source`; the bake checks image files again.
+    pub paths: ScenePaths,
+}
+
+/// Which files a glTF's buffer and image URIs may name.
+///
+/// A glTF is often downloaded, so by default its URIs are confined to its own folder: a
+/// URI may not climb out with `..` (also percent-encoded), be an absolute path or a
+/// `file://` URL, or lead out through a symbolic link.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ScenePaths {
+    /// Only files inside the glTF's folder (the default).
+    #[default]
+    Confined,
+    /// Any file, absolute paths and `file://` URLs included: for trusted scenes whose
+    /// assets live elsewhere.
+    Anywhere,
 }
 
 /// One triangle primitive of a scene, in world space.
@@ -165,6 +182,28 @@ pub enum SceneError {
         /// What the decoder said.
         reason: String,
     },
+    /// A buffer or image URI names a file outside the glTF's folder, and
+    /// [`ScenePaths::Confined`] forbids that. The file itself is never opened.
+    #[error("{gltf}: {what} URI '{uri}' {reason}: refused, files outside the scene's folder are not read")]
+    OutsidePath {
+        /// The glTF file.
+        gltf: PathBuf,
+        /// What the URI is for (`buffer 0`, `image 2`).
+        what: String,
+        /// The URI as the glTF writes it.
+        uri: String,
+        /// How it leaves the folder.
+        reason: String,
+    },
+    /// The glTF's node hierarchy is not a forest of strict trees (a cycle, or a node
+    /// with two parents), which glTF forbids; walking it would never end.
+    #[error("{path}: bad node hierarchy: {reason}")]
+    NodeHierarchy {
+        /// The glTF file.
+        path: PathBuf,
+        /// Which node is wrong and how.
+        reason: String,
+    },
     /// Baking the atlas failed.
     #[error(transparent)]
     Bake(#[from] BakeError),
@@ -183,14 +222,22 @@ pub enum SceneError {
 
 /// Loads the default scene (else the first) of a `.gltf` or `.glb` file: every triangle
 /// primitive of every node, recursively, transformed to world space, and the materials.
+/// Buffer and image files must lie in the glTF's folder ([`ScenePaths::Confined`]).
 ///
 /// Texture files are checked to exist and to have a readable image header, so that a
 /// missing or broken texture is reported here, naming the file and the material.
 pub fn load_gltf(path: &Path) -> Result<MaterialScene, SceneError> {
-    let (doc, buffers) = open_document(path)?;
-    let base = path.parent().unwrap_or(Path::new(""));
-    let mut materials: Vec<Material> =
-        doc.materials().enumerate().map(|(i, m)| material(path, base, i, &m)).collect();
+    load_gltf_with(path, ScenePaths::Confined)
+}
+
+/// [`load_gltf`], with `paths` deciding which files the glTF's URIs may name.
+pub fn load_gltf_with(path: &Path, paths: ScenePaths) -> Result<MaterialScene, SceneError> {
+    let (doc, buffers) = open_document(path, paths)?;
+    check_node_forest(path, &doc)?;
+    let mut materials = Vec::with_capacity(doc.materials().len());
+    for (i, m) in doc.materials().enumerate() {
+        materials.push(material(path, paths, i, &m)?);
+    }
     for m in &materials {
         for t in [&m.base_color, &m.normal, &m.metallic_roughness].into_iter().flatten() {
             if let ImageRef::File(file) = &t.image {
@@ -205,13 +252,23 @@ pub fn load_gltf(path: &Path) -> Result<MaterialScene, SceneError> {
         bounds_max: Vec3::ZERO,
         sun_direction: None,
         source: path.to_path_buf(),
+        paths,
     };
     let mut default_material = None;
     let scene = doc.default_scene().or_else(|| doc.scenes().next());
     let mut stack: Vec<(gltf::Node, Mat4)> =
         scene.iter().flat_map(|s| s.nodes()).map(|n| (n, Mat4::IDENTITY)).collect();
     stack.reverse();
+    // Each node is instanced at most once, so the walk ends after at most `nodes` steps
+    // even if a hierarchy slipped past `check_node_forest` (a root listed twice).
+    let mut visited = vec![false; doc.nodes().len()];
     while let Some((node, parent)) = stack.pop() {
+        if std::mem::replace(&mut visited[node.index()], true) {
+            return Err(SceneError::NodeHierarchy {
+                path: path.to_path_buf(),
+                reason: format!("{} is reached twice from the scene", node_label(&node)),
+            });
+        }
         let world = parent * Mat4::from_cols_array_2d(&node.transform().matrix());
         if let Some(light) = node.light()
             && matches!(light.kind(), gltf::khr_lights_punctual::Kind::Directional)
@@ -291,12 +348,82 @@ pub fn globe_scene(
         bounds_max: Vec3::splat(radius),
         sun_direction: None,
         source: image.to_path_buf(),
+        // The caller named the image itself.
+        paths: ScenePaths::Anywhere,
     })
 }
 
-/// The encoded bytes of glTF image `index` of `gltf` (buffer view or data URI).
-pub(crate) fn embedded_image_bytes(gltf: &Path, index: usize) -> Result<Vec<u8>, SceneError> {
-    let (doc, buffers) = open_document(gltf)?;
+/// `node 3 'name'`, for messages.
+fn node_label(node: &gltf::Node) -> String {
+    match node.name() {
+        Some(name) => format!("node {} '{name}'", node.index()),
+        None => format!("node {}", node.index()),
+    }
+}
+
+/// Checks that the nodes form disjoint strict trees, as glTF requires: no node is its
+/// own descendant and none has two parents. Unreached nodes are checked too.
+fn check_node_forest(path: &Path, doc: &gltf::Document) -> Result<(), SceneError> {
+    let bad = |reason: String| SceneError::NodeHierarchy { path: path.to_path_buf(), reason };
+    let nodes: Vec<gltf::Node> = doc.nodes().collect();
+    let mut parent: Vec<Option<usize>> = vec![None; nodes.len()];
+    for node in &nodes {
+        for child in node.children() {
+            if child.index() == node.index() {
+                return Err(bad(format!("{} is its own child", node_label(node))));
+            }
+            if let Some(p) = parent[child.index()] {
+                return Err(bad(format!(
+                    "{} has two parents, {} and {}",
+                    node_label(&child),
+                    node_label(&nodes[p]),
+                    node_label(node)
+                )));
+            }
+            parent[child.index()] = Some(node.index());
+        }
+    }
+    // With one parent at most, following parents from any node ends at a root or loops.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        OnChain,
+        Done,
+    }
+    let mut mark = vec![Mark::New; nodes.len()];
+    let mut chain = Vec::new();
+    for start in 0..nodes.len() {
+        let mut i = start;
+        loop {
+            match mark[i] {
+                Mark::Done => break,
+                Mark::OnChain => {
+                    return Err(bad(format!("{} is its own ancestor (a cycle)", node_label(&nodes[i]))));
+                }
+                Mark::New => {}
+            }
+            mark[i] = Mark::OnChain;
+            chain.push(i);
+            match parent[i] {
+                Some(p) => i = p,
+                None => break,
+            }
+        }
+        for j in chain.drain(..) {
+            mark[j] = Mark::Done;
+        }
+    }
+    Ok(())
+}
+
+/// The encoded bytes of glTF image `index` of `gltf` (buffer view or data URI), reading
+/// its buffers under `paths`.
+pub(crate) fn embedded_image_bytes(
+    gltf: &Path,
+    index: usize,
+    paths: ScenePaths,
+) -> Result<Vec<u8>, SceneError> {
+    let (doc, buffers) = open_document(gltf, paths)?;
     let bad = |reason: String| SceneError::Gltf { path: gltf.to_path_buf(), reason };
     let image = doc.images().nth(index).ok_or_else(|| bad(format!("no image {index}")))?;
     match image.source() {
@@ -335,11 +462,10 @@ pub(crate) fn image_size(file: &Path, material: &str) -> Result<(u32, u32), Scen
         .map_err(|e| bad(e.to_string()))
 }
 
-fn open_document(path: &Path) -> Result<(gltf::Document, Vec<Vec<u8>>), SceneError> {
+fn open_document(path: &Path, paths: ScenePaths) -> Result<(gltf::Document, Vec<Vec<u8>>), SceneError> {
     let bytes = std::fs::read(path).map_err(|source| SceneError::Io { path: path.to_path_buf(), source })?;
     let gltf::Gltf { document, mut blob } = gltf::Gltf::from_slice(&bytes)
         .map_err(|e| SceneError::Gltf { path: path.to_path_buf(), reason: e.to_string() })?;
-    let base = path.parent().unwrap_or(Path::new(""));
     let mut buffers = Vec::new();
     for buffer in document.buffers() {
         let index = buffer.index();
@@ -357,7 +483,7 @@ fn open_document(path: &Path) -> Result<(gltf::Document, Vec<Vec<u8>>), SceneErr
                 data_uri(uri).ok_or_else(|| err(path.to_path_buf(), "bad data URI".into()))?
             }
             gltf::buffer::Source::Uri(uri) => {
-                let file = base.join(percent_decode(uri));
+                let file = resolve_uri(path, uri, &format!("buffer {index}"), paths)?;
                 if !file.is_file() {
                     return Err(err(file, "file not found".into()));
                 }
@@ -366,7 +492,9 @@ fn open_document(path: &Path) -> Result<(gltf::Document, Vec<Vec<u8>>), SceneErr
         };
         if data.len() < buffer.length() {
             let file = match buffer.source() {
-                gltf::buffer::Source::Uri(uri) if !uri.starts_with("data:") => base.join(percent_decode(uri)),
+                gltf::buffer::Source::Uri(uri) if !uri.starts_with("data:") => {
+                    resolve_uri(path, uri, &format!("buffer {index}"), paths)?
+                }
                 _ => path.to_path_buf(),
             };
             return Err(err(file, format!("{} bytes, the glTF says {}", data.len(), buffer.length())));
@@ -376,7 +504,117 @@ fn open_document(path: &Path) -> Result<(gltf::Document, Vec<Vec<u8>>), SceneErr
     Ok((document, buffers))
 }
 
-fn material(path: &Path, base: &Path, index: usize, m: &gltf::Material) -> Material {
+/// The folder a glTF's relative URIs are resolved against.
+fn scene_folder(gltf: &Path) -> &Path {
+    match gltf.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// The file a buffer or image URI (not `data:`) of `gltf` names, after percent-decoding.
+///
+/// Under [`ScenePaths::Confined`] the URI must be relative, must not climb above the
+/// glTF's folder, and, where the file exists, its real path (symbolic links followed)
+/// must lie in the folder's real path. Nothing outside is opened, so an error says
+/// nothing about the refused file. `what` names the URI's use for messages.
+pub(crate) fn resolve_uri(
+    gltf: &Path,
+    uri: &str,
+    what: &str,
+    paths: ScenePaths,
+) -> Result<PathBuf, SceneError> {
+    let refuse = |reason: String| SceneError::OutsidePath {
+        gltf: gltf.to_path_buf(),
+        what: what.to_string(),
+        uri: uri.to_string(),
+        reason,
+    };
+    let base = scene_folder(gltf);
+    let decoded = match uri_scheme(uri) {
+        None => percent_decode(uri),
+        Some(scheme) if scheme.eq_ignore_ascii_case("file") => {
+            // file:///abs, file://localhost/abs or file:/abs: always an absolute path.
+            let rest = &uri[5..];
+            let rest = rest.strip_prefix("//").map_or(rest, |r| r.strip_prefix("localhost").unwrap_or(r));
+            if !rest.starts_with('/') {
+                return Err(SceneError::Gltf {
+                    path: gltf.to_path_buf(),
+                    reason: format!("{what} URI '{uri}': only local file:// URLs are supported"),
+                });
+            }
+            percent_decode(rest)
+        }
+        Some(scheme) => {
+            return Err(SceneError::Gltf {
+                path: gltf.to_path_buf(),
+                reason: format!(
+                    "{what} URI '{uri}': scheme '{scheme}:' is not supported (only relative paths and data: URIs)"
+                ),
+            });
+        }
+    };
+    let relative = Path::new(&decoded);
+    let file = base.join(relative);
+    if paths == ScenePaths::Anywhere {
+        return Ok(file);
+    }
+    let mut depth = 0usize;
+    for c in relative.components() {
+        match c {
+            std::path::Component::Normal(_) => depth += 1,
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir if depth > 0 => depth -= 1,
+            std::path::Component::ParentDir => return Err(refuse("climbs out of the scene's folder".into())),
+            std::path::Component::RootDir | std::path::Component::Prefix(_) => {
+                return Err(refuse("is an absolute path".into()));
+            }
+        }
+    }
+    confine(gltf, &file)
+        .map_err(|()| refuse("leads out of the scene's folder through a symbolic link".into()))?;
+    Ok(file)
+}
+
+/// Checks that `file`, if it exists, really lies inside the folder of `gltf` (symbolic
+/// links followed). A file that does not exist passes: reading it will say so.
+fn confine(gltf: &Path, file: &Path) -> Result<(), ()> {
+    let Ok(real) = file.canonicalize() else { return Ok(()) };
+    match scene_folder(gltf).canonicalize() {
+        Ok(folder) if real.starts_with(&folder) => Ok(()),
+        _ => Err(()),
+    }
+}
+
+/// Checks, just before reading, that an image file of `scene` is still allowed by its
+/// [`ScenePaths`] (a symbolic link may have changed since the scene was loaded).
+pub(crate) fn check_image_path(scene: &MaterialScene, file: &Path) -> Result<(), SceneError> {
+    if scene.paths == ScenePaths::Anywhere {
+        return Ok(());
+    }
+    confine(&scene.source, file).map_err(|()| SceneError::OutsidePath {
+        gltf: scene.source.clone(),
+        what: "image".into(),
+        uri: file.display().to_string(),
+        reason: "leads out of the scene's folder through a symbolic link".into(),
+    })
+}
+
+/// The scheme of an absolute URI (`data`, `file`, `http`), or `None` for a relative one.
+fn uri_scheme(uri: &str) -> Option<&str> {
+    let (scheme, _) = uri.split_once(':')?;
+    let mut chars = scheme.chars();
+    let first = chars.next()?;
+    (first.is_ascii_alphabetic() && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+        .then_some(scheme)
+}
+
+fn material(
+    path: &Path,
+    paths: ScenePaths,
+    index: usize,
+    m: &gltf::Material,
+) -> Result<Material, SceneError> {
     let name = m.name().map(str::to_string).unwrap_or_else(|| format!("material {index}"));
     let pbr = m.pbr_metallic_roughness();
     let tex = |t: gltf::Texture, set: u32| {
@@ -386,9 +624,9 @@ fn material(path: &Path, base: &Path, index: usize, m: &gltf::Material) -> Mater
                 path.display()
             );
         }
-        texture_ref(path, base, &t)
+        texture_ref(path, paths, &t)
     };
-    Material {
+    Ok(Material {
         name: name.clone(),
         base_color_factor: pbr.base_color_factor(),
         metallic_factor: pbr.metallic_factor(),
@@ -399,13 +637,16 @@ fn material(path: &Path, base: &Path, index: usize, m: &gltf::Material) -> Mater
             _ => None,
         },
         double_sided: m.double_sided(),
-        base_color: pbr.base_color_texture().map(|i| tex(i.texture(), i.tex_coord())),
-        normal: m.normal_texture().map(|i| tex(i.texture(), i.tex_coord())),
-        metallic_roughness: pbr.metallic_roughness_texture().map(|i| tex(i.texture(), i.tex_coord())),
-    }
+        base_color: pbr.base_color_texture().map(|i| tex(i.texture(), i.tex_coord())).transpose()?,
+        normal: m.normal_texture().map(|i| tex(i.texture(), i.tex_coord())).transpose()?,
+        metallic_roughness: pbr
+            .metallic_roughness_texture()
+            .map(|i| tex(i.texture(), i.tex_coord()))
+            .transpose()?,
+    })
 }
 
-fn texture_ref(path: &Path, base: &Path, t: &gltf::Texture) -> TextureRef {
+fn texture_ref(path: &Path, paths: ScenePaths, t: &gltf::Texture) -> Result<TextureRef, SceneError> {
     static MIRROR_WARNED: AtomicBool = AtomicBool::new(false);
     let wrap = |w: gltf::texture::WrappingMode| match w {
         gltf::texture::WrappingMode::ClampToEdge => Wrap::Clamp,
@@ -421,14 +662,14 @@ fn texture_ref(path: &Path, base: &Path, t: &gltf::Texture) -> TextureRef {
     let img = t.source();
     let image = match img.source() {
         gltf::image::Source::Uri { uri, .. } if !uri.starts_with("data:") => {
-            ImageRef::File(base.join(percent_decode(uri)))
+            ImageRef::File(resolve_uri(path, uri, &format!("image {}", img.index()), paths)?)
         }
         _ => ImageRef::Embedded {
             index: img.index(),
             name: img.name().map(str::to_string).unwrap_or_else(|| format!("image {}", img.index())),
         },
     };
-    TextureRef { image, wrap: [wrap(sampler.wrap_s()), wrap(sampler.wrap_t())] }
+    Ok(TextureRef { image, wrap: [wrap(sampler.wrap_s()), wrap(sampler.wrap_t())] })
 }
 
 /// Reads one triangle primitive into world space; `None` without positions.

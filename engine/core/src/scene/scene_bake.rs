@@ -17,7 +17,9 @@ use crate::format::atlas::{ColorSpace, Wrap};
 use crate::format::codec::Codec;
 use crate::format::tile::TextureLayout;
 use crate::progress::Progress;
-use crate::scene::material_scene::{ImageRef, MaterialScene, SceneError, embedded_image_bytes, image_size};
+use crate::scene::material_scene::{
+    ImageRef, MaterialScene, SceneError, check_image_path, embedded_image_bytes, image_size,
+};
 
 /// The layers of a scene atlas, in order: base colour (sRGB), tangent-space normal map
 /// (linear), glTF metallic-roughness texture (linear: G roughness, B metallic).
@@ -286,8 +288,9 @@ pub fn bake_scene(
 
 fn image_bytes(scene: &MaterialScene, image: &ImageRef) -> Result<Vec<u8>, SceneError> {
     match image {
-        ImageRef::Embedded { index, .. } => embedded_image_bytes(&scene.source, *index),
+        ImageRef::Embedded { index, .. } => embedded_image_bytes(&scene.source, *index, scene.paths),
         ImageRef::File(p) => {
+            check_image_path(scene, p)?;
             std::fs::read(p).map_err(|source| SceneError::Io { path: p.to_path_buf(), source })
         }
     }
@@ -307,6 +310,7 @@ fn image_dimensions(
             if !p.is_file() {
                 return Err(SceneError::MissingTexture { image: p.clone(), material: material.into() });
             }
+            check_image_path(scene, p)?;
             image_size(p, material)
         }
         ImageRef::Embedded { .. } => {
