@@ -442,3 +442,20 @@ fn the_bake_refuses_an_image_swapped_for_an_outside_link() {
     let err = bake_scene(&scene, &root.path().join("out.tsa"), &opts, &NoProgress).unwrap_err();
     assert!(matches!(err, SceneError::OutsidePath { .. }), "{err}");
 }
+
+/// A scene texture gets the same checks as a baked image file: a JPEG cut short is an
+/// error naming it, never grey texels in the atlas.
+#[test]
+fn a_cut_jpeg_texture_fails_the_scene_bake() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image::RgbImage::from_fn(64, 64, |x, y| image::Rgb([(x * 4) as u8, (y * 4) as u8, 90]));
+    let mut jpeg = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 90).encode_image(&img).unwrap();
+    std::fs::write(dir.path().join("cut.jpg"), &jpeg[..jpeg.len() / 2]).unwrap();
+    let scene = load_gltf(&textured(dir.path(), "cut.jpg")).unwrap();
+    let out = dir.path().join("scene.tsa");
+    let opts = BakeOptions { tile_size: 16, border: 2, ..BakeOptions::default() };
+    let err = bake_scene(&scene, &out, &opts, &NoProgress).unwrap_err().to_string();
+    assert!(err.contains("cut.jpg") && err.contains("truncated"), "{err}");
+    assert!(!out.exists(), "no atlas is written from a cut texture");
+}

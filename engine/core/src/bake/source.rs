@@ -211,7 +211,6 @@ pub(crate) fn decode_image(path: &Path) -> Result<image::DynamicImage, SourceErr
 }
 
 fn decode_with_limit(path: &Path, max_bytes: u64) -> Result<image::DynamicImage, SourceError> {
-    use image::ImageDecoder as _;
     let p = path.to_path_buf();
     let meta = std::fs::metadata(path).map_err(|source| match source.kind() {
         std::io::ErrorKind::NotFound => SourceError::Missing { path: p.clone() },
@@ -232,7 +231,24 @@ fn decode_with_limit(path: &Path, max_bytes: u64) -> Result<image::DynamicImage,
         return Err(SourceError::OverMemory { path: p, width, height, needed: file_bytes, limit: max_bytes });
     }
     let bytes = std::fs::read(path).map_err(|source| SourceError::Io { path: p.clone(), source })?;
-    let reader = image::ImageReader::new(std::io::Cursor::new(&bytes[..]))
+    decode_bytes_with_limit(path, &bytes, max_bytes)
+}
+
+/// Decodes an image already in memory (`bytes`, named `path` in errors) under the
+/// process's memory limit ([`memory_limit`]): the same checks as a file, for images
+/// embedded in or referenced by glTF scenes.
+pub(crate) fn decode_bytes(path: &Path, bytes: &[u8]) -> Result<image::DynamicImage, SourceError> {
+    decode_bytes_with_limit(path, bytes, memory_limit())
+}
+
+fn decode_bytes_with_limit(
+    path: &Path,
+    bytes: &[u8],
+    max_bytes: u64,
+) -> Result<image::DynamicImage, SourceError> {
+    use image::ImageDecoder as _;
+    let p = path.to_path_buf();
+    let reader = image::ImageReader::new(std::io::Cursor::new(bytes))
         .with_guessed_format()
         .map_err(|source| SourceError::Io { path: p.clone(), source })?;
     let Some(format) = reader.format() else {
@@ -250,7 +266,7 @@ fn decode_with_limit(path: &Path, max_bytes: u64) -> Result<image::DynamicImage,
         return Err(SourceError::OverMemory { path: p, width, height, needed, limit: max_bytes });
     }
     if format == image::ImageFormat::Jpeg
-        && let Err(reason) = jpeg_complete(&bytes)
+        && let Err(reason) = jpeg_complete(bytes)
     {
         return Err(SourceError::Truncated { path: p, reason });
     }

@@ -105,22 +105,24 @@ impl SceneManifest {
         let json = serde_json::to_vec_pretty(self)
             .map_err(|e| SceneError::Manifest { path: path.to_path_buf(), reason: e.to_string() })?;
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+        let prefix = format!(".{name}.");
+        if let Some(dir) = path.parent() {
+            crate::temp_files::sweep(dir, &prefix);
+        }
+        // Listed while it lives (a signal handler deletes it), deleted on any error.
+        let mut tmp =
+            crate::temp_files::TempPath::new(path.with_file_name(crate::temp_files::temp_name(&prefix, "")));
         let io = |p: &Path| {
             let p = p.to_path_buf();
             move |source| SceneError::Io { path: p, source }
         };
-        let write = || -> Result<(), SceneError> {
-            let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
-            f.write_all(&json).map_err(io(&tmp))?;
-            f.write_all(b"\n").map_err(io(&tmp))?;
-            f.sync_all().map_err(io(&tmp))?;
-            std::fs::rename(&tmp, path).map_err(io(path))
-        };
-        if let Err(e) = write() {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
+        let t = tmp.path().to_path_buf();
+        let mut f = std::fs::File::create(&t).map_err(io(&t))?;
+        f.write_all(&json).map_err(io(&t))?;
+        f.write_all(b"\n").map_err(io(&t))?;
+        f.sync_all().map_err(io(&t))?;
+        std::fs::rename(&t, path).map_err(io(path))?;
+        tmp.keep();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
             && let Ok(d) = std::fs::File::open(dir)
         {
@@ -338,12 +340,10 @@ fn decode_resized(
         return Err(SceneError::MissingTexture { image: p.clone(), material: material.into() });
     }
     let bytes = image_bytes(scene, image)?;
-    let rgba = image::ImageReader::new(std::io::Cursor::new(bytes))
-        .with_guessed_format()
-        .map_err(|e| bad(image, material, e))?
-        .decode()
-        .map_err(|e| bad(image, material, e))?
-        .into_rgba8();
+    // The same memory limit and cut-file checks as a baked image file.
+    let name = std::path::PathBuf::from(image.to_string());
+    let rgba =
+        crate::bake::source::decode_bytes(&name, &bytes).map_err(|e| bad(image, material, e))?.into_rgba8();
     let rgba = if rgba.dimensions() == (w, h) {
         rgba
     } else {
