@@ -1,9 +1,12 @@
-//! A GPU-free simulation of streaming that measures the per-frame CPU cost of the real
-//! [`Streamer`] against the virtual size: synthetic feedback of a moving view goes in,
-//! the plan comes out, with loader threads delivering synthetic tiles.
+//! GPU-free simulations of the real [`Streamer`]: the per-frame CPU cost against the
+//! virtual size ([`cpu_scaling`]), and a soak of many frames of random camera cuts whose
+//! queues, caches and memory must stay flat ([`soak`]). Synthetic feedback goes in, the
+//! plan comes out, with loader threads delivering synthetic tiles.
 
 use std::sync::Arc;
 use std::time::Instant;
+
+use serde::Serialize;
 
 use crate::format::codec::TargetFormat;
 use crate::format::tile::{TextureLayout, TileId};
@@ -118,6 +121,144 @@ fn scaling_row(tl: TextureLayout, frames: u32) -> Result<CpuScalingRow, Streamer
         needed_mean: if frames == 0 { 0.0 } else { needed_sum as f64 / f64::from(frames) },
         uploads,
     })
+}
+
+/// Settings of a [`soak`] run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SoakConfig {
+    /// Side of the square virtual texture in texels (tile 128, border 4).
+    pub size: u32,
+    /// Slots of the pool (across, down).
+    pub slots: (u32, u32),
+    /// Frames to run.
+    pub frames: u64,
+    /// A camera cut (a new random view) every this many frames.
+    pub cut_every: u64,
+    /// A sample of the series every this many frames.
+    pub sample_every: u64,
+    /// Seed of the random views.
+    pub seed: u64,
+}
+
+impl Default for SoakConfig {
+    fn default() -> Self {
+        Self { size: 65_536, slots: (16, 16), frames: 100_000, cut_every: 7, sample_every: 1000, seed: 1 }
+    }
+}
+
+/// One point of a [`soak`] series.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct SoakSample {
+    /// The frame sampled.
+    pub frame: u64,
+    /// Tiles in the pool.
+    pub resident: usize,
+    /// Requests with the loader (queued and being loaded).
+    pub loader_queue: usize,
+    /// Loaded tiles waiting for a slot.
+    pub ready: usize,
+    /// Prefetches pending.
+    pub prefetched: usize,
+    /// Bytes in the host cache.
+    pub host_bytes: u64,
+    /// Resident set size of the process in bytes (0 where it cannot be read).
+    pub rss_bytes: u64,
+    /// Uploads since the previous sample.
+    pub uploads: u64,
+    /// Median `Streamer::frame` time since the previous sample, ms.
+    pub median_ms: f64,
+}
+
+/// Runs the real [`Streamer`] for `config.frames` frames of random camera cuts over a
+/// large virtual texture through a small pool (with the renderer's defaults: neighbour
+/// prefetch, automatic mip bias, stride 2), two loader threads delivering synthetic
+/// tiles, and returns a sample of its queues, caches and memory every
+/// `config.sample_every` frames. A streamer that leaks shows a rising series.
+pub fn soak(config: SoakConfig) -> Result<Vec<SoakSample>, StreamerError> {
+    let tl = TextureLayout::new(config.size, config.size, 128, 4)
+        .map_err(|e| StreamerError::Config(format!("soak: size {}: {e}", config.size)))?;
+    let pool = PoolLayout {
+        targets: vec![TargetFormat::Rgba8],
+        slot_texels: tl.padded_tile_size(),
+        slots_x: config.slots.0,
+        slots_y: config.slots.1,
+        stacked: false,
+        owners: vec![tl],
+    };
+    let tile: Arc<[u8]> = Arc::from(vec![0u8; pool.tile_bytes()]);
+    let loader = move |_: TileId| -> Result<Arc<[u8]>, LoadError> { Ok(tile.clone()) };
+    let streamer_config =
+        StreamerConfig { loader_threads: 2, host_cache_mib: 16, ..StreamerConfig::default() };
+    let cache = Arc::new(HostCache::new(16 << 20));
+    let mut streamer = Streamer::with_loader(&pool, streamer_config, cache, Arc::new(loader))?;
+    let layout = FeedbackLayout::new(&[tl]);
+    let mut words = vec![0u32; layout.words()];
+    let mut rng = config.seed | 1;
+    let mut view = Vec::new();
+    let (mut samples, mut times, mut uploads) = (Vec::new(), Vec::new(), 0u64);
+    for frame in 1..=config.frames {
+        if frame % config.cut_every.max(1) == 1 || view.is_empty() {
+            view = random_view(&tl, &mut rng);
+        }
+        words.fill(0);
+        for &t in &view {
+            layout.mark_tile(&mut words, t);
+        }
+        let feedback = SparseFeedback { frame: frame - 1, pairs: compact(&words) };
+        let t0 = Instant::now();
+        let plan = streamer.frame(FrameInput {
+            frame,
+            feedback: Some(&feedback),
+            last_frame_ms: None,
+            last_upload_ms: 0.0,
+        });
+        times.push(t0.elapsed().as_secs_f64() * 1e3);
+        uploads += plan.uploads.len() as u64;
+        if frame % config.sample_every.max(1) == 0 {
+            let res = streamer.residency();
+            samples.push(SoakSample {
+                frame,
+                resident: res.resident_count(),
+                loader_queue: streamer.loader().pending() + streamer.loader().in_flight(),
+                ready: res.ready_count(),
+                prefetched: res.prefetched_count(),
+                host_bytes: streamer.host_cache().bytes(),
+                rss_bytes: rss_bytes(),
+                uploads: std::mem::take(&mut uploads),
+                median_ms: percentile(&mut times, 0.5),
+            });
+            times.clear();
+        }
+    }
+    Ok(samples)
+}
+
+/// A view of a random place and mip: a 12×7 block of tiles and its far band one mip up.
+fn random_view(l: &TextureLayout, rng: &mut u64) -> Vec<TileId> {
+    let mut next = || {
+        // xorshift64: deterministic views for a given seed.
+        *rng ^= *rng << 13;
+        *rng ^= *rng >> 7;
+        *rng ^= *rng << 17;
+        *rng
+    };
+    let mip = (next() % u64::from(l.coarsest_mip().max(1))) as u8;
+    let (gx, gy) = l.tiles_at(u32::from(mip));
+    let x = (next() % u64::from(gx)) as u32;
+    let y = (next() % u64::from(gy)) as u32;
+    let mut out = rect(l, mip, x, y, (12, 7));
+    if mip < l.coarsest_mip() {
+        out.extend(rect(l, mip + 1, x / 2, (y + 7) / 2, (12, 2)));
+    }
+    out
+}
+
+/// The resident set size of this process, from `/proc/self/statm` (0 elsewhere).
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
 }
 
 /// The tiles the simulated view samples in frame `f`: a 16×9 window at mip 0 moving
