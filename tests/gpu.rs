@@ -305,3 +305,38 @@ fn corrupted_tile_is_reported_once_and_replaced_by_its_ancestor() {
     assert!(p.is_finite() && p > 12.0 && p < 40.0, "the ancestor shows where the tile failed: PSNR {p:.2}");
     assert!(r.frames.iter().skip(5).all(|f| f.uploads == 0), "the failed tile must not loop");
 }
+
+/// A short soak through the renderer: 240 frames of random cuts (a new view every 6
+/// frames, from far away to grazing close-ups) through a 12-slot pool. The pool never
+/// holds more than its slots, the host cache stays within its budget, no frame shows an
+/// unwritten texel, and the last frames stream as much as the first (nothing stalls).
+#[test]
+fn random_cuts_through_a_tiny_pool_keep_streaming() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = bake_source(dir.path(), "soak", Generated::new(4096, 2048));
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng % 10_000) as f32 / 10_000.0
+    };
+    let keyframes = (0..40)
+        .map(|i| {
+            let target = Vec3::new(next() * 2.0 - 1.0, 0.0, next() - 0.5);
+            let eye = target + Vec3::new(next() * 0.4 - 0.2, 0.02 + next() * 1.2, 0.05 + next() * 0.4);
+            let camera = Camera { near: 0.002, ..Camera::look_at(eye, target) };
+            tessera_core::scene::camera::Keyframe { frame: (i * 6) as f32, camera, cut: i > 0 }
+        })
+        .collect();
+    let vt = VtConfig { pool_mib: 1, host_cache_mib: 4, ..VtConfig::default() };
+    let r = run_with(&atlas, CameraPath { keyframes }, 240, (160, 90), vt, false);
+    assert_eq!(r.frames.len(), 240);
+    for f in &r.frames {
+        assert!(f.resident_vram <= r.pool_slots as usize, "frame {}: {:?}", f.frame, f.stream);
+        assert_eq!(f.unwritten_pixels, 0, "frame {} shows unwritten texels", f.frame);
+    }
+    assert!(r.final_stats.host.bytes <= 4 << 20, "host cache over budget: {:?}", r.final_stats.host);
+    let uploads = |fs: &[tessera::capture::FrameStats]| fs.iter().map(|f| f.uploads).sum::<usize>();
+    assert!(uploads(&r.frames[..60]) > 0 && uploads(&r.frames[180..]) > 0, "streaming stopped");
+}
