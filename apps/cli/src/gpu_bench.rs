@@ -505,7 +505,7 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
         Err(e) => return Err(e),
     };
     let mut main = VtMode { vt, scene };
-    let stride = cfg.vt.feedback_stride.clamp(1, 8).next_power_of_two();
+    let stride = cfg.vt.feedback_stride;
     let mut probe = if cfg.feedback_probe && stride != PROBE_FEEDBACK_STRIDE {
         let vt_cfg = VtConfig { feedback_stride: PROBE_FEEDBACK_STRIDE, ..cfg.vt.clone() };
         let vt = VirtualTextures::new(ctx, atlas.clone(), vt_cfg)?;
