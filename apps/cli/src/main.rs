@@ -11,6 +11,7 @@ mod inspect;
 mod progress;
 mod scene;
 mod signals;
+mod soak;
 mod stream_bench;
 
 use std::io::IsTerminal as _;
@@ -68,6 +69,10 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Measure every codec on real images: bits per texel, PSNR, transcode and streaming throughput.
     Codecs(codecs::CodecsArgs),
+    /// Soak: many frames of random camera cuts through the renderer with a small pool;
+    /// prints memory, pool occupancy, loader queue and host cache as a series, exits 1
+    /// when one kept rising after the warm-up.
+    Soak(soak::SoakArgs),
 }
 
 #[derive(clap::Args)]
@@ -170,6 +175,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Codecs(args) => codecs::run(&args),
+        Command::Soak(args) => soak::run(&args),
     };
     match result {
         Ok(code) => code,

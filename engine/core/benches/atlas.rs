@@ -120,6 +120,26 @@ fn tile_read(c: &mut Criterion) {
             });
         });
 
+        // The same read through a memory map, as the reader did before it moved to
+        // positioned reads (a file truncated under a mapping kills the process with
+        // SIGBUS): copy out of the mapping, CRC, decode. The two rows side by side price
+        // that change.
+        let file = std::fs::File::open(atlas.path()).expect("opening the bench atlas");
+        // SAFETY: the bench owns the file in its temporary folder and never changes it
+        // while mapped.
+        let map = unsafe { memmap2::Mmap::map(&file) }.expect("mapping the bench atlas");
+        let entries: Vec<_> = tiles.iter().map(|&t| atlas.entry(t).expect("a bench tile's entry")).collect();
+        group.bench_function(BenchmarkId::new("mmap_baseline", codec.name()), |b| {
+            b.iter(|| {
+                for e in &entries {
+                    let start = e.offset as usize;
+                    let blob = map[start..start + e.length as usize].to_vec();
+                    assert_eq!(crc32fast::hash(&blob), e.crc32);
+                    black_box(e.codec.decode(&blob, e.raw_length as usize).expect("decoding a bench tile"));
+                }
+            });
+        });
+
         let tile_bytes = u64::from(atlas.layers()[0].layout.padded_tile_size()).pow(2) * TEXEL_BYTES as u64;
         let cache = Arc::new(HostCache::new(2 * tiles.len() as u64 * tile_bytes));
         let loader = AtlasLoader::new(Arc::clone(&atlas), Arc::clone(&cache));

@@ -21,6 +21,7 @@ pub mod pool;
 pub mod reference;
 pub mod scene;
 pub mod shaders;
+pub mod soak;
 pub mod vt;
 
 pub use context::GpuContext;

@@ -268,6 +268,39 @@ pub enum Shot {
 }
 
 impl CameraPath {
+    /// A soak path: `cuts` random views, one every `every` frames (each a cut), looking
+    /// at random points of the box `min..max` (its floor at `min.y`) from random heights
+    /// and distances, from grazing to straight down. The same `seed` gives the same
+    /// path. `every` 0 is taken as 1.
+    pub fn random_cuts(seed: u64, cuts: u32, every: u32, min: Vec3, max: Vec3) -> Self {
+        let mut rng = seed | 1;
+        let mut next = move || {
+            // xorshift64, in [0, 1).
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng >> 11) as f32 / (1u64 << 53) as f32
+        };
+        let size = (max - min).max(Vec3::splat(1e-3));
+        let extent = size.x.max(size.z);
+        let keyframes = (0..cuts)
+            .map(|i| {
+                let target = Vec3::new(min.x + next() * size.x, min.y, min.z + next() * size.z);
+                let height = extent * (0.002 + 0.3 * next() * next());
+                let reach = extent * 0.2 * next();
+                let angle = next() * std::f32::consts::TAU;
+                let eye =
+                    target + Vec3::new(reach * angle.cos(), height, reach * angle.sin() + 1e-4 * extent);
+                let camera =
+                    Camera { near: extent * 2e-4, far: extent * 4.0, ..Camera::look_at(eye, target) };
+                Keyframe { frame: (i as f32) * every.max(1) as f32, camera, cut: i > 0 }
+            })
+            .collect();
+        Self { keyframes }
+    }
+}
+
+impl CameraPath {
     /// A path that holds one camera forever.
     pub fn fixed(camera: Camera) -> Self {
         Self { keyframes: vec![Keyframe { frame: 0.0, camera, cut: false }] }
@@ -771,6 +804,24 @@ mod tests {
         orbit.save(&file).unwrap();
         let spec = file.to_str().unwrap();
         assert_eq!(CameraPath::for_scene(Some(spec), Some(&level), Shot::Still).unwrap(), orbit);
+    }
+
+    #[test]
+    fn random_cuts_are_valid_and_repeatable() {
+        let (min, max) = (Vec3::new(-1.0, 0.0, -0.5), Vec3::new(1.0, 0.0, 0.5));
+        let a = CameraPath::random_cuts(7, 50, 6, min, max);
+        a.validate().unwrap();
+        assert_eq!(a.keyframes.len(), 50);
+        assert_eq!(a.end_frame(), 49 * 6);
+        assert!(a.keyframes.iter().skip(1).all(|k| k.cut));
+        for k in &a.keyframes {
+            let c = k.camera;
+            assert!(c.position.y > 0.0 && c.near > 0.0 && c.far > c.near, "{c:?}");
+            assert!(c.target.x >= min.x && c.target.x <= max.x && c.target.z >= min.z && c.target.z <= max.z);
+        }
+        let b = CameraPath::random_cuts(7, 50, 6, min, max);
+        assert_eq!(a.keyframes, b.keyframes);
+        assert_ne!(a.keyframes, CameraPath::random_cuts(8, 50, 6, min, max).keyframes);
     }
 
     #[test]
