@@ -32,8 +32,8 @@ struct VtParams {
     feedback_phase: u32,      // phase x | phase y << 8, rotated every frame
     wrap: u32,                // 0 clamp, 1 repeat
     debug: u32,               // 0 off, 1 mip colours, 2 fallback depth, 3 tile borders
-    _pad0: u32,
-    _pad1: u32,
+    slot_mips: u32,           // 1: the pool's level 1 holds each slot's 2x downsample
+    probe: u32,               // benchmark cost probes: 0 off (see vt_probe)
     mips: array<vec4<u32>, 20>, // per mip: (first entry, tiles across, tiles down, 0)
 }
 
@@ -54,12 +54,14 @@ struct VtLayers {
 
 // Where one filtered sample reads the pool: the tap centre in pool texels, the
 // anisotropic axis (in pool texels) and the tap count; `valid` is false for an
-// unmapped page-table entry.
+// unmapped page-table entry; `rm` is the mip of the tile found (the one asked for, or
+// a resident ancestor).
 struct VtTap {
     centre: vec2<f32>,
     axis: vec2<f32>,
     n: f32,
     valid: bool,
+    rm: u32,
 }
 
 fn vt_address(uv: vec2<f32>) -> vec2<f32> {
@@ -72,7 +74,7 @@ fn vt_address(uv: vec2<f32>) -> vec2<f32> {
 // Tile coordinates of `uv` at mip `m`, clamped to the mip's tile grid.
 fn vt_tile_at(uv: vec2<f32>, m: u32) -> vec2<u32> {
     let info = vt.mips[m];
-    let p = floor(uv * vt.size * exp2(-f32(m)) / vt.tile);
+    let p = floor(ldexp(uv * vt.size, vec2<i32>(-i32(m))) / vt.tile);
     return min(vec2<u32>(max(p, vec2<f32>(0.0))), vec2<u32>(info.y - 1u, info.z - 1u));
 }
 
@@ -122,7 +124,8 @@ fn vt_locate(uv: vec2<f32>, m: u32, gx: vec2<f32>, gy: vec2<f32>, n: f32) -> VtT
     tap.n = n;
     let slot = vec2<f32>(f32(e & 0xfffu), f32((e >> 12u) & 0xfffu));
     let rm = (e >> 24u) & 0x1fu;
-    let scale = exp2(-f32(rm));
+    tap.rm = rm;
+    let scale = ldexp(1.0, -i32(rm));
     let p = uv * vt.size * scale;
     let origin = vec2<f32>(vt_tile_at(uv, rm)) * vt.tile;
     let local = clamp(p - origin, vec2<f32>(0.0), vec2<f32>(vt.tile));
@@ -143,25 +146,33 @@ fn vt_locate(uv: vec2<f32>, m: u32, gx: vec2<f32>, gy: vec2<f32>, n: f32) -> VtT
     return tap;
 }
 
-// The filtered texel of one pool at a located sample.
-fn vt_fetch(pool: texture_2d<f32>, tap: VtTap) -> vec4<f32> {
+// The filtered texel of one pool at a located sample, read at pool level `level`
+// (0: the tile itself; up to 1 with slot mips: blended towards its 2x downsample).
+fn vt_fetch(pool: texture_2d<f32>, tap: VtTap, level: f32) -> vec4<f32> {
     if !tap.valid {
         return vec4<f32>(0.0, 0.0, 0.0, 1.0);
     }
     if tap.n <= 1.0 {
-        return textureSampleLevel(pool, vt_pool_sampler, tap.centre / vt.pool_texels, 0.0);
+        return textureSampleLevel(pool, vt_pool_sampler, tap.centre / vt.pool_texels, level);
     }
     var sum = vec4<f32>(0.0);
     let taps = u32(tap.n);
     for (var i = 0u; i < taps; i = i + 1u) {
         let t = (f32(i) + 0.5) / tap.n - 0.5;
-        sum = sum + textureSampleLevel(pool, vt_pool_sampler, (tap.centre + tap.axis * t) / vt.pool_texels, 0.0);
+        sum = sum + textureSampleLevel(pool, vt_pool_sampler, (tap.centre + tap.axis * t) / vt.pool_texels, level);
     }
     return sum / tap.n;
 }
 
 fn vt_sample_level(uv: vec2<f32>, m: u32, gx: vec2<f32>, gy: vec2<f32>, n: f32) -> vec4<f32> {
-    return vt_fetch(vt_pool, vt_locate(uv, m, gx, gy, n));
+    return vt_fetch(vt_pool, vt_locate(uv, m, gx, gy, n), 0.0);
+}
+
+// With slot mips, the pool level that blends a tap towards mip m0 + 1 by `f`: the
+// hardware trilinear filter does the blend when the tile found is mip m0 itself; an
+// ancestor is already coarser than both mips, so it is read at its own level 0.
+fn vt_slot_level(tap: VtTap, m0: u32, f: f32) -> f32 {
+    return select(0.0, f, tap.rm == m0);
 }
 
 fn vt_debug_colour(m: u32) -> vec3<f32> {
@@ -194,6 +205,35 @@ fn vt_debug(c: vec4<f32>, uv: vec2<f32>, m0: u32, gx: vec2<f32>, gy: vec2<f32>) 
     return c;
 }
 
+// Benchmark cost probes (`tessera bench --shader-probe`), each dropping one part of
+// the sampling chain: 1 level of detail and feedback only; 2 also the page-table
+// lookup (the colour shows the entry); 3 the lookup replaced by a fixed slot, then one
+// fetch as usual. Never set outside benchmarks.
+fn vt_probe(uv: vec2<f32>, m0: u32, f: f32, gx: vec2<f32>, gy: vec2<f32>, n: f32) -> vec4<f32> {
+    if vt.probe == 1u {
+        return vec4<f32>(f32(m0) * 0.1, f, 0.0, 1.0);
+    }
+    if vt.probe == 2u {
+        let e = vt_page_table[vt_entry_index(uv, m0)];
+        return vec4<f32>(f32(e & 0xffu) / 255.0, f32((e >> 12u) & 0xffu) / 255.0, f, 1.0);
+    }
+    return vt_fetch(vt_pool, vt_locate_fixed(uv, m0, n), select(0.0, f, vt.slot_mips != 0u));
+}
+
+// Probe 3's tap: where an entry for slot (0, 0) holding mip m0 would send `uv`,
+// computed without reading the page table.
+fn vt_locate_fixed(uv: vec2<f32>, m0: u32, n: f32) -> VtTap {
+    var tap: VtTap;
+    tap.valid = true;
+    tap.n = n;
+    tap.rm = m0;
+    let p = ldexp(uv * vt.size, vec2<i32>(-i32(m0)));
+    let local = clamp(p - floor(p / vt.tile) * vt.tile, vec2<f32>(0.0), vec2<f32>(vt.tile));
+    tap.centre = vt.border + local;
+    tap.axis = vec2<f32>(0.0);
+    return tap;
+}
+
 fn vt_sample_grad(uv_in: vec2<f32>, gx: vec2<f32>, gy: vec2<f32>, frag: vec4<f32>) -> vec4<f32> {
     let uv = vt_address(uv_in);
     let lod_n = vt_lod(gx, gy, f32(vt.mip_count));
@@ -201,6 +241,14 @@ fn vt_sample_grad(uv_in: vec2<f32>, gx: vec2<f32>, gy: vec2<f32>, frag: vec4<f32
     let m0 = u32(floor(lod));
     let f = lod - f32(m0);
     vt_mark(uv, m0, frag);
+    if vt.probe != 0u {
+        return vt_probe(uv, m0, f, gx, gy, lod_n.y);
+    }
+    if vt.slot_mips != 0u {
+        // One lookup and one hardware-trilinear fetch.
+        let tap = vt_locate(uv, m0, gx, gy, lod_n.y);
+        return vt_debug(vt_fetch(vt_pool, tap, vt_slot_level(tap, m0, f)), uv, m0, gx, gy);
+    }
     var c = vt_sample_level(uv, m0, gx, gy, lod_n.y);
     if f > 0.0 && m0 + 1u < vt.mip_count {
         c = mix(c, vt_sample_level(uv, m0 + 1u, gx, gy, lod_n.y), f);
@@ -215,16 +263,36 @@ fn vt_sample_layers(uv_in: vec2<f32>, gx: vec2<f32>, gy: vec2<f32>, frag: vec4<f
     let m0 = u32(floor(lod));
     let f = lod - f32(m0);
     vt_mark(uv, m0, frag);
-    let a = vt_locate(uv, m0, gx, gy, lod_n.y);
     var out: VtLayers;
-    out.l0 = vt_fetch(vt_pool, a);
-    out.l1 = vt_fetch(vt_pool1, a);
-    out.l2 = vt_fetch(vt_pool2, a);
+    if vt.probe != 0u {
+        // The probes read layer 0 only for 1 and 2; 3 fetches every layer at one slot.
+        out.l0 = vt_probe(uv, m0, f, gx, gy, lod_n.y);
+        out.l1 = out.l0;
+        out.l2 = out.l0;
+        if vt.probe == 3u {
+            out.l1 = vt_fetch(vt_pool1, vt_locate_fixed(uv, m0, lod_n.y), select(0.0, f, vt.slot_mips != 0u));
+            out.l2 = vt_fetch(vt_pool2, vt_locate_fixed(uv, m0, lod_n.y), select(0.0, f, vt.slot_mips != 0u));
+        }
+        return out;
+    }
+    let a = vt_locate(uv, m0, gx, gy, lod_n.y);
+    if vt.slot_mips != 0u {
+        // One lookup, one hardware-trilinear fetch per layer.
+        let level = vt_slot_level(a, m0, f);
+        out.l0 = vt_fetch(vt_pool, a, level);
+        out.l1 = vt_fetch(vt_pool1, a, level);
+        out.l2 = vt_fetch(vt_pool2, a, level);
+        out.l0 = vt_debug(out.l0, uv, m0, gx, gy);
+        return out;
+    }
+    out.l0 = vt_fetch(vt_pool, a, 0.0);
+    out.l1 = vt_fetch(vt_pool1, a, 0.0);
+    out.l2 = vt_fetch(vt_pool2, a, 0.0);
     if f > 0.0 && m0 + 1u < vt.mip_count {
         let b = vt_locate(uv, m0 + 1u, gx, gy, lod_n.y);
-        out.l0 = mix(out.l0, vt_fetch(vt_pool, b), f);
-        out.l1 = mix(out.l1, vt_fetch(vt_pool1, b), f);
-        out.l2 = mix(out.l2, vt_fetch(vt_pool2, b), f);
+        out.l0 = mix(out.l0, vt_fetch(vt_pool, b, 0.0), f);
+        out.l1 = mix(out.l1, vt_fetch(vt_pool1, b, 0.0), f);
+        out.l2 = mix(out.l2, vt_fetch(vt_pool2, b, 0.0), f);
     }
     out.l0 = vt_debug(out.l0, uv, m0, gx, gy);
     return out;

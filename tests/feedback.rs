@@ -171,7 +171,13 @@ fn small_bitsets_are_read_back_whole() {
 
 /// Reads a pool texture back as tightly packed rows (of texels, or of 4×4 blocks).
 fn read_pool(ctx: &GpuContext, pool: &TilePool) -> Vec<u8> {
+    read_pool_level(ctx, pool, 0)
+}
+
+/// Reads one level of a pool texture back as tightly packed rows.
+fn read_pool_level(ctx: &GpuContext, pool: &TilePool, level: u32) -> Vec<u8> {
     let (w, h) = pool.texels();
+    let (w, h) = (w >> level, h >> level);
     let target = pool.target();
     let (row, rows) = if target.is_block_compressed() {
         (w / 4 * target.bytes_per_block() as u32, h / 4)
@@ -187,7 +193,7 @@ fn read_pool(ctx: &GpuContext, pool: &TilePool) -> Vec<u8> {
     });
     let mut enc = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
     enc.copy_texture_to_buffer(
-        pool.texture().as_image_copy(),
+        wgpu::TexelCopyTextureInfo { mip_level: level, ..pool.texture().as_image_copy() },
         wgpu::TexelCopyBufferInfo {
             buffer: &buffer,
             layout: wgpu::TexelCopyBufferLayout {
@@ -213,7 +219,7 @@ fn tile_bytes(len: usize, seed: u32) -> Vec<u8> {
 fn batched_matches_single(target: TargetFormat) {
     let ctx = gpu();
     let make =
-        || TilePool::with_grid(&ctx.device, &ctx.queue, (5, 3), 136, target, ColorSpace::Srgb).unwrap();
+        || TilePool::with_grid(&ctx.device, &ctx.queue, (5, 3), 136, target, ColorSpace::Srgb, 1).unwrap();
     let (single, batched) = (make(), make());
     let len = single.slot_bytes() as usize;
     let tiles: Vec<Vec<u8>> = (0..12).map(|i| tile_bytes(len, i)).collect();
@@ -245,6 +251,68 @@ fn batched_matches_single(target: TargetFormat) {
     }
 }
 
+/// Hardware trilinear: level 1 of every uploaded slot is the 2× downsample of its tile,
+/// border included, averaged in linear light for an sRGB pool (as the baker makes
+/// mips) and as stored for a linear one; slots never uploaded keep the unwritten colour.
+#[test]
+fn level_one_of_each_uploaded_slot_is_its_tiles_downsample() {
+    use tessera_core::bake::{linear_to_srgb, srgb_to_linear};
+    let ctx = gpu();
+    for color in [ColorSpace::Srgb, ColorSpace::Linear] {
+        let pool =
+            TilePool::with_grid(&ctx.device, &ctx.queue, (5, 3), 136, TargetFormat::Rgba8, color, 2).unwrap();
+        assert_eq!(pool.levels(), 2);
+        assert_eq!(pool.slot_bytes(), (136 * 136 + 68 * 68) * 4);
+        let len = pool.tile_bytes() as usize;
+        let tiles: Vec<Vec<u8>> = (0..4).map(|i| tile_bytes(len, i * 7 + 1)).collect();
+        let slots = [(4u16, 2u16), (0, 0), (2, 1), (1, 2)].map(|(x, y)| SlotCoord { x, y });
+        let items: Vec<(SlotCoord, &[u8])> =
+            slots.iter().copied().zip(tiles.iter().map(Vec::as_slice)).collect();
+        // Two batches, as two frames would upload them.
+        pool.upload_batch(&ctx.device, &ctx.queue, &items[..1]);
+        pool.upload_batch(&ctx.device, &ctx.queue, &items[1..]);
+        let level1 = read_pool_level(ctx, &pool, 1);
+        let row = 5 * 68 * 4;
+        let texel = |sx: usize, sy: usize, x: usize, y: usize| {
+            let at = (sy * 68 + y) * row + (sx * 68 + x) * 4;
+            &level1[at..at + 4]
+        };
+        type Conversions = (fn(u8) -> f32, fn(f32) -> u8);
+        let (to_lin, from_lin): Conversions = match color {
+            ColorSpace::Srgb => (srgb_to_linear, linear_to_srgb),
+            ColorSpace::Linear => (|c| f32::from(c) / 255.0, |l| (l * 255.0 + 0.5).clamp(0.0, 255.0) as u8),
+        };
+        let mut worst = 0u8;
+        for (slot, tile) in slots.iter().zip(&tiles) {
+            for y in 0..68 {
+                for x in 0..68 {
+                    let got = texel(usize::from(slot.x), usize::from(slot.y), x, y);
+                    for c in 0..4 {
+                        let at = |dx: usize, dy: usize| tile[((2 * y + dy) * 136 + 2 * x + dx) * 4 + c];
+                        let want = if c == 3 {
+                            ((u32::from(at(0, 0))
+                                + u32::from(at(1, 0))
+                                + u32::from(at(0, 1))
+                                + u32::from(at(1, 1))
+                                + 2)
+                                / 4) as u8
+                        } else {
+                            from_lin(
+                                (to_lin(at(0, 0)) + to_lin(at(1, 0)) + to_lin(at(0, 1)) + to_lin(at(1, 1)))
+                                    / 4.0,
+                            )
+                        };
+                        worst = worst.max(got[c].abs_diff(want));
+                    }
+                }
+            }
+        }
+        assert!(worst <= 2, "{color:?}: level 1 differs from the tile's downsample by up to {worst}");
+        // A slot never uploaded still shows the unwritten colour at level 1.
+        assert_eq!(texel(3, 0, 30, 30), tessera::pool::UNWRITTEN);
+    }
+}
+
 #[test]
 fn batched_upload_writes_the_same_texels_as_single_uploads() {
     batched_matches_single(TargetFormat::Rgba8);
@@ -269,7 +337,7 @@ fn upload_timing() {
             continue;
         }
         let pool =
-            TilePool::with_grid(&ctx.device, &ctx.queue, (32, 16), 136, target, ColorSpace::Srgb).unwrap();
+            TilePool::with_grid(&ctx.device, &ctx.queue, (32, 16), 136, target, ColorSpace::Srgb, 1).unwrap();
         let len = pool.slot_bytes() as usize;
         let tiles: Vec<Vec<u8>> = (0..256).map(|i| tile_bytes(len, i)).collect();
         let slots: Vec<SlotCoord> = (0..512u16).map(|i| SlotCoord { x: i % 32, y: i / 32 }).collect();

@@ -12,6 +12,7 @@ use tessera_core::bake::source::{Generated, ImageSource};
 use tessera_core::compare::compare;
 use tessera_core::format::tile::TileId;
 use tessera_core::scene::camera::{Camera, CameraPath};
+use tessera_core::stream::pool_layout::Trilinear;
 use tessera_tests::{bake_source, check_golden, gpu, real_jpeg, write_failure};
 
 fn run(
@@ -71,17 +72,28 @@ fn golden_views_of_the_builtin_scene() {
 
 #[test]
 fn static_camera_converges_on_a_real_photograph() {
+    // Both sampling paths: hardware trilinear inside a slot (the default) and the
+    // software blend of two lookups (forced), each at 50 dB or more once converged.
     let dir = tempfile::tempdir().unwrap();
     let atlas = bake_source(dir.path(), "earth", ImageSource::open(&real_jpeg()).unwrap());
-    let r = run(&atlas, CameraPath::preset("static").unwrap(), 30, (480, 270), VtConfig::default());
-    let p = psnrs(&r);
-    let first = p.iter().position(|&v| v >= 40.0);
-    if first.is_none() {
-        write_failure("converge-static", r.size, &r.last_frame, r.last_reference.as_ref().unwrap());
+    for trilinear in [Trilinear::Hardware, Trilinear::Software] {
+        let vt = VtConfig { trilinear, ..VtConfig::default() };
+        let r = run(&atlas, CameraPath::preset("static").unwrap(), 30, (480, 270), vt);
+        let p = psnrs(&r);
+        let first = p.iter().position(|&v| v >= 50.0);
+        if first.is_none() {
+            write_failure(
+                &format!("converge-static-{}", trilinear.name()),
+                r.size,
+                &r.last_frame,
+                r.last_reference.as_ref().unwrap(),
+            );
+        }
+        assert!(first.is_some_and(|f| f < 30), "{trilinear:?}: never reached 50 dB within 30 frames: {p:?}");
+        let tail: usize = r.frames[20..].iter().map(|f| f.uploads).sum();
+        assert_eq!(tail, 0, "{trilinear:?}: steady state must upload nothing");
+        eprintln!("{trilinear:?}: {:.2} dB at the last frame", p[29]);
     }
-    assert!(first.is_some_and(|f| f < 30), "never reached 40 dB within 30 frames: {p:?}");
-    let tail: usize = r.frames[20..].iter().map(|f| f.uploads).sum();
-    assert_eq!(tail, 0, "steady state must upload nothing");
 }
 
 #[test]
@@ -230,8 +242,13 @@ fn no_seams_at_tile_edges_under_bilinear_trilinear_and_anisotropic_filtering() {
         ("trilinear", top_down(0.75), 1),
         ("anisotropic", Camera::look_at(Vec3::new(-0.2, 0.18, 0.45), Vec3::new(0.3, 0.0, -0.1)), 4),
     ];
-    for (name, camera, aniso) in views {
-        let vt = VtConfig { max_anisotropy: aniso, ..VtConfig::default() };
+    // Both sampling paths: with hardware trilinear the trilinear and anisotropic views
+    // read level 1 of the slots on both sides of each tile edge.
+    for (trilinear, (name, camera, aniso)) in
+        [Trilinear::Hardware, Trilinear::Software].into_iter().flat_map(|t| views.map(|v| (t, v)))
+    {
+        let name = format!("{name}-{}", trilinear.name());
+        let vt = VtConfig { max_anisotropy: aniso, trilinear, ..VtConfig::default() };
         let r = run(&atlas, CameraPath::fixed(camera), 6, size, vt);
         let reference = r.last_reference.as_ref().unwrap();
         let uv = ground_uv(&camera, size, half);
@@ -254,10 +271,11 @@ fn no_seams_at_tile_edges_under_bilinear_trilinear_and_anisotropic_filtering() {
 fn tiny_pool_settles_at_a_coarser_mip_without_thrashing() {
     let dir = tempfile::tempdir().unwrap();
     let atlas = bake_source(dir.path(), "tiny", Generated::new(4096, 2048));
-    // 1 MiB holds 14 slots of 136² RGBA8, laid out as a 4 x 3 grid.
+    // 1 MiB holds 11 slots of 136² RGBA8 with their 68² level-1 copies, laid out as a
+    // 4 x 2 grid.
     let vt = VtConfig { pool_mib: 1, ..VtConfig::default() };
     let r = run(&atlas, CameraPath::preset("static").unwrap(), 45, (640, 360), vt);
-    assert_eq!(r.pool_slots, 12);
+    assert_eq!(r.pool_slots, 8);
     // The oversubscription bias rises with hysteresis (a few frames per step, each
     // waiting for the feedback window to reflect the last step), then holds.
     let tail: Vec<usize> = r.frames[30..].iter().map(|f| f.uploads).collect();
@@ -270,7 +288,7 @@ fn tiny_pool_settles_at_a_coarser_mip_without_thrashing() {
     let fixed = VtConfig { pool_mib: 1, auto_mip_bias: false, ..VtConfig::default() };
     let plain = run(&atlas, CameraPath::preset("static").unwrap(), 20, (640, 360), fixed);
     assert!(
-        plain.frames.last().unwrap().tiles_needed > 14,
+        plain.frames.last().unwrap().tiles_needed > 8,
         "the view should need more tiles than the pool holds"
     );
     // A sensible, blurrier picture: not uniform, and still close to the reference.

@@ -9,6 +9,7 @@ use crate::gpu_bench::{BenchConfig, BenchReport, ModeStats, PROBE_FEEDBACK_STRID
 use anyhow::{Context, Result};
 use tessera::GpuContext;
 use tessera::core::scene::camera::{CameraPath, Shot};
+use tessera::params::ShaderProbe;
 
 /// Arguments of `tessera bench`.
 #[derive(clap::Args)]
@@ -49,8 +50,29 @@ pub(crate) struct BenchArgs {
     /// Skip the third variant (feedback stride 8) that estimates the cost of feedback writes.
     #[arg(long)]
     no_feedback_probe: bool,
+    /// Drop part of the virtual-texture sampling chain to price the rest (the image is
+    /// then wrong): lod-only (level of detail and feedback), lookup-only (plus the
+    /// page-table lookup, no fetch), no-lookup (one fetch from a fixed slot), software
+    /// (the two-lookup software trilinear on the same pool).
+    #[arg(long, default_value = "off", value_parser = parse_probe)]
+    shader_probe: ShaderProbe,
     #[command(flatten)]
     vt: crate::capture::VtArgs,
+}
+
+fn parse_probe(s: &str) -> Result<ShaderProbe, String> {
+    Ok(match s {
+        "off" => ShaderProbe::Off,
+        "lod-only" => ShaderProbe::LodOnly,
+        "lookup-only" => ShaderProbe::LookupOnly,
+        "no-lookup" => ShaderProbe::NoLookup,
+        "software" => ShaderProbe::Software,
+        _ => {
+            return Err(format!(
+                "'{s}' is not a probe: use off, lod-only, lookup-only, no-lookup or software"
+            ));
+        }
+    })
 }
 
 /// Runs `tessera bench`.
@@ -74,6 +96,7 @@ pub(crate) fn run(args: &BenchArgs) -> Result<ExitCode> {
         vt: args.vt.config(),
         feedback_probe: !args.no_feedback_probe,
         flush_every: args.flush_every,
+        shader_probe: args.shader_probe,
     };
     let ctx = GpuContext::headless()?;
     println!(
@@ -119,6 +142,10 @@ fn table(r: &BenchReport, camera: &str) -> String {
     let sizes: Vec<String> = r.virtual_sizes.iter().map(|(w, h)| format!("{w}x{h}")).collect();
     let _ = writeln!(o, "adapter:   {}", r.adapter);
     let _ = writeln!(o, "atlas:     {} (virtual {})", r.atlas.display(), sizes.join(", "));
+    let _ = writeln!(o, "sampling:  {}", r.sampling);
+    if r.shader_probe != ShaderProbe::Off {
+        let _ = writeln!(o, "probe:     {:?} (the VT rows price part of the sampling chain)", r.shader_probe);
+    }
     let _ = writeln!(
         o,
         "frames:    {} measured after {} warm-up, {}x{}, camera '{camera}'",

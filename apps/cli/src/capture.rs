@@ -10,6 +10,7 @@ use tessera::capture::{CaptureConfig, capture};
 
 use tessera::core::scene::camera::{CameraPath, Shot};
 use tessera::core::scene::material_scene::{self, MaterialScene};
+use tessera::core::stream::pool_layout::Trilinear;
 use tessera::{GpuContext, VtConfig};
 
 /// Options shared by `capture`, `demo` and `bench`: streaming and sampling settings.
@@ -50,6 +51,11 @@ pub(crate) struct VtArgs {
     /// Do not prefetch the neighbours of requested tiles.
     #[arg(long)]
     pub(crate) no_prefetch: bool,
+    /// How samples blend mips: hardware (one lookup and one hardware-trilinear fetch
+    /// inside a slot, where the pool format allows it) or software (two lookups and
+    /// two bilinear fetches blended in the shader).
+    #[arg(long, default_value = "hardware", value_parser = parse_trilinear)]
+    pub(crate) trilinear: Trilinear,
 }
 
 impl VtArgs {
@@ -66,6 +72,7 @@ impl VtArgs {
             target_frame_ms: self.target_frame_ms,
             auto_mip_bias: !self.no_auto_mip_bias,
             prefetch_neighbours: !self.no_prefetch,
+            trilinear: self.trilinear,
             ..VtConfig::default()
         }
     }
@@ -127,6 +134,14 @@ pub(crate) struct CaptureArgs {
 }
 
 /// Parses a feedback stride: 1, 2, 4 or 8.
+fn parse_trilinear(s: &str) -> Result<Trilinear, String> {
+    match s {
+        "hardware" => Ok(Trilinear::Hardware),
+        "software" => Ok(Trilinear::Software),
+        _ => Err(format!("'{s}' is not a trilinear path: use hardware or software")),
+    }
+}
+
 fn parse_stride(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {
         Ok(n @ (1 | 2 | 4 | 8)) => Ok(n),

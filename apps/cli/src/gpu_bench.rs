@@ -12,6 +12,7 @@ use tessera_core::scene::camera::{Camera, CameraPath};
 use tessera::GpuContext;
 use tessera::RenderError;
 use tessera::drawer::{Drawer, drawer_for};
+use tessera::params::ShaderProbe;
 use tessera::scene::OffscreenTarget;
 use tessera::{StreamFrame, VirtualTextures, VtConfig};
 use tessera_core::scene::material_scene::MaterialScene;
@@ -46,6 +47,8 @@ pub(crate) struct BenchConfig {
     /// cache keeps its tiles) so the next frames upload in bursts: measures how many
     /// uploads a frame sustains and what they cost (0: never).
     pub flush_every: u32,
+    /// A cost probe on the virtual-texture pass (see [`ShaderProbe`]).
+    pub shader_probe: ShaderProbe,
 }
 
 /// Median, 95th percentile, maximum and mean of one measure over the measured frames.
@@ -187,6 +190,10 @@ pub(crate) struct BenchReport {
     pub size: (u32, u32),
     /// Virtual size of each atlas layer.
     pub virtual_sizes: Vec<(u32, u32)>,
+    /// The sampling path and why ([`VirtualTextures::trilinear`]).
+    pub sampling: String,
+    /// The cost probe the virtual-texture pass ran with.
+    pub shader_probe: ShaderProbe,
     /// GPU tile pool size (all pools of a stack), MiB.
     pub pool_mib: f64,
     /// GPU size of the fully resident reference textures, MiB.
@@ -492,7 +499,8 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
         return Err(RenderError::Config("a benchmark needs at least one measured frame".into()));
     }
     let atlas = Arc::new(Atlas::open(&cfg.atlas)?);
-    let vt = VirtualTextures::new(ctx, atlas.clone(), cfg.vt.clone())?;
+    let mut vt = VirtualTextures::new(ctx, atlas.clone(), cfg.vt.clone())?;
+    vt.set_shader_probe(cfg.shader_probe);
     let mut scene = drawer_for(ctx, &vt, cfg.scene.as_deref())?;
     // A texture too large for a fully resident reference (the point of a stress scene)
     // is measured alone: the report says why there is no ratio.
@@ -587,6 +595,8 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
         atlas: cfg.atlas.clone(),
         size: cfg.size,
         virtual_sizes: atlas.layers().iter().map(|l| (l.layout.width(), l.layout.height())).collect(),
+        sampling: main.vt.trilinear().1.to_string(),
+        shader_probe: cfg.shader_probe,
         pool_mib: mib(main.vt.pools().iter().map(|p| p.bytes()).sum()),
         reference_mib: main.scene.reference_bytes().map(mib),
         reference_unavailable,

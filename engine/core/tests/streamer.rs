@@ -15,7 +15,7 @@ use tessera_core::format::codec::TargetFormat;
 use tessera_core::stream::feedback::{FeedbackLayout, compact};
 use tessera_core::stream::loader::LoadError;
 use tessera_core::stream::page_table::decode_entry;
-use tessera_core::stream::pool_layout::PoolLayout;
+use tessera_core::stream::pool_layout::{PoolLayout, Trilinear};
 use tessera_core::stream::streamer::{
     FrameInput, FramePlan, SparseFeedback, Streamer, StreamerConfig, StreamerError,
 };
@@ -27,14 +27,7 @@ fn texture() -> TextureLayout {
 }
 
 fn pool(layouts: Vec<TextureLayout>, slots: (u32, u32), targets: Vec<TargetFormat>) -> PoolLayout {
-    PoolLayout {
-        targets,
-        slot_texels: layouts[0].padded_tile_size(),
-        slots_x: slots.0,
-        slots_y: slots.1,
-        stacked: false,
-        owners: layouts,
-    }
+    PoolLayout::from_parts(targets, layouts, slots, false, Trilinear::Hardware)
 }
 
 /// A loader of synthetic tiles of `len` bytes; `bad` tiles fail and `short` tiles come

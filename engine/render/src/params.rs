@@ -28,7 +28,8 @@ pub struct VtParams {
     feedback_phase: u32,
     wrap: u32,
     debug: u32,
-    _pad: [u32; 2],
+    slot_mips: u32,
+    probe: u32,
     mips: [[u32; 4]; MAX_SHADER_MIPS],
 }
 
@@ -50,7 +51,8 @@ impl VtParams {
             feedback_phase: 0,
             wrap: layer.wrap as u32,
             debug,
-            _pad: [0; 2],
+            slot_mips: 0,
+            probe: 0,
             mips: [[0; 4]; MAX_SHADER_MIPS],
         };
         for m in 0..lay.mip_count().min(MAX_SHADER_MIPS as u32) {
@@ -67,10 +69,43 @@ impl VtParams {
         self.feedback_phase = s.feedback_phase;
     }
 
+    /// Selects the sampling path: hardware trilinear reads level 1 of the pool's slots.
+    pub fn set_trilinear(&mut self, t: tessera_core::stream::pool_layout::Trilinear) {
+        self.slot_mips = u32::from(t == tessera_core::stream::pool_layout::Trilinear::Hardware);
+    }
+
+    /// Sets the benchmark cost probe (see [`ShaderProbe`]).
+    pub fn set_probe(&mut self, probe: ShaderProbe) {
+        self.probe = probe as u32;
+        if probe == ShaderProbe::Software {
+            self.probe = 0;
+            self.slot_mips = 0;
+        }
+    }
+
     /// Sets the debug view (0 off, 1 mip colours, 2 fallback depth, 3 tile borders).
     pub fn set_debug(&mut self, view: u32) {
         self.debug = view;
     }
+}
+
+/// Parts of the sampling chain a benchmark can drop to price the rest (`tessera bench
+/// --shader-probe`). The image is wrong under every probe but `Off` and `Software`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[repr(u32)]
+pub enum ShaderProbe {
+    /// The normal sampling chain.
+    #[default]
+    Off = 0,
+    /// Level of detail and feedback only: no page-table lookup, no fetch.
+    LodOnly = 1,
+    /// Level of detail, feedback and the page-table lookup, no fetch.
+    LookupOnly = 2,
+    /// Level of detail, feedback and one fetch from a fixed slot, no lookup.
+    NoLookup = 3,
+    /// The software trilinear path (two lookups and two bilinear fetches) on the same
+    /// pool and residency.
+    Software = 4,
 }
 
 /// One sampled layer's parameter block, its uniform buffer and its bind group.

@@ -69,6 +69,185 @@ pub struct TilePool {
     slots_y: u32,
     /// The staging belt of [`TilePool::upload_batch`].
     staging: Mutex<wgpu::util::StagingBelt>,
+    /// With hardware trilinear: what makes level 1 of each uploaded slot.
+    slot_mips: Option<SlotMips>,
+}
+
+/// Level 1 of a two-level pool: a render pass that downsamples each uploaded slot.
+struct SlotMips {
+    pipeline: wgpu::RenderPipeline,
+    bind_group: wgpu::BindGroup,
+    level1: wgpu::TextureView,
+    /// The slots of one batch (`[u32; 2]` each) and how many the buffer holds.
+    instances: Mutex<(wgpu::Buffer, u64)>,
+}
+
+/// Bytes of one instance of the level-1 pass: a slot's (x, y).
+const SLOT_INSTANCE_BYTES: u64 = 8;
+
+impl SlotMips {
+    fn new(
+        device: &wgpu::Device,
+        texture: &wgpu::Texture,
+        format: wgpu::TextureFormat,
+        slot_texels: u32,
+    ) -> Self {
+        let level = |base| {
+            texture.create_view(&wgpu::TextureViewDescriptor {
+                label: Some("tessera pool level"),
+                base_mip_level: base,
+                mip_level_count: Some(1),
+                ..Default::default()
+            })
+        };
+        let (level0, level1) = (level(0), level(1));
+        let size = texture.size().mip_level_size(1, wgpu::TextureDimension::D2);
+        let params: [f32; 4] = [(slot_texels / 2) as f32, 0.0, size.width as f32, size.height as f32];
+        let uniform = wgpu::util::DeviceExt::create_buffer_init(
+            device,
+            &wgpu::util::BufferInitDescriptor {
+                label: Some("tessera slot mip params"),
+                contents: bytemuck::cast_slice(&params),
+                usage: wgpu::BufferUsages::UNIFORM,
+            },
+        );
+        let sampler = device.create_sampler(&wgpu::SamplerDescriptor {
+            label: Some("tessera slot mip sampler"),
+            mag_filter: wgpu::FilterMode::Linear,
+            min_filter: wgpu::FilterMode::Linear,
+            ..Default::default()
+        });
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("tessera slot mip"),
+            source: wgpu::ShaderSource::Wgsl(crate::shaders::SLOT_MIP_WGSL.into()),
+        });
+        let frag = wgpu::ShaderStages::FRAGMENT;
+        let bgl = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("tessera slot mip"),
+            entries: &[
+                wgpu::BindGroupLayoutEntry {
+                    binding: 0,
+                    visibility: frag,
+                    ty: wgpu::BindingType::Texture {
+                        sample_type: wgpu::TextureSampleType::Float { filterable: true },
+                        view_dimension: wgpu::TextureViewDimension::D2,
+                        multisampled: false,
+                    },
+                    count: None,
+                },
+                wgpu::BindGroupLayoutEntry {
+                    binding: 1,
+                    visibility: frag,
+                    ty: wgpu::BindingType::Sampler(wgpu::SamplerBindingType::Filtering),
+                    count: None,
+                },
+                wgpu::BindGroupLayoutEntry {
+                    binding: 2,
+                    visibility: wgpu::ShaderStages::VERTEX_FRAGMENT,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Uniform,
+                        has_dynamic_offset: false,
+                        min_binding_size: None,
+                    },
+                    count: None,
+                },
+            ],
+        });
+        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("tessera slot mip"),
+            layout: &bgl,
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: wgpu::BindingResource::TextureView(&level0) },
+                wgpu::BindGroupEntry { binding: 1, resource: wgpu::BindingResource::Sampler(&sampler) },
+                wgpu::BindGroupEntry { binding: 2, resource: uniform.as_entire_binding() },
+            ],
+        });
+        let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("tessera slot mip"),
+            bind_group_layouts: &[Some(&bgl)],
+            immediate_size: 0,
+        });
+        let pipeline = device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
+            label: Some("tessera slot mip"),
+            layout: Some(&layout),
+            vertex: wgpu::VertexState {
+                module: &module,
+                entry_point: Some("vs_slot"),
+                compilation_options: Default::default(),
+                buffers: &[Some(wgpu::VertexBufferLayout {
+                    array_stride: SLOT_INSTANCE_BYTES,
+                    step_mode: wgpu::VertexStepMode::Instance,
+                    attributes: &wgpu::vertex_attr_array![0 => Uint32x2],
+                })],
+            },
+            fragment: Some(wgpu::FragmentState {
+                module: &module,
+                entry_point: Some("fs_slot"),
+                compilation_options: Default::default(),
+                targets: &[Some(wgpu::ColorTargetState {
+                    format,
+                    blend: None,
+                    write_mask: wgpu::ColorWrites::ALL,
+                })],
+            }),
+            primitive: wgpu::PrimitiveState {
+                topology: wgpu::PrimitiveTopology::TriangleStrip,
+                ..Default::default()
+            },
+            depth_stencil: None,
+            multisample: wgpu::MultisampleState::default(),
+            multiview_mask: None,
+            cache: None,
+        });
+        let instances = Mutex::new((Self::instance_buffer(device, 256), 256));
+        Self { pipeline, bind_group, level1, instances }
+    }
+
+    fn instance_buffer(device: &wgpu::Device, slots: u64) -> wgpu::Buffer {
+        device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tessera slot mip instances"),
+            size: slots * SLOT_INSTANCE_BYTES,
+            usage: wgpu::BufferUsages::VERTEX | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// Records the level-1 pass over `slots` into `encoder` (after their uploads).
+    fn record(
+        &self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        encoder: &mut wgpu::CommandEncoder,
+        slots: &[[u32; 2]],
+    ) {
+        if slots.is_empty() {
+            return;
+        }
+        let mut instances = self.instances.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = slots.len() as u64;
+        if n > instances.1 {
+            let capacity = n.next_power_of_two();
+            *instances = (Self::instance_buffer(device, capacity), capacity);
+        }
+        queue.write_buffer(&instances.0, 0, bytemuck::cast_slice(slots));
+        let mut pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
+            label: Some("tessera slot mips"),
+            color_attachments: &[Some(wgpu::RenderPassColorAttachment {
+                view: &self.level1,
+                depth_slice: None,
+                resolve_target: None,
+                ops: wgpu::Operations { load: wgpu::LoadOp::Load, store: wgpu::StoreOp::Store },
+            })],
+            depth_stencil_attachment: None,
+            timestamp_writes: None,
+            occlusion_query_set: None,
+            multiview_mask: None,
+        });
+        pass.set_pipeline(&self.pipeline);
+        pass.set_bind_group(0, &self.bind_group, &[]);
+        pass.set_vertex_buffer(0, instances.0.slice(..n * SLOT_INSTANCE_BYTES));
+        pass.draw(0..4, 0..n as u32);
+    }
 }
 
 impl TilePool {
@@ -83,7 +262,7 @@ impl TilePool {
     ) -> Result<Self, RenderError> {
         let slot_bytes = target.bytes_per_tile(slot_texels) as u64;
         let (slots_x, slots_y) = Self::grid_for(device, mib, slot_bytes, slot_texels)?;
-        Self::with_grid(device, queue, (slots_x, slots_y), slot_texels, target, ColorSpace::Srgb)
+        Self::with_grid(device, queue, (slots_x, slots_y), slot_texels, target, ColorSpace::Srgb, 1)
     }
 
     /// The slot grid of a `mib` MiB pool whose slots (all layers of a stack together)
@@ -107,6 +286,9 @@ impl TilePool {
 
     /// A pool of exactly `grid` (across, down) slots of `slot_texels²` texels in
     /// `target` format, sampled as `color`, every slot filled with [`UNWRITTEN`].
+    /// With `levels` 2 (hardware trilinear; an uncompressed `target` and an even slot
+    /// side) the texture has a level 1 where every uploaded slot's 2× downsample is
+    /// rendered.
     pub fn with_grid(
         device: &wgpu::Device,
         queue: &wgpu::Queue,
@@ -114,8 +296,16 @@ impl TilePool {
         slot_texels: u32,
         target: TargetFormat,
         color: ColorSpace,
+        levels: u32,
     ) -> Result<Self, RenderError> {
         let (slots_x, slots_y) = grid;
+        if levels == 2 && (target.is_block_compressed() || !slot_texels.is_multiple_of(2)) {
+            return Err(RenderError::Config(format!(
+                "a two-level pool needs an uncompressed format and an even slot side, not {} with {slot_texels}² slots",
+                target.name()
+            )));
+        }
+        let levels = levels.clamp(1, 2);
         let size = wgpu::Extent3d {
             width: slots_x * slot_texels,
             height: slots_y * slot_texels,
@@ -124,7 +314,7 @@ impl TilePool {
         let texture = device.create_texture(&wgpu::TextureDescriptor {
             label: Some("tessera tile pool"),
             size,
-            mip_level_count: 1,
+            mip_level_count: levels,
             sample_count: 1,
             dimension: wgpu::TextureDimension::D2,
             format: wgpu_format_for(target, color),
@@ -141,6 +331,8 @@ impl TilePool {
             view_formats: &[],
         });
         let view = texture.create_view(&wgpu::TextureViewDescriptor::default());
+        let slot_mips = (levels == 2)
+            .then(|| SlotMips::new(device, &texture, wgpu_format_for(target, color), slot_texels));
         let pool = Self {
             target,
             texture,
@@ -149,6 +341,7 @@ impl TilePool {
             slots_x,
             slots_y,
             staging: Mutex::new(wgpu::util::StagingBelt::new(device.clone(), STAGING_CHUNK_BYTES)),
+            slot_mips,
         };
         if target.is_block_compressed() {
             pool.fill_unwritten(device, queue)?;
@@ -180,10 +373,14 @@ impl TilePool {
     }
 
     fn clear_unwritten(&self, device: &wgpu::Device, queue: &wgpu::Queue) {
-        let view = &self.view;
         let mut encoder =
             device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("pool clear") });
-        {
+        for level in 0..self.levels() {
+            let view = &self.texture.create_view(&wgpu::TextureViewDescriptor {
+                base_mip_level: level,
+                mip_level_count: Some(1),
+                ..Default::default()
+            });
             let c = |v: u8| f64::from(v) / 255.0;
             let _pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
                 label: Some("pool clear"),
@@ -231,9 +428,20 @@ impl TilePool {
     pub fn slot_texels(&self) -> u32 {
         self.slot_texels
     }
-    /// Bytes of one slot.
-    pub fn slot_bytes(&self) -> u64 {
+    /// Mip levels of the pool texture: 2 with hardware trilinear (level 1 holds each
+    /// slot's 2× downsample), else 1.
+    pub fn levels(&self) -> u32 {
+        if self.slot_mips.is_some() { 2 } else { 1 }
+    }
+    /// Bytes of one tile as uploaded (level 0 of a slot).
+    pub fn tile_bytes(&self) -> u64 {
         self.target.bytes_per_tile(self.slot_texels) as u64
+    }
+    /// Bytes of GPU memory one slot takes, its level-1 copy included.
+    pub fn slot_bytes(&self) -> u64 {
+        let level1 =
+            if self.slot_mips.is_some() { self.target.bytes_per_tile(self.slot_texels / 2) } else { 0 };
+        self.tile_bytes() + level1 as u64
     }
     /// Bytes of GPU memory the pool takes.
     pub fn bytes(&self) -> u64 {
@@ -306,7 +514,7 @@ impl TilePool {
     /// Items of the wrong length or outside the slot grid are skipped with a warning.
     /// A slot named twice ends with the later tile, as with [`TilePool::upload`].
     pub fn upload_batch(&self, device: &wgpu::Device, queue: &wgpu::Queue, items: &[(SlotCoord, &[u8])]) {
-        let want = self.slot_bytes() as usize;
+        let want = self.tile_bytes() as usize;
         let (row_bytes, rows) = self.tile_rows();
         let padded_row = row_bytes.next_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
         let Some(stride) = wgpu::BufferSize::new(u64::from(padded_row) * u64::from(rows)) else { return };
@@ -317,7 +525,7 @@ impl TilePool {
         let mut belt = self.staging.lock().unwrap_or_else(PoisonError::into_inner);
         let mut encoder = device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera tile uploads") });
-        let mut copies = 0usize;
+        let mut copied: Vec<[u32; 2]> = Vec::with_capacity(items.len());
         for (slot, texels) in items {
             if texels.len() != want || u32::from(slot.x) >= self.slots_x || u32::from(slot.y) >= self.slots_y
             {
@@ -360,10 +568,13 @@ impl TilePool {
                 self.slot_region(*slot),
                 extent,
             );
-            copies += 1;
+            copied.push([u32::from(slot.x), u32::from(slot.y)]);
         }
         belt.finish();
-        if copies > 0 {
+        if let Some(mips) = &self.slot_mips {
+            mips.record(device, queue, &mut encoder, &copied);
+        }
+        if !copied.is_empty() {
             queue.submit([encoder.finish()]);
         }
         belt.recall();

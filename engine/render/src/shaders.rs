@@ -14,6 +14,9 @@ pub const SCENE_REFERENCE_WGSL: &str = include_str!("../../../shaders/scene_refe
 /// list of (word index, bits) pairs with a counter (see [`crate::feedback`]).
 pub const FEEDBACK_COMPACT_WGSL: &str = include_str!("../../../shaders/feedback_compact.wgsl");
 
+/// Level 1 of the tile pool: each uploaded slot's 2× downsample (hardware trilinear).
+pub const SLOT_MIP_WGSL: &str = include_str!("../../../shaders/slot_mip.wgsl");
+
 /// Material scenes (glTF): camera, vertex stage, material block and lighting.
 pub const MATERIAL_WGSL: &str = include_str!("../../../shaders/material.wgsl");
 /// Material scene fragment stage through the stacked virtual texture.
@@ -62,5 +65,6 @@ mod tests {
         validate("material_vt", &material_vt_source());
         validate("material_reference", &material_reference_source());
         validate("feedback_compact", FEEDBACK_COMPACT_WGSL);
+        validate("slot_mip", SLOT_MIP_WGSL);
     }
 }

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use tessera_core::format::codec::TargetFormat;
 use tessera_core::format::color::ColorSpace;
-use tessera_core::stream::pool_layout::{GpuLimits, PoolLayout};
+use tessera_core::stream::pool_layout::{GpuLimits, PoolLayout, Trilinear};
 use tessera_core::stream::residency::Residency;
 use tessera_core::stream::stats::{StatsSnapshot, StreamFrame};
 use tessera_core::stream::streamer::{
@@ -22,7 +22,7 @@ use crate::context::GpuContext;
 use crate::error::RenderError;
 use crate::feedback::Feedback;
 use crate::page_table::PageTableBuffer;
-use crate::params::{LayerBinding, Resources, VtParams, bind_group_layout, pool_sampler};
+use crate::params::{LayerBinding, Resources, ShaderProbe, VtParams, bind_group_layout, pool_sampler};
 use crate::pool::{TilePool, format_support};
 
 pub use crate::params::MAX_ANISOTROPY;
@@ -64,6 +64,10 @@ pub struct VtConfig {
     /// Also request the same-mip neighbours of requested tiles, at the lowest priority,
     /// into free or unneeded slots only.
     pub prefetch_neighbours: bool,
+    /// How samples blend mips: [`Trilinear::Hardware`] (the default) where the pool
+    /// format allows it, else the software path; [`Trilinear::Software`] forces the
+    /// software path. [`VirtualTextures::trilinear`] says which one runs.
+    pub trilinear: Trilinear,
 }
 
 impl Default for VtConfig {
@@ -83,6 +87,7 @@ impl Default for VtConfig {
             auto_mip_bias: s.auto_mip_bias,
             target_frame_ms: s.target_frame_ms,
             prefetch_neighbours: s.prefetch_neighbours,
+            trilinear: Trilinear::default(),
         }
     }
 }
@@ -119,6 +124,7 @@ pub struct VirtualTextures {
     layers: Vec<LayerBinding>,
     config: VtConfig,
     stacked: bool,
+    trilinear: (Trilinear, String),
     /// The number the next [`VirtualTextures::begin`] gives its frame.
     next_frame: u64,
     last_begin: Option<Instant>,
@@ -135,7 +141,7 @@ impl VirtualTextures {
             max_texture_side: device.limits().max_texture_dimension_2d,
             max_storage_binding: device.limits().max_storage_buffer_binding_size,
         };
-        let plan = PoolLayout::plan(&atlas, config.pool_mib, config.pool_format, limits)
+        let plan = PoolLayout::plan(&atlas, config.pool_mib, config.pool_format, limits, config.trilinear)
             .map_err(|e| RenderError::Config(e.to_string()))?;
         let layers = atlas.layers();
         let pools: Vec<TilePool> = plan
@@ -151,6 +157,7 @@ impl VirtualTextures {
                     plan.slot_texels,
                     t,
                     color,
+                    plan.pool_levels(),
                 )
             })
             .collect::<Result<_, _>>()?;
@@ -158,6 +165,7 @@ impl VirtualTextures {
             formats = ?plan.targets.iter().map(|t| t.name()).collect::<Vec<_>>(),
             slots = plan.slot_count(),
             stacked = plan.stacked,
+            sampling = %plan.trilinear_reason,
             "tile pool"
         );
         let streamer = Streamer::new(atlas.clone(), &plan, config.streamer())
@@ -177,7 +185,8 @@ impl VirtualTextures {
         let bindings = sampled
             .iter()
             .map(|l| {
-                let params = VtParams::new(l, texels, config.max_anisotropy, config.debug_view);
+                let mut params = VtParams::new(l, texels, config.max_anisotropy, config.debug_view);
+                params.set_trilinear(plan.trilinear);
                 LayerBinding::new(device, &layout_bgl, params, &l.name, &resources)
             })
             .collect();
@@ -191,6 +200,7 @@ impl VirtualTextures {
             layers: bindings,
             config,
             stacked: plan.stacked,
+            trilinear: (plan.trilinear, plan.trilinear_reason.clone()),
             next_frame: 0,
             last_begin: None,
             last_upload_ms: 0.0,
@@ -353,6 +363,16 @@ impl VirtualTextures {
         }
     }
 
+    /// Sets a benchmark cost probe: drops part of the sampling chain (the image is then
+    /// wrong) or switches to the software path on the same pool, so that `tessera bench`
+    /// can price each part. [`ShaderProbe::Off`] restores normal sampling.
+    pub fn set_shader_probe(&mut self, probe: ShaderProbe) {
+        for l in &mut self.layers {
+            l.params.set_trilinear(self.trilinear.0);
+            l.params.set_probe(probe);
+        }
+    }
+
     /// Changes the feedback resolution: one pixel in every `stride × stride` block
     /// writes feedback each frame (1, 2, 4 or 8; anything else is refused). Larger
     /// strides cost less GPU time and see small tiles later.
@@ -399,6 +419,12 @@ impl VirtualTextures {
     /// Statistics of every tier.
     pub fn stats(&self) -> StatsSnapshot {
         self.streamer.stats(self.pools.iter().map(TilePool::slot_bytes).sum())
+    }
+
+    /// The sampling path in use and why (hardware trilinear inside a slot, or the
+    /// software blend of two lookups).
+    pub fn trilinear(&self) -> (Trilinear, &str) {
+        (self.trilinear.0, &self.trilinear.1)
     }
 
     /// The settings in use.

@@ -23,6 +23,29 @@ pub struct GpuLimits {
     pub max_storage_binding: u64,
 }
 
+/// How a sample blends the two mips around its level of detail.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Trilinear {
+    /// Every slot also holds its tile's 2× downsample (border included) as level 1 of
+    /// the pool texture, so a sample is one page-table lookup and one hardware-trilinear
+    /// fetch. Needs a pool format the GPU can render into (the copies are made on the
+    /// GPU after each upload) and an even slot side.
+    #[default]
+    Hardware,
+    /// Two page-table lookups and two bilinear fetches blended in the shader.
+    Software,
+}
+
+impl Trilinear {
+    /// A short name for reports: `hardware` or `software`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Trilinear::Hardware => "hardware",
+            Trilinear::Software => "software",
+        }
+    }
+}
+
 /// Why an atlas cannot be streamed through a pool on this adapter.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -53,11 +76,17 @@ pub struct PoolLayout {
     pub stacked: bool,
     /// The layouts that own tile ids (a stack's layers share layer 0's).
     pub owners: Vec<TextureLayout>,
+    /// How samples blend mips; [`Trilinear::Hardware`] adds a level 1 to every pool.
+    pub trilinear: Trilinear,
+    /// Why the sampling path is what it is, for logs and reports.
+    pub trilinear_reason: String,
 }
 
 impl PoolLayout {
     /// Plans the pool of about `pool_mib` MiB for `atlas` on an adapter with `limits`,
-    /// in `forced` format when given. Refuses tiles of different sizes, too many mips,
+    /// in `forced` format when given, sampled with the `trilinear` path where the pool
+    /// formats allow it (else the software path, and `trilinear_reason` says why).
+    /// The pool's bytes include the level-1 copies of the hardware path. Refuses tiles of different sizes, too many mips,
     /// borderless tiles, tiles that are not whole blocks of a compressed pool, a pool
     /// of fewer than two slots or too few to pin each layer's coarsest tile, and a page
     /// table larger than the adapter binds.
@@ -66,6 +95,7 @@ impl PoolLayout {
         pool_mib: u32,
         forced: Option<TargetFormat>,
         limits: GpuLimits,
+        trilinear: Trilinear,
     ) -> Result<Self, PoolLayoutError> {
         let unfit = |reason: String| PoolLayoutError::Unfit { atlas: atlas.path().to_path_buf(), reason };
         let layers = atlas.layers();
@@ -106,7 +136,8 @@ impl PoolLayout {
                 t.name()
             )));
         }
-        let slot_bytes: u64 = targets.iter().map(|t| t.bytes_per_tile(slot) as u64).sum();
+        let (trilinear, trilinear_reason) = sampling_path(trilinear, &targets, slot);
+        let slot_bytes: u64 = targets.iter().map(|&t| vram_bytes_per_slot(t, slot, trilinear)).sum();
         if (u64::from(pool_mib) << 20) / slot_bytes.max(1) < 2 {
             return Err(unfit(format!(
                 "a {pool_mib} MiB pool holds fewer than 2 tiles of {slot}² texels; give at least {} MiB",
@@ -135,7 +166,52 @@ impl PoolLayout {
                 limits.max_storage_binding >> 20
             )));
         }
-        Ok(Self { targets, slot_texels: slot, slots_x, slots_y, stacked, owners })
+        Ok(Self {
+            targets,
+            slot_texels: slot,
+            slots_x,
+            slots_y,
+            stacked,
+            owners,
+            trilinear,
+            trilinear_reason,
+        })
+    }
+
+    /// A plan from its parts, as a test or a simulation without an atlas builds one:
+    /// the software path unless `trilinear` is hardware and the formats allow it.
+    pub fn from_parts(
+        targets: Vec<TargetFormat>,
+        owners: Vec<TextureLayout>,
+        slots: (u32, u32),
+        stacked: bool,
+        trilinear: Trilinear,
+    ) -> Self {
+        let slot_texels = owners.first().map_or(0, TextureLayout::padded_tile_size);
+        let (trilinear, trilinear_reason) = sampling_path(trilinear, &targets, slot_texels);
+        Self {
+            targets,
+            slot_texels,
+            slots_x: slots.0,
+            slots_y: slots.1,
+            stacked,
+            owners,
+            trilinear,
+            trilinear_reason,
+        }
+    }
+
+    /// Mip levels of each pool texture: 2 with hardware trilinear, else 1.
+    pub fn pool_levels(&self) -> u32 {
+        match self.trilinear {
+            Trilinear::Hardware => 2,
+            Trilinear::Software => 1,
+        }
+    }
+
+    /// Bytes of GPU memory one slot takes over every pool, level-1 copies included.
+    pub fn vram_bytes_per_slot(&self) -> u64 {
+        self.targets.iter().map(|&t| vram_bytes_per_slot(t, self.slot_texels, self.trilinear)).sum()
     }
 
     /// Slots in the pool.
@@ -156,6 +232,40 @@ impl PoolLayout {
     /// Page-table entries: every tile of every owning layout.
     pub fn page_table_entries(&self) -> usize {
         self.owners.iter().map(TextureLayout::tile_count).sum::<u64>() as usize
+    }
+}
+
+/// The sampling path a pool of `targets` with `slot`² slots gets when `wanted` is
+/// asked for, and why.
+fn sampling_path(wanted: Trilinear, targets: &[TargetFormat], slot: u32) -> (Trilinear, String) {
+    if wanted == Trilinear::Software {
+        return (Trilinear::Software, "software trilinear, as configured".into());
+    }
+    if let Some(t) = targets.iter().find(|t| t.is_block_compressed()) {
+        return (
+            Trilinear::Software,
+            format!(
+                "software trilinear: the {} pool is block-compressed, and its level-1 copies are made \
+                 by rendering, which needs an uncompressed pool",
+                t.name()
+            ),
+        );
+    }
+    if !slot.is_multiple_of(2) {
+        return (Trilinear::Software, format!("software trilinear: {slot}² slots have no exact half size"));
+    }
+    (
+        Trilinear::Hardware,
+        format!("hardware trilinear: each {slot}² slot keeps its 2x downsample ({}²) as level 1", slot / 2),
+    )
+}
+
+/// Bytes one slot of a `target` pool takes, with its level-1 copy on the hardware path.
+fn vram_bytes_per_slot(target: TargetFormat, slot: u32, trilinear: Trilinear) -> u64 {
+    let level0 = target.bytes_per_tile(slot) as u64;
+    match trilinear {
+        Trilinear::Hardware => level0 + target.bytes_per_tile(slot / 2) as u64,
+        Trilinear::Software => level0,
     }
 }
 

@@ -13,7 +13,7 @@ use crate::format::tile::{TextureLayout, TileId};
 use crate::stream::feedback::{FeedbackLayout, compact};
 use crate::stream::host_cache::HostCache;
 use crate::stream::loader::LoadError;
-use crate::stream::pool_layout::PoolLayout;
+use crate::stream::pool_layout::{PoolLayout, Trilinear};
 use crate::stream::streamer::{FrameInput, SparseFeedback, Streamer, StreamerConfig, StreamerError};
 
 /// One virtual size of [`cpu_scaling`].
@@ -70,14 +70,8 @@ pub fn cpu_scaling(sizes: &[u32], frames: u32) -> Result<Vec<CpuScalingRow>, Str
 }
 
 fn scaling_row(tl: TextureLayout, frames: u32) -> Result<CpuScalingRow, StreamerError> {
-    let pool = PoolLayout {
-        targets: vec![TargetFormat::Rgba8],
-        slot_texels: tl.padded_tile_size(),
-        slots_x: POOL_SLOTS.0,
-        slots_y: POOL_SLOTS.1,
-        stacked: false,
-        owners: vec![tl],
-    };
+    let pool =
+        PoolLayout::from_parts(vec![TargetFormat::Rgba8], vec![tl], POOL_SLOTS, false, Trilinear::Hardware);
     let tile: Arc<[u8]> = Arc::from(vec![0u8; pool.tile_bytes()]);
     let loader = move |_: TileId| -> Result<Arc<[u8]>, LoadError> { Ok(tile.clone()) };
     let config = StreamerConfig { loader_threads: 2, host_cache_mib: 0, ..StreamerConfig::default() };
@@ -177,14 +171,8 @@ pub struct SoakSample {
 pub fn soak(config: SoakConfig) -> Result<Vec<SoakSample>, StreamerError> {
     let tl = TextureLayout::new(config.size, config.size, 128, 4)
         .map_err(|e| StreamerError::Config(format!("soak: size {}: {e}", config.size)))?;
-    let pool = PoolLayout {
-        targets: vec![TargetFormat::Rgba8],
-        slot_texels: tl.padded_tile_size(),
-        slots_x: config.slots.0,
-        slots_y: config.slots.1,
-        stacked: false,
-        owners: vec![tl],
-    };
+    let pool =
+        PoolLayout::from_parts(vec![TargetFormat::Rgba8], vec![tl], config.slots, false, Trilinear::Hardware);
     let tile: Arc<[u8]> = Arc::from(vec![0u8; pool.tile_bytes()]);
     let loader = move |_: TileId| -> Result<Arc<[u8]>, LoadError> { Ok(tile.clone()) };
     let streamer_config =
