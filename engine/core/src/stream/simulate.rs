@@ -254,7 +254,7 @@ fn random_view(l: &TextureLayout, rng: &mut u64) -> Vec<TileId> {
 }
 
 /// The resident set size of this process, from `/proc/self/statm` (0 elsewhere).
-fn rss_bytes() -> u64 {
+pub(crate) fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
         .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
