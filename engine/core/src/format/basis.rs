@@ -323,7 +323,7 @@ pub fn transcode(
     init();
     let corrupt = |what: &str| CodecError::Corrupt(format!("{} tile: {what}", mode.name()));
     check_structure(blob, mode, side).map_err(|e| corrupt(&e))?;
-    // check_structure bounds the blob by the tile's size; side fits u16 per the slice table.
+    // check_structure matched the length to the header's 32-bit data size (+ 77 bytes).
     let blob_len = u32::try_from(blob.len()).map_err(|_| corrupt("larger than 4 GiB"))?;
     let mut out = vec![0u8; target.bytes_per_tile(side)];
     let blocks = side.div_ceil(4);
