@@ -15,24 +15,32 @@ use tessera_core::compare::{compare, diff_image};
 use tessera_core::format::atlas::{ColorSpace, Wrap};
 use tessera_core::format::codec::Codec;
 
-/// The headless GPU context, or a panic that says how to install a Vulkan driver.
+/// The headless GPU context shared by a test binary, or a panic that says how to
+/// install a Vulkan driver.
 pub fn gpu() -> &'static GpuContext {
     static CTX: OnceLock<GpuContext> = OnceLock::new();
-    CTX.get_or_init(|| {
+    CTX.get_or_init(own_gpu)
+}
+
+/// A headless GPU context of the caller's own (for tests that destroy their device), or
+/// a panic that says how to install a Vulkan driver.
+pub fn own_gpu() -> GpuContext {
+    static XDG: OnceLock<()> = OnceLock::new();
+    XDG.get_or_init(|| {
         if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
             let dir = std::env::temp_dir().join("tessera-xdg");
             let _ = std::fs::create_dir_all(&dir);
             // SAFETY: set once, before any thread of this test binary reads the environment.
             unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
         }
-        match GpuContext::headless() {
-            Ok(ctx) => ctx,
-            Err(e) => panic!(
-                "GPU tests need a Vulkan driver and none was found: {e}\n\
-                 On Debian: sudo apt-get install mesa-vulkan-drivers libvulkan1 (scripts/test does this)"
-            ),
-        }
-    })
+    });
+    match GpuContext::headless() {
+        Ok(ctx) => ctx,
+        Err(e) => panic!(
+            "GPU tests need a Vulkan driver and none was found: {e}\n\
+             On Debian: sudo apt-get install mesa-vulkan-drivers libvulkan1 (scripts/test does this)"
+        ),
+    }
 }
 
 /// Where tests write their output images.

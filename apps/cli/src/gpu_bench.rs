@@ -301,14 +301,7 @@ impl Timer {
         }
         encoder.copy_buffer_to_buffer(&self.resolve, 0, &self.readback, 0, None);
         ctx.queue.submit([encoder.finish()]);
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        self.readback.map_async(wgpu::MapMode::Read, .., move |r| {
-            let _ = tx.send(r);
-        });
-        ctx.wait_idle()?;
-        rx.recv()
-            .map_err(|e| RenderError::Readback(format!("timestamps: {e}")))?
-            .map_err(|e| RenderError::Readback(format!("timestamps: {e}")))?;
+        ctx.map_read(&self.readback)?;
         let mut ticks = vec![0u64; Q_COUNT as usize];
         {
             let view = self
@@ -399,7 +392,7 @@ impl VtMode {
             t.mark(&mut encoder, Q_COPY + 1);
         }
         let submitted = Instant::now();
-        let stream = frame.finish(ctx, encoder);
+        let stream = frame.finish(ctx, encoder)?;
         ctx.wait_idle()?;
         let done = Instant::now();
         let times = Times {

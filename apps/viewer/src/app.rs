@@ -29,6 +29,7 @@ use crate::bake::{BakeTask, Opened, Resolved};
 use crate::camera::{Mode, Rig, SceneCameras};
 use crate::gfx::{Gfx, clear, draw_egui, load_scene};
 use crate::input::Input;
+use crate::outcome::{Outcome, after_frame};
 
 /// Keys and what they do, for the overlay's help panel.
 const KEYS: &[(&str, &str)] = &[
@@ -169,8 +170,11 @@ pub(crate) fn run(args: Args) -> Result<ExitCode> {
 }
 
 impl App {
+    /// Stops with `e` (the first error only): closes the window at once, so no further
+    /// frame is drawn, and `main` prints `e` once.
     fn fail(&mut self, event_loop: &ActiveEventLoop, e: anyhow::Error) {
-        self.error = Some(e);
+        self.error.get_or_insert(e);
+        self.gfx = None;
         event_loop.exit();
     }
 
@@ -376,10 +380,11 @@ impl App {
         }
     }
 
-    /// Renders one frame; returns true when the screenshot was written and the viewer should exit.
+    /// Renders one frame; returns true when the screenshot was written and the viewer
+    /// should exit. Draws nothing once the device is lost ([`after_frame`] stops the loop).
     fn redraw(&mut self) -> Result<bool> {
         let Some(size) = self.gfx.as_ref().map(|g| g.window.inner_size()) else { return Ok(false) };
-        if size.width == 0 || size.height == 0 {
+        if size.width == 0 || size.height == 0 || self.gfx.as_ref().is_some_and(|g| g.ctx.lost().is_some()) {
             return Ok(false);
         }
         self.poll_bake()?;
@@ -389,6 +394,13 @@ impl App {
         let camera = self.frame_camera(dt.min(0.1));
         self.apply_controls();
         let Some(g) = &mut self.gfx else { return Ok(false) };
+        if g.scene.is_some() && self.args.lose_device_at == Some(self.frame) {
+            g.ctx.device.destroy();
+            // A driver loss is reported at once; a destroyed device once its queue is
+            // empty, so wait for that. The wait's error is the loss, which the frame
+            // below reports.
+            let _ = g.ctx.wait_idle();
+        }
         if (size.width, size.height) != g.target.size {
             g.resize(size);
         }
@@ -443,6 +455,15 @@ impl App {
             messages_ui(ui, baking.as_ref(), notice, scene.is_none());
         });
         g.egui_state.handle_platform_output(&g.window, full.platform_output);
+        // egui-wgpu panics writing its buffers on a lost device (the virtual textures'
+        // `begin` may just have found it lost): end the frame here instead.
+        if let Some(lost) = g.ctx.lost() {
+            full.textures_delta.clear();
+            if let Some((f, _, _)) = vt_frame {
+                let _ = f.finish(&g.ctx, encoder);
+            }
+            return Err(lost.into());
+        }
         let ppp = full.pixels_per_point;
         let jobs = g.egui_ctx.tessellate(full.shapes, ppp);
         let screen =
@@ -475,7 +496,7 @@ impl App {
         let streamed = vt_frame.is_some();
         match vt_frame {
             Some((f, _, _)) => {
-                f.finish(&g.ctx, encoder);
+                f.finish(&g.ctx, encoder)?;
             }
             None => {
                 queue.submit([encoder.finish()]);
@@ -494,7 +515,7 @@ impl App {
             self.frame += 1;
         }
         if last && let Some(path) = &self.args.screenshot {
-            let rgba = g.target.read(device)?;
+            let rgba = g.target.read(&g.ctx)?;
             write_png(path, g.target.size, &rgba).with_context(|| format!("writing {}", path.display()))?;
             println!("screenshot after {} frames written to {}", self.frame, path.display());
             return Ok(true);
@@ -612,11 +633,15 @@ impl ApplicationHandler for App {
         match event {
             WindowEvent::CloseRequested => event_loop.exit(),
             WindowEvent::Resized(size) => g.resize(size),
-            WindowEvent::RedrawRequested => match self.redraw() {
-                Ok(true) => event_loop.exit(),
-                Ok(false) => {}
-                Err(e) => self.fail(event_loop, e),
-            },
+            WindowEvent::RedrawRequested => {
+                let frame = self.redraw();
+                let lost = self.gfx.as_ref().and_then(|g| g.ctx.lost());
+                match after_frame(frame, lost) {
+                    Outcome::Continue => {}
+                    Outcome::Done => event_loop.exit(),
+                    Outcome::Fail(e) => self.fail(event_loop, e),
+                }
+            }
             WindowEvent::KeyboardInput { event, .. } => {
                 let PhysicalKey::Code(code) = event.physical_key else { return };
                 if event.state == ElementState::Released {

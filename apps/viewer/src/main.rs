@@ -7,6 +7,7 @@ mod bake;
 mod camera;
 mod gfx;
 mod input;
+mod outcome;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -63,6 +64,10 @@ pub(crate) struct Args {
     /// Debug view to start with (M cycles them): off, mip, fallback, borders (or 0-3).
     #[arg(long, default_value = "off", value_parser = parse_debug_view)]
     debug_view: DebugView,
+    /// Testing aid: destroy the GPU device before this scene frame, to check that the
+    /// viewer then exits with one message.
+    #[arg(long, hide = true)]
+    lose_device_at: Option<u64>,
 }
 
 fn parse_stride(s: &str) -> Result<u32, String> {

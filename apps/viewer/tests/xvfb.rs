@@ -257,3 +257,25 @@ fn viewer_opens_the_dungeon_by_name() {
     assert_eq!(img.dimensions(), size, "the screenshot has the window's size");
     assert_scene_drawn("dungeon walk", &img);
 }
+
+/// A GPU device lost mid-run (destroyed at frame 30 by a hidden testing flag): the
+/// viewer closes its window and exits non-zero with one message naming the loss, no
+/// panic and no message per frame.
+#[test]
+fn a_lost_device_exits_with_one_message() {
+    require_xvfb();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let atlas = small_atlas(dir.path());
+    let png = dir.path().join("never.png");
+    let out = run_viewer(dir.path(), &atlas, &png, &["--lose-device-at", "30"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "must exit non-zero; stderr:\n{stderr}");
+    assert!(!png.exists(), "no screenshot after the loss");
+    assert!(!stderr.contains("panicked"), "no panic:\n{stderr}");
+    let noise: Vec<_> =
+        stderr.lines().filter(|l| l.contains(" WARN tessera") || l.contains(" ERROR ")).collect();
+    assert!(noise.is_empty(), "nothing else about the loss: {noise:?}");
+    let lines: Vec<_> = stderr.lines().filter(|l| l.contains("GPU device was lost")).collect();
+    assert_eq!(lines.len(), 1, "one message:\n{stderr}");
+    assert!(lines[0].starts_with("error: the GPU device was lost (destroyed)"), "{}", lines[0]);
+}

@@ -203,7 +203,7 @@ pub fn run(ctx: &GpuContext, atlas_path: &Path) -> anyhow::Result<(Vec<u8>, Stat
             target.copy_out(&mut encoder); // keep the last frame for reading back
         }
         // After the passes: queues the feedback readback and submits the encoder.
-        let stats = vt_frame.finish(ctx, encoder);
+        let stats = vt_frame.finish(ctx, encoder)?;
         // A windowed app is paced by presenting; headless, wait for the GPU instead.
         ctx.wait_idle()?;
         println!(
@@ -211,7 +211,7 @@ pub fn run(ctx: &GpuContext, atlas_path: &Path) -> anyhow::Result<(Vec<u8>, Stat
             stats.uploads, stats.resident_vram, stats.tiles_needed, stats.requests
         );
     }
-    Ok((target.read(device)?, vt.stats()))
+    Ok((target.read(ctx)?, vt.stats()))
 }
 
 /// Bakes a 4096² labelled test texture (128² tiles, 6 mips) into `dir`.

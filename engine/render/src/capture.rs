@@ -246,9 +246,9 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
             scene.draw_reference(&mut encoder, &rt.color_view, &rt.depth_view, None);
             rt.copy_out(&mut encoder);
         }
-        let stream = vt_frame.finish(ctx, encoder);
-        let pixels = target.read(&ctx.device)?;
-        let reference = ref_target.as_ref().map(|rt| rt.read(&ctx.device)).transpose()?;
+        let stream = vt_frame.finish(ctx, encoder)?;
+        let pixels = target.read(ctx)?;
+        let reference = ref_target.as_ref().map(|rt| rt.read(ctx)).transpose()?;
         let psnr_db = reference.as_ref().map(|r| compare(&pixels, r).psnr_db);
         let last = frame + 1 == cfg.frames;
         if let Some(out) = &cfg.out

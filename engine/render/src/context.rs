@@ -1,6 +1,14 @@
 //! The GPU context: instance, adapter, device and queue, headless or for a surface.
 
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use crate::error::RenderError;
+use crate::lost::{DeviceLost, LostState, PollFailure};
+
+/// The longest [`GpuContext::wait_idle`] waits: far longer than any frame or capture
+/// takes, even on a software rasteriser, so only a hung GPU reaches it.
+pub const WAIT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// An adapter, its device and queue, and what was chosen.
 pub struct GpuContext {
@@ -16,6 +24,8 @@ pub struct GpuContext {
     pub info: wgpu::AdapterInfo,
     /// Whether GPU timestamp queries are available (used by `tessera bench`).
     pub timestamps: bool,
+    /// The first fatal condition of `device`, written by its callbacks.
+    lost: Arc<LostState>,
 }
 
 impl std::fmt::Debug for GpuContext {
@@ -70,16 +80,91 @@ impl GpuContext {
             adapter = %info.name, backend = ?info.backend, driver = %info.driver, driver_info = %info.driver_info,
             ?features, "GPU adapter chosen"
         );
-        Ok(Self { instance, adapter, device, queue, info, timestamps })
+        let lost = LostState::install(&device);
+        Ok(Self { instance, adapter, device, queue, info, timestamps, lost })
     }
 
     /// Blocks until the GPU has finished everything submitted (benchmarks, tests and
-    /// captures that read frames back; a frame loop never needs it).
+    /// captures that read frames back; a frame loop never needs it). Fails with
+    /// [`RenderError::DeviceLost`] once the device is lost, and with
+    /// [`RenderError::GpuTimeout`] after [`WAIT_TIMEOUT`]; it never waits forever.
     pub fn wait_idle(&self) -> Result<(), RenderError> {
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map(|_| ())
-            .map_err(|e| RenderError::Readback(format!("waiting for the GPU: {e}")))
+        self.poll(wgpu::PollType::Wait { submission_index: None, timeout: Some(WAIT_TIMEOUT) })
+    }
+
+    /// Maps all of `buffer` for reading and waits until it is mapped (then read it with
+    /// `get_mapped_range` and unmap it). Fails like [`GpuContext::wait_idle`]: on a lost
+    /// device, or after [`WAIT_TIMEOUT`]; it never waits forever.
+    pub fn map_read(&self, buffer: &wgpu::Buffer) -> Result<(), RenderError> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        buffer.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        let started = Instant::now();
+        loop {
+            self.wait_idle()?;
+            // Another thread's poll may have taken the callback and not yet run it.
+            match rx.recv_timeout(Duration::from_millis(10)) {
+                Ok(mapped) => {
+                    return mapped.map_err(|e| self.explain(RenderError::Readback(e.to_string())));
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    let e = RenderError::Readback("the map callback was dropped".into());
+                    return Err(self.explain(e));
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) if started.elapsed() > WAIT_TIMEOUT => {
+                    return Err(RenderError::GpuTimeout { seconds: WAIT_TIMEOUT.as_secs() });
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+
+    /// Processes finished GPU work without waiting (map callbacks, and the device-lost
+    /// callback of a device that is gone), then fails if the device is lost.
+    pub fn check(&self) -> Result<(), RenderError> {
+        self.poll(wgpu::PollType::Poll)
+    }
+
+    /// Why the device was lost, if it was: the first device-lost callback, or the first
+    /// out-of-memory or internal error wgpu reported. Reads what was recorded (no GPU
+    /// call); a destroyed device is reported once it has been polled
+    /// ([`GpuContext::check`], [`GpuContext::wait_idle`], or any frame's
+    /// [`crate::VirtualTextures::begin`]).
+    pub fn lost(&self) -> Option<DeviceLost> {
+        self.lost.get()
+    }
+
+    /// `error`, or [`RenderError::DeviceLost`] when the device is lost: a readback of a
+    /// lost device fails first as a failed map, and its cause is the loss.
+    pub fn explain(&self, error: RenderError) -> RenderError {
+        match (error, self.lost()) {
+            (e @ RenderError::DeviceLost(_), _) => e,
+            (_, Some(lost)) => RenderError::DeviceLost(lost),
+            (e, None) => e,
+        }
+    }
+
+    /// Polls the device (wgpu's panic on a device the driver lost becomes an error), then
+    /// fails if the device is lost.
+    fn poll(&self, poll_type: wgpu::PollType) -> Result<(), RenderError> {
+        match crate::lost::poll(&self.device, &self.lost, poll_type) {
+            Ok(_) => self.lost().map_or(Ok(()), |lost| Err(lost.into())),
+            Err(PollFailure::Lost(lost)) => Err(lost.into()),
+            Err(PollFailure::Poll(wgpu::PollError::Timeout)) => match self.lost() {
+                Some(lost) => Err(lost.into()),
+                None => Err(RenderError::GpuTimeout { seconds: WAIT_TIMEOUT.as_secs() }),
+            },
+            Err(PollFailure::Poll(e)) => {
+                Err(self.explain(RenderError::Readback(format!("waiting for the GPU: {e}"))))
+            }
+        }
+    }
+
+    /// Polls without waiting for the feedback readbacks of a frame; a loss is recorded
+    /// (and reported by [`GpuContext::lost`]), never raised here.
+    pub(crate) fn poll_quietly(&self) {
+        let _ = crate::lost::poll(&self.device, &self.lost, wgpu::PollType::Poll);
     }
 
     /// One line describing the adapter, for logs and reports.

@@ -51,11 +51,14 @@ pub trait Drawer {
 }
 
 /// The built-in scene over `vt`'s atlas, or `scene` with the manifest beside the atlas.
+/// Fails with [`RenderError::DeviceLost`] on a lost device.
 pub fn drawer_for(
     ctx: &GpuContext,
     vt: &VirtualTextures,
     scene: Option<&MaterialScene>,
 ) -> Result<Box<dyn Drawer>, RenderError> {
+    // wgpu's buffer helpers panic on a lost device instead of failing.
+    ctx.check()?;
     match scene {
         None => Ok(Box::new(SceneRenderer::new(ctx, vt, &builtin_meshes(vt.atlas()), TARGET_FORMAT))),
         Some(scene) => {

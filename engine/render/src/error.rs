@@ -37,6 +37,19 @@ pub enum RenderError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The GPU device was lost (driver reset, GPU removed, out of memory, destroyed):
+    /// recreate the [`crate::GpuContext`] and everything made with it, or exit.
+    #[error(transparent)]
+    DeviceLost(#[from] crate::lost::DeviceLost),
+    /// The GPU did not finish the work submitted within the wait limit.
+    #[error(
+        "the GPU did not finish its work within {seconds} s (hung, or far more work than it can do); \
+         restart the application"
+    )]
+    GpuTimeout {
+        /// The limit, seconds.
+        seconds: u64,
+    },
     /// A camera path could not be loaded.
     #[error(transparent)]
     Camera(#[from] tessera_core::scene::camera::CameraError),

@@ -298,11 +298,16 @@ impl Feedback {
         }
     }
 
-    /// Collects every readback that has arrived (never waits) and returns the newest.
-    /// When the newest is incomplete, the pairs of the others that arrived with it are
-    /// merged into it (they are requests of the last few frames too).
+    /// Polls `device` (never waits), then [`Feedback::collect`]s.
     pub fn poll(&mut self, device: &wgpu::Device) -> Option<FeedbackFrame> {
         let _ = device.poll(wgpu::PollType::Poll);
+        self.collect()
+    }
+
+    /// Collects every readback whose mapping completed by the last device poll and
+    /// returns the newest. When the newest is incomplete, the pairs of the others that
+    /// arrived with it are merged into it (they are requests of the last few frames too).
+    pub fn collect(&mut self) -> Option<FeedbackFrame> {
         let mut arrived: Vec<FeedbackFrame> = Vec::new();
         for i in 0..self.ring.len() {
             let slot = &self.ring[i];

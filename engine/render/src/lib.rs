@@ -14,6 +14,7 @@ pub mod context;
 pub mod drawer;
 pub mod error;
 pub mod feedback;
+pub mod lost;
 pub mod material;
 pub mod page_table;
 pub mod params;
@@ -26,6 +27,7 @@ pub mod vt;
 
 pub use context::GpuContext;
 pub use error::RenderError;
+pub use lost::DeviceLost;
 pub use tessera_core as core;
 pub use tessera_core::stream::stats::StreamFrame;
 pub use vt::{VirtualTextures, VtConfig, VtFrame};

@@ -300,16 +300,10 @@ impl OffscreenTarget {
     }
 
     /// Waits for the copy recorded by [`OffscreenTarget::copy_out`] and returns RGBA8
-    /// rows (sRGB). Blocks: for captures and tests, not for the interactive loop.
-    pub fn read(&self, device: &wgpu::Device) -> Result<Vec<u8>, RenderError> {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        self.readback.map_async(wgpu::MapMode::Read, .., move |r| {
-            let _ = tx.send(r);
-        });
-        device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RenderError::Readback(e.to_string()))?;
-        rx.recv()
-            .map_err(|e| RenderError::Readback(e.to_string()))?
-            .map_err(|e| RenderError::Readback(e.to_string()))?;
+    /// rows (sRGB). Blocks: for captures and tests, not for the interactive loop. Fails
+    /// with [`RenderError::DeviceLost`] on a lost device (never waits forever).
+    pub fn read(&self, ctx: &GpuContext) -> Result<Vec<u8>, RenderError> {
+        ctx.map_read(&self.readback)?;
         let (w, h) = self.size;
         let mut out = Vec::with_capacity((w * h * 4) as usize);
         {

@@ -3,7 +3,8 @@
 //! the core's [`Streamer`] as a [`FramePlan`]; this file only executes plans.
 //!
 //! One frame: [`VirtualTextures::begin`] (before the passes that sample virtual
-//! textures), then [`VtFrame::finish`] (after them; it submits the encoder).
+//! textures), then [`VtFrame::finish`] (after them; it submits the encoder, and fails
+//! once the device is lost).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -134,7 +135,10 @@ pub struct VirtualTextures {
 impl VirtualTextures {
     /// Sets up pools, page table and feedback for `atlas`, and makes the coarsest mip
     /// of every layer resident (pinned) before returning, so nothing is ever missing.
+    /// Fails with [`RenderError::DeviceLost`] on a lost device.
     pub fn new(ctx: &GpuContext, atlas: Arc<Atlas>, config: VtConfig) -> Result<Self, RenderError> {
+        // wgpu's buffer helpers panic on a lost device instead of failing.
+        ctx.check()?;
         let device = &ctx.device;
         let limits = GpuLimits {
             support: format_support(device),
@@ -222,8 +226,12 @@ impl VirtualTextures {
         self.last_begin = Some(now);
         let frame = self.next_frame;
         self.next_frame += 1;
-        let arrived =
-            self.feedback.poll(&ctx.device).map(|f| SparseFeedback { frame: f.frame, pairs: f.sparse });
+        // A lost device is recorded here and reported by `finish`; its readbacks are gone.
+        ctx.poll_quietly();
+        let arrived = match ctx.lost() {
+            Some(_) => None,
+            None => self.feedback.collect().map(|f| SparseFeedback { frame: f.frame, pairs: f.sparse }),
+        };
         let plan = self.streamer.frame(FrameInput {
             frame,
             feedback: arrived.as_ref(),
@@ -478,13 +486,21 @@ impl VtFrame<'_> {
 
     /// Ends the frame after its passes: records the feedback readback into `encoder`,
     /// submits `encoder`, and starts mapping the readback (never waited on). Returns
-    /// the frame's streaming statistics.
-    pub fn finish(mut self, ctx: &GpuContext, mut encoder: wgpu::CommandEncoder) -> StreamFrame {
+    /// the frame's streaming statistics, or [`RenderError::DeviceLost`] once the device
+    /// is lost (nothing submitted runs any more: stop the frame loop).
+    pub fn finish(
+        mut self,
+        ctx: &GpuContext,
+        mut encoder: wgpu::CommandEncoder,
+    ) -> Result<StreamFrame, RenderError> {
         self.record_readback(&mut encoder);
         ctx.queue.submit([encoder.finish()]);
         self.vt.feedback.after_submit();
         self.finished = true;
-        self.stats
+        match ctx.lost() {
+            Some(lost) => Err(lost.into()),
+            None => Ok(self.stats),
+        }
     }
 }
 
