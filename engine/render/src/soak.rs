@@ -146,11 +146,11 @@ pub fn soak(
         if check {
             target.copy_out(&mut encoder);
         }
-        let stream = vt_frame.finish(ctx, encoder);
+        let stream = vt_frame.finish(ctx, encoder)?;
         uploads += stream.uploads as u64;
         evictions += stream.evictions as u64;
         if check {
-            let pixels = target.read(&ctx.device)?;
+            let pixels = target.read(ctx)?;
             let unwritten = count_colour(&pixels, UNWRITTEN, 2);
             if unwritten > 0 {
                 return Err(RenderError::Config(format!(
@@ -160,7 +160,7 @@ pub fn soak(
             checked += 1;
         } else {
             // Keep the CPU at most a frame ahead, as a presenting application would be.
-            let _ = ctx.device.poll(wgpu::PollType::wait_indefinitely());
+            ctx.wait_idle()?;
         }
         times.push(t0.elapsed().as_secs_f64() * 1e3);
         if frame % sample_every == 0 || frame == cfg.frames {
