@@ -10,6 +10,7 @@ pub mod bake;
 pub mod compare;
 pub mod error_text;
 pub mod format;
+pub mod fuzz;
 pub mod progress;
 pub mod scene;
 pub mod stream;

@@ -241,7 +241,7 @@ pub(crate) fn decode_bytes(path: &Path, bytes: &[u8]) -> Result<image::DynamicIm
     decode_bytes_with_limit(path, bytes, memory_limit())
 }
 
-fn decode_bytes_with_limit(
+pub(crate) fn decode_bytes_with_limit(
     path: &Path,
     bytes: &[u8],
     max_bytes: u64,
@@ -269,6 +269,11 @@ fn decode_bytes_with_limit(
         && let Err(reason) = jpeg_complete(bytes)
     {
         return Err(SourceError::Truncated { path: p, reason });
+    }
+    if format == image::ImageFormat::Png
+        && let Err(reason) = png_palette_valid(bytes)
+    {
+        return Err(SourceError::Decode { path: p, reason });
     }
     let mut limits = image::Limits::default();
     limits.max_alloc = Some(max_bytes);
@@ -333,6 +338,27 @@ fn jpeg_complete(b: &[u8]) -> Result<(), String> {
             }
         }
     }
+}
+
+/// Whether a PNG's palette chunk, if any, holds whole RGB entries, 1 to 256 of them. The
+/// `png` decoder (0.18) panics expanding a palette of another length (found by fuzzing,
+/// `engine/core/tests/fuzz/image/`), so such a file is refused before it is decoded.
+/// Only the chunk layout is read; a file cut short is left to the decoder to report.
+fn png_palette_valid(b: &[u8]) -> Result<(), String> {
+    let mut at = 8usize;
+    while let Some(head) = at.checked_add(8).and_then(|end| b.get(at..end)) {
+        let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        match &head[4..8] {
+            b"PLTE" if len == 0 || !len.is_multiple_of(3) || len > 3 * 256 => {
+                return Err(format!("palette chunk of {len} bytes (not 1 to 256 RGB entries)"));
+            }
+            b"IEND" => break,
+            _ => {}
+        }
+        // Length, type, data and CRC.
+        at = at.saturating_add(12).saturating_add(len);
+    }
+    Ok(())
 }
 
 fn check_size(path: &Path, width: u32, height: u32) -> Result<(), SourceError> {

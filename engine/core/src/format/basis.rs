@@ -461,6 +461,19 @@ fn crc16(bytes: &[u8]) -> u16 {
     !crc
 }
 
+/// Rewrites both CRC-16s of a `.basis` blob (the data's, then the header's, which covers
+/// it) so that a forged or mutated blob passes the checksum checks and reaches the
+/// structure checks and the transcoder. Blobs too short for a header are left alone.
+pub(crate) fn repair_crcs(blob: &mut [u8]) {
+    if blob.len() < HEADER_LEN as usize {
+        return;
+    }
+    let data = crc16(&blob[HEADER_LEN as usize..]);
+    blob[12..14].copy_from_slice(&data.to_le_bytes());
+    let header = crc16(&blob[8..HEADER_LEN as usize]);
+    blob[6..8].copy_from_slice(&header.to_le_bytes());
+}
+
 /// Checks everything the C++ transcoder would otherwise trust in a `.basis` tile of
 /// `mode` holding one `side × side` image: the header's sizes, CRC-16, counts, format and
 /// flags, and every slice descriptor's size and position, all against `blob.len()` in
@@ -806,14 +819,6 @@ mod tests {
         for (i, b) in blob[at..at + size].iter_mut().enumerate() {
             *b = (value >> (8 * i)) as u8;
         }
-    }
-
-    /// Rewrites both CRC-16s so a forged blob passes the checksum checks.
-    fn repair_crcs(blob: &mut [u8]) {
-        let data = crc16(&blob[HEADER_LEN as usize..]);
-        blob[12..14].copy_from_slice(&data.to_le_bytes());
-        let header = crc16(&blob[8..HEADER_LEN as usize]);
-        blob[6..8].copy_from_slice(&header.to_le_bytes());
     }
 
     /// Transcodes `blob` to every target with and without the data CRC; no panic, no

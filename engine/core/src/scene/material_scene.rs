@@ -294,6 +294,10 @@ pub fn load_gltf_with(path: &Path, paths: ScenePaths) -> Result<MaterialScene, S
                     );
                     continue;
                 }
+                check_primitive_accessors(&prim, &buffers).map_err(|reason| SceneError::Gltf {
+                    path: path.to_path_buf(),
+                    reason: format!("primitive '{prim_name}': {reason}"),
+                })?;
                 let Some(mesh) = primitive_mesh(&prim, &buffers, world) else {
                     tracing::warn!("{}: skipping primitive '{prim_name}': no positions", path.display());
                     continue;
@@ -429,7 +433,9 @@ pub(crate) fn embedded_image_bytes(
     match image.source() {
         gltf::image::Source::View { view, .. } => {
             let data = &buffers[view.buffer().index()];
-            data.get(view.offset()..view.offset() + view.length())
+            view.offset()
+                .checked_add(view.length())
+                .and_then(|end| data.get(view.offset()..end))
                 .map(<[u8]>::to_vec)
                 .ok_or_else(|| bad(format!("image {index}: buffer view outside its buffer")))
         }
@@ -464,8 +470,13 @@ pub(crate) fn image_size(file: &Path, material: &str) -> Result<(u32, u32), Scen
 
 fn open_document(path: &Path, paths: ScenePaths) -> Result<(gltf::Document, Vec<Vec<u8>>), SceneError> {
     let bytes = std::fs::read(path).map_err(|source| SceneError::Io { path: path.to_path_buf(), source })?;
-    let gltf::Gltf { document, mut blob } = gltf::Gltf::from_slice(&bytes)
-        .map_err(|e| SceneError::Gltf { path: path.to_path_buf(), reason: e.to_string() })?;
+    let bad = |reason: String| SceneError::Gltf { path: path.to_path_buf(), reason };
+    check_glb_header(&bytes).map_err(bad)?;
+    let gltf::Gltf { document, mut blob } =
+        gltf::Gltf::from_slice_without_validation(&bytes).map_err(|e| bad(e.to_string()))?;
+    let json = document.into_json();
+    check_before_validation(&json).map_err(bad)?;
+    let document = gltf::Document::from_json(json).map_err(|e| bad(e.to_string()))?;
     let mut buffers = Vec::new();
     for buffer in document.buffers() {
         let index = buffer.index();
@@ -502,6 +513,55 @@ fn open_document(path: &Path, paths: ScenePaths) -> Result<(gltf::Document, Vec<
         buffers.push(data);
     }
     Ok((document, buffers))
+}
+
+/// Checks the length in a GLB header: the `gltf` crate subtracts the header's 12 bytes
+/// from it unchecked (found by fuzzing, `engine/core/tests/fuzz/gltf/`).
+fn check_glb_header(bytes: &[u8]) -> Result<(), String> {
+    if let Some(length) = bytes.strip_prefix(b"glTF").and_then(|b| b.get(4..8)) {
+        let length = u32::from_le_bytes([length[0], length[1], length[2], length[3]]);
+        if length < 12 {
+            return Err(format!("GLB header states a length of {length} bytes, shorter than the header"));
+        }
+    }
+    Ok(())
+}
+
+/// Checks what the `gltf` crate dereferences without checking, during its validation or
+/// later, so that a malformed file is an error rather than a panic (found by fuzzing,
+/// `engine/core/tests/fuzz/gltf/`): each primitive's `POSITION` accessor index (its
+/// validation reads that accessor before checking indices), and each image's source
+/// (a buffer view needs a MIME type; otherwise a URI is required).
+fn check_before_validation(json: &gltf::json::Root) -> Result<(), String> {
+    for (m, mesh) in json.meshes.iter().enumerate() {
+        for (p, prim) in mesh.primitives.iter().enumerate() {
+            let position = gltf::json::validation::Checked::Valid(gltf::Semantic::Positions);
+            if let Some(index) = prim.attributes.get(&position)
+                && index.value() >= json.accessors.len()
+            {
+                return Err(format!(
+                    "mesh {m} primitive {p}: POSITION accessor {} does not exist ({} accessors)",
+                    index.value(),
+                    json.accessors.len()
+                ));
+            }
+        }
+    }
+    for (i, image) in json.images.iter().enumerate() {
+        match (&image.buffer_view, &image.mime_type, &image.uri) {
+            (Some(view), Some(_), _) if view.value() < json.buffer_views.len() => {}
+            (Some(view), _, _) => {
+                return Err(format!(
+                    "image {i}: buffer view {} needs an existing view ({} views) and a MIME type",
+                    view.value(),
+                    json.buffer_views.len()
+                ));
+            }
+            (None, _, Some(_)) => {}
+            (None, _, None) => return Err(format!("image {i} has neither a URI nor a buffer view")),
+        }
+    }
+    Ok(())
 }
 
 /// The folder a glTF's relative URIs are resolved against.
@@ -670,6 +730,99 @@ fn texture_ref(path: &Path, paths: ScenePaths, t: &gltf::Texture) -> Result<Text
         },
     };
     Ok(TextureRef { image, wrap: [wrap(sampler.wrap_s()), wrap(sampler.wrap_t())] })
+}
+
+/// Checks the accessors a triangle primitive is read through (positions, normals, UVs,
+/// indices): the element type [`primitive_mesh`] reads, at least one element, strides no
+/// shorter than an element, every element inside its buffer view and the view inside its
+/// buffer. The `gltf` reader trusts all of this (it asserts, overflows, or reaches
+/// `unreachable!` on an index type it does not read), so such files are refused here
+/// (found by fuzzing, `engine/core/tests/fuzz/gltf/`).
+fn check_primitive_accessors(prim: &gltf::Primitive, buffers: &[Vec<u8>]) -> Result<(), String> {
+    use gltf::Semantic;
+    use gltf::accessor::{DataType as D, Dimensions};
+    let attributes = [
+        (Semantic::Positions, "POSITION", Dimensions::Vec3, &[D::F32][..]),
+        (Semantic::Normals, "NORMAL", Dimensions::Vec3, &[D::F32][..]),
+        (Semantic::TexCoords(0), "TEXCOORD_0", Dimensions::Vec2, &[D::F32, D::U8, D::U16][..]),
+    ];
+    for (semantic, name, dims, types) in attributes {
+        if let Some(a) = prim.get(&semantic) {
+            check_accessor(&a, name, dims, types, buffers)?;
+        }
+    }
+    if let Some(a) = prim.indices() {
+        check_accessor(&a, "indices", Dimensions::Scalar, &[D::U8, D::U16, D::U32], buffers)?;
+    }
+    Ok(())
+}
+
+/// See [`check_primitive_accessors`]; `what` names the accessor's use in messages.
+fn check_accessor(
+    a: &gltf::Accessor,
+    what: &str,
+    dims: gltf::accessor::Dimensions,
+    types: &[gltf::accessor::DataType],
+    buffers: &[Vec<u8>],
+) -> Result<(), String> {
+    let label = format!("{what} accessor {}", a.index());
+    if a.dimensions() != dims || !types.contains(&a.data_type()) {
+        return Err(format!(
+            "{label} holds {:?} of {:?}, expected {dims:?} of one of {types:?}",
+            a.dimensions(),
+            a.data_type()
+        ));
+    }
+    if a.count() == 0 {
+        return Err(format!("{label} has no elements"));
+    }
+    if let Some(view) = a.view() {
+        check_span(&view, a.offset(), a.count(), a.size(), buffers).map_err(|e| format!("{label}: {e}"))?;
+    }
+    if let Some(sparse) = a.sparse() {
+        let n = sparse.count();
+        if n == 0 {
+            return Err(format!("{label} has an empty sparse part"));
+        }
+        let (indices, values) = (sparse.indices(), sparse.values());
+        check_span(&indices.view(), indices.offset(), n, indices.index_type().size(), buffers)
+            .map_err(|e| format!("{label} sparse indices: {e}"))?;
+        check_span(&values.view(), values.offset(), n, a.size(), buffers)
+            .map_err(|e| format!("{label} sparse values: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Whether `count` (≥ 1) elements of `size` bytes from `offset` in `view`, at its stride,
+/// lie inside the view, and the view inside its buffer.
+fn check_span(
+    view: &gltf::buffer::View,
+    offset: usize,
+    count: usize,
+    size: usize,
+    buffers: &[Vec<u8>],
+) -> Result<(), String> {
+    let stride = view.stride().unwrap_or(size);
+    if stride < size {
+        return Err(format!(
+            "buffer view {} has a stride of {stride} for {size}-byte elements",
+            view.index()
+        ));
+    }
+    let end =
+        stride.checked_mul(count - 1).and_then(|n| n.checked_add(offset)).and_then(|n| n.checked_add(size));
+    if end.is_none_or(|end| end > view.length()) {
+        return Err(format!(
+            "{count} elements of {size} bytes from offset {offset} lie outside buffer view {} ({} bytes)",
+            view.index(),
+            view.length()
+        ));
+    }
+    let buffer_len = buffers.get(view.buffer().index()).map_or(0, Vec::len);
+    if view.offset().checked_add(view.length()).is_none_or(|end| end > buffer_len) {
+        return Err(format!("buffer view {} lies outside its {buffer_len}-byte buffer", view.index()));
+    }
+    Ok(())
 }
 
 /// Reads one triangle primitive into world space; `None` without positions.

@@ -1,0 +1,304 @@
+//! Entry points for fuzzers and their regression tests: each takes arbitrary bytes, runs
+//! them through one of the engine's readers of untrusted input and returns a small
+//! [`Summary`].
+//!
+//! Every entry point must never panic, abort, hang or exhaust memory, whatever the bytes:
+//! a panic here is a bug of the reader (or a broken invariant the entry point asserts).
+//! Decodes run under [`MEMORY_LIMIT`] and a per-input decode budget, so a huge declared
+//! size is an error or is skipped quickly. The AFL++ harnesses in `fuzz/` call these,
+//! `engine/core/tests/fuzz_regressions.rs` replays crashers and the [`seeds`] through
+//! them, and `scripts/fuzz` runs a campaign.
+//!
+//! Inputs that carry checksums can repair them first, so that mutations reach the code
+//! behind the checksum check: for the atlas and Basis targets the first byte is a control
+//! byte (see [`ATLAS_REPAIR_HEADER`] and [`BASIS_REPAIR`]).
+
+mod scratch;
+pub mod seeds;
+
+use std::hint::black_box;
+use std::path::Path;
+
+use crate::bake::source::decode_bytes_with_limit;
+use crate::format::atlas::{Atlas, ENTRY_BYTES, HEADER_BYTES};
+use crate::format::basis::{self, BasisMode, DataCheck};
+use crate::format::codec::TargetFormat;
+use crate::scene::camera::{CameraPath, SCENE_PRESETS};
+use crate::scene::material_scene::{
+    ImageRef, ScenePaths, embedded_image_bytes, load_gltf_with, scene_images,
+};
+
+/// Memory one image decode may take inside a harness: larger images are refused before
+/// they are decoded.
+pub const MEMORY_LIMIT: u64 = 64 << 20;
+
+/// Decoded bytes one atlas input may produce; the tiles past it are not decoded (a small
+/// file can index the same 16 MiB LZ4 tile thousands of times).
+pub const ATLAS_DECODE_BUDGET: u64 = 64 << 20;
+
+/// Atlas control bit: set the header's file size to the input's length and recompute
+/// the layer table and index CRC-32 and the header CRC-32.
+pub const ATLAS_REPAIR_HEADER: u8 = 1;
+/// Atlas control bit: recompute the CRC-32 of every tile blob the index points at
+/// (inside the file), before the header is repaired.
+pub const ATLAS_REPAIR_TILES: u8 = 2;
+
+/// Basis control bit: recompute both CRC-16s of the blob.
+pub const BASIS_REPAIR: u8 = 1;
+/// Basis control bit: the blob is a UASTC tile (else ETC1S).
+pub const BASIS_UASTC: u8 = 2;
+/// Basis control bit: transcode with [`DataCheck::AlreadyVerified`] (skip the data CRC-16).
+pub const BASIS_VERIFIED: u8 = 4;
+
+/// What one input did: useful to check that seeds reach deep, never asserted by fuzzers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// The input passed the reader's validation as a whole (atlas opened, Basis structure
+    /// valid, scene loaded, camera path parsed, image decoded).
+    pub accepted: bool,
+    /// Parts that decoded (tiles, transcodes, meshes and images, sampled cameras).
+    pub ok: u32,
+    /// Parts that were refused with an error.
+    pub failed: u32,
+}
+
+impl Summary {
+    fn record<T, E: std::fmt::Display>(&mut self, r: Result<T, E>) -> Option<T> {
+        match r {
+            Ok(v) => {
+                self.ok += 1;
+                Some(v)
+            }
+            Err(e) => {
+                // Formatting the message is part of every error path users see.
+                black_box(e.to_string());
+                self.failed += 1;
+                None
+            }
+        }
+    }
+}
+
+/// The five fuzz targets, one per reader of untrusted input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// [`atlas`]: an atlas file, opened and every tile decoded.
+    Atlas,
+    /// [`basis`]: one Basis Universal tile, checked and transcoded to every format.
+    Basis,
+    /// [`gltf`]: a glTF or GLB scene, imported.
+    Gltf,
+    /// [`camera`]: a camera path JSON file.
+    Camera,
+    /// [`image`]: a PNG or JPEG image source.
+    Image,
+}
+
+impl Target {
+    /// Every target, in the order `scripts/fuzz all` runs them.
+    pub const ALL: [Target; 5] = [Target::Atlas, Target::Basis, Target::Gltf, Target::Camera, Target::Image];
+
+    /// The target's name: its harness binary, seed folder and regression folder.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Atlas => "atlas",
+            Target::Basis => "basis",
+            Target::Gltf => "gltf",
+            Target::Camera => "camera",
+            Target::Image => "image",
+        }
+    }
+
+    /// The target called `name`, if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// Runs the target's entry point on `data`.
+    pub fn run(self, data: &[u8]) -> Summary {
+        match self {
+            Target::Atlas => atlas(data),
+            Target::Basis => basis(data),
+            Target::Gltf => gltf(data),
+            Target::Camera => camera(data),
+            Target::Image => image(data),
+        }
+    }
+}
+
+/// Atlas reader: `data` is a control byte ([`ATLAS_REPAIR_HEADER`], [`ATLAS_REPAIR_TILES`])
+/// then an atlas file. Opens it and decodes every tile of every layer and mip to RGBA8
+/// (as `tessera verify` does), errors tolerated, within [`ATLAS_DECODE_BUDGET`]; asserts
+/// that every decoded tile has its layer's size.
+pub fn atlas(data: &[u8]) -> Summary {
+    let mut s = Summary::default();
+    let Some((&control, file)) = data.split_first() else { return s };
+    let mut file = file.to_vec();
+    if control & ATLAS_REPAIR_TILES != 0 {
+        repair_tile_crcs(&mut file);
+    }
+    if control & ATLAS_REPAIR_HEADER != 0 {
+        repair_atlas_header(&mut file);
+    }
+    let Some(path) = scratch::write("input.tsa", &file, None) else { return s };
+    let Some(atlas) = s.record(Atlas::open(&path)) else { return s };
+    s.accepted = true;
+    black_box(atlas.summary());
+    let mut budget = ATLAS_DECODE_BUDGET;
+    'layers: for (i, layer) in atlas.layers().iter().enumerate() {
+        let raw = u64::from(layer.layout.padded_tile_size()).pow(2) * 4;
+        // At most 4096 layers (checked at open), so the index fits a u16.
+        for tile in layer.layout.tiles(i as u16) {
+            let Some(left) = budget.checked_sub(raw) else { break 'layers };
+            budget = left;
+            if let Some(texels) = s.record(atlas.decode_tile(tile)) {
+                assert_eq!(texels.len() as u64, raw, "{tile}: decoded tile size");
+            }
+        }
+    }
+    s
+}
+
+/// Basis tile: `data` is a control byte ([`BASIS_REPAIR`], [`BASIS_UASTC`],
+/// [`BASIS_VERIFIED`]), the tile side in texels (one byte), then a `.basis` file. Runs
+/// the Rust structure check, then transcodes to every [`TargetFormat`]; asserts that
+/// every transcode that succeeds has the format's size.
+pub fn basis(data: &[u8]) -> Summary {
+    let mut s = Summary::default();
+    let [control, side, blob @ ..] = data else { return s };
+    let mut blob = blob.to_vec();
+    if control & BASIS_REPAIR != 0 {
+        basis::repair_crcs(&mut blob);
+    }
+    let mode = if control & BASIS_UASTC != 0 { BasisMode::Uastc } else { BasisMode::Etc1s };
+    let check = if control & BASIS_VERIFIED != 0 { DataCheck::AlreadyVerified } else { DataCheck::Crc16 };
+    let side = u32::from(*side);
+    s.accepted = s.record(basis::check_structure(&blob, mode, side)).is_some();
+    for target in TargetFormat::ALL {
+        if let Some(out) = s.record(basis::transcode(&blob, mode, side, target, check)) {
+            assert_eq!(out.len(), target.bytes_per_tile(side), "{target}: transcoded size");
+        }
+    }
+    s
+}
+
+/// glTF scene import: `data` is a `.gltf` (JSON) or `.glb` file, written as
+/// `scene.gltf` into a scratch folder that also holds `buffer.bin`, `tex.png` and
+/// `tex.jpg` ([`seeds::write_gltf_siblings`]). Imports it with its URIs confined to that
+/// folder, decodes every embedded image under [`MEMORY_LIMIT`] (as the scene bake does)
+/// and builds the scene's camera presets.
+pub fn gltf(data: &[u8]) -> Summary {
+    let mut s = Summary::default();
+    let shared: scratch::Shared = ("gltf", seeds::write_gltf_siblings);
+    let Some(path) = scratch::write("scene.gltf", data, Some(shared)) else { return s };
+    let Some(scene) = s.record(load_gltf_with(&path, ScenePaths::Confined)) else { return s };
+    s.accepted = true;
+    for image in scene_images(&scene) {
+        if let ImageRef::Embedded { index, .. } = image
+            && let Some(bytes) = s.record(embedded_image_bytes(&path, index, scene.paths))
+        {
+            s.record(decode_bytes_with_limit(&path, &bytes, MEMORY_LIMIT));
+        }
+    }
+    for name in SCENE_PRESETS {
+        black_box(CameraPath::preset_for(name, Some(&scene)));
+    }
+    s
+}
+
+/// Camera path JSON: `data` is the file's text. Parses and validates it, samples the
+/// path at and between its keyframes and computes the view-projection matrices; asserts
+/// that a valid path survives a JSON round trip unchanged.
+pub fn camera(data: &[u8]) -> Summary {
+    let mut s = Summary::default();
+    let Some(text) = s.record(std::str::from_utf8(data)) else { return s };
+    let Some(path) = s.record(CameraPath::from_json_str(text)) else { return s };
+    s.accepted = true;
+    let end = path.end_frame();
+    for frame in [0, end / 2, end, end.saturating_add(1)] {
+        black_box(path.camera_at(frame).view_projection(16.0 / 9.0));
+        s.ok += 1;
+    }
+    for k in &path.keyframes {
+        black_box(path.sample(k.frame + 0.5).view_projection(1.0));
+        s.ok += 1;
+    }
+    let json = path.to_json();
+    match CameraPath::from_json_str(&json) {
+        Ok(back) => assert_eq!(back, path, "camera path changed in a JSON round trip: {json}"),
+        Err(e) => panic!("a valid camera path does not read back from its own JSON: {e}\n{json}"),
+    }
+    s
+}
+
+/// Image source: `data` is an image file (PNG or JPEG). Decodes it as the baker decodes
+/// its inputs, under [`MEMORY_LIMIT`], and converts it to RGBA8; asserts the RGBA8 size.
+pub fn image(data: &[u8]) -> Summary {
+    let mut s = Summary::default();
+    let Some(img) = s.record(decode_bytes_with_limit(Path::new("<fuzz input>"), data, MEMORY_LIMIT)) else {
+        return s;
+    };
+    s.accepted = true;
+    let (w, h) = (img.width(), img.height());
+    let rgba = img.into_rgba8();
+    assert_eq!(rgba.len() as u64, u64::from(w) * u64::from(h) * 4, "RGBA8 size of a {w}x{h} image");
+    s
+}
+
+/// The little-endian `u64` at `at` of `b`, if `b` is long enough.
+fn le_u64(b: &[u8], at: usize) -> Option<u64> {
+    let bytes: [u8; 8] = b.get(at..at.checked_add(8)?)?.try_into().ok()?;
+    Some(u64::from_le_bytes(bytes))
+}
+
+/// Where the header says the tile index starts and how many entries it has.
+fn index_span(file: &[u8]) -> Option<(u64, u64)> {
+    Some((le_u64(file, 32)?, le_u64(file, 24)?))
+}
+
+/// Makes an atlas header consistent with the bytes after it: file size, the CRC-32 of
+/// the layer table and index (when the header places them inside the file), and the
+/// header's own CRC-32 (`docs/atlas-format.md`). Shorter inputs are left alone.
+pub fn repair_atlas_header(file: &mut [u8]) {
+    if file.len() < HEADER_BYTES {
+        return;
+    }
+    let len = file.len() as u64;
+    file[48..56].copy_from_slice(&len.to_le_bytes());
+    if let Some((index_offset, tiles)) = index_span(file)
+        && let Some(end) = tiles
+            .checked_mul(ENTRY_BYTES as u64)
+            .and_then(|n| n.checked_add(index_offset))
+            .filter(|&end| end >= HEADER_BYTES as u64 && end <= len)
+    {
+        let crc = crc32fast::hash(&file[HEADER_BYTES..end as usize]);
+        file[56..60].copy_from_slice(&crc.to_le_bytes());
+    }
+    let crc = crc32fast::hash(&file[..60]);
+    file[60..64].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Recomputes the CRC-32 of every tile blob that an index entry inside the file points
+/// at, where the blob lies inside the file too.
+pub fn repair_tile_crcs(file: &mut [u8]) {
+    let Some((index_offset, tiles)) = index_span(file) else { return };
+    let len = file.len() as u64;
+    for i in 0..tiles {
+        let Some(at) = i.checked_mul(ENTRY_BYTES as u64).and_then(|n| n.checked_add(index_offset)) else {
+            return;
+        };
+        if at.saturating_add(ENTRY_BYTES as u64) > len {
+            return;
+        }
+        let at = at as usize;
+        // Entry: offset (u64), length (u32), decoded length (u32), CRC-32 (u32), codec.
+        let (Some(offset), Some(length)) = (le_u64(file, at), le_u64(file, at + 8).map(|v| v & 0xFFFF_FFFF))
+        else {
+            return;
+        };
+        if let Some(end) = offset.checked_add(length).filter(|&end| end <= len) {
+            let crc = crc32fast::hash(&file[offset as usize..end as usize]);
+            file[at + 16..at + 20].copy_from_slice(&crc.to_le_bytes());
+        }
+    }
+}
