@@ -2,27 +2,27 @@
 //! your own source (see `examples/embed.rs`).
 
 /// The virtual-texture lookup (`vt_sample`, `vt_sample_grad`), bind group 1.
-pub const VT_WGSL: &str = include_str!("../../../shaders/vt.wgsl");
+pub const VT_WGSL: &str = include_str!("../shaders/vt.wgsl");
 /// Built-in scene: camera, vertex stage, shading.
-pub const SCENE_WGSL: &str = include_str!("../../../shaders/scene.wgsl");
+pub const SCENE_WGSL: &str = include_str!("../shaders/scene.wgsl");
 /// Built-in scene fragment stage through the virtual texture.
-pub const SCENE_VT_WGSL: &str = include_str!("../../../shaders/scene_vt.wgsl");
+pub const SCENE_VT_WGSL: &str = include_str!("../shaders/scene_vt.wgsl");
 /// Built-in scene fragment stage through the fully resident reference texture.
-pub const SCENE_REFERENCE_WGSL: &str = include_str!("../../../shaders/scene_reference.wgsl");
+pub const SCENE_REFERENCE_WGSL: &str = include_str!("../shaders/scene_reference.wgsl");
 
 /// Feedback compaction compute pass: the non-zero words of the feedback bitset as a
 /// list of (word index, bits) pairs with a counter (see [`crate::feedback`]).
-pub const FEEDBACK_COMPACT_WGSL: &str = include_str!("../../../shaders/feedback_compact.wgsl");
+pub const FEEDBACK_COMPACT_WGSL: &str = include_str!("../shaders/feedback_compact.wgsl");
 
 /// Level 1 of the tile pool: each uploaded slot's 2× downsample (hardware trilinear).
-pub const SLOT_MIP_WGSL: &str = include_str!("../../../shaders/slot_mip.wgsl");
+pub const SLOT_MIP_WGSL: &str = include_str!("../shaders/slot_mip.wgsl");
 
 /// Material scenes (glTF): camera, vertex stage, material block and lighting.
-pub const MATERIAL_WGSL: &str = include_str!("../../../shaders/material.wgsl");
+pub const MATERIAL_WGSL: &str = include_str!("../shaders/material.wgsl");
 /// Material scene fragment stage through the stacked virtual texture.
-pub const MATERIAL_VT_WGSL: &str = include_str!("../../../shaders/material_vt.wgsl");
+pub const MATERIAL_VT_WGSL: &str = include_str!("../shaders/material_vt.wgsl");
 /// Material scene fragment stage through fully resident reference textures.
-pub const MATERIAL_REFERENCE_WGSL: &str = include_str!("../../../shaders/material_reference.wgsl");
+pub const MATERIAL_REFERENCE_WGSL: &str = include_str!("../shaders/material_reference.wgsl");
 
 /// The complete virtual-texture material-scene shader.
 pub fn material_vt_source() -> String {

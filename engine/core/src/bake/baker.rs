@@ -10,7 +10,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::bake::source::{LevelStore, RowSource, TEXEL_BYTES};
+use crate::bake::source::{ImageFile, LevelStore, RowSource, SourceError, TEXEL_BYTES};
 use crate::format::atlas::{AtlasError, AtlasWriter, ColorSpace, LayerInfo, Wrap};
 use crate::format::codec::{Codec, CodecError, EncodeOptions, QUALITY_DEFAULT};
 use crate::format::tile::{LayoutError, TextureLayout};
@@ -31,6 +31,31 @@ pub struct BakeInput {
     /// Sub-rectangles (e.g. packed material textures) whose tiles take their borders
     /// from inside the rectangle by its own wrap rule; see [`Region`].
     pub regions: Vec<Region>,
+}
+
+impl BakeInput {
+    /// A layer named `name` from `source`, with the defaults of an image: clamped at the
+    /// edges, sRGB colour, the bake's codec, no regions. Change a field to change one.
+    pub fn new(name: impl Into<String>, source: impl RowSource + 'static) -> Self {
+        Self {
+            name: name.into(),
+            source: Box::new(source),
+            wrap: Wrap::Clamp,
+            color: ColorSpace::Srgb,
+            codec: None,
+            regions: Vec::new(),
+        }
+    }
+
+    /// A layer from the image file (PNG or JPEG) at `path`, named after its file stem,
+    /// with the defaults of [`BakeInput::new`]. Only the header is read now; the texels
+    /// are decoded when the bake reads them ([`ImageFile`]), so
+    /// [`bake_if_stale`](crate::bake::bake_if_stale) of a current bake never decodes it.
+    pub fn from_image(path: impl AsRef<Path>) -> Result<Self, SourceError> {
+        let path = path.as_ref();
+        let name = path.file_stem().map_or_else(|| "image".into(), |s| s.to_string_lossy().into_owned());
+        Ok(Self::new(name, ImageFile::open(path)?))
+    }
 }
 
 /// A rectangle of a layer, in mip-0 texels, that behaves as a texture of its own at the
@@ -185,6 +210,9 @@ pub enum BakeError {
     /// Nothing to bake.
     #[error("no inputs to bake")]
     NoInputs,
+    /// The output is one of the inputs ([`bake_if_stale`](crate::bake::bake_if_stale)).
+    #[error(transparent)]
+    Overwrite(#[from] crate::bake::overwrite::OverwriteError),
     /// A stacked bake whose inputs do not all have the first input's size.
     #[error(
         "stacked bake: input '{name}' is {width}x{height} but input '{first}' is \

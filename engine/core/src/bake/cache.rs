@@ -7,7 +7,9 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
-use crate::bake::BakeOptions;
+use crate::bake::source::SourceOrigin;
+use crate::bake::{BakeError, BakeInput, BakeOptions, BakeReport};
+use crate::progress::Progress;
 
 /// First line of every stamp; a file starting otherwise is not ours (or is outdated).
 const STAMP_MAGIC: &str = "tessera bake stamp 1";
@@ -234,6 +236,94 @@ impl BakeCache {
     }
 }
 
+/// What [`bake_if_stale`] did.
+#[derive(Clone, Debug)]
+pub enum BakeOutcome {
+    /// The atlas was already the bake of these inputs and options; nothing was read.
+    Reused,
+    /// The atlas was baked (again).
+    Baked(BakeReport),
+}
+
+impl BakeOutcome {
+    /// Whether a bake ran.
+    pub fn baked(&self) -> bool {
+        matches!(self, Self::Baked(_))
+    }
+}
+
+/// [`bake`](crate::bake::bake) of `inputs` into the atlas `out`, unless the atlas there is
+/// already their bake with `opts`: the stamp beside it ([`BakeCache`]) then says so and
+/// no input is decoded. Layers whose source cannot say where its texels come from
+/// ([`RowSource::origin`](crate::bake::source::RowSource::origin) is `None`, e.g.
+/// [`ImageSource::from_rgba`](crate::bake::source::ImageSource::from_rgba)) are baked
+/// every time. A stamp that cannot be written is logged, not an error: it costs a bake
+/// next time. `progress` (e.g. [`NoProgress`](crate::NoProgress)) counts tiles.
+///
+/// ```
+/// use tessera_core::bake::{BakeInput, BakeOptions, bake_if_stale, source::Generated};
+///
+/// let dir = tempfile::tempdir()?;
+/// let atlas = dir.path().join("checker.tsa");
+/// let layer = || BakeInput::new("checker", Generated::new(512, 256));
+/// let opts = BakeOptions::default();
+/// let first = bake_if_stale(vec![layer()], &atlas, &opts, &tessera_core::NoProgress)?;
+/// assert!(first.baked());
+/// let again = bake_if_stale(vec![layer()], &atlas, &opts, &tessera_core::NoProgress)?;
+/// assert!(!again.baked(), "the same inputs and options reuse the bake");
+/// assert_eq!(tessera_core::Atlas::open(&atlas)?.layers().len(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn bake_if_stale(
+    inputs: Vec<BakeInput>,
+    out: impl AsRef<Path>,
+    opts: &BakeOptions,
+    progress: &dyn Progress,
+) -> Result<BakeOutcome, BakeError> {
+    let out = out.as_ref();
+    let cache = BakeCache::new(out);
+    let files: Vec<PathBuf> = inputs
+        .iter()
+        .filter_map(|i| match i.source.origin() {
+            Some(SourceOrigin::File(path)) => Some(path),
+            _ => None,
+        })
+        .collect();
+    crate::bake::overwrite::check_outputs(&files, [out, cache.stamp()])?;
+    let key = layers_key(&inputs, opts);
+    if key.as_ref().is_some_and(|key| cache.is_current(key)) {
+        return Ok(BakeOutcome::Reused);
+    }
+    let report = crate::bake::bake(inputs, out, opts, progress)?;
+    match key {
+        Some(key) => {
+            if let Err(e) = cache.record(&key) {
+                tracing::warn!("{e}; the next bake of {} runs again", out.display());
+            }
+        }
+        None => cache.forget(),
+    }
+    Ok(BakeOutcome::Baked(report))
+}
+
+/// The key of a bake of `inputs` with `opts`, or `None` when a source's origin is unknown.
+fn layers_key(inputs: &[BakeInput], opts: &BakeOptions) -> Option<BakeKey> {
+    let mut key = BakeKey::new(BakeKind::Layers).bake_options(opts);
+    for input in inputs {
+        key = key
+            .option("layer", &input.name)
+            .option("wrap", format!("{:?}", input.wrap))
+            .option("color", format!("{:?}", input.color))
+            .option("layer codec", format!("{:?}", input.codec))
+            .option("regions", format!("{:?}", input.regions));
+        key = match input.source.origin()? {
+            SourceOrigin::File(path) => key.option("source", "file").input(path),
+            SourceOrigin::Generated(description) => key.option("source", description),
+        };
+    }
+    Some(key)
+}
+
 /// A file's canonical path, length, modification time (ns) and, when small, CRC-32.
 fn identify(path: &Path) -> Result<String, BakeCacheError> {
     let err = |source| BakeCacheError::File { path: path.to_path_buf(), source };
@@ -252,6 +342,7 @@ fn identify(path: &Path) -> Result<String, BakeCacheError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bake::source::ImageSource;
     use crate::format::codec::Codec;
     use std::time::{Duration, SystemTime};
 
@@ -389,6 +480,76 @@ mod tests {
         std::fs::create_dir(cache.stamp()).expect("mkdir");
         assert!(!cache.is_current(&key(&f.input)));
         assert!(cache.record(&key(&f.input)).is_err());
+    }
+
+    /// Writes a small generated PNG at `path`.
+    fn write_png(path: &Path, shade: u8) {
+        let img = image::RgbaImage::from_fn(300, 200, |x, y| image::Rgba([x as u8, y as u8, shade, 255]));
+        img.save(path).expect("write png");
+    }
+
+    #[test]
+    fn bake_if_stale_bakes_an_image_once_and_again_when_it_changes() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let png = dir.path().join("gradient.png");
+        let atlas = dir.path().join("gradient.tsa");
+        write_png(&png, 10);
+        let opts = BakeOptions { tile_size: 64, ..BakeOptions::default() };
+        let run = || {
+            let input = BakeInput::from_image(&png).expect("header");
+            bake_if_stale(vec![input], &atlas, &opts, &crate::NoProgress).expect("bake")
+        };
+        let BakeOutcome::Baked(report) = run() else { panic!("first bake reused nothing") };
+        assert_eq!((report.layers[0].name.as_str(), report.layers[0].width), ("gradient", 300));
+        let opened = crate::Atlas::open(&atlas).expect("the bake opens");
+        let layout = opened.layers()[0].layout;
+        assert_eq!((layout.width(), layout.height()), (300, 200));
+        assert!(!run().baked(), "same image, same options: reused");
+        let other = BakeOptions { tile_size: 32, ..opts.clone() };
+        let input = BakeInput::from_image(&png).expect("header");
+        assert!(bake_if_stale(vec![input], &atlas, &other, &crate::NoProgress).expect("bake").baked());
+        assert!(run().baked(), "back to the first options");
+        write_png(&png, 200);
+        set_mtime(&png, SystemTime::now() + Duration::from_secs(5));
+        assert!(run().baked(), "an edited image is baked again");
+        assert!(!run().baked());
+    }
+
+    #[test]
+    fn bake_if_stale_always_bakes_sources_of_unknown_origin() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let atlas = dir.path().join("memory.tsa");
+        let texels = vec![128; 64 * 64 * 4];
+        let input = || BakeInput::new("memory", ImageSource::from_rgba(64, 64, texels.clone()));
+        let opts = BakeOptions::default();
+        assert!(bake_if_stale(vec![input()], &atlas, &opts, &crate::NoProgress).expect("bake").baked());
+        assert!(bake_if_stale(vec![input()], &atlas, &opts, &crate::NoProgress).expect("bake").baked());
+        assert!(!BakeCache::new(&atlas).stamp().exists());
+    }
+
+    #[test]
+    fn images_fail_early_on_a_bad_header_and_at_the_bake_on_a_bad_body() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let missing = dir.path().join("missing.png");
+        let e = BakeInput::from_image(&missing).err().expect("missing");
+        assert!(e.to_string().contains("missing.png"), "{e}");
+        let png = dir.path().join("cut.png");
+        write_png(&png, 0);
+        let bytes = std::fs::read(&png).expect("read");
+        std::fs::write(&png, &bytes[..bytes.len() / 2]).expect("cut");
+        let input = BakeInput::from_image(&png).expect("the header is whole");
+        let atlas = dir.path().join("cut.tsa");
+        let e = bake_if_stale(vec![input], &atlas, &BakeOptions::default(), &crate::NoProgress)
+            .expect_err("a cut image does not bake");
+        assert!(e.to_string().contains("cut.png"), "{e}");
+        let e = bake_if_stale(
+            vec![BakeInput::from_image(&png).expect("header")],
+            &png,
+            &BakeOptions::default(),
+            &crate::NoProgress,
+        )
+        .expect_err("the output is the input");
+        assert!(e.to_string().contains("refusing to write"), "{e}");
     }
 
     #[test]

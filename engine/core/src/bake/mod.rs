@@ -11,3 +11,4 @@ pub mod pack;
 pub mod source;
 
 pub use baker::*;
+pub use cache::{BakeOutcome, bake_if_stale};

@@ -44,6 +44,25 @@ pub trait RowSource: Send + Sync {
         let _ = (mip, color);
         None
     }
+    /// Where the texels come from, for the bake cache
+    /// ([`bake_if_stale`](crate::bake::bake_if_stale)): the file they are decoded from, or a
+    /// description of generated texels. Default: `None`, unknown, so a bake of this source
+    /// is never reused.
+    fn origin(&self) -> Option<SourceOrigin> {
+        None
+    }
+}
+
+/// Where a [`RowSource`]'s texels come from, as far as the bake cache needs to know to
+/// tell whether an earlier bake of the same source is still current.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SourceOrigin {
+    /// Decoded from this file: any change to the file makes the bake stale.
+    File(PathBuf),
+    /// Computed from parameters, all of which this description names (e.g.
+    /// `labelled 256x128, 128-texel cells`): the same description, the same texels.
+    Generated(String),
 }
 
 /// Why an input image could not be used.
@@ -175,13 +194,15 @@ pub struct ImageSource {
     width: u32,
     height: u32,
     texels: Vec<u8>,
+    /// The file it was decoded from, if any.
+    path: Option<PathBuf>,
 }
 
 impl ImageSource {
     /// Wraps RGBA8 texels (`width * height * 4` bytes).
     pub fn from_rgba(width: u32, height: u32, texels: Vec<u8>) -> Self {
         assert_eq!(texels.len(), width as usize * height as usize * TEXEL_BYTES, "texel buffer size");
-        Self { width, height, texels }
+        Self { width, height, texels, path: None }
     }
 
     /// Decodes an image file (PNG or JPEG) whole, checking first its size against the
@@ -195,7 +216,7 @@ impl ImageSource {
     pub fn open_with_limit(path: &Path, max_bytes: u64) -> Result<Self, SourceError> {
         let img = decode_with_limit(path, max_bytes)?;
         let (width, height) = (img.width(), img.height());
-        Ok(Self { width, height, texels: img.into_rgba8().into_raw() })
+        Ok(Self { width, height, texels: img.into_rgba8().into_raw(), path: Some(path.to_path_buf()) })
     }
 
     /// The texels, RGBA8 row-major.
@@ -400,6 +421,78 @@ impl RowSource for ImageSource {
         out.copy_from_slice(src);
         Ok(())
     }
+    fn origin(&self) -> Option<SourceOrigin> {
+        self.path.clone().map(SourceOrigin::File)
+    }
+}
+
+/// An image file (PNG or JPEG) whose header has been read but whose texels are decoded
+/// only when a bake first reads them: so a bake found current by the bake cache never
+/// decodes it. The decode applies the same checks as [`ImageSource::open`].
+pub struct ImageFile {
+    path: PathBuf,
+    width: u32,
+    height: u32,
+    decoded: std::sync::OnceLock<Result<ImageSource, String>>,
+}
+
+impl ImageFile {
+    /// Reads the header of the image at `path`: fails now when the file is missing, a
+    /// folder, not a supported image or too large; a corrupt body fails at the bake.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, SourceError> {
+        let path = path.as_ref();
+        let p = path.to_path_buf();
+        let meta = std::fs::metadata(path).map_err(|source| match source.kind() {
+            std::io::ErrorKind::NotFound => SourceError::Missing { path: p.clone() },
+            _ => SourceError::Io { path: p.clone(), source },
+        })?;
+        if meta.is_dir() {
+            return Err(SourceError::Directory { path: p });
+        }
+        let reader = image::ImageReader::open(path)
+            .and_then(|r| r.with_guessed_format())
+            .map_err(|source| SourceError::Io { path: p.clone(), source })?;
+        if reader.format().is_none() {
+            return Err(SourceError::Unsupported { path: p, reason: "unrecognised file contents".into() });
+        }
+        let (width, height) = reader.into_dimensions().map_err(|e| classify(path, e))?;
+        check_size(path, width, height)?;
+        Ok(Self { path: p, width, height, decoded: std::sync::OnceLock::new() })
+    }
+
+    /// The image file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The decoded image, decoding it on the first call.
+    fn decoded(&self) -> std::io::Result<&ImageSource> {
+        let decoded = self.decoded.get_or_init(|| ImageSource::open(&self.path).map_err(|e| e.to_string()));
+        match decoded {
+            Ok(image) if image.size() == (self.width, self.height) => Ok(image),
+            Ok(image) => Err(std::io::Error::other(format!(
+                "{}: decoded to {}x{} but its header said {}x{}",
+                self.path.display(),
+                image.width,
+                image.height,
+                self.width,
+                self.height
+            ))),
+            Err(message) => Err(std::io::Error::other(message.clone())),
+        }
+    }
+}
+
+impl RowSource for ImageFile {
+    fn size(&self) -> (u32, u32) {
+        (self.width, self.height)
+    }
+    fn read_rows(&self, y0: u32, out: &mut [u8]) -> std::io::Result<()> {
+        self.decoded()?.read_rows(y0, out)
+    }
+    fn origin(&self) -> Option<SourceOrigin> {
+        Some(SourceOrigin::File(self.path.clone()))
+    }
 }
 
 fn out_of_range(y0: u32) -> std::io::Error {
@@ -453,6 +546,12 @@ impl Generated {
 impl RowSource for Generated {
     fn size(&self) -> (u32, u32) {
         (self.width, self.height)
+    }
+    fn origin(&self) -> Option<SourceOrigin> {
+        Some(SourceOrigin::Generated(format!(
+            "labelled {}x{}, {}-texel cells",
+            self.width, self.height, self.cell
+        )))
     }
     fn read_rows(&self, y0: u32, out: &mut [u8]) -> std::io::Result<()> {
         let row_bytes = self.width as usize * TEXEL_BYTES;

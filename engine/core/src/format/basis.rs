@@ -4,7 +4,7 @@
 //!
 //! The C++ transcoder trusts much of what a `.basis` header says (a data size near 4 GiB
 //! wraps its size check; slice offsets are not checked against the file), so before any
-//! C++ function sees a blob, [`check_structure`] reads the file header and every slice
+//! C++ function sees a blob, `check_structure` reads the file header and every slice
 //! descriptor in Rust, overflow-safe: signature, version, sizes, the header's CRC-16,
 //! counts (one image of one level), the mode and flags, the tile's size in texels and
 //! blocks, and that the slice table, codebooks, Huffman tables and slices lie inside the
