@@ -142,7 +142,12 @@ fn table(r: &BenchReport, camera: &str) -> String {
     let sizes: Vec<String> = r.virtual_sizes.iter().map(|(w, h)| format!("{w}x{h}")).collect();
     let _ = writeln!(o, "adapter:   {}", r.adapter);
     let _ = writeln!(o, "atlas:     {} (virtual {})", r.atlas.display(), sizes.join(", "));
-    let _ = writeln!(o, "sampling:  {}", r.sampling);
+    let _ = writeln!(
+        o,
+        "sampling:  {}; early depth test {}",
+        r.sampling,
+        if r.early_depth { "forced" } else { "off" }
+    );
     if r.shader_probe != ShaderProbe::Off {
         let _ = writeln!(o, "probe:     {:?} (the VT rows price part of the sampling chain)", r.shader_probe);
     }

@@ -56,6 +56,10 @@ pub(crate) struct VtArgs {
     /// two bilinear fetches blended in the shader).
     #[arg(long, default_value = "hardware", value_parser = parse_trilinear)]
     pub(crate) trilinear: Trilinear,
+    /// Do not force the depth test before the virtual-texture fragment shaders (they
+    /// write feedback, which otherwise makes many drivers shade hidden fragments too).
+    #[arg(long)]
+    pub(crate) no_early_depth: bool,
 }
 
 impl VtArgs {
@@ -73,6 +77,7 @@ impl VtArgs {
             auto_mip_bias: !self.no_auto_mip_bias,
             prefetch_neighbours: !self.no_prefetch,
             trilinear: self.trilinear,
+            early_depth: !self.no_early_depth,
             ..VtConfig::default()
         }
     }

@@ -194,6 +194,8 @@ pub(crate) struct BenchReport {
     pub sampling: String,
     /// The cost probe the virtual-texture pass ran with.
     pub shader_probe: ShaderProbe,
+    /// Whether the built-in drawers forced early depth tests in the VT pass.
+    pub early_depth: bool,
     /// GPU tile pool size (all pools of a stack), MiB.
     pub pool_mib: f64,
     /// GPU size of the fully resident reference textures, MiB.
@@ -590,6 +592,7 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
         virtual_sizes: atlas.layers().iter().map(|l| (l.layout.width(), l.layout.height())).collect(),
         sampling: main.vt.trilinear().1.to_string(),
         shader_probe: cfg.shader_probe,
+        early_depth: main.vt.early_depth_on(&ctx.device),
         pool_mib: mib(main.vt.pools().iter().map(|p| p.bytes()).sum()),
         reference_mib: main.scene.reference_bytes().map(mib),
         reference_unavailable,

@@ -63,7 +63,8 @@ impl GpuContext {
             | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS
             | wgpu::Features::TEXTURE_COMPRESSION_BC
             | wgpu::Features::TEXTURE_COMPRESSION_ETC2
-            | wgpu::Features::TEXTURE_COMPRESSION_ASTC;
+            | wgpu::Features::TEXTURE_COMPRESSION_ASTC
+            | wgpu::Features::SHADER_EARLY_DEPTH_TEST;
         let features = available & wanted;
         let timestamps = features.contains(wgpu::Features::TIMESTAMP_QUERY);
         let desc = wgpu::DeviceDescriptor {

@@ -58,6 +58,8 @@ struct GpuMesh {
     indices: wgpu::Buffer,
     count: u32,
     material: u32,
+    /// Its material discards below an alpha cutoff (drawn without forced early depth).
+    masked: bool,
 }
 
 struct ReferencePass {
@@ -75,6 +77,8 @@ pub struct MaterialRenderer {
     material_layout: wgpu::BindGroupLayout,
     material_group: wgpu::BindGroup,
     vt_pipeline: wgpu::RenderPipeline,
+    /// The VT pipeline with forced early depth, for opaque materials (when available).
+    vt_pipeline_early: Option<wgpu::RenderPipeline>,
     reference: Option<ReferencePass>,
     color_format: wgpu::TextureFormat,
     sun: Vec3,
@@ -179,6 +183,7 @@ impl MaterialRenderer {
                     }),
                     count: m.mesh.indices.len() as u32,
                     material: m.material as u32,
+                    masked: manifest.materials.get(m.material).is_some_and(|p| p.alpha_cutoff.is_some()),
                 }
             })
             .collect();
@@ -221,6 +226,18 @@ impl MaterialRenderer {
             color_format,
             None,
         );
+        // Opaque materials with forced early depth; alpha-tested ones keep the pipeline
+        // above, since their fragments may be discarded after the test.
+        let vt_pipeline_early = vt.early_depth_on(device).then(|| {
+            mesh_pipeline(
+                device,
+                "material vt early depth",
+                shaders::with_early_depth_test(&shaders::material_vt_source()),
+                &[Some(&frame_layout), Some(vt.bind_group_layout()), Some(&material_layout)],
+                color_format,
+                None,
+            )
+        });
         Ok(Self {
             meshes,
             frame_buffer,
@@ -229,6 +246,7 @@ impl MaterialRenderer {
             material_layout,
             material_group,
             vt_pipeline,
+            vt_pipeline_early,
             reference: None,
             color_format,
             sun: scene.sun_direction.unwrap_or(DEFAULT_SUN).normalize_or(DEFAULT_SUN.normalize()),
@@ -241,8 +259,16 @@ impl MaterialRenderer {
         self.triangles
     }
 
-    fn draw(&self, pass: &mut wgpu::RenderPass<'_>) {
+    /// Draws every mesh; with `pipelines` (opaque, masked), each mesh with its own.
+    fn draw(
+        &self,
+        pass: &mut wgpu::RenderPass<'_>,
+        pipelines: Option<(&wgpu::RenderPipeline, &wgpu::RenderPipeline)>,
+    ) {
         for m in &self.meshes {
+            if let Some((opaque, masked)) = pipelines {
+                pass.set_pipeline(if m.masked { masked } else { opaque });
+            }
             pass.set_bind_group(2, &self.material_group, &[m.material * MATERIAL_STRIDE as u32]);
             pass.set_vertex_buffer(0, m.vertices.slice(..));
             pass.set_index_buffer(m.indices.slice(..), wgpu::IndexFormat::Uint32);
@@ -361,10 +387,10 @@ impl Drawer for MaterialRenderer {
     ) {
         let Some(group) = vt.bind_group(0) else { return };
         let mut pass = SceneRenderer::pass(encoder, color, depth, timestamps);
-        pass.set_pipeline(&self.vt_pipeline);
         pass.set_bind_group(0, &self.frame_group, &[]);
         pass.set_bind_group(1, group, &[]);
-        self.draw(&mut pass);
+        let opaque = self.vt_pipeline_early.as_ref().unwrap_or(&self.vt_pipeline);
+        self.draw(&mut pass, Some((opaque, &self.vt_pipeline)));
     }
 
     /// Draws the scene through the fully resident reference textures (no-op unless enabled).
@@ -380,6 +406,6 @@ impl Drawer for MaterialRenderer {
         pass.set_pipeline(&r.pipeline);
         pass.set_bind_group(0, &self.frame_group, &[]);
         pass.set_bind_group(1, &r.group, &[]);
-        self.draw(&mut pass);
+        self.draw(&mut pass, None);
     }
 }

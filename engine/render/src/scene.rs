@@ -179,10 +179,12 @@ impl SceneRenderer {
             .collect();
         let (frame_layout, frame_buffer, frame_group) =
             frame_uniform(device, "frame", std::mem::size_of::<FrameUniform>() as u64);
+        let source = shaders::scene_vt_source();
+        let source = if vt.early_depth_on(device) { shaders::with_early_depth_test(&source) } else { source };
         let vt_pipeline = pipeline(
             device,
             "scene vt",
-            shaders::scene_vt_source(),
+            source,
             &[Some(&frame_layout), Some(vt.bind_group_layout())],
             color_format,
         );

@@ -24,6 +24,16 @@ pub const MATERIAL_VT_WGSL: &str = include_str!("../shaders/material_vt.wgsl");
 /// Material scene fragment stage through fully resident reference textures.
 pub const MATERIAL_REFERENCE_WGSL: &str = include_str!("../shaders/material_reference.wgsl");
 
+/// `src` with its fragment entry point `fs_main` forced to run the depth test before
+/// the shader (`@early_depth_test(force)`, needs [`wgpu::Features::SHADER_EARLY_DEPTH_TEST`]).
+/// A shader that writes feedback has side effects, so without this many drivers shade
+/// every fragment, hidden ones included, before testing depth; with it, hidden fragments
+/// are neither shaded nor request tiles. Only for shaders that never `discard` (an
+/// alpha-tested fragment would write depth before it is discarded).
+pub fn with_early_depth_test(src: &str) -> String {
+    src.replacen("@fragment\nfn fs_main", "@fragment @early_depth_test(force)\nfn fs_main", 1)
+}
+
 /// The complete virtual-texture material-scene shader.
 pub fn material_vt_source() -> String {
     [VT_WGSL, MATERIAL_WGSL, MATERIAL_VT_WGSL].join("\n")
@@ -66,5 +76,10 @@ mod tests {
         validate("material_reference", &material_reference_source());
         validate("feedback_compact", FEEDBACK_COMPACT_WGSL);
         validate("slot_mip", SLOT_MIP_WGSL);
+        for (name, src) in [("scene_vt", scene_vt_source()), ("material_vt", material_vt_source())] {
+            let early = with_early_depth_test(&src);
+            assert!(early.contains("@early_depth_test(force)"), "{name}: no fs_main entry found");
+            validate(&format!("{name} early depth"), &early);
+        }
     }
 }

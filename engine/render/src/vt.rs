@@ -69,6 +69,10 @@ pub struct VtConfig {
     /// format allows it, else the software path; [`Trilinear::Software`] forces the
     /// software path. [`VirtualTextures::trilinear`] says which one runs.
     pub trilinear: Trilinear,
+    /// Let the built-in drawers force the depth test before their virtual-texture
+    /// fragment shaders (where the device has `SHADER_EARLY_DEPTH_TEST` and the
+    /// material never discards), so hidden fragments cost nothing and request no tiles.
+    pub early_depth: bool,
 }
 
 impl Default for VtConfig {
@@ -89,6 +93,7 @@ impl Default for VtConfig {
             target_frame_ms: s.target_frame_ms,
             prefetch_neighbours: s.prefetch_neighbours,
             trilinear: Trilinear::default(),
+            early_depth: true,
         }
     }
 }
@@ -433,6 +438,12 @@ impl VirtualTextures {
     /// software blend of two lookups).
     pub fn trilinear(&self) -> (Trilinear, &str) {
         (self.trilinear.0, &self.trilinear.1)
+    }
+
+    /// Whether drawers should force early depth tests on `device` (see
+    /// [`VtConfig::early_depth`]).
+    pub fn early_depth_on(&self, device: &wgpu::Device) -> bool {
+        self.config.early_depth && device.features().contains(wgpu::Features::SHADER_EARLY_DEPTH_TEST)
     }
 
     /// The settings in use.
