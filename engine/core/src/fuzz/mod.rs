@@ -82,15 +82,15 @@ impl Summary {
 /// The five fuzz targets, one per reader of untrusted input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Target {
-    /// [`atlas`]: an atlas file, opened and every tile decoded.
+    /// [`atlas()`]: an atlas file, opened and every tile decoded.
     Atlas,
-    /// [`basis`]: one Basis Universal tile, checked and transcoded to every format.
+    /// [`basis()`]: one Basis Universal tile, checked and transcoded to every format.
     Basis,
-    /// [`gltf`]: a glTF or GLB scene, imported.
+    /// [`gltf()`]: a glTF or GLB scene, imported.
     Gltf,
-    /// [`camera`]: a camera path JSON file.
+    /// [`camera()`]: a camera path JSON file.
     Camera,
-    /// [`image`]: a PNG or JPEG image source.
+    /// [`image()`]: a PNG or JPEG image source.
     Image,
 }
 
