@@ -111,6 +111,12 @@ impl LostState {
             wgpu::Error::Validation { description, .. } => {
                 if self.lost.load(Ordering::Acquire) {
                     tracing::debug!("after the device was lost: {description}");
+                } else if description.contains(" is invalid") {
+                    // A resource made invalid by a device being destroyed or lost, before
+                    // the device-lost callback has run (it waits for the queue to drain):
+                    // the loss itself is recorded when the callback comes. (A resource
+                    // whose creation failed validation already panicked above.)
+                    tracing::debug!("a resource of a device being lost: {description}");
                 } else {
                     // A bug, not a runtime condition: fail where it happened, as wgpu does.
                     panic!("wgpu validation error: {description}");
