@@ -14,7 +14,7 @@ use tessera_core::Atlas;
 use tessera_core::compare::count_colour;
 use tessera_core::scene::camera::CameraPath;
 use tessera_core::scene::material_scene::MaterialScene;
-use tessera_core::stream::simulate::rss_bytes;
+use tessera_core::stream::simulate::{percentile, rss_bytes};
 
 use crate::context::GpuContext;
 use crate::drawer::drawer_for;
@@ -180,7 +180,7 @@ pub fn soak(
                     .map(|r| r.total_allocated_bytes as f64 / (1 << 20) as f64),
                 uploads: std::mem::take(&mut uploads),
                 evictions: std::mem::take(&mut evictions),
-                median_frame_ms: median(&mut times),
+                median_frame_ms: percentile(&mut times, 0.5),
                 checked_frames: std::mem::take(&mut checked),
             };
             times.clear();
@@ -199,10 +199,3 @@ pub fn soak(
     })
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}

@@ -274,7 +274,7 @@ fn rect(l: &TextureLayout, mip: u8, x: u32, y: u32, size: (u32, u32)) -> Vec<Til
 }
 
 /// The `q` quantile (nearest rank) of `v`, 0 for an empty slice.
-fn percentile(v: &mut [f64], q: f64) -> f64 {
+pub fn percentile(v: &mut [f64], q: f64) -> f64 {
     if v.is_empty() {
         return 0.0;
     }
