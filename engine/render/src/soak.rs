@@ -198,4 +198,3 @@ pub fn soak(
         points,
     })
 }
-
