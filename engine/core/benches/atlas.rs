@@ -2,7 +2,7 @@
 //!
 //! The source is a 2048x2048 centre crop of the Blue Marble image fetched by
 //! `assets/fetch-data.sh` when it is present, otherwise the procedural texture of the same size.
-//! Run with `cargo bench -p tessera-core --bench atlas`.
+//! Run with `cargo bench -p tessera-vt-core --bench atlas`.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};

@@ -8,7 +8,7 @@ use tessera_core::stream::simulate::{CpuScalingRow, cpu_scaling};
 
 /// The figures for the "CPU time per frame flat from 16K² to 256K²" target. A
 /// benchmark, not a timed test: run it in release and read the table.
-/// `cargo test --release -p tessera-core --test schedule cpu_scaling_table -- --ignored --nocapture`
+/// `cargo test --release -p tessera-vt-core --test schedule cpu_scaling_table -- --ignored --nocapture`
 #[test]
 #[ignore = "benchmark: run in release with --ignored --nocapture"]
 fn cpu_scaling_table() {

@@ -30,7 +30,7 @@ fn random_cuts_keep_queues_and_memory_flat() {
 }
 
 /// The 10⁵-frame soak behind BENCHMARKS.md; prints the series as a table.
-/// `cargo test --release -p tessera-core --test soak soak_series -- --ignored --nocapture`
+/// `cargo test --release -p tessera-vt-core --test soak soak_series -- --ignored --nocapture`
 #[test]
 #[ignore = "long soak: run in release with --ignored --nocapture"]
 fn soak_series() {

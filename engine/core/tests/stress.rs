@@ -1,6 +1,6 @@
 //! The 64K² stress scene of the catalog, baked from the real images (ignored by default:
 //! it needs `assets/fetch-data.sh` and about a minute of a release build).
-//! Run: `TESSERA_CACHE=/tmp/c STRESS_CODEC=lz4 cargo test --release -p tessera-core --test stress -- --ignored --nocapture`.
+//! Run: `TESSERA_CACHE=/tmp/c STRESS_CODEC=lz4 cargo test --release -p tessera-vt-core --test stress -- --ignored --nocapture`.
 
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly by design.
 

@@ -15,7 +15,7 @@
 //! an offscreen texture for 20 frames while the camera dollies in, prints what
 //! streaming did each frame, and saves the last frame as `target/embed.png`.
 //!
-//! Run: `cargo run -p tessera --example embed [ATLAS.tsa]` (without an atlas, a 4096²
+//! Run: `cargo run -p tessera-vt --example embed [ATLAS.tsa]` (without an atlas, a 4096²
 //! labelled test texture is baked into a temporary folder first). The test suite runs
 //! it too (`tests/embed.rs`) and compares its last frame with a golden image.
 
