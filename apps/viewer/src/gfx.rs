@@ -232,10 +232,9 @@ impl Presenter {
                 Some(t)
             }
             wgpu::CurrentSurfaceTexture::Lost => {
-                self.surface = ctx
-                    .instance
-                    .create_surface(window.clone())
-                    .context("recreating the lost window surface")?;
+                let instance = ctx.instance.as_ref().context("the GPU context has no instance")?;
+                self.surface =
+                    instance.create_surface(window.clone()).context("recreating the lost window surface")?;
                 self.configure(&ctx.device);
                 None
             }

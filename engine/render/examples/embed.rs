@@ -3,12 +3,15 @@
 //! This example is "the user's app". It owns its pipeline, its shader and its
 //! uniforms; Tessera only contributes three things:
 //!
-//! * [`GpuContext`] — a device and queue (any wgpu device works the same way),
+//! * [`GpuContext`] — a wrapper around the app's own wgpu device and queue
+//!   ([`GpuContext::from_parts`]; `main` creates them the way any wgpu app does),
 //! * [`VirtualTextures`] — the tile pool, page table, GPU feedback and streaming,
 //!   driven by two calls per frame (`begin` before the passes, `finish` after them)
 //!   and bound as bind group 1 of the user's pipeline,
 //! * [`tessera::shaders::VT_WGSL`] — WGSL prepended to the user's shader, giving it
 //!   `vt_sample(uv, frag_coord)`.
+//!
+//! The Tessera-specific lines are marked `// [T]`: 12 of them.
 //!
 //! It draws a perspective-tilted plane (no vertex buffers: the vertex shader builds
 //! it from `vertex_index`), tinted and vignetted by the user's fragment shader, into
@@ -28,11 +31,10 @@ use glam::Vec3;
 use tessera::core::Atlas;
 use tessera::core::bake::source::Generated;
 use tessera::core::bake::{BakeInput, BakeOptions, bake};
-use tessera::core::format::atlas::{ColorSpace, Wrap};
 use tessera::core::scene::camera::Camera;
 use tessera::core::{NoProgress, StatsSnapshot};
 use tessera::scene::{OffscreenTarget, TARGET_FORMAT};
-use tessera::{GpuContext, VirtualTextures, VtConfig};
+use tessera::{GpuContext, VirtualTextures, VtConfig, wgpu}; // [T]
 
 const FRAMES: u64 = 20;
 const SIZE: (u32, u32) = (640, 360);
@@ -93,7 +95,7 @@ fn main() -> anyhow::Result<()> {
         Some(path) => PathBuf::from(path),
         None => bake_test_atlas(scratch.path())?,
     };
-    let ctx = GpuContext::headless()?;
+    let ctx = own_device()?;
     println!("adapter: {}", ctx.describe());
     let (pixels, stats) = run(&ctx, &atlas_path)?;
     let png = Path::new("target/embed.png");
@@ -104,14 +106,30 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The application's own device, created the way any wgpu app creates it (here headless;
+/// a windowed app passes its surface as `compatible_surface`), then handed to Tessera.
+/// Asking for the adapter's compression features lets Tessera keep Basis atlases
+/// block-compressed in VRAM (4× the tiles per MiB); none of them is required.
+pub fn own_device() -> anyhow::Result<GpuContext> {
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions::default()))
+        .context("no GPU adapter: on Debian, `apt-get install mesa-vulkan-drivers libvulkan1`")?;
+    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        label: Some("the app's device"),
+        required_features: adapter.features() & tessera::OPTIONAL_FEATURES, // [T]
+        required_limits: adapter.limits(),
+        ..Default::default()
+    }))?;
+    Ok(GpuContext::from_parts(&adapter, &device, &queue)?) // [T]
+}
+
 /// Renders [`FRAMES`] frames of the atlas at `atlas_path` on `ctx`'s device and returns
 /// the last frame's RGBA8 pixels ([`SIZE`]) and the statistics of every tier.
 pub fn run(ctx: &GpuContext, atlas_path: &Path) -> anyhow::Result<(Vec<u8>, StatsSnapshot)> {
-    let atlas =
-        Arc::new(Atlas::open(atlas_path).with_context(|| format!("opening {}", atlas_path.display()))?);
-
     // 2. Tessera's side: the virtual textures of the atlas on the app's device.
-    let mut vt = VirtualTextures::new(ctx, atlas, VtConfig::default())?;
+    let atlas = Atlas::open(atlas_path).with_context(|| format!("opening {}", atlas_path.display()))?; // [T]
+    let mut vt = VirtualTextures::new(ctx, Arc::new(atlas), VtConfig::default())?; // [T]
+    let layer = vt.layer(0).context("the atlas has no layer")?; // [T]
     let device = &ctx.device;
 
     // 3. The user's side: uniforms (group 0), pipeline, and a render target.
@@ -141,11 +159,11 @@ pub fn run(ctx: &GpuContext, atlas_path: &Path) -> anyhow::Result<(Vec<u8>, Stat
     });
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some("user shader"),
-        source: wgpu::ShaderSource::Wgsl(format!("{}\n{}", tessera::shaders::VT_WGSL, USER_WGSL).into()),
+        source: wgpu::ShaderSource::Wgsl(format!("{}\n{}", tessera::shaders::VT_WGSL, USER_WGSL).into()), // [T]
     });
     let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
         label: Some("user pipeline"),
-        bind_group_layouts: &[Some(&look_layout), Some(vt.bind_group_layout())],
+        bind_group_layouts: &[Some(&look_layout), Some(vt.bind_group_layout())], // [T]
         immediate_size: 0,
     });
     let pipeline = device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
@@ -176,7 +194,7 @@ pub fn run(ctx: &GpuContext, atlas_path: &Path) -> anyhow::Result<(Vec<u8>, Stat
         ctx.queue.write_buffer(&look_buffer, 0, bytemuck::bytes_of(&look_at(frame)));
         let mut encoder = device.create_command_encoder(&Default::default());
         // Before the passes: streaming decisions and uploads, and the feedback clear.
-        let vt_frame = vt.begin(ctx, &mut encoder);
+        let vt_frame = vt.begin(ctx, &mut encoder); // [T]
         {
             let mut pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
                 label: Some("user pass"),
@@ -196,16 +214,16 @@ pub fn run(ctx: &GpuContext, atlas_path: &Path) -> anyhow::Result<(Vec<u8>, Stat
             });
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &look_group, &[]);
-            pass.set_bind_group(1, vt_frame.bind_group(0).context("the atlas has no layer 0")?, &[]);
+            pass.set_bind_group(1, vt_frame.bind_group(layer), &[]); // [T]
             pass.draw(0..6, 0..1);
         }
         if frame + 1 == FRAMES {
             target.copy_out(&mut encoder); // keep the last frame for reading back
         }
         // After the passes: queues the feedback readback and submits the encoder.
-        let stats = vt_frame.finish(ctx, encoder)?;
+        let stats = vt_frame.finish(ctx, encoder)?; // [T]
         // A windowed app is paced by presenting; headless, wait for the GPU instead.
-        ctx.wait_idle()?;
+        ctx.wait_idle()?; // [T]
         println!(
             "frame {frame:2}: {:4} uploads, {:4} tiles resident in VRAM, {:4} needed, {:4} requested",
             stats.uploads, stats.resident_vram, stats.tiles_needed, stats.requests
@@ -217,14 +235,7 @@ pub fn run(ctx: &GpuContext, atlas_path: &Path) -> anyhow::Result<(Vec<u8>, Stat
 /// Bakes a 4096² labelled test texture (128² tiles, 6 mips) into `dir`.
 pub fn bake_test_atlas(dir: &Path) -> anyhow::Result<PathBuf> {
     let path = dir.join("embed.tsa");
-    let input = BakeInput {
-        name: "generated".into(),
-        source: Box::new(Generated::new(4096, 4096)),
-        wrap: Wrap::Clamp,
-        color: ColorSpace::Srgb,
-        codec: None,
-        regions: Vec::new(),
-    };
+    let input = BakeInput::new("generated", Generated::new(4096, 4096));
     let report = bake(vec![input], &path, &BakeOptions::default(), &NoProgress)?;
     println!("baked {} ({} bytes) in {:.2} s", path.display(), report.file_bytes, report.seconds);
     Ok(path)

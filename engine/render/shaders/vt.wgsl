@@ -1,7 +1,10 @@
 // Tessera virtual-texture lookup: the API user shaders include.
 //
-// Prepend this file to your shader source (tessera::shaders::VT_WGSL). It declares
-// bind group 1 (bind it with `VirtualTexture::bind_group`) and these functions:
+// Prepend this file to your shader source: tessera::shaders::VT_WGSL as it is (bind
+// group 1, names starting with `vt`), or tessera::shaders::vt_module(group, name) for
+// any bind group and a name of your own, so one shader can sample several virtual
+// textures (`vt_sample` becomes `NAME_sample`, `VtLayers` becomes `NameLayers`...).
+// Bind the group with `VirtualTextures::bind_group(layer)`. The functions:
 //
 //   vt_sample(uv, frag_coord) -> vec4<f32>
 //       Filtered texel of the virtual texture at `uv` (0..1 over the whole texture),

@@ -1,4 +1,5 @@
-//! The GPU context: instance, adapter, device and queue, headless or for a surface.
+//! The GPU context: adapter, device and queue, headless, for a surface, or the
+//! application's own ([`GpuContext::from_parts`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,10 +11,27 @@ use crate::lost::{DeviceLost, LostState, PollFailure};
 /// takes, even on a software rasteriser, so only a hung GPU reaches it.
 pub const WAIT_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The optional device features Tessera uses when the adapter has them: BC, ETC2 and
+/// ASTC texture compression (block-compressed tile pools: BC7 / BC1 on desktop, ASTC
+/// 4×4 or ETC2 on mobile; without any of them Basis atlases are transcoded to RGBA8,
+/// which holds 4× fewer tiles per MiB), `SHADER_EARLY_DEPTH_TEST` (hidden fragments
+/// skip the virtual-texture shader) and timestamp queries (`tessera bench` only).
+/// None is required.
+pub const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY
+    .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS)
+    .union(wgpu::Features::TEXTURE_COMPRESSION_BC)
+    .union(wgpu::Features::TEXTURE_COMPRESSION_ETC2)
+    .union(wgpu::Features::TEXTURE_COMPRESSION_ASTC)
+    .union(wgpu::Features::SHADER_EARLY_DEPTH_TEST);
+
 /// An adapter, its device and queue, and what was chosen.
+///
+/// Make one with [`GpuContext::headless`], [`GpuContext::with_instance`] (a window's
+/// surface), or [`GpuContext::from_parts`] around the application's own device.
 pub struct GpuContext {
-    /// The wgpu instance.
-    pub instance: wgpu::Instance,
+    /// The wgpu instance, when this context created it (`None` from
+    /// [`GpuContext::from_parts`]).
+    pub instance: Option<wgpu::Instance>,
     /// The adapter in use.
     pub adapter: wgpu::Adapter,
     /// The logical device.
@@ -58,31 +76,76 @@ impl GpuContext {
         let adapter = pollster::block_on(instance.request_adapter(&options))
             .map_err(|e| RenderError::NoAdapter(e.to_string()))?;
         let info = adapter.get_info();
-        let available = adapter.features();
-        let wanted = wgpu::Features::TIMESTAMP_QUERY
-            | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS
-            | wgpu::Features::TEXTURE_COMPRESSION_BC
-            | wgpu::Features::TEXTURE_COMPRESSION_ETC2
-            | wgpu::Features::TEXTURE_COMPRESSION_ASTC
-            | wgpu::Features::SHADER_EARLY_DEPTH_TEST;
-        let features = available & wanted;
-        let timestamps = features.contains(wgpu::Features::TIMESTAMP_QUERY);
-        let desc = wgpu::DeviceDescriptor {
+        let desc = Self::device_descriptor(&adapter);
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc))
+            .map_err(|e| RenderError::Device { adapter: info.name.clone(), reason: e.to_string() })?;
+        let mut ctx = Self::from_parts(&adapter, &device, &queue)?;
+        ctx.instance = Some(instance);
+        Ok(ctx)
+    }
+
+    /// The device descriptor Tessera's own contexts use on `adapter`: every
+    /// [`OPTIONAL_FEATURES`] the adapter has, and the adapter's full limits (large tile
+    /// pools and page tables need them). Add your own features to it when you create
+    /// the device yourself for [`GpuContext::from_parts`].
+    pub fn device_descriptor(adapter: &wgpu::Adapter) -> wgpu::DeviceDescriptor<'static> {
+        wgpu::DeviceDescriptor {
             label: Some("tessera"),
-            required_features: features,
+            required_features: adapter.features() & OPTIONAL_FEATURES,
             required_limits: adapter.limits(),
             experimental_features: wgpu::ExperimentalFeatures::disabled(),
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
-        };
-        let (device, queue) = pollster::block_on(adapter.request_device(&desc))
-            .map_err(|e| RenderError::Device { adapter: info.name.clone(), reason: e.to_string() })?;
+        }
+    }
+
+    /// A context around the application's own adapter, device and queue (wgpu handles
+    /// are reference-counted: these are clones of the same objects).
+    ///
+    /// The device needs no particular feature: Tessera uses those of
+    /// [`OPTIONAL_FEATURES`] it was created with (see [`GpuContext::device_descriptor`]).
+    /// It needs fragment shaders that write storage buffers (every Vulkan, Metal and
+    /// DX12 adapter; not WebGL2), refused here with [`RenderError::Config`] otherwise.
+    /// Tile pools are sized within `max_texture_dimension_2d` and page tables within
+    /// `max_storage_buffer_binding_size`: a device made with default limits gets
+    /// smaller maximum pools than one made with the adapter's limits, and
+    /// [`crate::VirtualTextures::new`] says so when a configuration does not fit.
+    ///
+    /// Tessera installs the device-lost callback and the uncaptured-error handler of
+    /// `device` (to report a lost device as [`RenderError::DeviceLost`] instead of a
+    /// panic); an application that needs them too should read [`GpuContext::lost`].
+    pub fn from_parts(
+        adapter: &wgpu::Adapter,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+    ) -> Result<Self, RenderError> {
+        let info = adapter.get_info();
+        let downlevel = adapter.get_downlevel_capabilities();
+        if !downlevel.flags.contains(wgpu::DownlevelFlags::FRAGMENT_WRITABLE_STORAGE)
+            || device.limits().max_storage_buffers_per_shader_stage < 2
+        {
+            return Err(RenderError::Config(format!(
+                "the GPU adapter '{}' ({:?}) cannot write storage buffers from fragment shaders, \
+                 which GPU feedback needs: use a Vulkan, Metal or DX12 adapter",
+                info.name, info.backend
+            )));
+        }
+        let features = device.features();
+        let timestamps = features.contains(wgpu::Features::TIMESTAMP_QUERY);
         tracing::info!(
             adapter = %info.name, backend = ?info.backend, driver = %info.driver, driver_info = %info.driver_info,
-            ?features, "GPU adapter chosen"
+            features = ?(features & OPTIONAL_FEATURES), "GPU adapter chosen"
         );
-        let lost = LostState::install(&device);
-        Ok(Self { instance, adapter, device, queue, info, timestamps, lost })
+        let lost = LostState::install(device);
+        Ok(Self {
+            instance: None,
+            adapter: adapter.clone(),
+            device: device.clone(),
+            queue: queue.clone(),
+            info,
+            timestamps,
+            lost,
+        })
     }
 
     /// Blocks until the GPU has finished everything submitted (benchmarks, tests and

@@ -25,9 +25,12 @@ pub mod shaders;
 pub mod soak;
 pub mod vt;
 
-pub use context::GpuContext;
+pub use context::{GpuContext, OPTIONAL_FEATURES};
 pub use error::RenderError;
 pub use lost::DeviceLost;
 pub use tessera_core as core;
 pub use tessera_core::stream::stats::StreamFrame;
-pub use vt::{VirtualTextures, VtConfig, VtFrame};
+pub use vt::{VirtualTextures, VtConfig, VtFrame, VtLayer};
+/// The wgpu this crate is built against: use it for your own device and pipelines, so
+/// that the versions always match.
+pub use wgpu;

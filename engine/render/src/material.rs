@@ -385,7 +385,8 @@ impl Drawer for MaterialRenderer {
         vt: &VirtualTextures,
         timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
     ) {
-        let Some(group) = vt.bind_group(0) else { return };
+        let Some(layer) = vt.layer(0) else { return };
+        let group = vt.bind_group(layer);
         let mut pass = SceneRenderer::pass(encoder, color, depth, timestamps);
         pass.set_bind_group(0, &self.frame_group, &[]);
         pass.set_bind_group(1, group, &[]);

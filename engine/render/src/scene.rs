@@ -445,8 +445,8 @@ impl Drawer for SceneRenderer {
         for m in &self.meshes {
             // A mesh whose layer the atlas lacks (or a stacked atlas, sampled through
             // layer 0's group) uses layer 0.
-            let Some(group) = vt.bind_group(m.layer).or_else(|| vt.bind_group(0)) else { continue };
-            pass.set_bind_group(1, group, &[]);
+            let Some(layer) = vt.layer(m.layer).or_else(|| vt.layer(0)) else { continue };
+            pass.set_bind_group(1, vt.bind_group(layer), &[]);
             pass.set_vertex_buffer(0, m.vertices.slice(..));
             pass.set_index_buffer(m.indices.slice(..), wgpu::IndexFormat::Uint32);
             pass.draw_indexed(0..m.count, 0, 0..1);

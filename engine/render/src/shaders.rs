@@ -1,8 +1,97 @@
-//! WGSL sources. `VT_WGSL` is the virtual-texture API for user shaders: prepend it to
-//! your own source (see `examples/embed.rs`).
+//! WGSL sources. [`VT_WGSL`] is the virtual-texture API for user shaders: prepend it to
+//! your own source (see `examples/embed.rs`); [`vt_module`] makes a copy of it at any
+//! bind group under a name of your own, so that one shader can sample several virtual
+//! textures.
+//!
+//! Why a generated copy rather than an import system (naga_oil, WESL): the API is one
+//! self-contained file whose only parameters are its bind group and its names, so a
+//! string transformation checked by naga in the tests needs no extra dependency, works
+//! with any shader pipeline (plain `create_shader_module`, Bevy, naga_oil) and keeps the
+//! source readable in error messages.
 
-/// The virtual-texture lookup (`vt_sample`, `vt_sample_grad`), bind group 1.
+use crate::error::RenderError;
+
+/// The virtual-texture lookup (`vt_sample`, `vt_sample_grad`, `vt_sample_layers`) at
+/// bind group 1; the same as `vt_module(1, "vt")`.
 pub const VT_WGSL: &str = include_str!("../shaders/vt.wgsl");
+
+/// The bind group [`VT_WGSL`] declares.
+pub const VT_GROUP: u32 = 1;
+
+/// [`VT_WGSL`] at bind group `group` with its names taken from `name`: every identifier
+/// `vt_x` becomes `name_x`, `vt` becomes `name`, and the struct names `VtX` become
+/// `NameX` (`name` in UpperCamelCase). For example `vt_module(2, "detail")` declares
+/// `detail_sample(uv, frag_coord)`, `detail_sample_grad(...)` and the struct
+/// `DetailLayers` at `@group(2)`. Concatenate one module per virtual texture (each at
+/// its own group) in front of your shader, and bind each texture's
+/// [`crate::VirtualTextures::bind_group`] at its group.
+///
+/// `name` must be a lowercase WGSL identifier (`a-z`, digits, single `_` inside, at
+/// most 32 characters), and `group` below the device's `max_bind_groups`
+/// (4 by default); anything else is a [`RenderError::Config`].
+pub fn vt_module(group: u32, name: &str) -> Result<String, RenderError> {
+    let valid = !name.is_empty()
+        && name.len() <= 32
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && !name.ends_with('_')
+        && !name.contains("__")
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !valid {
+        return Err(RenderError::Config(format!(
+            "virtual-texture shader name {name:?}: use a lowercase identifier such as \"albedo\" or \"detail_map\""
+        )));
+    }
+    if group >= 8 {
+        return Err(RenderError::Config(format!(
+            "virtual-texture bind group {group}: wgpu allows groups 0 to 7"
+        )));
+    }
+    let camel: String = name
+        .split('_')
+        .map(|part| {
+            let mut chars = part.chars();
+            chars.next().map(|c| c.to_ascii_uppercase().to_string() + chars.as_str()).unwrap_or_default()
+        })
+        .collect();
+    let grouped = VT_WGSL.replace(&format!("@group({VT_GROUP})"), &format!("@group({group})"));
+    Ok(rename_identifiers(&grouped, |ident| {
+        if ident == "vt" {
+            Some(name.to_owned())
+        } else if let Some(rest) = ident.strip_prefix("vt_") {
+            Some(format!("{name}_{rest}"))
+        } else {
+            match ident.strip_prefix("Vt") {
+                Some(rest) if rest.starts_with(|c: char| c.is_ascii_uppercase()) => {
+                    Some(format!("{camel}{rest}"))
+                }
+                _ => None,
+            }
+        }
+    }))
+}
+
+/// `src` with every identifier (`[A-Za-z_][A-Za-z0-9_]*`, comments included) that
+/// `rename` maps replaced by its new name.
+fn rename_identifiers(src: &str, mut rename: impl FnMut(&str) -> Option<String>) -> String {
+    let mut out = String::with_capacity(src.len() + src.len() / 8);
+    let mut rest = src;
+    while let Some(start) = rest.find(|c: char| c.is_ascii_alphabetic() || c == '_') {
+        // A letter inside a number literal (`1u`, `0x1f`, `2e3`) is not an identifier.
+        let inside_number = rest[..start].ends_with(|c: char| c.is_ascii_alphanumeric());
+        let len = rest[start..]
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len() - start);
+        let ident = &rest[start..start + len];
+        out.push_str(&rest[..start]);
+        match rename(ident).filter(|_| !inside_number) {
+            Some(new) => out.push_str(&new),
+            None => out.push_str(ident),
+        }
+        rest = &rest[start + len..];
+    }
+    out.push_str(rest);
+    out
+}
 /// Built-in scene: camera, vertex stage, shading.
 pub const SCENE_WGSL: &str = include_str!("../shaders/scene.wgsl");
 /// Built-in scene fragment stage through the virtual texture.
@@ -56,7 +145,71 @@ pub fn scene_reference_source() -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// The default module is `VT_WGSL` itself.
+    #[test]
+    fn vt_module_of_the_default_name_is_vt_wgsl() {
+        assert_eq!(vt_module(VT_GROUP, "vt").unwrap(), VT_WGSL);
+    }
+
+    /// Two virtual textures at two groups in one shader validate, each sampled through
+    /// its own names, and no `vt` name or group 1 binding is left in either copy.
+    #[test]
+    fn two_renamed_modules_share_one_shader() {
+        let albedo = vt_module(0, "albedo").unwrap();
+        let detail = vt_module(2, "detail").unwrap();
+        for (module, group) in [(&albedo, 0), (&detail, 2)] {
+            assert!(!module.contains("@group(1)"));
+            assert_eq!(
+                module.matches(&format!("@group({group})")).count(),
+                VT_WGSL.matches("@group(1)").count()
+            );
+            let mut leftovers = Vec::new();
+            rename_identifiers(module, |ident| {
+                if ident == "vt" || ident.starts_with("vt_") || ident.starts_with("Vt") {
+                    leftovers.push(ident.to_owned());
+                }
+                None
+            });
+            assert!(leftovers.is_empty(), "names left unrenamed: {leftovers:?}");
+        }
+        assert!(albedo.contains("fn albedo_sample(") && albedo.contains("struct AlbedoLayers"));
+        let user = r#"
+@fragment
+fn fs_main(@builtin(position) frag: vec4<f32>, @location(0) uv: vec2<f32>) -> @location(0) vec4<f32> {
+    let g = detail_sample_grad(uv * 8.0, dpdx(uv * 8.0), dpdy(uv * 8.0), frag);
+    let l: AlbedoLayers = albedo_sample_layers(uv, dpdx(uv), dpdy(uv), frag, 20.0);
+    return albedo_sample(uv, frag) * g + l.l1;
+}
+"#;
+        validate("two textures", &[albedo.as_str(), detail.as_str(), user].join("\n"));
+    }
+
+    /// Names that are not lowercase identifiers, and groups wgpu cannot have, are errors.
+    #[test]
+    fn vt_module_refuses_bad_names_and_groups() {
+        for bad in ["", "Albedo", "1st", "a-b", "trailing_", "two__parts", "caf\u{e9}", &"x".repeat(33)] {
+            let e = vt_module(1, bad).unwrap_err().to_string();
+            assert!(e.contains("lowercase identifier"), "{bad:?}: {e}");
+        }
+        assert!(vt_module(8, "vt").unwrap_err().to_string().contains("groups 0 to 7"));
+    }
+
+    /// Number literals and identifiers that merely contain `vt` are left alone.
+    #[test]
+    fn renaming_touches_whole_identifiers_only() {
+        let src = "let vt_a = 1u + vtx + avt_b + Vtx + VtTap(0x1f); // vt";
+        let out = rename_identifiers(src, |i| match i {
+            "vt_a" => Some("n_a".into()),
+            "vt" => Some("n".into()),
+            "VtTap" => Some("NTap".into()),
+            "u" | "x1f" | "f" => Some("BROKEN".into()),
+            _ => None,
+        });
+        assert_eq!(out, "let n_a = 1u + vtx + avt_b + Vtx + NTap(0x1f); // n");
+    }
 
     fn validate(name: &str, src: &str) {
         let module =
@@ -76,6 +229,9 @@ mod tests {
         validate("material_reference", &material_reference_source());
         validate("feedback_compact", FEEDBACK_COMPACT_WGSL);
         validate("slot_mip", SLOT_MIP_WGSL);
+        for (group, name) in [(0, "albedo"), (3, "detail_map2")] {
+            validate(&format!("vt_module {name}"), &vt_module(group, name).unwrap());
+        }
         for (name, src) in [("scene_vt", scene_vt_source()), ("material_vt", material_vt_source())] {
             let early = with_early_depth_test(&src);
             assert!(early.contains("@early_depth_test(force)"), "{name}: no fs_main entry found");

@@ -7,6 +7,7 @@
 //! once the device is lost).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use tessera_core::format::codec::TargetFormat;
@@ -15,7 +16,7 @@ use tessera_core::stream::pool_layout::{GpuLimits, PoolLayout, Trilinear};
 use tessera_core::stream::residency::Residency;
 use tessera_core::stream::stats::{StatsSnapshot, StreamFrame};
 use tessera_core::stream::streamer::{
-    FrameInput, FramePlan, SparseFeedback, Staleness, Streamer, StreamerConfig,
+    FEEDBACK_STRIDES, FrameInput, FramePlan, SparseFeedback, Staleness, Streamer, StreamerConfig,
 };
 use tessera_core::{Atlas, HostCache};
 
@@ -30,6 +31,18 @@ pub use crate::params::MAX_ANISOTROPY;
 
 /// Readback buffers in the feedback ring: frame N's feedback is acted on at N+1..N+3.
 const FEEDBACK_RING: usize = 3;
+
+/// Frames without any feedback arriving after which [`VirtualTextures::begin`] warns
+/// (once per stall): feedback normally arrives one to three frames after it is recorded.
+pub const FEEDBACK_STALL_FRAMES: u64 = 60;
+
+/// Debug views, [`VtConfig::debug_view`]: 0 off, 1 mip colours, 2 fallback depth,
+/// 3 tile borders.
+pub const DEBUG_VIEWS: u32 = 4;
+
+/// Identifies each [`VirtualTextures`], so that a [`VtLayer`] of one is never bound
+/// for another.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Settings of the virtual-texture system.
 #[derive(Clone, Debug)]
@@ -47,7 +60,10 @@ pub struct VtConfig {
     pub max_upload_bytes_per_frame: u64,
     /// Feedback is written by one pixel in every `n × n` block (1, 2, 4 or 8), rotating.
     pub feedback_stride: u32,
-    /// Anisotropy limit (1 = trilinear only; at most [`MAX_ANISOTROPY`]).
+    /// Anisotropy limit: 1 (the default) is trilinear only, cheapest but blurry at
+    /// grazing angles (a floor or a road seen from eye height); up to
+    /// [`MAX_ANISOTROPY`] taps along the axis of elongation keep such views sharp at
+    /// the cost of more fetches where a pixel's footprint is stretched.
     pub max_anisotropy: u16,
     /// Added to every level of detail (positive = blurrier, fewer tiles).
     pub mip_bias: f32,
@@ -99,6 +115,38 @@ impl Default for VtConfig {
 }
 
 impl VtConfig {
+    /// Checks every setting's range; [`VirtualTextures::new`] refuses a configuration
+    /// that fails this with [`RenderError::Config`] naming the setting, instead of
+    /// clamping it silently.
+    pub fn validate(&self) -> Result<(), RenderError> {
+        let bad = |what: String| Err(RenderError::Config(format!("VtConfig: {what}")));
+        if self.pool_mib == 0 {
+            return bad("pool_mib is 0: the tile pool needs at least 1 MiB".into());
+        }
+        if !(1..=MAX_ANISOTROPY).contains(&self.max_anisotropy) {
+            return bad(format!("max_anisotropy {} is outside 1..={MAX_ANISOTROPY}", self.max_anisotropy));
+        }
+        if !FEEDBACK_STRIDES.contains(&self.feedback_stride) {
+            return bad(format!(
+                "feedback_stride {} is not one of {FEEDBACK_STRIDES:?}",
+                self.feedback_stride
+            ));
+        }
+        if !self.mip_bias.is_finite() || self.mip_bias.abs() > 16.0 {
+            return bad(format!("mip_bias {} is outside -16..=16", self.mip_bias));
+        }
+        if self.debug_view >= DEBUG_VIEWS {
+            return bad(format!("debug_view {} is outside 0..{DEBUG_VIEWS}", self.debug_view));
+        }
+        if self.max_uploads_per_frame == 0 || self.max_upload_bytes_per_frame == 0 {
+            return bad("max_uploads_per_frame and max_upload_bytes_per_frame must be at least 1".into());
+        }
+        if let Some(ms) = self.target_frame_ms.filter(|ms| !(ms.is_finite() && *ms > 0.0)) {
+            return bad(format!("target_frame_ms {ms} must be a positive number of milliseconds"));
+        }
+        Ok(())
+    }
+
     /// The streaming part of these settings.
     pub fn streamer(&self) -> StreamerConfig {
         StreamerConfig {
@@ -117,8 +165,26 @@ impl VtConfig {
     }
 }
 
+/// A layer of one [`VirtualTextures`] that can be bound: from
+/// [`VirtualTextures::layer`] or [`VirtualTextures::layer_named`]. It only binds for
+/// the virtual textures that made it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct VtLayer {
+    owner: u64,
+    index: usize,
+}
+
+impl VtLayer {
+    /// The layer's index in the atlas.
+    pub fn index(self) -> usize {
+        self.index
+    }
+}
+
 /// The GPU side of an atlas' virtual textures, fed by a [`Streamer`].
 pub struct VirtualTextures {
+    /// Unique per instance (see [`VtLayer`]).
+    id: u64,
     atlas: Arc<Atlas>,
     streamer: Streamer,
     /// One pool, or one per layer of a stack (same slot grid).
@@ -135,13 +201,19 @@ pub struct VirtualTextures {
     next_frame: u64,
     last_begin: Option<Instant>,
     last_upload_ms: f64,
+    /// The frame at which feedback last arrived (or the first frame), for the stall warning.
+    last_feedback_frame: u64,
+    stall_warned: bool,
 }
 
 impl VirtualTextures {
     /// Sets up pools, page table and feedback for `atlas`, and makes the coarsest mip
     /// of every layer resident (pinned) before returning, so nothing is ever missing.
-    /// Fails with [`RenderError::DeviceLost`] on a lost device.
+    /// Fails with [`RenderError::Config`] for a setting out of range
+    /// ([`VtConfig::validate`]) or a pool that does not fit the device, and with
+    /// [`RenderError::DeviceLost`] on a lost device.
     pub fn new(ctx: &GpuContext, atlas: Arc<Atlas>, config: VtConfig) -> Result<Self, RenderError> {
+        config.validate()?;
         // wgpu's buffer helpers panic on a lost device instead of failing.
         ctx.check()?;
         let device = &ctx.device;
@@ -200,6 +272,7 @@ impl VirtualTextures {
             })
             .collect();
         let mut vt = Self {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             atlas,
             streamer,
             pools,
@@ -213,6 +286,8 @@ impl VirtualTextures {
             next_frame: 0,
             last_begin: None,
             last_upload_ms: 0.0,
+            last_feedback_frame: 0,
+            stall_warned: false,
         };
         // Uploads the coarsest tiles the streamer loaded, and writes every parameter block.
         let plan = vt.streamer.frame(FrameInput::default());
@@ -237,6 +312,7 @@ impl VirtualTextures {
             Some(_) => None,
             None => self.feedback.collect().map(|f| SparseFeedback { frame: f.frame, pairs: f.sparse }),
         };
+        self.watch_feedback(frame, arrived.is_some());
         let plan = self.streamer.frame(FrameInput {
             frame,
             feedback: arrived.as_ref(),
@@ -246,6 +322,31 @@ impl VirtualTextures {
         let stats = self.execute(ctx, plan);
         self.feedback.begin(encoder);
         VtFrame { vt: self, stats, number: frame, readback_recorded: false, finished: false }
+    }
+
+    /// Warns once when no feedback has arrived for [`FEEDBACK_STALL_FRAMES`] frames
+    /// (frames begun but never finished, or a device that is never polled).
+    fn watch_feedback(&mut self, frame: u64, arrived: bool) {
+        if arrived {
+            self.last_feedback_frame = frame;
+            self.stall_warned = false;
+        } else if frame >= self.last_feedback_frame + FEEDBACK_STALL_FRAMES && !self.streamer.frozen() {
+            if !self.stall_warned {
+                tracing::warn!(
+                    frame,
+                    since = self.last_feedback_frame,
+                    "no GPU feedback arrived for {FEEDBACK_STALL_FRAMES} frames, so nothing new streams in: \
+                     finish every frame with VtFrame::finish (it submits and maps the readback)"
+                );
+            }
+            self.stall_warned = true;
+        }
+    }
+
+    /// Whether [`FEEDBACK_STALL_FRAMES`] frames went by without feedback arriving (the
+    /// condition [`VirtualTextures::begin`] warns about); cleared when feedback arrives.
+    pub fn feedback_stalled(&self) -> bool {
+        self.stall_warned
     }
 
     /// Applies a plan: each pool's part of the uploaded tiles in one batch, then the
@@ -276,21 +377,51 @@ impl VirtualTextures {
         stats
     }
 
-    /// The number the next [`VirtualTextures::begin`] gives its frame (0 first).
+    /// The number the next [`VirtualTextures::begin`] gives its frame: frames are
+    /// counted from 0 by the virtual textures themselves, one per `begin`, and feedback
+    /// recorded in frame N is acted on one to three frames later.
     pub fn frame_number(&self) -> u64 {
         self.next_frame
     }
 
-    /// The bind group layout of group 1 in `vt.wgsl`, for user pipelines.
+    /// The bind group layout of the virtual-texture group of `vt.wgsl` (group 1 of
+    /// [`crate::shaders::VT_WGSL`], or the group given to [`crate::shaders::vt_module`]),
+    /// for user pipelines. The same for every layer, and it stays valid across
+    /// [`VirtualTextures::set_pool_mib`].
     pub fn bind_group_layout(&self) -> &wgpu::BindGroupLayout {
         &self.layout_bgl
     }
 
-    /// The bind group (group 1 in `vt.wgsl`) that samples layer `layer`, or `None`
-    /// when there is no such layer. Of a stacked atlas there is one, layer 0's, which
-    /// samples every layer of the stack (`vt_sample_layers`).
-    pub fn bind_group(&self, layer: usize) -> Option<&wgpu::BindGroup> {
-        self.layers.get(layer).map(|l| &l.bind_group)
+    /// The bindable layer `index`, or `None` when there is no such layer. A stacked
+    /// atlas has one bindable layer, 0, which samples every layer of the stack
+    /// (`vt_sample_layers`).
+    pub fn layer(&self, index: usize) -> Option<VtLayer> {
+        (index < self.layers.len()).then_some(VtLayer { owner: self.id, index })
+    }
+
+    /// The bindable layer named `name` in the atlas (as given to the baker), if any.
+    pub fn layer_named(&self, name: &str) -> Option<VtLayer> {
+        let index = self.atlas.layers().iter().position(|l| l.name == name)?;
+        self.layer(index)
+    }
+
+    /// Every bindable layer, in atlas order.
+    pub fn layers(&self) -> impl Iterator<Item = VtLayer> + '_ {
+        (0..self.layers.len()).map(|index| VtLayer { owner: self.id, index })
+    }
+
+    /// The bind group that samples `layer` through `vt.wgsl`.
+    ///
+    /// # Panics
+    /// When `layer` belongs to other virtual textures (a programming error, like an
+    /// index out of bounds).
+    pub fn bind_group(&self, layer: VtLayer) -> &wgpu::BindGroup {
+        assert!(
+            layer.owner == self.id,
+            "VtLayer {} belongs to other virtual textures than the ones asked to bind it",
+            layer.index
+        );
+        &self.layers[layer.index].bind_group
     }
 
     /// Whether the atlas is stacked: its layers share tile ids, residency and one
@@ -335,8 +466,10 @@ impl VirtualTextures {
     }
 
     /// Fraction (0 to 1) of the tiles the latest feedback window wants that are resident
-    /// themselves (see [`StreamFrame::resident_fraction`]).
-    pub fn resident_fraction(&self) -> f64 {
+    /// themselves (see [`StreamFrame::resident_fraction`]); `None` until the first
+    /// feedback arrives (usually two frames after the first [`VtFrame::finish`]): until
+    /// then nothing is known to be visible.
+    pub fn resident_fraction(&self) -> Option<f64> {
         self.streamer.resident_fraction()
     }
 
@@ -347,7 +480,10 @@ impl VirtualTextures {
     }
 
     /// Changes the mip bias (positive = blurrier, fewer tiles) from the next frame on.
+    /// A bias outside -16..=16 is clamped (and NaN is 0); [`VirtualTextures::config`]
+    /// reports the bias in effect.
     pub fn set_mip_bias(&mut self, bias: f32) {
+        let bias = if bias.is_nan() { 0.0 } else { bias.clamp(-16.0, 16.0) };
         self.config.mip_bias = bias;
         self.streamer.set_mip_bias(bias);
     }
@@ -367,9 +503,10 @@ impl VirtualTextures {
         self.streamer.prefetch_region(layer, rect, mip)
     }
 
-    /// Changes the debug view (0 off, 1 mip colours, 2 fallback depth, 3 tile borders)
-    /// from the next frame on.
+    /// Changes the debug view (0 off, 1 mip colours, 2 fallback depth, 3 tile borders;
+    /// a larger number means off) from the next frame on.
     pub fn set_debug_view(&mut self, view: u32) {
+        let view = if view < DEBUG_VIEWS { view } else { 0 };
         self.config.debug_view = view;
         for l in &mut self.layers {
             l.params.set_debug(view);
@@ -481,7 +618,7 @@ impl VtFrame<'_> {
     }
 
     /// See [`VirtualTextures::bind_group`].
-    pub fn bind_group(&self, layer: usize) -> Option<&wgpu::BindGroup> {
+    pub fn bind_group(&self, layer: VtLayer) -> &wgpu::BindGroup {
         self.vt.bind_group(layer)
     }
 

@@ -555,15 +555,16 @@ impl Streamer {
     }
 
     /// Fraction (0 to 1) of the tiles the latest feedback window wants that are
-    /// resident themselves (see [`StreamFrame::resident_fraction`]).
-    pub fn resident_fraction(&self) -> f64 {
-        self.residency.resident_fraction(&self.wanted)
+    /// resident themselves (see [`StreamFrame::resident_fraction`]); `None` until the
+    /// first feedback has been taken in, since until then nothing is known to be visible.
+    pub fn resident_fraction(&self) -> Option<f64> {
+        self.seen_feedback.then(|| self.residency.resident_fraction(&self.wanted))
     }
 
     /// Whether feedback has arrived and everything it wants is resident at its wanted
     /// resolution. False before the first feedback: nothing is known to be visible yet.
     pub fn fully_resident(&self) -> bool {
-        self.seen_feedback && self.resident_fraction() >= 1.0
+        self.resident_fraction().is_some_and(|f| f >= 1.0)
     }
 
     /// Statistics of every tier; `slot_bytes` is one slot over every pool.
