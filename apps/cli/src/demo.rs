@@ -1,6 +1,9 @@
-//! `tessera demo`: the README's main job. Bakes the built-in labelled texture once into
-//! a cache folder, captures a camera path headless through the virtual texture and
-//! against the fully resident reference, and writes frames plus a short report.
+//! `tessera demo`: the README's main job. Prepares a texture far larger than the tile
+//! pool (the 65536² stress mosaic of real images when the data of
+//! `assets/fetch-data.sh` is present, else a generated 32768² labelled texture; baked
+//! once into a cache folder), captures a camera path headless through the virtual
+//! texture (and against the fully resident reference where one fits the GPU), and
+//! writes frames plus a report that leads with the pool's share of the resident size.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -9,7 +12,9 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use tessera::GpuContext;
 use tessera::capture::{CaptureConfig, CaptureReport, capture};
+use tessera_core::bake::mosaic::Mosaic;
 use tessera_core::format::atlas::Atlas;
+use tessera_core::format::codec::TargetFormat;
 use tessera_core::scene::camera::{CameraPath, Shot};
 
 /// Arguments of `tessera demo`.
@@ -19,11 +24,13 @@ pub(crate) struct DemoArgs {
     #[arg(long, default_value = "out/demo")]
     out: PathBuf,
     /// Size of the built-in texture.
-    #[arg(long, default_value = "8192x4096", value_parser = crate::parse_size)]
+    #[arg(long, default_value = "32768x32768", value_parser = crate::parse_size)]
     texture: (u32, u32),
-    /// Scene: builtin (a generated labelled texture on a plane, globe and cube), or a
-    /// scene from real data: dungeon (glTF) or globe (see `tessera scenes`).
-    #[arg(long, default_value = "builtin")]
+    /// Scene: auto (stress when its real images are present, else builtin), builtin (a
+    /// generated labelled texture on a plane, globe and cube), or a scene from real
+    /// data: stress (a 65536² mosaic), mosaic16k, dungeon (glTF) or globe (see
+    /// `tessera scenes`).
+    #[arg(long, default_value = "auto")]
     scene: String,
     /// Codec for baking a real-data scene (raw, lz4, etc1s, uastc, uastc+lz4).
     #[arg(long, default_value = "lz4")]
@@ -52,14 +59,41 @@ pub(crate) struct DemoArgs {
 /// Runs `tessera demo`.
 pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
-    let (atlas_path, scene) = crate::scene::open(&args.scene, args.texture, args.codec, args.rebake)?;
+    let name = match args.scene.as_str() {
+        "auto" => {
+            let data = tessera_core::bake::source::data_dir();
+            let missing = Mosaic::stress_files(&data).into_iter().find(|p| !p.is_file());
+            match missing {
+                None => "stress",
+                Some(p) => {
+                    println!(
+                        "the stress mosaic's images are not in {} ({} is missing; assets/fetch-data.sh fetches \
+                         them): showing the generated {}x{} texture",
+                        data.display(),
+                        p.display(),
+                        args.texture.0,
+                        args.texture.1
+                    );
+                    "builtin"
+                }
+            }
+        }
+        other => other,
+    };
+    let (atlas_path, scene) = crate::scene::open(name, args.texture, args.codec, args.rebake)?;
     let camera_name = args
         .camera
         .clone()
         .unwrap_or_else(|| CameraPath::default_preset(scene.as_deref(), Shot::Tour).to_string());
-    print!("{}", crate::inspect::table(&Atlas::open(&atlas_path)?.summary()));
+    let atlas = Atlas::open(&atlas_path)?;
+    print!("{}", crate::inspect::table(&atlas.summary()));
     let ctx = GpuContext::headless()?;
     println!("adapter: {}", ctx.describe());
+    // A reference only where one fits the GPU: the point of the demo is a texture that does not.
+    let no_reference = (0..atlas.layers().len()).find_map(|l| tessera::reference::fits(&ctx, &atlas, l).err());
+    if let Some(why) = &no_reference {
+        println!("no fully resident reference: {why}");
+    }
     let cfg = CaptureConfig {
         atlas: atlas_path.clone(),
         camera: CameraPath::for_scene(Some(&camera_name), scene.as_deref(), Shot::Tour)?,
@@ -67,7 +101,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
         size: args.size,
         every: args.every,
         out: Some(args.out.join("frames")),
-        reference: true,
+        reference: no_reference.is_none(),
         reference_atlas: None,
         vt: args.vt.config(),
         scene,
@@ -75,11 +109,18 @@ pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
         flush_vram_before: Vec::new(),
     };
     println!(
-        "capturing {} frames of '{}' at {}x{} (virtual texture and reference)",
-        cfg.frames, camera_name, cfg.size.0, cfg.size.1
+        "capturing {} frames of '{}' at {}x{} ({})",
+        cfg.frames,
+        camera_name,
+        cfg.size.0,
+        cfg.size.1,
+        if cfg.reference { "virtual texture and reference" } else { "virtual texture" }
     );
     let report = capture(&ctx, &cfg)?;
-    let text = report_text(&report, &camera_name);
+    let scale = Scale::of(&atlas, &report, no_reference.map(|e| e.to_string()));
+    std::fs::write(args.out.join("scale.json"), serde_json::to_string_pretty(&scale)?)
+        .with_context(|| format!("writing {}", args.out.join("scale.json").display()))?;
+    let text = report_text(&report, &camera_name, &scale);
     let md = args.out.join("report.md");
     std::fs::write(&md, &text).with_context(|| format!("writing {}", md.display()))?;
     print!("{text}");
@@ -93,17 +134,91 @@ pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
     Ok(if unwritten == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
+/// What the demo is about: how much texture, how much it would take resident, and the
+/// pool that shows it.
+#[derive(Debug, serde::Serialize)]
+struct Scale {
+    /// Texels of every layer's mip 0.
+    virtual_texels: u64,
+    /// Layer sizes, `WxH`.
+    layers: Vec<String>,
+    /// Bytes every mip of every layer takes fully resident in RGBA8.
+    resident_rgba8_bytes: u64,
+    /// The same in the pool's texel format (what a resident copy in the pool's format would need).
+    resident_pool_format_bytes: u64,
+    /// The pool's texel format.
+    pool_format: String,
+    /// Bytes of the tile pool (every level and pool).
+    pool_bytes: u64,
+    /// `resident_pool_format_bytes / pool_bytes`: the pool is 1/this of the resident size.
+    ratio: f64,
+    /// Why there is no reference (none fits the GPU), if there is none.
+    no_reference: Option<String>,
+}
+
+impl Scale {
+    fn of(atlas: &Atlas, r: &CaptureReport, no_reference: Option<String>) -> Self {
+        let format = TargetFormat::ALL.into_iter().find(|t| t.name() == r.pool_format);
+        let (mut texels, mut rgba8, mut pooled) = (0u64, 0u64, 0u64);
+        let mut layers = Vec::new();
+        for l in atlas.layers() {
+            let lay = l.layout;
+            layers.push(format!("{}x{}", lay.width(), lay.height()));
+            texels += u64::from(lay.width()) * u64::from(lay.height());
+            for m in 0..lay.mip_count() {
+                let (w, h) = (u64::from((lay.width() >> m).max(1)), u64::from((lay.height() >> m).max(1)));
+                rgba8 += w * h * 4;
+                pooled += match format {
+                    Some(t) if t.is_block_compressed() => w.div_ceil(4) * h.div_ceil(4) * t.bytes_per_block() as u64,
+                    _ => w * h * 4,
+                };
+            }
+        }
+        Self {
+            virtual_texels: texels,
+            layers,
+            resident_rgba8_bytes: rgba8,
+            resident_pool_format_bytes: pooled,
+            pool_format: r.pool_format.clone(),
+            pool_bytes: r.pool_bytes,
+            ratio: pooled as f64 / r.pool_bytes.max(1) as f64,
+            no_reference,
+        }
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-/// The short human report: convergence, tier residency, timings.
-fn report_text(r: &CaptureReport, camera: &str) -> String {
+/// The short human report: scale, convergence, tier residency, timings.
+fn report_text(r: &CaptureReport, camera: &str, scale: &Scale) -> String {
     let mut o = String::new();
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
     let _ = writeln!(
         o,
-        "# Tessera demo\n\nadapter: {}\ncamera: {camera}, {} frames at {}x{}\n",
+        "# Tessera demo\n\n**The tile pool is 1/{:.0} of the texture's fully resident size**: a {} virtual texture \
+         ({:.2} gigatexels) would take {:.2} GiB resident in {} with its mips{}; \
+         it is shown through a {:.0} MiB pool.\n",
+        scale.ratio,
+        scale.layers.join(" + "),
+        scale.virtual_texels as f64 / 1e9,
+        gib(scale.resident_pool_format_bytes),
+        scale.pool_format,
+        if scale.resident_rgba8_bytes == scale.resident_pool_format_bytes {
+            String::new()
+        } else {
+            format!(" ({:.2} GiB in RGBA8)", gib(scale.resident_rgba8_bytes))
+        },
+        scale.pool_bytes as f64 / (1u64 << 20) as f64,
+    );
+    if let Some(why) = &scale.no_reference {
+        let _ = writeln!(o, "No fully resident reference to compare with: {why}.\n");
+    }
+    let _ = writeln!(
+        o,
+        "adapter: {}\ncamera: {camera}, {} frames at {}x{}\n",
         r.adapter,
         r.frames.len(),
         r.size.0,
@@ -175,8 +290,13 @@ fn report_text(r: &CaptureReport, camera: &str) -> String {
     let _ = writeln!(o, "\n## Timings (median over frames)\n");
     let _ = writeln!(
         o,
-        "frame {:.2} ms (includes reference render and two readbacks), feedback decode + decisions {:.3} ms, uploads {:.3} ms, uploads per frame max {}",
+        "frame {:.2} ms ({}), feedback decode + decisions {:.3} ms, uploads {:.3} ms, uploads per frame max {}",
         median(r.frames.iter().map(|f| f.frame_ms).collect()),
+        if r.reference_bytes.is_some() {
+            "includes the reference render and two readbacks"
+        } else {
+            "includes the frame's readback"
+        },
         median(r.frames.iter().map(|f| f.feedback_ms).collect()),
         median(r.frames.iter().map(|f| f.upload_ms).collect()),
         r.frames.iter().map(|f| f.uploads).max().unwrap_or(0)

@@ -155,7 +155,26 @@ pub(crate) fn parse_size(s: &str) -> Result<(u32, u32), String> {
     Ok((p(w)?, p(h)?))
 }
 
+/// Mesa's Vulkan drivers complain on stderr ("XDG_RUNTIME_DIR is invalid or not set")
+/// when a headless session (a container, CI, ssh) has no runtime folder: give them a
+/// private one under the temporary folder.
+fn ensure_runtime_dir() {
+    if std::env::var_os("XDG_RUNTIME_DIR").is_some() {
+        return;
+    }
+    let user = std::env::var("USER").unwrap_or_default();
+    let dir = std::env::temp_dir().join(format!("tessera-runtime-{user}"));
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    if builder.create(&dir).is_ok() || dir.is_dir() {
+        // SAFETY: called first thing in `main`, before any other thread exists.
+        unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
+    }
+}
+
 fn main() -> ExitCode {
+    ensure_runtime_dir();
     let cli = Cli::parse();
     // Engine logs (adapter choice, corrupted tiles) go to stderr; RUST_LOG overrides the level.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

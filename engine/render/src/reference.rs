@@ -31,21 +31,21 @@ pub struct ReferenceTexture {
     pub bytes: u64,
 }
 
-/// Builds the reference texture of `layer` from the atlas tiles (mip by mip, payload
-/// texels only). The base size is padded up to a multiple of `2^(mips-1)` so every
-/// hardware mip covers exactly the same texels as the atlas' mip.
-pub fn build(ctx: &GpuContext, atlas: &Atlas, layer: usize) -> Result<ReferenceTexture, RenderError> {
+/// Biggest fully resident reference worth building: mip 0 alone of a 16K² RGBA8 texture
+/// is 1 GiB.
+pub const MAX_REFERENCE_BYTES: u64 = 4 << 30;
+
+/// Whether the fully resident reference of `layer` fits `ctx`'s device (its texture
+/// limit, and [`MAX_REFERENCE_BYTES`]): its padded base size, or why not.
+pub fn fits(ctx: &GpuContext, atlas: &Atlas, layer: usize) -> Result<(u32, u32), RenderError> {
     let info: &LayerInfo = atlas
         .layers()
         .get(layer)
         .ok_or_else(|| RenderError::Config(format!("the atlas has no layer {layer}")))?;
     let lay = info.layout;
-    let mips = lay.mip_count();
-    let align = 1u32 << (mips - 1);
+    let align = 1u32 << (lay.mip_count() - 1);
     let (bw, bh) = (lay.width().div_ceil(align) * align, lay.height().div_ceil(align) * align);
     let max = ctx.device.limits().max_texture_dimension_2d;
-    // Mip 0 alone of a 16K² RGBA8 texture is 1 GiB; beyond 4 GiB the reference is not worth building.
-    const MAX_REFERENCE_BYTES: u64 = 4 << 30;
     if u64::from(bw) * u64::from(bh) * 4 > MAX_REFERENCE_BYTES {
         return Err(RenderError::Config(format!(
             "layer '{}' ({}x{}) is too large for a fully resident reference (over {} GiB)",
@@ -63,6 +63,20 @@ pub fn build(ctx: &GpuContext, atlas: &Atlas, layer: usize) -> Result<ReferenceT
             lay.height()
         )));
     }
+    Ok((bw, bh))
+}
+
+/// Builds the reference texture of `layer` from the atlas tiles (mip by mip, payload
+/// texels only). The base size is padded up to a multiple of `2^(mips-1)` so every
+/// hardware mip covers exactly the same texels as the atlas' mip.
+pub fn build(ctx: &GpuContext, atlas: &Atlas, layer: usize) -> Result<ReferenceTexture, RenderError> {
+    let info: &LayerInfo = atlas
+        .layers()
+        .get(layer)
+        .ok_or_else(|| RenderError::Config(format!("the atlas has no layer {layer}")))?;
+    let (bw, bh) = fits(ctx, atlas, layer)?;
+    let lay = info.layout;
+    let mips = lay.mip_count();
     let texture = ctx.device.create_texture(&wgpu::TextureDescriptor {
         label: Some("tessera reference"),
         size: wgpu::Extent3d { width: bw, height: bh, depth_or_array_layers: 1 },
