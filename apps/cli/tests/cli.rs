@@ -252,3 +252,34 @@ fn a_bake_is_reused_only_over_its_own_output() {
     std::fs::write(dir.path().join("out.tsa.bake"), b"\xff\x00 not a stamp").unwrap();
     assert!(!reused(&tessera(&["bake", crop.to_str().unwrap(), "-o", o_path, "--tile-size", "64"])));
 }
+
+/// `tessera demo` (small here: a generated 4096² texture, 64×64 frames) measures and
+/// reports the pool's share of the fully resident size first, in the report and in
+/// `scale.json`, and says why there is no reference when none is built.
+#[test]
+fn demo_report_leads_with_the_pool_share_of_the_resident_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .env("TESSERA_CACHE", dir.path().join("cache"))
+        .args(["demo", "--scene", "builtin", "--texture", "4096x4096", "--pool-mib", "4"])
+        .args(["--frames", "4", "--size", "96x64", "--every", "100", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let scale: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("scale.json")).unwrap()).unwrap();
+    // 4096² RGBA8 with its 6 mips: 4096² × 4 × (1 + 1/4 + … + 1/1024) bytes.
+    let resident: u64 = (0..6).map(|m| (4096u64 >> m) * (4096u64 >> m) * 4).sum();
+    assert_eq!(scale["resident_rgba8_bytes"], resident, "{scale}");
+    let pool = scale["pool_bytes"].as_u64().unwrap();
+    assert!(pool > 0 && pool <= 4 << 20, "{scale}");
+    let ratio = scale["ratio"].as_f64().unwrap();
+    assert!((ratio - resident as f64 / pool as f64).abs() < 1e-6 && ratio > 16.0, "{scale}");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let first = report.lines().find(|l| l.starts_with("**")).unwrap();
+    assert!(first.contains(&format!("1/{:.0}", ratio)) && first.contains("4096x4096"), "{report}");
+    assert!(scale["no_reference"].is_null(), "a 4096² reference fits every GPU: {scale}");
+    assert!(report.contains("PSNR"), "{report}");
+}
