@@ -90,7 +90,8 @@ pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
     let ctx = GpuContext::headless()?;
     println!("adapter: {}", ctx.describe());
     // A reference only where one fits the GPU: the point of the demo is a texture that does not.
-    let no_reference = (0..atlas.layers().len()).find_map(|l| tessera::reference::fits(&ctx, &atlas, l).err());
+    let no_reference =
+        (0..atlas.layers().len()).find_map(|l| tessera::reference::fits(&ctx, &atlas, l).err());
     if let Some(why) = &no_reference {
         println!("no fully resident reference: {why}");
     }
@@ -169,7 +170,9 @@ impl Scale {
                 let (w, h) = (u64::from((lay.width() >> m).max(1)), u64::from((lay.height() >> m).max(1)));
                 rgba8 += w * h * 4;
                 pooled += match format {
-                    Some(t) if t.is_block_compressed() => w.div_ceil(4) * h.div_ceil(4) * t.bytes_per_block() as u64,
+                    Some(t) if t.is_block_compressed() => {
+                        w.div_ceil(4) * h.div_ceil(4) * t.bytes_per_block() as u64
+                    }
                     _ => w * h * 4,
                 };
             }

@@ -592,6 +592,40 @@ impl VirtualTextures {
 /// One frame of a [`VirtualTextures`], from [`VirtualTextures::begin`] to
 /// [`VtFrame::finish`]. While it lives the virtual textures can be sampled (through
 /// [`VtFrame::vt`] or [`VtFrame::bind_group`]) but not reconfigured.
+///
+/// Misuse does not compile. Reconfiguring during a frame:
+/// ```compile_fail,E0499
+/// # fn f(ctx: &tessera::GpuContext, vt: &mut tessera::VirtualTextures, mut encoder: tessera::wgpu::CommandEncoder) {
+/// let frame = vt.begin(ctx, &mut encoder);
+/// vt.set_mip_bias(1.0); // error: `vt` is borrowed by `frame`
+/// let _ = frame.finish(ctx, encoder);
+/// # }
+/// ```
+/// Finishing twice:
+/// ```compile_fail,E0382
+/// # fn f(ctx: &tessera::GpuContext, vt: &mut tessera::VirtualTextures, mut encoder: tessera::wgpu::CommandEncoder, again: tessera::wgpu::CommandEncoder) {
+/// let frame = vt.begin(ctx, &mut encoder);
+/// let _ = frame.finish(ctx, encoder);
+/// let _ = frame.finish(ctx, again); // error: `frame` was moved by the first `finish`
+/// # }
+/// ```
+/// Starting a second frame before finishing the first:
+/// ```compile_fail,E0499
+/// # fn f(ctx: &tessera::GpuContext, vt: &mut tessera::VirtualTextures, mut encoder: tessera::wgpu::CommandEncoder) {
+/// let first = vt.begin(ctx, &mut encoder);
+/// let second = vt.begin(ctx, &mut encoder); // error: `vt` is still borrowed by `first`
+/// let _ = first.finish(ctx, encoder);
+/// # }
+/// ```
+/// Keeping a frame's bind group past `finish`:
+/// ```compile_fail,E0505
+/// # fn f(ctx: &tessera::GpuContext, vt: &mut tessera::VirtualTextures, mut encoder: tessera::wgpu::CommandEncoder, layer: tessera::VtLayer) {
+/// let frame = vt.begin(ctx, &mut encoder);
+/// let group = frame.bind_group(layer);
+/// let _ = frame.finish(ctx, encoder); // error: `frame` is borrowed by `group`
+/// let _ = group;
+/// # }
+/// ```
 #[must_use = "call VtFrame::finish after the passes, or this frame's feedback is lost"]
 pub struct VtFrame<'a> {
     vt: &'a mut VirtualTextures,
