@@ -11,7 +11,7 @@
 //! * [`tessera::shaders::VT_WGSL`] — WGSL prepended to the user's shader, giving it
 //!   `vt_sample(uv, frag_coord)`.
 //!
-//! The Tessera-specific lines are marked `// [T]`: 12 of them.
+//! The Tessera-specific lines are marked `// [T]`: 13 of them.
 //!
 //! It draws a perspective-tilted plane (no vertex buffers: the vertex shader builds
 //! it from `vertex_index`), tinted and vignetted by the user's fragment shader, into
