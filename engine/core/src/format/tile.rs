@@ -29,7 +29,7 @@ const LAYER_BITS: u32 = 12;
 /// Packs into a `u64` (see [`TileId::pack`]) so it can be hashed, sorted and sent
 /// between threads cheaply. Ordering sorts coarse mips first, which is the order
 /// streaming wants.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TileId {
     /// Layer (independent virtual texture) index inside the atlas.
     pub layer: u16,
@@ -40,6 +40,28 @@ pub struct TileId {
     /// Tile row at this mip.
     pub y: u32,
 }
+
+/// One word per tile: the streaming loop hashes tile ids several times per tile, so
+/// they feed the hasher once (distinct for every tile of a layout up to 2^20 tiles
+/// across; beyond that ids may share a hash, never an identity).
+impl std::hash::Hash for TileId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let packed = (u64::from(self.layer) << 48)
+            ^ (u64::from(self.mip) << 40)
+            ^ (u64::from(self.x) << 20)
+            ^ u64::from(self.y);
+        state.write_u64(packed);
+    }
+}
+
+/// The hasher of [`TileMap`] and [`TileSet`]: FxHash, a multiply and a rotate per word,
+/// against SipHash's rounds. Tile ids come from the engine's own feedback and layouts,
+/// so denial-of-service resistance buys nothing here.
+pub type TileHasher = rustc_hash::FxBuildHasher;
+/// A map keyed by tile, with [`TileHasher`].
+pub type TileMap<V> = std::collections::HashMap<TileId, V, TileHasher>;
+/// A set of tiles, with [`TileHasher`].
+pub type TileSet = std::collections::HashSet<TileId, TileHasher>;
 
 impl TileId {
     /// Makes a tile id.
@@ -86,12 +108,19 @@ impl PartialOrd for TileId {
 impl Ord for TileId {
     /// Coarsest mip first, then layer, row, column.
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        other
-            .mip
-            .cmp(&self.mip)
-            .then(self.layer.cmp(&other.layer))
-            .then(self.y.cmp(&other.y))
-            .then(self.x.cmp(&other.x))
+        self.order_key().cmp(&other.order_key())
+    }
+}
+
+impl TileId {
+    /// A key whose order is [`TileId`]'s: coarsest mip first, then layer, row, column.
+    /// Sorting by it (`sort_unstable_by_key(|t| t.order_key())`) compares two words
+    /// instead of four fields.
+    pub fn order_key(self) -> u128 {
+        (u128::from(u8::MAX - self.mip) << 112)
+            | (u128::from(self.layer) << 96)
+            | (u128::from(self.y) << 32)
+            | u128::from(self.x)
     }
 }
 

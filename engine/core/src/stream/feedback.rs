@@ -8,10 +8,8 @@
 //! [`FeedbackLayout::decode_sparse`] does the same for the bitset's non-zero words as
 //! `(word index, bits)` pairs, which is what the GPU compaction pass reads back.
 
-use std::collections::HashSet;
-
 use crate::format::atlas::LayerInfo;
-use crate::format::tile::{TextureLayout, TileId};
+use crate::format::tile::{TextureLayout, TileId, TileSet};
 
 /// Geometry of one layer, cached for index arithmetic.
 #[derive(Clone, Debug)]
@@ -190,7 +188,7 @@ impl FeedbackLayout {
     /// The unique set of `tiles` and all their ancestors up to each layer's coarsest
     /// mip, sorted coarse first ([`TileId`]'s order). Tiles outside the layout are dropped.
     pub fn with_ancestors(&self, tiles: &[TileId]) -> Vec<TileId> {
-        let mut seen: HashSet<TileId> = HashSet::with_capacity(tiles.len() * 2);
+        let mut seen = TileSet::with_capacity_and_hasher(tiles.len() * 2, Default::default());
         for &t in tiles {
             let Some(coarsest) = self.coarsest_mip(t.layer) else { continue };
             if self.global_index(t).is_none() {
@@ -206,7 +204,7 @@ impl FeedbackLayout {
             }
         }
         let mut out: Vec<TileId> = seen.into_iter().collect();
-        out.sort_unstable();
+        out.sort_unstable_by_key(|t| t.order_key());
         out
     }
 }
@@ -237,6 +235,7 @@ pub fn compact(words: &[u32]) -> Vec<(u32, u32)> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::HashSet;
 
     fn layouts(sizes: &[(u32, u32)], tile: u32) -> Vec<TextureLayout> {
         sizes.iter().map(|&(w, h)| TextureLayout::new(w, h, tile, 4).unwrap()).collect()

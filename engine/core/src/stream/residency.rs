@@ -16,12 +16,12 @@
 //! needed tile and only into free slots or slots of tiles that are not needed, and are
 //! forgotten after [`PREFETCH_TTL_FRAMES`] frames unless the view comes to need them.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::format::tile::{TextureLayout, TileId};
+use crate::format::tile::{TextureLayout, TileId, TileMap, TileSet};
 use crate::stream::feedback::FeedbackLayout;
 use crate::stream::lru::Lru;
 use crate::stream::page_table::{MAX_SLOTS_PER_SIDE, PageTable, SlotCoord};
@@ -124,21 +124,23 @@ pub struct Residency {
     /// Resident tiles that may be evicted, least recently needed first.
     lru: Lru<TileId, SlotState>,
     /// Resident tiles that are never evicted (coarsest mips).
-    pinned: HashMap<TileId, SlotCoord>,
+    pinned: TileMap<SlotCoord>,
     /// Asked of the loader, no result yet.
-    requested: HashSet<TileId>,
+    requested: TileSet,
     /// Loaded and waiting for a slot; ordered coarse first.
     ready: BTreeMap<TileId, Arc<[u8]>>,
     /// Failed loads, not requested again until [`Residency::forget_failures`].
-    failed: HashSet<TileId>,
+    failed: TileSet,
     /// The latest feedback with its ancestors.
-    needed: HashSet<TileId>,
+    needed: TileSet,
+    /// The same, coarse first.
+    needed_sorted: Vec<TileId>,
     /// Tiles asked for by [`Residency::prefetch`] and not needed since, with the frame
     /// of their latest prefetch. Each is requested or ready, never resident.
-    prefetched: HashMap<TileId, u64>,
+    prefetched: TileMap<u64>,
     /// Resident tiles uploaded by a prefetch and not needed since: prefetches never
     /// evict them, so two prefetched tiles cannot take turns in one slot.
-    speculative: HashSet<TileId>,
+    speculative: TileSet,
     /// Frames a prefetch entry lives without being renewed.
     prefetch_ttl: u64,
     counters: ResidencyCounters,
@@ -172,13 +174,14 @@ impl Residency {
             table: PageTable::with_layout(layout),
             lru: Lru::with_capacity(free.len()),
             free,
-            pinned: HashMap::new(),
-            requested: HashSet::new(),
+            pinned: TileMap::default(),
+            requested: TileSet::default(),
             ready: BTreeMap::new(),
-            failed: HashSet::new(),
-            needed: HashSet::new(),
-            prefetched: HashMap::new(),
-            speculative: HashSet::new(),
+            failed: TileSet::default(),
+            needed: TileSet::default(),
+            needed_sorted: Vec::new(),
+            prefetched: TileMap::default(),
+            speculative: TileSet::default(),
             prefetch_ttl: PREFETCH_TTL_FRAMES,
             counters: ResidencyCounters::default(),
         }
@@ -203,12 +206,13 @@ impl Residency {
     /// and from then on it is uploaded and kept like any needed tile.
     pub fn on_feedback(&mut self, frame: u64, needed: &[TileId]) -> Vec<(TileId, u32)> {
         let all = self.table.layout().with_ancestors(needed);
-        let mut coverage: HashMap<TileId, u32> = HashMap::with_capacity(all.len());
+        let mut coverage: TileMap<u32> = TileMap::with_capacity_and_hasher(all.len(), Default::default());
         for &t in needed {
             *coverage.entry(t).or_default() += 1;
         }
         self.needed.clear();
         self.needed.extend(all.iter().copied());
+        self.needed_sorted.clone_from(&all);
 
         let mut requests = Vec::new();
         // Finest first: children pass their coverage up before their parent is read,
@@ -523,6 +527,12 @@ impl Residency {
         self.failed.len()
     }
 
+    /// The tiles of the latest feedback with their ancestors, coarse first (what
+    /// [`Residency::on_feedback`] worked on).
+    pub fn needed_sorted(&self) -> &[TileId] {
+        &self.needed_sorted
+    }
+
     /// Size of the latest needed set, ancestors included.
     pub fn needed_count(&self) -> usize {
         self.needed.len()
@@ -558,6 +568,7 @@ mod tests {
     use super::*;
     use crate::stream::page_table::encode_entry;
     use proptest::prelude::*;
+    use std::collections::HashSet;
 
     fn cfg(slots: u16, max_uploads: usize) -> ResidencyConfig {
         ResidencyConfig {
@@ -574,9 +585,9 @@ mod tests {
     }
 
     /// Checks everything that must hold after a frame; returns the needed set.
-    fn check(res: &Residency, frame: u64, needed: &[TileId], plan: &UploadPlan) -> HashSet<TileId> {
+    fn check(res: &Residency, frame: u64, needed: &[TileId], plan: &UploadPlan) -> TileSet {
         let layout = res.page_table().layout();
-        let needed_all: HashSet<TileId> = layout.with_ancestors(needed).into_iter().collect();
+        let needed_all: TileSet = layout.with_ancestors(needed).into_iter().collect();
         for u in &plan.uploads {
             if let Some(v) = u.evicted {
                 assert!(!needed_all.contains(&v), "frame {frame}: evicted needed tile {v}");

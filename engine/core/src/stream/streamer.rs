@@ -360,7 +360,7 @@ impl Streamer {
             self.recent_feedback.pop_front();
         }
         let mut needed: Vec<TileId> = self.recent_feedback.iter().flatten().copied().collect();
-        needed.sort_unstable();
+        needed.sort_unstable_by_key(|t| t.order_key());
         needed.dedup();
         let misses_before = self.residency.counters().misses;
         let requests = self.residency.on_feedback(frame, &needed);
@@ -391,7 +391,7 @@ impl Streamer {
         // Renew queued loads the view still wants, so that staleness cancels only what
         // the feedback no longer asks for; priority 1 lifts a prefetch the view now
         // needs out of the speculative class.
-        self.loader.renew_many(&self.layout.with_ancestors(&needed), 1, frame);
+        self.loader.renew_many(self.residency.needed_sorted(), 1, frame);
         self.wanted = needed;
         self.seen_feedback = true;
     }
