@@ -1,4 +1,5 @@
-//! The host (RAM) tier: a thread-safe LRU cache of decoded, GPU-ready tiles bounded by bytes.
+//! The host (RAM) tier: a thread-safe LRU cache of decoded, GPU-ready tiles bounded by
+//! bytes, which several atlases can share through partitions.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
