@@ -65,5 +65,6 @@ pub use format::tile::{TextureLayout, TileId};
 pub use progress::{NoProgress, Progress, ProgressCounter};
 pub use stream::atlas_loader::{AtlasLoader, StackedLoader};
 pub use stream::host_cache::HostCache;
-pub use stream::loader::{LoadOutcome, LoadResult, LoaderPool, TileLoader};
+pub use stream::loader::{LoadOutcome, LoadResult, LoaderPool, LoaderThreads, TileLoader};
 pub use stream::stats::StatsSnapshot;
+pub use stream::streamer::SharedStreaming;

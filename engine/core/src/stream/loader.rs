@@ -1,10 +1,10 @@
 //! The loader pool: worker threads that load requested tiles in priority order.
 //!
-//! Requests go into a shared priority queue (wanted requests, priority above 0, before
-//! speculative ones at priority 0 such as prefetches; then coarser mips first, then
-//! caller priority, then first come first served); every newly queued request sends one
-//! wake token over a channel on which the workers block. Results come back on a
-//! second channel as [`LoadResult`]s.
+//! Each [`LoaderPool`] has its own priority queue (wanted requests, priority above 0,
+//! before speculative ones at priority 0 such as prefetches; then coarser mips first,
+//! then caller priority, then first come first served) and its own results channel on
+//! which [`LoadResult`]s come back. The worker threads ([`LoaderThreads`]) are the
+//! pool's own or shared by several pools, which then take turns request by request.
 //!
 //! Guarantee: every [`LoaderPool::request`] that returned `true` yields exactly one
 //! [`LoadResult`] for that tile — [`LoadOutcome::Ready`], [`LoadOutcome::Failed`] or
@@ -13,9 +13,9 @@
 
 use std::cmp::Ordering;
 use std::collections::hash_map::Entry as MapEntry;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender};
@@ -77,7 +77,7 @@ where
     }
 }
 
-/// Tuning of a [`LoaderPool`].
+/// Tuning of a [`LoaderPool`] or of [`LoaderThreads`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LoaderConfig {
     /// `K`: a queued request not renewed for more than this many frames is dropped by
@@ -167,7 +167,7 @@ impl PartialOrd for QueueEntry {
     }
 }
 
-/// Everything behind the queue mutex.
+/// Everything behind a client's queue mutex.
 #[derive(Default)]
 struct Queue {
     /// May hold stale entries (cancelled tiles, superseded priorities); they are
@@ -178,6 +178,15 @@ struct Queue {
     queued: usize,
     in_flight: usize,
     counters: LoaderCounters,
+    /// The client's loader; taken when the client stops and nothing is in flight.
+    loader: Option<Arc<dyn TileLoader>>,
+    /// Where results go; taken with `loader`, which disconnects the results channel.
+    results: Option<Sender<LoadResult>>,
+    /// Whether the client is in the threads' ready ring or a worker has just taken
+    /// it from there and will put it back if work is left.
+    scheduled: bool,
+    /// Set once by [`LoaderPool::shutdown`] or drop: no new request is accepted.
+    closed: bool,
 }
 
 impl Queue {
@@ -212,65 +221,271 @@ impl Queue {
         }
     }
 
+    /// Sends a result to the client's channel. The client's pool owns the receiver
+    /// until the sender is taken, so this cannot fail; if it ever did, nobody is
+    /// listening anyway.
+    fn report(&self, result: LoadResult) {
+        if let Some(results) = &self.results {
+            let _ = results.send(result);
+        }
+    }
+
     /// Removes a queued (not in-flight) tile and reports it cancelled.
-    fn cancel_queued(&mut self, tile: TileId, results: &Sender<LoadResult>) {
+    fn cancel_queued(&mut self, tile: TileId) {
         self.states.remove(&tile);
         self.queued -= 1;
         self.counters.cancelled += 1;
-        // The pool owns a receiver for as long as workers run, so this cannot fail;
-        // if it ever did, nobody is listening anyway.
-        let _ = results.send(LoadResult { tile, outcome: LoadOutcome::Cancelled });
+        self.report(LoadResult { tile, outcome: LoadOutcome::Cancelled });
     }
 }
 
-/// State shared by the pool handle and its workers.
-struct Shared {
+/// One [`LoaderPool`]'s state, shared with the worker threads that serve it.
+struct Client {
     queue: Mutex<Queue>,
-    loader: Arc<dyn TileLoader>,
-    results: Sender<LoadResult>,
+    /// Signalled when the last in-flight load of a closed client has reported.
+    idle: Condvar,
 }
 
-impl Shared {
+impl Client {
     /// Locks the queue. Loader panics are caught outside the lock and every critical
     /// section leaves the queue consistent, so a poisoned lock is safe to reuse.
     fn lock(&self) -> MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Takes the client's best request and marks it in flight; puts the client back at
+    /// the end of the ready ring if more is queued. Called by a worker that has just
+    /// taken the client from the ring.
+    fn start_next(self: &Arc<Self>, hub: &Hub) -> Option<(TileId, Arc<dyn TileLoader>)> {
+        let mut q = self.lock();
+        let job = match q.loader.clone() {
+            Some(loader) if !q.closed => q.pop_next().map(|tile| (tile, loader)),
+            _ => None,
+        };
+        if q.queued > 0 && !q.closed {
+            // Lock order: a client's queue, then the hub.
+            hub.schedule(Arc::clone(self), 1);
+        } else {
+            q.scheduled = false;
+        }
+        job
+    }
+
+    /// Books and reports the end of an in-flight load.
+    fn finish(&self, tile: TileId, outcome: LoadOutcome) {
+        let mut q = self.lock();
+        q.states.remove(&tile);
+        q.in_flight -= 1;
+        match outcome {
+            LoadOutcome::Ready(_) => q.counters.completed += 1,
+            _ => q.counters.failed += 1,
+        }
+        // Sent under the lock so that a new request for this tile, which can only be
+        // made once the state is gone, reports after this result.
+        q.report(LoadResult { tile, outcome });
+        if q.closed && q.in_flight == 0 {
+            self.idle.notify_all();
+        }
+    }
 }
 
-/// A pool of worker threads loading tiles through a [`TileLoader`].
+/// The scheduler the worker threads share: a ring of clients with queued work.
+#[derive(Default)]
+struct Hub {
+    state: Mutex<HubState>,
+    /// Signalled when a client joins the ring, and at shutdown.
+    work: Condvar,
+}
+
+/// Everything behind the hub's mutex.
+#[derive(Default)]
+struct HubState {
+    /// Clients that have (or just had) queued requests, served from the front; a
+    /// client appears at most once.
+    ready: VecDeque<Arc<Client>>,
+    /// Registered clients (for reports).
+    clients: usize,
+    /// Set when the last handle on the threads is gone: workers exit.
+    shutdown: bool,
+}
+
+impl Hub {
+    fn lock(&self) -> MutexGuard<'_, HubState> {
+        // Nothing under this lock can panic half-way.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends `client` to the ready ring and wakes up to `wake` idle workers. The
+    /// caller holds the client's queue lock and has set its `scheduled` flag.
+    fn schedule(&self, client: Arc<Client>, wake: usize) {
+        self.lock().ready.push_back(client);
+        for _ in 0..wake {
+            self.work.notify_one();
+        }
+    }
+
+    /// Wakes up to `n` idle workers (the client is already in the ring).
+    fn wake(&self, n: usize) {
+        for _ in 0..n {
+            self.work.notify_one();
+        }
+    }
+
+    /// Takes `client` out of the ring and the registry.
+    fn unregister(&self, client: &Arc<Client>) {
+        let mut h = self.lock();
+        h.ready.retain(|c| !Arc::ptr_eq(c, client));
+        h.clients = h.clients.saturating_sub(1);
+    }
+
+    /// Blocks until a client is ready and takes it from the front of the ring, or
+    /// returns `None` at shutdown.
+    fn next_client(&self) -> Option<Arc<Client>> {
+        let mut h = self.lock();
+        loop {
+            if h.shutdown {
+                return None;
+            }
+            if let Some(client) = h.ready.pop_front() {
+                return Some(client);
+            }
+            h = self.work.wait(h).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// Worker threads that serve the requests of several [`LoaderPool`]s.
 ///
-/// Dropping the pool (or calling [`LoaderPool::shutdown`]) cancels queued requests,
-/// lets in-flight loads finish and joins every worker.
-pub struct LoaderPool {
-    shared: Arc<Shared>,
-    /// Wake tokens, one per newly queued request. `None` once shut down.
-    wake: Option<Sender<()>>,
-    results: Receiver<LoadResult>,
+/// Each pool made with [`LoaderPool::on_threads`] is a client with its own queue,
+/// results channel, counters and cancellation. A free worker takes the client at the
+/// front of a ring of clients with queued work, starts that client's best request (by
+/// the pool's usual order) and moves the client to the back of the ring, so clients
+/// take turns request by request: a client with a long backlog delays another's
+/// request by at most one load per worker per client ahead of it.
+///
+/// The threads stop and are joined when the last `Arc<LoaderThreads>` is dropped; each
+/// client holds one, so that happens once every client pool is gone as well.
+pub struct LoaderThreads {
+    hub: Arc<Hub>,
     workers: Vec<JoinHandle<()>>,
     config: LoaderConfig,
 }
 
-impl LoaderPool {
-    /// Starts `threads` workers (at least one), named `tessera-loader-{i}`. When the
-    /// operating system refuses a thread, the workers already started are shut down
-    /// and joined, and the error is returned.
-    pub fn new(loader: Arc<dyn TileLoader>, threads: usize, config: LoaderConfig) -> std::io::Result<Self> {
-        let (wake_tx, wake_rx) = crossbeam_channel::unbounded::<()>();
-        let (results_tx, results_rx) = crossbeam_channel::unbounded();
-        let shared = Arc::new(Shared { queue: Mutex::new(Queue::default()), loader, results: results_tx });
-        let mut pool = Self { shared, wake: Some(wake_tx), results: results_rx, workers: Vec::new(), config };
-        for i in 0..threads.max(1) {
-            let shared = Arc::clone(&pool.shared);
-            let wake = wake_rx.clone();
+impl LoaderThreads {
+    /// Starts `threads` workers (0: one per core), named `tessera-loader-{i}`, each with
+    /// `config.stack_bytes` of stack; `config.cancel_after_frames` is the default of
+    /// the client pools. When the operating system refuses a thread, the workers
+    /// already started are stopped and joined, and the error is returned.
+    pub fn new(threads: usize, config: LoaderConfig) -> std::io::Result<Arc<Self>> {
+        let threads = match threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let mut this = Self { hub: Arc::default(), workers: Vec::with_capacity(threads), config };
+        for i in 0..threads {
+            let hub = Arc::clone(&this.hub);
             let mut builder = std::thread::Builder::new().name(format!("tessera-loader-{i}"));
             if let Some(bytes) = config.stack_bytes {
                 builder = builder.stack_size(bytes);
             }
-            let handle = builder.spawn(move || worker(&shared, &wake))?;
-            pool.workers.push(handle);
+            // On error, dropping `this` stops and joins the workers started so far.
+            this.workers.push(builder.spawn(move || worker(&hub))?);
         }
-        Ok(pool)
+        Ok(Arc::new(this))
+    }
+
+    /// Number of worker threads.
+    pub fn threads(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// The configuration the threads were made with.
+    pub fn config(&self) -> LoaderConfig {
+        self.config
+    }
+
+    /// Number of client pools served now.
+    pub fn clients(&self) -> usize {
+        self.hub.lock().clients
+    }
+}
+
+impl Drop for LoaderThreads {
+    /// Stops and joins the workers. No client is left (each holds an `Arc` on the
+    /// threads), so no request is lost.
+    fn drop(&mut self) {
+        self.hub.lock().shutdown = true;
+        self.hub.work.notify_all();
+        let me = std::thread::current().id();
+        for handle in self.workers.drain(..) {
+            // A worker cannot join itself; it exits on its own once this returns.
+            if handle.thread().id() == me {
+                continue;
+            }
+            let name = handle.thread().name().unwrap_or("tessera-loader").to_owned();
+            if handle.join().is_err() {
+                tracing::error!(thread = %name, "loader worker panicked outside a load");
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for LoaderThreads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoaderThreads")
+            .field("threads", &self.workers.len())
+            .field("clients", &self.clients())
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+/// Loads tiles through a [`TileLoader`] on worker threads, in priority order.
+///
+/// The threads are either the pool's own ([`LoaderPool::new`]) or shared with other
+/// pools ([`LoaderPool::on_threads`]); either way the pool has its own queue, results,
+/// counters and cancellation. Dropping the pool (or calling [`LoaderPool::shutdown`])
+/// cancels its queued requests and waits for its in-flight loads to finish (their
+/// results go to this pool's channel only); its own threads are then joined, shared
+/// ones keep serving the other pools.
+pub struct LoaderPool {
+    client: Arc<Client>,
+    threads: Arc<LoaderThreads>,
+    results: Receiver<LoadResult>,
+    cancel_after_frames: u64,
+}
+
+impl LoaderPool {
+    /// Starts `threads` workers of its own (at least one), named `tessera-loader-{i}`.
+    /// When the operating system refuses a thread, the workers already started are
+    /// shut down and joined, and the error is returned.
+    pub fn new(loader: Arc<dyn TileLoader>, threads: usize, config: LoaderConfig) -> std::io::Result<Self> {
+        let threads = LoaderThreads::new(threads.max(1), config)?;
+        Ok(Self::on_threads(&threads, loader))
+    }
+
+    /// A pool served by shared `threads`, with its own queue, results channel and
+    /// counters; requests are cancelled as stale after the threads'
+    /// [`LoaderConfig::cancel_after_frames`] unless
+    /// [`LoaderPool::with_cancel_after_frames`] says otherwise.
+    pub fn on_threads(threads: &Arc<LoaderThreads>, loader: Arc<dyn TileLoader>) -> Self {
+        let (results_tx, results_rx) = crossbeam_channel::unbounded();
+        let queue = Queue { loader: Some(loader), results: Some(results_tx), ..Queue::default() };
+        let client = Arc::new(Client { queue: Mutex::new(queue), idle: Condvar::new() });
+        threads.hub.lock().clients += 1;
+        Self {
+            client,
+            threads: Arc::clone(threads),
+            results: results_rx,
+            cancel_after_frames: threads.config.cancel_after_frames,
+        }
+    }
+
+    /// This pool with `frames` as its [`LoaderConfig::cancel_after_frames`].
+    #[must_use]
+    pub fn with_cancel_after_frames(mut self, frames: u64) -> Self {
+        self.cancel_after_frames = frames;
+        self
     }
 
     /// Asks for `tile` to be loaded, as wanted at `frame` with `priority` (higher
@@ -287,12 +502,14 @@ impl LoaderPool {
     /// [`LoaderPool::request`] for each `(tile, priority)` under one lock; returns how
     /// many were newly queued.
     pub fn request_many(&self, requests: &[(TileId, u32)], frame: u64) -> usize {
-        let Some(wake) = &self.wake else { return 0 };
         if requests.is_empty() {
             return 0;
         }
-        let mut guard = self.shared.lock();
+        let mut guard = self.client.lock();
         let q = &mut *guard;
+        if q.closed {
+            return 0;
+        }
         let mut queued = 0;
         for &(tile, priority) in requests {
             match q.states.entry(tile) {
@@ -315,10 +532,18 @@ impl LoaderPool {
                     q.heap.push(QueueEntry { mip: tile.mip, priority, seq, tile });
                     q.queued += 1;
                     q.counters.requested += 1;
-                    // Workers hold receivers until `wake` is dropped, so this cannot fail.
-                    let _ = wake.send(());
                     queued += 1;
                 }
+            }
+        }
+        if queued > 0 {
+            let wake = queued.min(self.threads.threads());
+            if q.scheduled {
+                self.threads.hub.wake(wake);
+            } else {
+                q.scheduled = true;
+                // Lock order: a client's queue, then the hub.
+                self.threads.hub.schedule(Arc::clone(&self.client), wake);
             }
         }
         q.maybe_compact();
@@ -329,7 +554,7 @@ impl LoaderPool {
     /// priority to at least `priority`, under one lock; tiles that are not queued
     /// (being loaded, or never requested) are left alone. Returns how many were renewed.
     pub fn renew_many(&self, tiles: &[TileId], priority: u32, frame: u64) -> usize {
-        let mut guard = self.shared.lock();
+        let mut guard = self.client.lock();
         let q = &mut *guard;
         let mut renewed = 0;
         for &tile in tiles {
@@ -352,8 +577,8 @@ impl LoaderPool {
     /// than `current_frame` by more than `cancel_after_frames`; each gets a
     /// [`LoadOutcome::Cancelled`] result. Returns how many were cancelled.
     pub fn cancel_stale(&self, current_frame: u64) -> usize {
-        let k = self.config.cancel_after_frames;
-        let mut q = self.shared.lock();
+        let k = self.cancel_after_frames;
+        let mut q = self.client.lock();
         let stale: Vec<TileId> = q
             .states
             .iter()
@@ -367,7 +592,7 @@ impl LoaderPool {
             })
             .collect();
         for &tile in &stale {
-            q.cancel_queued(tile, &self.shared.results);
+            q.cancel_queued(tile);
         }
         q.maybe_compact();
         stale.len()
@@ -376,11 +601,11 @@ impl LoaderPool {
     /// Cancels one queued request; returns whether it was queued (an in-flight load
     /// cannot be cancelled and will report its own result).
     pub fn cancel(&self, tile: TileId) -> bool {
-        let mut q = self.shared.lock();
+        let mut q = self.client.lock();
         if !matches!(q.states.get(&tile), Some(TileState::Queued { .. })) {
             return false;
         }
-        q.cancel_queued(tile, &self.shared.results);
+        q.cancel_queued(tile);
         q.maybe_compact();
         true
     }
@@ -398,37 +623,47 @@ impl LoaderPool {
 
     /// Number of queued requests not yet picked up by a worker.
     pub fn pending(&self) -> usize {
-        self.shared.lock().queued
+        self.client.lock().queued
     }
 
     /// Number of tiles being loaded right now.
     pub fn in_flight(&self) -> usize {
-        self.shared.lock().in_flight
+        self.client.lock().in_flight
     }
 
     /// Whether `tile` is queued or being loaded.
     pub fn is_requested(&self, tile: TileId) -> bool {
-        self.shared.lock().states.contains_key(&tile)
+        self.client.lock().states.contains_key(&tile)
     }
 
     /// Running totals.
     pub fn counters(&self) -> LoaderCounters {
-        self.shared.lock().counters
+        self.client.lock().counters
     }
 
-    /// The configuration the pool was made with.
+    /// The pool's configuration: its own `cancel_after_frames` and its threads'
+    /// `stack_bytes`.
     pub fn config(&self) -> LoaderConfig {
-        self.config
+        LoaderConfig {
+            cancel_after_frames: self.cancel_after_frames,
+            stack_bytes: self.threads.config.stack_bytes,
+        }
     }
 
-    /// Number of worker threads.
+    /// Number of worker threads serving the pool (shared ones included).
     pub fn threads(&self) -> usize {
-        self.workers.len()
+        self.threads.threads()
+    }
+
+    /// The worker threads serving the pool.
+    pub fn loader_threads(&self) -> &Arc<LoaderThreads> {
+        &self.threads
     }
 
     /// Stops the pool: queued requests are dropped and reported
     /// [`LoadOutcome::Cancelled`], in-flight loads finish and report their outcome,
-    /// and every worker is joined.
+    /// and the pool's own workers are joined (shared ones keep serving other pools;
+    /// they are joined with the last handle on them).
     ///
     /// Returns every result not yet received from [`LoaderPool::results`] (so none
     /// is lost). If a clone of the receiver is being read concurrently, results may
@@ -440,32 +675,37 @@ impl LoaderPool {
     }
 
     fn stop(&mut self) {
-        let Some(wake) = self.wake.take() else { return };
-        {
-            let mut q = self.shared.lock();
-            let queued: Vec<TileId> = q
-                .states
-                .iter()
-                .filter_map(|(&t, s)| matches!(s, TileState::Queued { .. }).then_some(t))
-                .collect();
-            for tile in queued {
-                q.cancel_queued(tile, &self.shared.results);
-            }
-            q.heap.clear();
+        let mut q = self.client.lock();
+        if q.closed {
+            return;
         }
-        // Workers drain the remaining (now useless) tokens, then see the disconnect.
-        drop(wake);
-        for handle in self.workers.drain(..) {
-            let name = handle.thread().name().unwrap_or("tessera-loader").to_owned();
-            if handle.join().is_err() {
-                tracing::error!(thread = %name, "loader worker panicked outside a load");
-            }
+        q.closed = true;
+        let queued: Vec<TileId> = q
+            .states
+            .iter()
+            .filter_map(|(&t, s)| matches!(s, TileState::Queued { .. }).then_some(t))
+            .collect();
+        for tile in queued {
+            q.cancel_queued(tile);
         }
+        q.heap.clear();
+        // Lock order: a client's queue, then the hub.
+        self.threads.hub.unregister(&self.client);
+        // Workers never hold the queue lock while loading, so this wait ends when the
+        // in-flight loads do.
+        while q.in_flight > 0 {
+            q = self.client.idle.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+        // Workers dropped their handles on the loader before reporting; these are the
+        // last ones the threads could reach.
+        q.loader = None;
+        q.results = None;
     }
 }
 
 impl Drop for LoaderPool {
-    /// Same as [`LoaderPool::shutdown`], discarding the results left in the channel.
+    /// Same as [`LoaderPool::shutdown`], discarding the results left in the channel;
+    /// the pool's own threads are joined when its handle on them goes.
     fn drop(&mut self) {
         self.stop();
     }
@@ -473,10 +713,10 @@ impl Drop for LoaderPool {
 
 impl std::fmt::Debug for LoaderPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let q = self.shared.lock();
+        let q = self.client.lock();
         f.debug_struct("LoaderPool")
-            .field("threads", &self.workers.len())
-            .field("config", &self.config)
+            .field("threads", &self.threads.threads())
+            .field("cancel_after_frames", &self.cancel_after_frames)
             .field("pending", &q.queued)
             .field("in_flight", &q.in_flight)
             .field("counters", &q.counters)
@@ -484,34 +724,32 @@ impl std::fmt::Debug for LoaderPool {
     }
 }
 
-/// A worker: one token, at most one load.
-fn worker(shared: &Shared, wake: &Receiver<()>) {
-    while wake.recv().is_ok() {
-        let Some(tile) = shared.lock().pop_next() else { continue };
-        let loaded = catch_unwind(AssertUnwindSafe(|| shared.loader.load(tile)));
-        let outcome = match loaded {
-            Ok(Ok(data)) => LoadOutcome::Ready(data),
-            Ok(Err(e)) => LoadOutcome::Failed(e),
-            Err(panic) => {
-                let message = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "non-string panic payload".to_owned());
-                tracing::error!(%tile, %message, "tile loader panicked");
-                LoadOutcome::Failed(LoadError::Panicked { tile, message })
-            }
-        };
-        let mut q = shared.lock();
-        q.states.remove(&tile);
-        q.in_flight -= 1;
-        match outcome {
-            LoadOutcome::Ready(_) => q.counters.completed += 1,
-            _ => q.counters.failed += 1,
+/// A worker: one request of one client at a time, taking turns between clients.
+fn worker(hub: &Hub) {
+    while let Some(client) = hub.next_client() {
+        let Some((tile, loader)) = client.start_next(hub) else { continue };
+        let outcome = load_caught(loader.as_ref(), tile);
+        // Dropped before reporting, so that a pool that sees its last load end holds
+        // the last handle on its loader.
+        drop(loader);
+        client.finish(tile, outcome);
+    }
+}
+
+/// Runs one load, turning a panic into [`LoadError::Panicked`].
+fn load_caught(loader: &dyn TileLoader, tile: TileId) -> LoadOutcome {
+    match catch_unwind(AssertUnwindSafe(|| loader.load(tile))) {
+        Ok(Ok(data)) => LoadOutcome::Ready(data),
+        Ok(Err(e)) => LoadOutcome::Failed(e),
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "non-string panic payload".to_owned());
+            tracing::error!(%tile, %message, "tile loader panicked");
+            LoadOutcome::Failed(LoadError::Panicked { tile, message })
         }
-        // Sent under the lock so that a new request for this tile, which can only be
-        // made once the state is gone, reports after this result.
-        let _ = shared.results.send(LoadResult { tile, outcome });
     }
 }
 
@@ -760,10 +998,198 @@ mod tests {
             pool.request(t(0, round % 7), round, 0);
             pool.cancel(t(0, (round + 3) % 7));
         }
-        let q = pool.shared.lock();
+        let q = pool.client.lock();
         assert!(q.heap.len() <= 2 * q.queued + 64, "heap {} for {} queued", q.heap.len(), q.queued);
         drop(q);
         drop(gate);
+    }
+
+    /// A loader whose bytes say which client loaded the tile: `[client, x as u8]`.
+    fn tagged(client: u8) -> Arc<dyn TileLoader> {
+        Arc::new(move |tile: TileId| -> Result<Arc<[u8]>, LoadError> {
+            std::thread::yield_now();
+            Ok(Arc::from(vec![client, tile.x as u8]))
+        })
+    }
+
+    #[test]
+    fn clients_on_shared_threads_each_get_one_result_per_request() {
+        let threads = LoaderThreads::new(2, LoaderConfig::default()).unwrap();
+        let a = LoaderPool::on_threads(&threads, tagged(1));
+        let b = LoaderPool::on_threads(&threads, tagged(2));
+        assert_eq!((a.threads(), b.threads(), threads.clients()), (2, 2, 2));
+        // The same tile ids in both clients: each queue is its own.
+        let tiles: Vec<(TileId, u32)> = (0..200).map(|x| (t((x % 3) as u8, x), x % 4)).collect();
+        for chunk in tiles.chunks(25) {
+            assert_eq!(a.request_many(chunk, 0), chunk.len());
+            assert_eq!(b.request_many(chunk, 0), chunk.len());
+            assert_eq!(b.request_many(chunk, 1), 0, "already queued or in flight");
+        }
+        for (pool, tag) in [(&a, 1u8), (&b, 2u8)] {
+            let mut seen: Vec<u32> = collect(pool, 200)
+                .into_iter()
+                .map(|r| {
+                    assert_eq!(r.outcome, LoadOutcome::Ready(Arc::from(vec![tag, r.tile.x as u8])));
+                    r.tile.x
+                })
+                .collect();
+            seen.sort_unstable();
+            assert_eq!(seen, (0..200).collect::<Vec<u32>>());
+            wait_until("idle", || pool.in_flight() == 0);
+            assert!(pool.try_results().is_empty(), "one result per request");
+            assert_eq!(
+                pool.counters(),
+                LoaderCounters { requested: 200, completed: 200, ..Default::default() }
+            );
+        }
+        assert!(format!("{threads:?}").contains("clients: 2"));
+        drop(a);
+        assert_eq!(threads.clients(), 1);
+    }
+
+    #[test]
+    fn cancelling_in_one_client_leaves_the_other() {
+        // One shared thread, held busy by a third client's gated load.
+        let threads = LoaderThreads::new(1, LoaderConfig::default()).unwrap();
+        let gate_tile = t(20, 0);
+        let (gate, gate_rx) = crossbeam_channel::unbounded();
+        let g = LoaderPool::on_threads(&threads, Arc::new(Gated { gate_tile, gate: Mutex::new(gate_rx) }));
+        assert!(g.request(gate_tile, 0, 0));
+        wait_until("gate tile in flight", || g.in_flight() == 1);
+        let a = LoaderPool::on_threads(&threads, tagged(1)).with_cancel_after_frames(2);
+        let b = LoaderPool::on_threads(&threads, tagged(2));
+        assert_eq!(a.config().cancel_after_frames, 2);
+        assert_eq!(b.config(), LoaderConfig::default());
+        for x in 1..=4 {
+            assert!(a.request(t(0, x), 1, 10));
+            assert!(b.request(t(0, x), 1, 10));
+        }
+        assert!(a.cancel(t(0, 2)));
+        assert_eq!(a.cancel_stale(13), 3);
+        assert_eq!((a.pending(), b.pending()), (0, 4));
+        assert!(b.is_requested(t(0, 2)) && !a.is_requested(t(0, 2)));
+        assert_eq!(b.cancel_stale(13), 0, "b keeps the default of 8 frames");
+        drop(gate);
+        let mut got: Vec<u32> = collect(&b, 4)
+            .into_iter()
+            .map(|r| {
+                assert!(matches!(r.outcome, LoadOutcome::Ready(_)), "{r:?}");
+                r.tile.x
+            })
+            .collect();
+        got.sort_unstable();
+        assert_eq!(got, vec![1, 2, 3, 4]);
+        let a_results = a.try_results();
+        assert_eq!(a_results.len(), 4);
+        assert!(a_results.iter().all(|r| r.outcome == LoadOutcome::Cancelled));
+        assert_eq!(a.counters(), LoaderCounters { requested: 4, cancelled: 4, ..Default::default() });
+        assert_eq!(b.counters(), LoaderCounters { requested: 4, completed: 4, ..Default::default() });
+    }
+
+    #[test]
+    fn dropping_a_client_with_loads_in_flight_leaves_the_other() {
+        let threads = LoaderThreads::new(2, LoaderConfig::default()).unwrap();
+        let slow: Arc<dyn TileLoader> = Arc::new(|tile: TileId| -> Result<Arc<[u8]>, LoadError> {
+            std::thread::sleep(Duration::from_millis(30));
+            Ok(Arc::from(vec![1, tile.x as u8]))
+        });
+        let slow_weak = Arc::downgrade(&slow);
+        let a = LoaderPool::on_threads(&threads, slow);
+        let a_rx = a.results().clone();
+        for x in 0..10 {
+            assert!(a.request(t(0, x), 1, 0));
+        }
+        wait_until("both threads loading for a", || a.in_flight() == 2);
+        let b = LoaderPool::on_threads(&threads, tagged(2));
+        for x in 0..20 {
+            assert!(b.request(t(0, x), 1, 0));
+        }
+        // Waits for a's two in-flight loads; b's requests are served meanwhile or after.
+        drop(a);
+        assert_eq!(slow_weak.strong_count(), 0, "the dropped client's loader is released");
+        assert_eq!(threads.clients(), 1);
+        // a's results went to a's channel only: 8 cancelled, 2 loaded, then the end.
+        let a_results: Vec<LoadResult> = a_rx.iter().collect();
+        assert_eq!(a_results.len(), 10);
+        assert_eq!(a_results.iter().filter(|r| r.outcome == LoadOutcome::Cancelled).count(), 8);
+        let mut got: Vec<u32> = collect(&b, 20)
+            .into_iter()
+            .map(|r| {
+                assert_eq!(r.outcome, LoadOutcome::Ready(Arc::from(vec![2, r.tile.x as u8])));
+                r.tile.x
+            })
+            .collect();
+        got.sort_unstable();
+        assert_eq!(got, (0..20).collect::<Vec<u32>>());
+        wait_until("b idle", || b.in_flight() == 0);
+        assert!(b.try_results().is_empty());
+        // The threads keep serving.
+        assert!(b.request(t(1, 0), 0, 1));
+        assert_eq!(collect(&b, 1)[0].tile, t(1, 0));
+    }
+
+    #[test]
+    fn a_long_backlog_does_not_starve_another_client() {
+        let threads = LoaderThreads::new(2, LoaderConfig::default()).unwrap();
+        let a_loads = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&a_loads);
+        let a = LoaderPool::on_threads(
+            &threads,
+            Arc::new(move |tile: TileId| -> Result<Arc<[u8]>, LoadError> {
+                counter.fetch_add(1, AtomicOrdering::SeqCst);
+                std::thread::sleep(Duration::from_millis(2));
+                Ok(Arc::from(vec![tile.mip]))
+            }),
+        );
+        // Coarse mips and high priorities, so that nothing in b's queue would win on
+        // priority if the two shared one queue.
+        let backlog: Vec<(TileId, u32)> = (0..1000).map(|x| (t(9, x), 100)).collect();
+        assert_eq!(a.request_many(&backlog, 0), 1000);
+        wait_until("a loading on both threads", || a.in_flight() == 2);
+        let seen_by_b = Arc::new(AtomicUsize::new(usize::MAX));
+        let (probe, b_counter) = (Arc::clone(&seen_by_b), Arc::clone(&a_loads));
+        let b = LoaderPool::on_threads(
+            &threads,
+            Arc::new(move |_tile: TileId| -> Result<Arc<[u8]>, LoadError> {
+                probe.store(b_counter.load(AtomicOrdering::SeqCst), AtomicOrdering::SeqCst);
+                Ok(Arc::from(vec![0u8]))
+            }),
+        );
+        let before = a_loads.load(AtomicOrdering::SeqCst);
+        assert!(b.request(t(0, 0), 0, 0));
+        assert_eq!(collect(&b, 1)[0].tile, t(0, 0));
+        let started_meanwhile = seen_by_b.load(AtomicOrdering::SeqCst) - before;
+        // Each thread finishes its current load of a's and may start one more before
+        // the ring comes round to b.
+        assert!(started_meanwhile <= 2 * threads.threads(), "{started_meanwhile} of a's loads went first");
+        assert!(a.pending() > 900, "b did not wait for a's backlog");
+    }
+
+    #[test]
+    fn shared_threads_are_counted_and_joined_with_the_last_handle() {
+        let threads =
+            LoaderThreads::new(3, LoaderConfig { stack_bytes: Some(1 << 20), ..Default::default() }).unwrap();
+        assert_eq!(threads.threads(), 3);
+        assert_eq!(threads.config().stack_bytes, Some(1 << 20));
+        let per_core = LoaderThreads::new(0, LoaderConfig::default()).unwrap();
+        assert_eq!(per_core.threads(), std::thread::available_parallelism().map_or(1, |n| n.get()));
+        drop(per_core);
+        let hub = Arc::downgrade(&threads.hub);
+        let a = LoaderPool::on_threads(&threads, tagged(1));
+        let b = LoaderPool::on_threads(&threads, tagged(2));
+        assert!(Arc::ptr_eq(a.loader_threads(), b.loader_threads()));
+        assert_eq!((a.threads(), b.threads()), (3, 3));
+        assert_eq!(a.config().stack_bytes, Some(1 << 20));
+        drop(threads);
+        // The clients keep the threads alive.
+        assert!(a.request(t(0, 7), 0, 0));
+        assert_eq!(collect(&a, 1)[0].outcome, LoadOutcome::Ready(Arc::from(vec![1, 7])));
+        drop(a);
+        assert!(b.request(t(0, 8), 0, 0));
+        assert_eq!(collect(&b, 1)[0].tile, t(0, 8));
+        drop(b);
+        // Every worker has exited (each held the hub) and been joined.
+        assert_eq!(hub.strong_count(), 0);
     }
 
     /// Many submitters and a canceller race; every `true` from `request` must be

@@ -181,6 +181,21 @@ impl<K: Hash + Eq + Copy, V> Lru<K, V> {
         None
     }
 
+    /// Keeps only the entries for which `pred` holds, visiting them from the least to
+    /// the most recently used; the kept entries keep their order. O(entries).
+    pub fn retain(&mut self, mut pred: impl FnMut(&K, &V) -> bool) {
+        let mut i = self.lru;
+        while i != NIL {
+            let n = self.node(i);
+            let next = n.newer;
+            if !pred(&n.key, &n.value) {
+                let (key, _) = self.free_node(i);
+                self.index.remove(&key);
+            }
+            i = next;
+        }
+    }
+
     /// Removes every entry (the slab's memory is kept for reuse).
     pub fn clear(&mut self) {
         self.index.clear();
@@ -335,6 +350,25 @@ mod tests {
 
     fn keys(l: &Lru<u32, u32>) -> Vec<u32> {
         l.keys().copied().collect()
+    }
+
+    #[test]
+    fn retain_keeps_order_and_reuses_slots() {
+        let mut l = Lru::new();
+        for k in 0..10u32 {
+            l.insert(k, k * 10);
+        }
+        l.get(3);
+        l.retain(|&k, &v| k % 2 == 1 && v != 50);
+        assert_eq!(keys(&l), vec![1, 7, 9, 3]);
+        assert_eq!(l.len(), 4);
+        assert!(!l.contains_key(5));
+        assert_eq!(l.pop_lru(), Some((1, 10)));
+        l.insert(20, 200);
+        assert_eq!(keys(&l), vec![7, 9, 3, 20]);
+        l.retain(|_, _| false);
+        assert!(l.is_empty());
+        assert_eq!(l.pop_lru(), None);
     }
 
     #[test]

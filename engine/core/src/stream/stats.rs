@@ -110,7 +110,7 @@ pub struct StreamFrame {
     pub evictions: usize,
     /// Tiles resident in the pool.
     pub resident_vram: usize,
-    /// Tiles resident in the host cache.
+    /// Tiles resident in the host cache (the streamer's own partition of a shared one).
     pub resident_host: usize,
     /// Requests handed to the loader this frame.
     pub requests: usize,

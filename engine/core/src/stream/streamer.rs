@@ -16,7 +16,7 @@ use crate::format::tile::TileId;
 use crate::stream::atlas_loader::{AtlasLoader, StackedLoader};
 use crate::stream::feedback::FeedbackLayout;
 use crate::stream::host_cache::HostCache;
-use crate::stream::loader::{LoadError, LoadOutcome, LoaderConfig, LoaderPool, TileLoader};
+use crate::stream::loader::{LoadError, LoadOutcome, LoaderConfig, LoaderPool, LoaderThreads, TileLoader};
 use crate::stream::pool_layout::PoolLayout;
 use crate::stream::residency::{Residency, ResidencyConfig, Upload};
 use crate::stream::schedule::{
@@ -48,9 +48,11 @@ impl Default for Staleness {
 /// Settings of a [`Streamer`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct StreamerConfig {
-    /// Host page cache budget in MiB.
+    /// Host page cache budget in MiB (ignored by [`Streamer::new_shared`], whose cache
+    /// is the shared one's).
     pub host_cache_mib: u32,
-    /// Loader threads (0 = one per core).
+    /// Loader threads (0 = one per core; ignored by [`Streamer::new_shared`], whose
+    /// threads are the shared ones).
     pub loader_threads: usize,
     /// Most tiles uploaded per frame; with `target_frame_ms`, the ceiling of the
     /// adaptive budget.
@@ -73,7 +75,8 @@ pub struct StreamerConfig {
     pub prefetch_neighbours: bool,
     /// When outstanding requests are cancelled.
     pub staleness: Staleness,
-    /// Stack size of each loader thread in bytes (`None`: the platform's default).
+    /// Stack size of each loader thread in bytes (`None`: the platform's default;
+    /// ignored by [`Streamer::new_shared`]).
     pub loader_stack_bytes: Option<usize>,
 }
 
@@ -173,6 +176,55 @@ pub struct FramePlan {
     pub stats: StreamFrame,
 }
 
+/// One host page cache and one set of loader threads for several [`Streamer`]s, made
+/// with [`Streamer::new_shared`].
+///
+/// Each streamer gets its own partition of the cache (its tile ids never collide with
+/// another atlas's) and its own loader queue on the shared threads (which take turns
+/// between streamers); the partitions compete for the one budget, least recently used
+/// tile first. Clones share the same cache and threads.
+#[derive(Clone, Debug)]
+pub struct SharedStreaming {
+    cache: Arc<HostCache>,
+    threads: Arc<LoaderThreads>,
+}
+
+impl SharedStreaming {
+    /// A host cache of `host_cache_mib` MiB and `loader_threads` loader threads (0 = one
+    /// per core).
+    pub fn new(host_cache_mib: u32, loader_threads: usize) -> Result<Self, StreamerError> {
+        let threads = LoaderThreads::new(loader_threads, LoaderConfig::default())
+            .map_err(StreamerError::LoaderThreads)?;
+        Ok(Self::from_parts(Arc::new(HostCache::new(u64::from(host_cache_mib) << 20)), threads))
+    }
+
+    /// Shares `cache`'s store and `threads` (made with their own settings, such as a
+    /// stack size).
+    pub fn from_parts(cache: Arc<HostCache>, threads: Arc<LoaderThreads>) -> Self {
+        Self { cache, threads }
+    }
+
+    /// The root view of the shared cache: its budget and counters are every
+    /// streamer's; streamers cache their tiles in partitions of their own.
+    pub fn host_cache(&self) -> &Arc<HostCache> {
+        &self.cache
+    }
+
+    /// The shared loader threads.
+    pub fn loader_threads(&self) -> &Arc<LoaderThreads> {
+        &self.threads
+    }
+}
+
+/// Where a streamer's loader threads come from.
+#[derive(Clone, Copy)]
+enum Threads<'a> {
+    /// Its own, as [`StreamerConfig::loader_threads`] and `loader_stack_bytes` say.
+    Own,
+    /// Shared with other streamers.
+    Shared(&'a Arc<LoaderThreads>),
+}
+
 /// The whole streaming loop for one atlas; see the module documentation.
 pub struct Streamer {
     /// The atlas streamed from, when there is one (not in simulations).
@@ -207,12 +259,40 @@ impl Streamer {
     /// returns; the first [`Streamer::frame`] uploads it (nothing is ever missing).
     pub fn new(atlas: Arc<Atlas>, pool: &PoolLayout, config: StreamerConfig) -> Result<Self, StreamerError> {
         let cache = Arc::new(HostCache::new(u64::from(config.host_cache_mib) << 20));
+        Self::open(atlas, pool, config, cache, Threads::Own)
+    }
+
+    /// As [`Streamer::new`], with the host cache and loader threads of `shared`: the
+    /// tiles go into a new partition of the shared cache, and the requests into a queue
+    /// of this streamer's on the shared threads. `config.host_cache_mib`,
+    /// `config.loader_threads` and `config.loader_stack_bytes` are ignored (and kept
+    /// as given in [`Streamer::config`]); the streamer's requests are cancelled after
+    /// its own [`Staleness::request_frames`]. Dropping the streamer drops its
+    /// partition's tiles and its queue; the shared parts go with their last user.
+    pub fn new_shared(
+        atlas: Arc<Atlas>,
+        pool: &PoolLayout,
+        config: StreamerConfig,
+        shared: &SharedStreaming,
+    ) -> Result<Self, StreamerError> {
+        let cache = Arc::new(shared.host_cache().new_partition());
+        Self::open(atlas, pool, config, cache, Threads::Shared(shared.loader_threads()))
+    }
+
+    /// [`Streamer::new`] and [`Streamer::new_shared`] once the cache is chosen.
+    fn open(
+        atlas: Arc<Atlas>,
+        pool: &PoolLayout,
+        config: StreamerConfig,
+        cache: Arc<HostCache>,
+        threads: Threads<'_>,
+    ) -> Result<Self, StreamerError> {
         let tile_loader: Arc<dyn TileLoader> = if pool.stacked {
             Arc::new(StackedLoader::new(atlas.clone(), cache.clone(), &pool.targets))
         } else {
             Arc::new(AtlasLoader::with_target(atlas.clone(), cache.clone(), pool.targets[0]))
         };
-        let mut streamer = Self::with_loader(pool, config, cache, tile_loader).map_err(|e| match e {
+        let mut streamer = Self::build(pool, config, cache, tile_loader, threads).map_err(|e| match e {
             StreamerError::CoarsestTile { source, .. } => {
                 StreamerError::CoarsestTile { atlas: atlas.path().to_path_buf(), source }
             }
@@ -232,6 +312,18 @@ impl Streamer {
         cache: Arc<HostCache>,
         tile_loader: Arc<dyn TileLoader>,
     ) -> Result<Self, StreamerError> {
+        Self::build(pool, config, cache, tile_loader, Threads::Own)
+    }
+
+    /// Everything but the atlas: residency, the loader pool on `threads` and the
+    /// coarsest tiles.
+    fn build(
+        pool: &PoolLayout,
+        config: StreamerConfig,
+        cache: Arc<HostCache>,
+        tile_loader: Arc<dyn TileLoader>,
+        threads: Threads<'_>,
+    ) -> Result<Self, StreamerError> {
         let stride = checked_stride(config.feedback_stride)?;
         let layout = FeedbackLayout::new(&pool.owners);
         let mut residency = Residency::with_layout(
@@ -245,16 +337,20 @@ impl Streamer {
             },
         );
         residency.set_prefetch_ttl(config.staleness.prefetch_frames);
-        let threads = match config.loader_threads {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            n => n,
+        let loader = match threads {
+            Threads::Own => {
+                let loader_config = LoaderConfig {
+                    cancel_after_frames: config.staleness.request_frames,
+                    stack_bytes: config.loader_stack_bytes,
+                };
+                // 0 threads: one per core.
+                let threads = LoaderThreads::new(config.loader_threads, loader_config)
+                    .map_err(StreamerError::LoaderThreads)?;
+                LoaderPool::on_threads(&threads, tile_loader.clone())
+            }
+            Threads::Shared(threads) => LoaderPool::on_threads(threads, tile_loader.clone())
+                .with_cancel_after_frames(config.staleness.request_frames),
         };
-        let loader_config = LoaderConfig {
-            cancel_after_frames: config.staleness.request_frames,
-            stack_bytes: config.loader_stack_bytes,
-        };
-        let loader = LoaderPool::new(tile_loader.clone(), threads, loader_config)
-            .map_err(StreamerError::LoaderThreads)?;
         // The coarsest tile of every owning layer, loaded now so that it is never missing.
         let roots: Vec<TileId> = pool
             .owners
@@ -516,6 +612,9 @@ impl Streamer {
     }
 
     /// Changes the host cache budget, evicting least recently used tiles until it fits.
+    ///
+    /// With a [`SharedStreaming`] cache this is the shared budget: it changes for every
+    /// streamer on it (whose [`Streamer::config`] does not show it).
     pub fn set_host_budget_mib(&mut self, mib: u32) {
         self.config.host_cache_mib = mib;
         self.cache.set_budget(u64::from(mib) << 20);
@@ -549,7 +648,8 @@ impl Streamer {
         self.residency.flush();
     }
 
-    /// Empties the host cache; tiles are read from disk again.
+    /// Empties the host cache (this streamer's partition only, with a
+    /// [`SharedStreaming`] cache); tiles are read from disk again.
     pub fn flush_host_cache(&self) {
         self.cache.clear();
     }
@@ -567,7 +667,9 @@ impl Streamer {
         self.resident_fraction().is_some_and(|f| f >= 1.0)
     }
 
-    /// Statistics of every tier; `slot_bytes` is one slot over every pool.
+    /// Statistics of every tier; `slot_bytes` is one slot over every pool. With a
+    /// [`SharedStreaming`] cache the host tier and its counters are the shared
+    /// cache's, every streamer's together.
     pub fn stats(&self, slot_bytes: u64) -> StatsSnapshot {
         let mut s = match &self.atlas {
             Some(atlas) => StatsSnapshot::gather(atlas, &self.cache, Some(&self.loader)),
@@ -594,7 +696,7 @@ impl Streamer {
         &self.residency
     }
 
-    /// The host page cache.
+    /// The host page cache: this streamer's partition of it with [`Streamer::new_shared`].
     pub fn host_cache(&self) -> &Arc<HostCache> {
         &self.cache
     }
