@@ -13,7 +13,7 @@
 
 use std::cmp::Ordering;
 use std::collections::hash_map::Entry as MapEntry;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender};
 use serde::{Deserialize, Serialize};
 
-use crate::format::tile::TileId;
+use crate::format::tile::{TileId, TileMap};
 
 /// Why a tile could not be loaded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -173,7 +173,7 @@ struct Queue {
     /// May hold stale entries (cancelled tiles, superseded priorities); they are
     /// skipped when popped and dropped when the heap is compacted.
     heap: BinaryHeap<QueueEntry>,
-    states: HashMap<TileId, TileState>,
+    states: TileMap<TileState>,
     next_seq: u64,
     queued: usize,
     in_flight: usize,

@@ -27,7 +27,7 @@ struct Node<K, V> {
 /// slab `Vec`; freed slots are kept on a free list and reused, so a long-lived map
 /// does not allocate in steady state.
 pub struct Lru<K: Hash + Eq + Copy, V> {
-    index: HashMap<K, usize>,
+    index: HashMap<K, usize, rustc_hash::FxBuildHasher>,
     slots: Vec<Option<Node<K, V>>>,
     free: Vec<usize>,
     /// Most recently used node.
@@ -51,7 +51,7 @@ impl<K: Hash + Eq + Copy, V> Lru<K, V> {
     /// Makes an empty map with room for `capacity` entries before reallocating.
     pub fn with_capacity(capacity: usize) -> Self {
         Self {
-            index: HashMap::with_capacity(capacity),
+            index: HashMap::with_capacity_and_hasher(capacity, Default::default()),
             slots: Vec::with_capacity(capacity),
             free: Vec::new(),
             mru: NIL,

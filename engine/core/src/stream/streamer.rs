@@ -7,12 +7,12 @@
 //! [`Staleness`] policy), neighbour and region prefetch, the oversubscription mip bias,
 //! the adaptive upload budget, request-to-resident timing and the fully-resident signal.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::format::atlas::Atlas;
-use crate::format::tile::TileId;
+use crate::format::tile::{TileId, TileMap, TileSet};
 use crate::stream::atlas_loader::{AtlasLoader, StackedLoader};
 use crate::stream::feedback::FeedbackLayout;
 use crate::stream::host_cache::HostCache;
@@ -247,8 +247,8 @@ pub struct Streamer {
     last_pool_full: bool,
     last_uploads: usize,
     /// When each outstanding request was made: feedback frame and CPU time.
-    request_times: HashMap<TileId, (u64, Instant)>,
-    reported_failures: HashSet<TileId>,
+    request_times: TileMap<(u64, Instant)>,
+    reported_failures: TileSet,
     frame: u64,
     frozen: bool,
 }
@@ -396,8 +396,8 @@ impl Streamer {
             last_fraction: 1.0,
             last_pool_full: false,
             last_uploads: 0,
-            request_times: HashMap::new(),
-            reported_failures: HashSet::new(),
+            request_times: TileMap::default(),
+            reported_failures: TileSet::default(),
             frame: 0,
             frozen: false,
         })
@@ -541,7 +541,7 @@ impl Streamer {
         // Requests whose result was dropped (no longer needed) never upload: forget
         // them once they are neither requested nor waiting.
         if self.request_times.len() > 4 * self.residency.slot_count() {
-            let live: HashSet<TileId> = self.residency.requested_tiles().collect();
+            let live: TileSet = self.residency.requested_tiles().collect();
             self.request_times.retain(|t, _| live.contains(t));
         }
     }
