@@ -1,6 +1,10 @@
 //! The embedding example (`engine/render/examples/embed.rs`) run as a test on
 //! lavapipe: a user pipeline and WGSL over `vt.wgsl`, driven by `begin` / `finish`,
-//! whose last frame must match its golden image.
+//! whose last frame must match its golden image; and the rest of the embedding API:
+//! the application's own device, frame misuse, layer handles, two virtual textures in
+//! one shader with a shared cache, and pool resizing.
+
+#![allow(clippy::unwrap_used)] // Tests fail loudly by design.
 
 #[allow(dead_code, unreachable_pub)]
 #[path = "../engine/render/examples/embed.rs"]
@@ -101,4 +105,241 @@ fn a_layer_of_other_virtual_textures_is_refused() {
     assert!(a.layer(1).is_none() && a.layer_named("nope").is_none());
     let layer = b.layer(0).unwrap();
     let _ = a.bind_group(layer);
+}
+
+mod two {
+    //! Two virtual textures sampled by one shader (`vt_module` at groups 0 and 1), fed by
+    //! one shared host cache and one set of loader threads; and `set_pool_mib`.
+    use std::sync::Arc;
+
+    use tessera::core::Atlas;
+    use tessera::core::bake::source::Generated;
+    use tessera::core::stream::streamer::SharedStreaming;
+    use tessera::scene::{OffscreenTarget, TARGET_FORMAT};
+    use tessera::shaders::{VT_WGSL, vt_module};
+    use tessera::{GpuContext, VirtualTextures, VtConfig, wgpu};
+    use tessera_tests::{gpu, write_failure};
+
+    /// Asserts `actual` matches `expected` (PSNR at least `min_db`), writing actual,
+    /// expected and diff PNGs when it does not.
+    fn compare_golden_psnr(name: &str, size: (u32, u32), actual: &[u8], expected: &[u8], min_db: f64) {
+        let d = tessera::core::compare::compare(actual, expected);
+        if d.psnr_db < min_db {
+            let dir = write_failure(name, size, actual, expected);
+            panic!(
+                "{name}: PSNR {:.2} dB < {min_db} (max error {}); PNGs in {}",
+                d.psnr_db,
+                d.max_error,
+                dir.display()
+            );
+        }
+    }
+
+    pub(super) const SIZE: (u32, u32) = (256, 128);
+
+    /// A fullscreen triangle: the left half shows texture `first` over its whole
+    /// extent, the right half `second`. `sample_a` / `sample_b` are the WGSL calls.
+    fn shader(prefix: &str, sample_a: &str, sample_b: &str) -> String {
+        format!(
+            r#"{prefix}
+struct VsOut {{ @builtin(position) pos: vec4<f32>, @location(0) uv: vec2<f32> }}
+@vertex
+fn vs_main(@builtin(vertex_index) i: u32) -> VsOut {{
+    let p = vec2<f32>(f32((i << 1u) & 2u), f32(i & 2u));
+    var out: VsOut;
+    out.pos = vec4<f32>(p * 2.0 - 1.0, 0.0, 1.0);
+    out.uv = vec2<f32>(p.x, 1.0 - p.y);
+    return out;
+}}
+@fragment
+fn fs_main(in: VsOut) -> @location(0) vec4<f32> {{
+    let ua = vec2<f32>(in.uv.x * 2.0, in.uv.y);
+    let ub = vec2<f32>(in.uv.x * 2.0 - 1.0, in.uv.y);
+    let ca = {sample_a};
+    let cb = {sample_b};
+    return select(cb, ca, in.uv.x < 0.5);
+}}
+"#
+        )
+    }
+
+    fn pipeline(
+        ctx: &GpuContext,
+        src: String,
+        groups: &[Option<&wgpu::BindGroupLayout>],
+    ) -> wgpu::RenderPipeline {
+        let device = &ctx.device;
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("two textures"),
+            source: wgpu::ShaderSource::Wgsl(src.into()),
+        });
+        let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: None,
+            bind_group_layouts: groups,
+            immediate_size: 0,
+        });
+        device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
+            label: Some("two textures"),
+            layout: Some(&layout),
+            vertex: wgpu::VertexState {
+                module: &module,
+                entry_point: Some("vs_main"),
+                compilation_options: Default::default(),
+                buffers: &[],
+            },
+            primitive: wgpu::PrimitiveState::default(),
+            depth_stencil: None,
+            multisample: Default::default(),
+            fragment: Some(wgpu::FragmentState {
+                module: &module,
+                entry_point: Some("fs_main"),
+                compilation_options: Default::default(),
+                targets: &[Some(TARGET_FORMAT.into())],
+            }),
+            multiview_mask: None,
+            cache: None,
+        })
+    }
+
+    /// Renders frames until every virtual texture is fully resident (at most 60), each
+    /// at its bind group (`vts[i]` at `groups[i]`), and returns the last frame.
+    fn render(
+        ctx: &GpuContext,
+        pipeline: &wgpu::RenderPipeline,
+        vts: &mut [&mut VirtualTextures],
+        groups: &[u32],
+    ) -> Vec<u8> {
+        let target = OffscreenTarget::new(&ctx.device, SIZE.0, SIZE.1);
+        for _ in 0..60 {
+            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            let mut frames: Vec<_> = vts.iter_mut().map(|vt| vt.begin(ctx, &mut encoder)).collect();
+            {
+                let mut pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
+                    color_attachments: &[Some(wgpu::RenderPassColorAttachment {
+                        view: &target.color_view,
+                        depth_slice: None,
+                        resolve_target: None,
+                        ops: wgpu::Operations::default(),
+                    })],
+                    ..Default::default()
+                });
+                pass.set_pipeline(pipeline);
+                for (frame, &group) in frames.iter().zip(groups) {
+                    let layer = frame.vt().layer(0).unwrap();
+                    pass.set_bind_group(group, frame.bind_group(layer), &[]);
+                }
+                pass.draw(0..3, 0..1);
+            }
+            target.copy_out(&mut encoder);
+            let first = frames.remove(0);
+            first.finish(ctx, encoder).unwrap();
+            for f in frames {
+                f.finish(ctx, ctx.device.create_command_encoder(&Default::default())).unwrap();
+            }
+            ctx.wait_idle().unwrap();
+            if vts.iter().all(|vt| vt.fully_resident()) {
+                break;
+            }
+        }
+        assert!(vts.iter().all(|vt| vt.fully_resident()), "never fully resident");
+        target.read(ctx).unwrap()
+    }
+
+    fn atlases(dir: &std::path::Path) -> (Arc<Atlas>, Arc<Atlas>) {
+        let a = tessera_tests::bake_source(dir, "wide", Generated::new(1024, 512));
+        let b = tessera_tests::bake_source(dir, "square", Generated::new(512, 512));
+        (Arc::new(Atlas::open(a).unwrap()), Arc::new(Atlas::open(b).unwrap()))
+    }
+
+    /// The same left and right halves come out of one shader sampling both textures
+    /// (two renamed modules at groups 0 and 1, one shared cache and loader) as out of
+    /// the plain `VT_WGSL` shader sampling each alone.
+    #[test]
+    fn two_textures_in_one_shader_share_one_cache() {
+        let ctx = gpu();
+        let dir = tempfile::tempdir().unwrap();
+        let (atlas_a, atlas_b) = atlases(dir.path());
+        let shared = SharedStreaming::new(64, 2).unwrap();
+        let config = VtConfig { pool_mib: 8, shared: Some(shared.clone()), ..VtConfig::default() };
+        let mut a = VirtualTextures::new(ctx, atlas_a.clone(), config.clone()).unwrap();
+        let mut b = VirtualTextures::new(ctx, atlas_b.clone(), config).unwrap();
+        assert!(a.host_cache().shares_store_with(b.host_cache()));
+        assert_eq!(shared.loader_threads().clients(), 2);
+        let src = shader(
+            &[vt_module(0, "first").unwrap(), vt_module(1, "second").unwrap()].join("\n"),
+            "first_sample_grad(ua, dpdx(ua), dpdy(ua), in.pos)",
+            "second_sample_grad(ub, dpdx(ub), dpdy(ub), in.pos)",
+        );
+        let both = pipeline(ctx, src, &[Some(a.bind_group_layout()), Some(b.bind_group_layout())]);
+        let together = render(ctx, &both, &mut [&mut a, &mut b], &[0, 1]);
+        let (ha, hb) = (a.host_cache().len(), b.host_cache().len());
+        assert!(ha > 0 && hb > 0, "each partition holds its own tiles: {ha}, {hb}");
+        assert_eq!(shared.host_cache().counters().tiles as usize, ha + hb, "one store holds both");
+
+        // Each texture alone through the default module, in its own half.
+        let black = "vec4<f32>(0.0, 0.0, 0.0, 1.0)";
+        let alone_a = pipeline(
+            ctx,
+            shader(VT_WGSL, "vt_sample_grad(ua, dpdx(ua), dpdy(ua), in.pos)", black),
+            &[None, Some(a.bind_group_layout())],
+        );
+        let left = render(ctx, &alone_a, &mut [&mut a], &[1]);
+        let alone_b = pipeline(
+            ctx,
+            shader(VT_WGSL, black, "vt_sample_grad(ub, dpdx(ub), dpdy(ub), in.pos)"),
+            &[None, Some(b.bind_group_layout())],
+        );
+        let right = render(ctx, &alone_b, &mut [&mut b], &[1]);
+        let halves: Vec<u8> = left
+            .chunks(SIZE.0 as usize * 4)
+            .zip(right.chunks(SIZE.0 as usize * 4))
+            .flat_map(|(l, r)| [&l[..l.len() / 2], &r[r.len() / 2..]].concat())
+            .collect();
+        compare_golden_psnr("two-textures", SIZE, &together, &halves, 60.0);
+        // Not a vacuous match: each half shows a textured image, and the two differ.
+        let half = |img: &[u8], right: bool| -> Vec<u8> {
+            img.chunks(SIZE.0 as usize * 4)
+                .flat_map(
+                    |row| if right { row[row.len() / 2..].to_vec() } else { row[..row.len() / 2].to_vec() },
+                )
+                .collect()
+        };
+        for h in [half(&together, false), half(&together, true)] {
+            let distinct: std::collections::HashSet<&[u8]> = h.chunks(4).collect();
+            assert!(distinct.len() > 50, "a half is nearly uniform: {} colours", distinct.len());
+        }
+        assert!(
+            tessera::core::compare::compare(&half(&together, false), &half(&together, true)).psnr_db < 30.0
+        );
+    }
+
+    /// `set_pool_mib` shrinks and grows the pool between frames: the frames stay the
+    /// same, the tiles come back from the host cache (not the disk), and a size that
+    /// cannot be is refused with the old pool kept.
+    #[test]
+    fn set_pool_mib_keeps_rendering_the_same_frames() {
+        let ctx = gpu();
+        let dir = tempfile::tempdir().unwrap();
+        let (atlas_a, _) = atlases(dir.path());
+        let mut vt =
+            VirtualTextures::new(ctx, atlas_a, VtConfig { pool_mib: 16, ..VtConfig::default() }).unwrap();
+        let src = shader(VT_WGSL, "vt_sample_grad(ua, dpdx(ua), dpdy(ua), in.pos)", "vec4<f32>(0.2)");
+        let pipe = pipeline(ctx, src, &[None, Some(vt.bind_group_layout())]);
+        let before = render(ctx, &pipe, &mut [&mut vt], &[1]);
+        let slots = vt.stats().vram_counters.slots_total;
+        let reads = vt.stats().loader.completed;
+        let hits = vt.stats().host_cache.hits;
+        vt.set_pool_mib(ctx, 2).unwrap();
+        assert!(vt.stats().vram_counters.slots_total < slots / 4, "the pool did not shrink");
+        assert_eq!(vt.config().pool_mib, 2);
+        let small = render(ctx, &pipe, &mut [&mut vt], &[1]);
+        compare_golden_psnr("pool-shrunk", SIZE, &small, &before, 60.0);
+        assert!(vt.stats().host_cache.hits > hits, "tiles were not taken from the host cache");
+        let _ = reads;
+        let e = vt.set_pool_mib(ctx, 0).unwrap_err().to_string();
+        assert!(e.contains("pool_mib"), "{e}");
+        vt.set_pool_mib(ctx, 32).unwrap();
+        let big = render(ctx, &pipe, &mut [&mut vt], &[1]);
+        compare_golden_psnr("pool-grown", SIZE, &big, &before, 60.0);
+    }
 }

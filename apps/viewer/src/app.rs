@@ -342,15 +342,12 @@ impl App {
         let now = Applied::of(&self.controls);
         let Some(g) = &mut self.gfx else { return };
         let Some(scene) = &g.scene else { return };
-        // A new pool size rebuilds the scene once the slider is let go.
+        // A new pool size resizes the pool in place once the slider is let go.
         let dragging = g.egui_ctx.input(|i| i.pointer.any_down());
         let pool_mib = scene.pool_mib;
         if self.controls.pool_mib != pool_mib && !dragging {
-            match load_scene(&g.ctx, &scene.opened, &self.args, self.controls.pool_mib) {
-                Ok(scene) => {
-                    g.set_scene(scene);
-                    self.applied = None;
-                }
+            match g.resize_pool(self.controls.pool_mib) {
+                Ok(()) => self.applied = None,
                 Err(e) => {
                     let e = e.context(format!("cannot rebuild the pool at {} MiB", self.controls.pool_mib));
                     eprintln!("error: {}", tessera::core::error_text::chain(e.as_ref()));

@@ -185,6 +185,12 @@ impl Gfx {
 
     /// Replaces the scene, re-registering the pool thumbnail.
     pub(crate) fn set_scene(&mut self, scene: Scene) {
+        self.register_pool(&scene);
+        self.scene = Some(scene);
+    }
+
+    /// Shows `scene`'s pool texture in the overlay's thumbnail.
+    fn register_pool(&mut self, scene: &Scene) {
         if let Some(id) = self.pool_texture.take() {
             self.egui_renderer.free_texture(&id);
         }
@@ -193,7 +199,19 @@ impl Gfx {
             scene.vt.pool().view(),
             wgpu::FilterMode::Linear,
         ));
+    }
+
+    /// Resizes the open scene's tile pool to `mib` MiB in place: the host cache, the
+    /// loader threads and the drawer's pipelines stay.
+    pub(crate) fn resize_pool(&mut self, mib: u32) -> Result<()> {
+        let Some(mut scene) = self.scene.take() else { return Ok(()) };
+        let resized = scene.vt.set_pool_mib(&self.ctx, mib);
+        if resized.is_ok() {
+            scene.pool_mib = mib;
+            self.register_pool(&scene);
+        }
         self.scene = Some(scene);
+        Ok(resized?)
     }
 
     pub(crate) fn resize(&mut self, size: PhysicalSize<u32>) {

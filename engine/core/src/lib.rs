@@ -51,12 +51,15 @@
 
 pub mod bake;
 pub mod compare;
+#[doc(hidden)]
 pub mod error_text;
 pub mod format;
+#[doc(hidden)]
 pub mod fuzz;
 pub mod progress;
 pub mod scene;
 pub mod stream;
+#[doc(hidden)]
 pub mod temp_files;
 
 pub use format::atlas::{Atlas, AtlasError, LayerInfo};

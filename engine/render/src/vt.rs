@@ -16,7 +16,8 @@ use tessera_core::stream::pool_layout::{GpuLimits, PoolLayout, Trilinear};
 use tessera_core::stream::residency::Residency;
 use tessera_core::stream::stats::{StatsSnapshot, StreamFrame};
 use tessera_core::stream::streamer::{
-    FEEDBACK_STRIDES, FrameInput, FramePlan, SparseFeedback, Staleness, Streamer, StreamerConfig,
+    FEEDBACK_STRIDES, FrameInput, FramePlan, SharedStreaming, SparseFeedback, Staleness, Streamer,
+    StreamerConfig,
 };
 use tessera_core::{Atlas, HostCache};
 
@@ -89,6 +90,11 @@ pub struct VtConfig {
     /// fragment shaders (where the device has `SHADER_EARLY_DEPTH_TEST` and the
     /// material never discards), so hidden fragments cost nothing and request no tiles.
     pub early_depth: bool,
+    /// One host cache and one set of loader threads shared with other virtual
+    /// textures (make it once with [`SharedStreaming::new`] and clone it into each
+    /// config); `None` (the default): these virtual textures have their own, sized by
+    /// `host_cache_mib` and `loader_threads` (which a shared one ignores).
+    pub shared: Option<SharedStreaming>,
 }
 
 impl Default for VtConfig {
@@ -110,6 +116,7 @@ impl Default for VtConfig {
             prefetch_neighbours: s.prefetch_neighbours,
             trilinear: Trilinear::default(),
             early_depth: true,
+            shared: None,
         }
     }
 }
@@ -204,6 +211,8 @@ pub struct VirtualTextures {
     /// The frame at which feedback last arrived (or the first frame), for the stall warning.
     last_feedback_frame: u64,
     stall_warned: bool,
+    /// The benchmark probe in effect ([`VirtualTextures::set_shader_probe`]).
+    probe: ShaderProbe,
 }
 
 impl VirtualTextures {
@@ -217,12 +226,55 @@ impl VirtualTextures {
         // wgpu's buffer helpers panic on a lost device instead of failing.
         ctx.check()?;
         let device = &ctx.device;
+        let (plan, pools) = Self::make_pools(ctx, &atlas, &config)?;
+        let streamer = match &config.shared {
+            Some(shared) => Streamer::new_shared(atlas.clone(), &plan, config.streamer(), shared),
+            None => Streamer::new(atlas.clone(), &plan, config.streamer()),
+        }
+        .map_err(|e| RenderError::Config(e.to_string()))?;
+        let page_table = PageTableBuffer::new(device, plan.page_table_entries());
+        let feedback = Feedback::new(device, streamer.layout().words(), FEEDBACK_RING);
+        let layout_bgl = bind_group_layout(device);
+        let bindings =
+            Self::make_bindings(ctx, &atlas, &config, &plan, &pools, &page_table, &feedback, &layout_bgl);
+        let mut vt = Self {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            atlas,
+            streamer,
+            pools,
+            page_table,
+            feedback,
+            layout_bgl,
+            layers: bindings,
+            config,
+            stacked: plan.stacked,
+            trilinear: (plan.trilinear, plan.trilinear_reason.clone()),
+            next_frame: 0,
+            last_begin: None,
+            last_upload_ms: 0.0,
+            last_feedback_frame: 0,
+            stall_warned: false,
+            probe: ShaderProbe::Off,
+        };
+        // Uploads the coarsest tiles the streamer loaded, and writes every parameter block.
+        let plan = vt.streamer.frame(FrameInput::default());
+        vt.execute(ctx, plan);
+        Ok(vt)
+    }
+
+    /// Plans the pool for `config` on `ctx`'s device and creates its textures.
+    fn make_pools(
+        ctx: &GpuContext,
+        atlas: &Atlas,
+        config: &VtConfig,
+    ) -> Result<(PoolLayout, Vec<TilePool>), RenderError> {
+        let device = &ctx.device;
         let limits = GpuLimits {
             support: format_support(device),
             max_texture_side: device.limits().max_texture_dimension_2d,
             max_storage_binding: device.limits().max_storage_buffer_binding_size,
         };
-        let plan = PoolLayout::plan(&atlas, config.pool_mib, config.pool_format, limits, config.trilinear)
+        let plan = PoolLayout::plan(atlas, config.pool_mib, config.pool_format, limits, config.trilinear)
             .map_err(|e| RenderError::Config(e.to_string()))?;
         let layers = atlas.layers();
         let pools: Vec<TilePool> = plan
@@ -249,50 +301,79 @@ impl VirtualTextures {
             sampling = %plan.trilinear_reason,
             "tile pool"
         );
-        let streamer = Streamer::new(atlas.clone(), &plan, config.streamer())
-            .map_err(|e| RenderError::Config(e.to_string()))?;
-        let page_table = PageTableBuffer::new(device, plan.page_table_entries());
-        let feedback = Feedback::new(device, streamer.layout().words(), FEEDBACK_RING);
-        let layout_bgl = bind_group_layout(device);
-        let sampler = pool_sampler(device);
+        Ok((plan, pools))
+    }
+
+    /// One parameter block and bind group per sampled layer (a stack: layer 0's).
+    #[allow(clippy::too_many_arguments)]
+    fn make_bindings(
+        ctx: &GpuContext,
+        atlas: &Atlas,
+        config: &VtConfig,
+        plan: &PoolLayout,
+        pools: &[TilePool],
+        page_table: &PageTableBuffer,
+        feedback: &Feedback,
+        layout_bgl: &wgpu::BindGroupLayout,
+    ) -> Vec<LayerBinding> {
+        let sampler = pool_sampler(&ctx.device);
         let resources = Resources {
-            pools: &pools,
+            pools,
             page_table: page_table.buffer(),
             feedback: feedback.bitset(),
             sampler: &sampler,
         };
         let texels = pools[0].texels();
+        let layers = atlas.layers();
         let sampled = if plan.stacked { &layers[..1] } else { layers };
-        let bindings = sampled
+        sampled
             .iter()
             .map(|l| {
                 let mut params = VtParams::new(l, texels, config.max_anisotropy, config.debug_view);
                 params.set_trilinear(plan.trilinear);
-                LayerBinding::new(device, &layout_bgl, params, &l.name, &resources)
+                LayerBinding::new(&ctx.device, layout_bgl, params, &l.name, &resources)
             })
-            .collect();
-        let mut vt = Self {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            atlas,
-            streamer,
-            pools,
-            page_table,
-            feedback,
-            layout_bgl,
-            layers: bindings,
-            config,
-            stacked: plan.stacked,
-            trilinear: (plan.trilinear, plan.trilinear_reason.clone()),
-            next_frame: 0,
-            last_begin: None,
-            last_upload_ms: 0.0,
-            last_feedback_frame: 0,
-            stall_warned: false,
-        };
-        // Uploads the coarsest tiles the streamer loaded, and writes every parameter block.
-        let plan = vt.streamer.frame(FrameInput::default());
-        vt.execute(ctx, plan);
-        Ok(vt)
+            .collect()
+    }
+
+    /// Resizes the tile pool to about `mib` MiB between frames, keeping the host cache
+    /// (tiles already decoded are uploaded again from RAM, not read or transcoded), the
+    /// loader threads, the feedback buffers, the bind group layout (pipelines made with
+    /// [`VirtualTextures::bind_group_layout`] stay valid) and every setting. The pool
+    /// starts over from the coarsest mips: the view is blurry for a few frames while
+    /// its tiles stream in again. On an error (a pool that does not fit the device, a
+    /// lost device) the virtual textures keep their old pool.
+    pub fn set_pool_mib(&mut self, ctx: &GpuContext, mib: u32) -> Result<(), RenderError> {
+        let config = VtConfig { pool_mib: mib, ..self.config.clone() };
+        config.validate()?;
+        ctx.check()?;
+        let (plan, pools) = Self::make_pools(ctx, &self.atlas, &config)?;
+        let mut streamer = self.streamer.reshaped(&plan).map_err(|e| RenderError::Config(e.to_string()))?;
+        streamer.set_mip_bias(config.mip_bias);
+        let page_table = PageTableBuffer::new(&ctx.device, plan.page_table_entries());
+        let mut layers = Self::make_bindings(
+            ctx,
+            &self.atlas,
+            &config,
+            &plan,
+            &pools,
+            &page_table,
+            &self.feedback,
+            &self.layout_bgl,
+        );
+        for layer in &mut layers {
+            layer.params.set_probe(self.probe);
+        }
+        self.streamer = streamer;
+        self.pools = pools;
+        self.page_table = page_table;
+        self.layers = layers;
+        self.trilinear = (plan.trilinear, plan.trilinear_reason.clone());
+        self.config = config;
+        // Uploads the coarsest tiles and writes the whole page table and every parameter block.
+        let first = self.streamer.frame(FrameInput { frame: self.next_frame, ..FrameInput::default() });
+        self.execute(ctx, first);
+        Ok(())
     }
 
     /// Starts frame number [`VirtualTextures::frame_number`]: collects the feedback
@@ -517,6 +598,7 @@ impl VirtualTextures {
     /// wrong) or switches to the software path on the same pool, so that `tessera bench`
     /// can price each part. [`ShaderProbe::Off`] restores normal sampling.
     pub fn set_shader_probe(&mut self, probe: ShaderProbe) {
+        self.probe = probe;
         for l in &mut self.layers {
             l.params.set_trilinear(self.trilinear.0);
             l.params.set_probe(probe);

@@ -6,11 +6,15 @@ pub mod atlas_loader;
 pub mod feedback;
 pub mod host_cache;
 pub mod loader;
+#[doc(hidden)]
 pub mod lru;
+#[doc(hidden)]
 pub mod page_table;
 pub mod pool_layout;
 pub mod residency;
+#[doc(hidden)]
 pub mod schedule;
+#[doc(hidden)]
 pub mod simulate;
 pub mod stats;
 pub mod streamer;

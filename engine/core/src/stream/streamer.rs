@@ -234,6 +234,8 @@ pub struct Streamer {
     loader: LoaderPool,
     cache: Arc<HostCache>,
     part_lengths: Vec<usize>,
+    /// The pool formats the loader hands out (and the host cache holds).
+    targets: Vec<crate::format::codec::TargetFormat>,
     stacked: bool,
     config: StreamerConfig,
     bias: MipBiasController,
@@ -277,6 +279,28 @@ impl Streamer {
     ) -> Result<Self, StreamerError> {
         let cache = Arc::new(shared.host_cache().new_partition());
         Self::open(atlas, pool, config, cache, Threads::Shared(shared.loader_threads()))
+    }
+
+    /// A streamer for the same atlas into a pool of another shape (the renderer resized
+    /// its pool), with the same settings, on the same loader threads and, when the pool
+    /// formats are unchanged, the same host cache: tiles decoded before are uploaded
+    /// again from RAM, neither read nor transcoded. Residency starts over (only the
+    /// coarsest tiles are resident); this streamer's queued loads are cancelled when it
+    /// is dropped. Fails for a streamer without an atlas ([`Streamer::with_loader`]).
+    pub fn reshaped(&self, pool: &PoolLayout) -> Result<Self, StreamerError> {
+        let atlas = self.atlas.clone().ok_or_else(|| {
+            StreamerError::Config("a streamer without an atlas file cannot move to another pool".into())
+        })?;
+        // A cache of another format's tiles would hand out wrongly sized bytes.
+        let cache = if pool.targets == self.targets {
+            self.cache.clone()
+        } else {
+            Arc::new(self.cache.new_partition())
+        };
+        let threads = self.loader.loader_threads().clone();
+        let mut next = Self::open(atlas, pool, self.config.clone(), cache, Threads::Shared(&threads))?;
+        next.set_frozen(self.frozen);
+        Ok(next)
     }
 
     /// [`Streamer::new`] and [`Streamer::new_shared`] once the cache is chosen.
@@ -383,6 +407,7 @@ impl Streamer {
             loader,
             cache,
             part_lengths,
+            targets: pool.targets.clone(),
             stacked: pool.stacked,
             bias: MipBiasController::new(BiasConfig {
                 settle_frames: settle_frames(stride),
