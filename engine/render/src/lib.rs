@@ -113,7 +113,18 @@
 //! [`shaders::vt_module`] declares the same API at any bind group under your own name
 //! (`vt_module(2, "detail")` gives `detail_sample` at `@group(2)`); bind each
 //! texture's [`VirtualTextures::bind_group`] at its group. All [`VirtualTextures`] share
-//! one bind group layout shape, so one pipeline layout can take several.
+//! one bind group layout shape, so one pipeline layout can take several. Give them one
+//! host cache and one set of loader threads with [`VtConfig::shared`]
+//! ([`core::stream::streamer::SharedStreaming`]): tiles of all of them compete for one
+//! RAM budget, and the machine runs one loader thread per core, not one per core per
+//! texture.
+//!
+//! # Changing the pool at run time
+//!
+//! [`VirtualTextures::set_pool_mib`] resizes the VRAM pool between frames and keeps the
+//! host cache, the loader threads and the bind group layout (your pipelines stay
+//! valid); the other `set_*` methods change budgets, bias, feedback resolution and
+//! debug views from the next frame on.
 
 #![warn(missing_docs)]
 
