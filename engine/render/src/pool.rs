@@ -59,6 +59,65 @@ pub const UNWRITTEN: [u8; 4] = [255, 0, 255, 255];
 /// (a [`wgpu::util::StagingBelt`]: persistently re-mapped, so no allocation per frame).
 pub const STAGING_CHUNK_BYTES: u64 = 8 << 20;
 
+/// Most bytes of one staging range of [`TilePool::upload_batch`] (one mapping).
+pub const STAGING_GROUP_BYTES: u64 = 32 << 20;
+
+/// Batches at least this large are copied into staging memory by several threads.
+const PARALLEL_COPY_TILES: usize = 32;
+
+/// Copies `tiles` into `dst`, tile `i` at `i × stride`, each tile's rows of
+/// `rows.0` bytes at a pitch of `rows.1` bytes (`rows.1 ≥ rows.0`); the padding is left
+/// as it is. Large batches are split over rayon's threads, each writing its own tiles.
+fn write_padded(mut dst: wgpu::WriteOnly<'_, [u8]>, tiles: &[&[u8]], stride: usize, rows: (usize, usize)) {
+    let (row_len, pitch) = rows;
+    let fits = tiles.iter().all(|t| {
+        let n = t.len() / row_len.max(1);
+        t.len() % row_len.max(1) == 0 && (n == 0 || (n - 1) * pitch + row_len <= stride)
+    }) && tiles.len() * stride <= dst.len();
+    if !fits || row_len == 0 {
+        tracing::warn!("tile staging skipped: tiles do not fit their staging range");
+        return;
+    }
+    if tiles.len() < PARALLEL_COPY_TILES {
+        for (i, tile) in tiles.iter().enumerate() {
+            for (r, row) in tile.chunks_exact(row_len).enumerate() {
+                let at = i * stride + r * pitch;
+                dst.slice(at..at + row_len).copy_from_slice(row);
+            }
+        }
+        return;
+    }
+    /// The staging memory's address, handed to the copying threads.
+    #[derive(Clone, Copy)]
+    struct Staging(*mut u8);
+    // SAFETY: the pointer is only used below, by threads that each write a disjoint
+    // range inside the mapped view, all joined before `dst` goes out of scope.
+    unsafe impl Send for Staging {}
+    unsafe impl Sync for Staging {}
+    let base = Staging(dst.as_raw_element_ptr().as_ptr());
+    rayon::scope(|scope| {
+        for (chunk_index, chunk) in
+            tiles.chunks(tiles.len().div_ceil(rayon::current_num_threads())).enumerate()
+        {
+            let first = chunk_index * tiles.len().div_ceil(rayon::current_num_threads());
+            scope.spawn(move |_| {
+                let base = base;
+                for (k, tile) in chunk.iter().enumerate() {
+                    for (r, row) in tile.chunks_exact(row_len).enumerate() {
+                        let at = (first + k) * stride + r * pitch;
+                        // SAFETY: `fits` checked above that every row lies inside `dst`
+                        // (at + row_len ≤ tiles.len() × stride ≤ dst.len()); tiles are
+                        // disjoint ranges, so no two threads write the same byte; the
+                        // mapping outlives the scope, which joins every thread; writes
+                        // only, as write-combined memory wants.
+                        unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), base.0.add(at), row_len) };
+                    }
+                }
+            });
+        }
+    });
+}
+
 /// The pool texture and its slot grid.
 pub struct TilePool {
     target: TargetFormat,
@@ -517,58 +576,66 @@ impl TilePool {
         let want = self.tile_bytes() as usize;
         let (row_bytes, rows) = self.tile_rows();
         let padded_row = row_bytes.next_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
-        let Some(stride) = wgpu::BufferSize::new(u64::from(padded_row) * u64::from(rows)) else { return };
-        let align = wgpu::BufferSize::new(u64::from(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT)).unwrap_or(stride);
+        let stride = u64::from(padded_row) * u64::from(rows);
         let s = self.slot_texels;
         let extent = wgpu::Extent3d { width: s, height: s, depth_or_array_layers: 1 };
-        let (row_len, padded_len) = (row_bytes as usize, padded_row as usize);
+        let valid: Vec<(SlotCoord, &[u8])> = items
+            .iter()
+            .filter(|(slot, texels)| {
+                let ok = texels.len() == want
+                    && u32::from(slot.x) < self.slots_x
+                    && u32::from(slot.y) < self.slots_y;
+                if !ok {
+                    tracing::warn!(
+                        "tile upload to slot ({}, {}) skipped: {} bytes, expected {want} inside {}×{} slots",
+                        slot.x,
+                        slot.y,
+                        texels.len(),
+                        self.slots_x,
+                        self.slots_y
+                    );
+                }
+                ok
+            })
+            .copied()
+            .collect();
         let mut belt = self.staging.lock().unwrap_or_else(PoisonError::into_inner);
         let mut encoder = device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera tile uploads") });
-        let mut copied: Vec<[u32; 2]> = Vec::with_capacity(items.len());
-        for (slot, texels) in items {
-            if texels.len() != want || u32::from(slot.x) >= self.slots_x || u32::from(slot.y) >= self.slots_y
-            {
-                tracing::warn!(
-                    "tile upload to slot ({}, {}) skipped: {} bytes, expected {want} inside {}×{} slots",
-                    slot.x,
-                    slot.y,
-                    texels.len(),
-                    self.slots_x,
-                    self.slots_y
-                );
-                continue;
-            }
-            let staged = belt.allocate(stride, align);
+        let mut copied: Vec<[u32; 2]> = Vec::with_capacity(valid.len());
+        // One staging range (and one mapping) per group of tiles instead of one per
+        // tile: each mapping is tracked and checked against the buffer's others.
+        let per_group = (STAGING_GROUP_BYTES / stride).max(1) as usize;
+        for group in valid.chunks(per_group) {
+            let Some(size) = wgpu::BufferSize::new(stride * group.len() as u64) else { continue };
+            let align = wgpu::BufferSize::new(u64::from(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT)).unwrap_or(size);
+            let staged = belt.allocate(size, align);
             match staged.get_mapped_range_mut() {
                 Ok(mut view) => {
-                    for (r, row) in texels.chunks_exact(row_len).enumerate() {
-                        let at = r * padded_len;
-                        view.slice(at..at + row_len).copy_from_slice(row);
-                    }
+                    let rows = (row_bytes as usize, padded_row as usize);
+                    let tiles: Vec<&[u8]> = group.iter().map(|(_, t)| *t).collect();
+                    write_padded(view.slice(..), &tiles, stride as usize, rows);
                 }
                 Err(e) => {
-                    tracing::warn!(
-                        "tile upload to slot ({}, {}) skipped: staging not mapped: {e}",
-                        slot.x,
-                        slot.y
-                    );
+                    tracing::warn!("{} tile uploads skipped: staging not mapped: {e}", group.len());
                     continue;
                 }
             }
-            encoder.copy_buffer_to_texture(
-                wgpu::TexelCopyBufferInfo {
-                    buffer: staged.buffer(),
-                    layout: wgpu::TexelCopyBufferLayout {
-                        offset: staged.offset(),
-                        bytes_per_row: Some(padded_row),
-                        rows_per_image: Some(rows),
+            for (i, (slot, _)) in group.iter().enumerate() {
+                encoder.copy_buffer_to_texture(
+                    wgpu::TexelCopyBufferInfo {
+                        buffer: staged.buffer(),
+                        layout: wgpu::TexelCopyBufferLayout {
+                            offset: staged.offset() + i as u64 * stride,
+                            bytes_per_row: Some(padded_row),
+                            rows_per_image: Some(rows),
+                        },
                     },
-                },
-                self.slot_region(*slot),
-                extent,
-            );
-            copied.push([u32::from(slot.x), u32::from(slot.y)]);
+                    self.slot_region(*slot),
+                    extent,
+                );
+                copied.push([u32::from(slot.x), u32::from(slot.y)]);
+            }
         }
         belt.finish();
         if let Some(mips) = &self.slot_mips {
