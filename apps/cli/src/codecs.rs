@@ -42,6 +42,10 @@ pub(crate) struct CodecsArgs {
     /// Also measure end-to-end disk → VRAM streaming on the GPU (one loader thread per core).
     #[arg(long)]
     gpu: bool,
+    /// Loader threads of the `--gpu` measurement (0: one per core). The limit it is
+    /// compared with stays every core × the 1-core rate.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=256))]
+    loader_threads: u64,
     /// Write the full report as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -181,6 +185,7 @@ fn measure_image(
                 let cfg = StreamBenchConfig {
                     tiles: sample_mip0(&atlas, opts.sample_tiles),
                     min_duration: Duration::from_millis(500),
+                    threads: args.loader_threads as usize,
                     ..StreamBenchConfig::default()
                 };
                 let report = stream(ctx, atlas.clone(), &cfg)
