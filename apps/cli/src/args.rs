@@ -47,12 +47,12 @@ pub(crate) fn non_negative_f32(s: &str) -> Result<f32, String> {
     if v >= 0.0 { Ok(v) } else { Err(format!("'{s}' must not be negative")) }
 }
 
-/// Parses a loader thread count: 0 (one per core) up to [`MAX_LOADER_THREADS`].
+/// Parses a loader thread count: 0 (one per core but one) up to [`MAX_LOADER_THREADS`].
 pub(crate) fn loader_threads(s: &str) -> Result<usize, String> {
     let n: usize = s.trim().parse().map_err(|_| format!("'{s}' is not a thread count"))?;
     if n > MAX_LOADER_THREADS {
         return Err(format!(
-            "{n} loader threads is too many: at most {MAX_LOADER_THREADS} (0: one per core)"
+            "{n} loader threads is too many: at most {MAX_LOADER_THREADS} (0: one per core but one)"
         ));
     }
     Ok(n)

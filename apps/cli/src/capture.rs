@@ -35,7 +35,7 @@ pub(crate) struct VtArgs {
     /// Feedback is written by one pixel in every N×N block (1, 2, 4, 8).
     #[arg(long, default_value_t = 2, value_parser = parse_stride)]
     pub(crate) feedback_stride: u32,
-    /// Loader threads (0 = one per core; at most 256).
+    /// Loader threads (0 = one per core but one; at most 256).
     #[arg(long, default_value_t = 0, value_parser = crate::args::loader_threads)]
     pub(crate) loader_threads: usize,
     /// Force the VRAM pool's format: rgba8, bc7, bc1, astc, etc2 (default: the best the GPU

@@ -116,7 +116,7 @@
 //! one bind group layout shape, so one pipeline layout can take several. Give them one
 //! host cache and one set of loader threads with [`VtConfig::shared`]
 //! ([`core::stream::streamer::SharedStreaming`]): tiles of all of them compete for one
-//! RAM budget, and the machine runs one loader thread per core, not one per core per
+//! RAM budget, and the machine runs one set of loader threads, not one per
 //! texture.
 //!
 //! # Changing the pool at run time

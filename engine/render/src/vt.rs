@@ -52,7 +52,7 @@ pub struct VtConfig {
     pub pool_mib: u32,
     /// Host page cache budget in MiB.
     pub host_cache_mib: u32,
-    /// Loader threads (0 = one per core, at least 1).
+    /// Loader threads (0 = one per core but one, at least 1: the render thread keeps a core).
     pub loader_threads: usize,
     /// Most tiles uploaded per frame (with `target_frame_ms`: the adaptive budget's
     /// ceiling).

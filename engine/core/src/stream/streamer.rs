@@ -51,7 +51,7 @@ pub struct StreamerConfig {
     /// Host page cache budget in MiB (ignored by [`Streamer::new_shared`], whose cache
     /// is the shared one's).
     pub host_cache_mib: u32,
-    /// Loader threads (0 = one per core; ignored by [`Streamer::new_shared`], whose
+    /// Loader threads (0 = one per core but one, at least 1; ignored by [`Streamer::new_shared`], whose
     /// threads are the shared ones).
     pub loader_threads: usize,
     /// Most tiles uploaded per frame; with `target_frame_ms`, the ceiling of the
@@ -367,7 +367,7 @@ impl Streamer {
                     cancel_after_frames: config.staleness.request_frames,
                     stack_bytes: config.loader_stack_bytes,
                 };
-                // 0 threads: one per core.
+                // 0 threads: one per core but one.
                 let threads = LoaderThreads::new(config.loader_threads, loader_config)
                     .map_err(StreamerError::LoaderThreads)?;
                 LoaderPool::on_threads(&threads, tile_loader.clone())
