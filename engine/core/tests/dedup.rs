@@ -322,3 +322,67 @@ fn blobs_may_be_shared_but_not_partially_overlap() {
         assert!(e.to_string().contains("edited.tsa"), "{e}");
     }
 }
+
+/// The mosaic with its own mip levels but no tile keys: every tile read and encoded.
+struct NoKeys(Mosaic);
+
+impl RowSource for NoKeys {
+    fn size(&self) -> (u32, u32) {
+        self.0.size()
+    }
+    fn read_rows(&self, y0: u32, out: &mut [u8]) -> std::io::Result<()> {
+        self.0.read_rows(y0, out)
+    }
+    fn mip_level(&self, mip: u32, color: ColorSpace) -> Option<&dyn RowSource> {
+        self.0.mip_level(mip, color)
+    }
+}
+
+/// Keys that lie: every other tile of a row claims the key of the first.
+struct LyingKeys(Mosaic);
+
+impl RowSource for LyingKeys {
+    fn size(&self) -> (u32, u32) {
+        self.0.size()
+    }
+    fn read_rows(&self, y0: u32, out: &mut [u8]) -> std::io::Result<()> {
+        self.0.read_rows(y0, out)
+    }
+    fn tile_key(&self, mip: u32, _tile: u32, _border: u32, tx: u32, ty: u32) -> Option<u64> {
+        Some(u64::from(mip) << 40 | u64::from(ty) << 20 | u64::from(tx % 2))
+    }
+}
+
+/// Tiles the mosaic keys as repeats are copied unread, and the atlas is tile for tile
+/// the one a bake reading every tile writes: with the cells' own regions (edges
+/// repeated inside each cell) and without (edges from the neighbouring cells).
+#[test]
+fn keyed_repeats_bake_the_same_tiles_as_reading_every_tile() {
+    let dir = tempfile::tempdir().unwrap();
+    for with_regions in [true, false] {
+        let regions = if with_regions { mosaic().regions() } else { Vec::new() };
+        let keyed = dir.path().join(format!("keyed-{with_regions}.tsa"));
+        let plain = dir.path().join(format!("plain-{with_regions}.tsa"));
+        let rk = bake_source(&keyed, Box::new(mosaic()), regions.clone());
+        let rp = bake_source(&plain, Box::new(NoKeys(mosaic())), regions);
+        let (a, b) = (Atlas::open(&keyed).unwrap(), Atlas::open(&plain).unwrap());
+        for t in tiles(&a) {
+            assert_eq!(a.decode_tile(t).unwrap(), b.decode_tile(t).unwrap(), "regions {with_regions}: {t}");
+        }
+        // Keyed mips 0–2 (cells of 4, 2 and 1 tiles): 3 crops × 16 + 4 + 1 placements
+        // × edge cases at most are encoded; the rest are copies.
+        assert!(rk.layers[0].shared_tiles >= rp.layers[0].shared_tiles, "{rk:?} vs {rp:?}");
+        assert!(rk.layers[0].shared_tiles > 0);
+    }
+}
+
+/// A source whose keys are wrong fails the bake, naming the tile, instead of writing
+/// copies of the wrong tile.
+#[test]
+fn lying_tile_keys_fail_the_bake() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = BakeInput::new("m", LyingKeys(mosaic()));
+    let e = bake(vec![input], &dir.path().join("x.tsa"), &opts(), &NoProgress).unwrap_err().to_string();
+    assert!(e.contains("tile keys are wrong"), "{e}");
+    assert!(!dir.path().join("x.tsa").exists(), "a failed bake leaves no atlas");
+}

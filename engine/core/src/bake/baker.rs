@@ -3,6 +3,7 @@
 //! bounded whatever the input size; coarse levels that do not fit the in-memory
 //! budget spill to a scratch file beside the output.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -381,12 +382,37 @@ fn bake_layer(
             .enumerate()
             .filter_map(|(i, r)| Some((r.at_mip(&rects, i, mip, t)?, r.wrap)))
             .collect();
+        let mut repeats: HashMap<u64, KeyState> = HashMap::new();
+        // A tile the plan lost track of: a bug here, never a reason to write a short atlas.
+        let internal = |mip: u32, tx: usize, ty: u32| BakeError::Read {
+            name: input.name.clone(),
+            source: std::io::Error::other(format!("mip {mip} tile ({tx}, {ty}): no blob planned for it")),
+        };
         let mut band = Vec::new();
         for ty in 0..tiles_y {
             let y0 = ty * t;
+            // Tiles the source says repeat: the first of a key is encoded and stored, the
+            // second encoded again to check the promise, the others copied unread.
+            let plan: Vec<Keyed> = (0..tiles_x)
+                .map(|tx| match input.source.tile_key(mip, t, b, tx, y0 / t) {
+                    None => Keyed::Alone,
+                    Some(k) => {
+                        let n = repeats.entry(k).or_insert(KeyState { first: None, planned: 0 });
+                        n.planned = n.planned.saturating_add(1);
+                        match n.planned {
+                            1 => Keyed::First(k),
+                            2 => Keyed::Check(k),
+                            _ => Keyed::Copy(k),
+                        }
+                    }
+                })
+                .collect();
+            let encoded: Vec<u32> =
+                (0..tiles_x).filter(|&tx| !matches!(plan[tx as usize], Keyed::Copy(_))).collect();
             // Each tile's source rows and columns: its region's rule inside a region, else the layer's.
-            let maps: Vec<(Vec<u32>, Vec<u32>)> = (0..tiles_x)
-                .map(|tx| {
+            let maps: Vec<(Vec<u32>, Vec<u32>)> = encoded
+                .iter()
+                .map(|&tx| {
                     let x0 = tx * t;
                     let region = regions.iter().find(|([rx, ry, rw, rh], _)| {
                         (*rx..rx + rw).contains(&x0) && (*ry..ry + rh).contains(&y0)
@@ -409,12 +435,18 @@ fn bake_layer(
                     (axis(y0, h, layer.wrap, ry), axis(x0, w, layer.wrap, rx))
                 })
                 .collect();
-            // The union of the rows any tile of this row needs, read once each (coalesced).
+            // The union of the rows any tile of this row needs, read once each (coalesced),
+            // and the payload rows the next level is filtered from.
             let mut rows: Vec<u32> = maps.iter().flat_map(|(r, _)| r.iter().copied()).collect();
+            if next.is_some() {
+                rows.extend(y0..y0 + (h - y0).min(t));
+            }
             rows.sort_unstable();
             rows.dedup();
             band.resize(rows.len() * row_bytes, 0);
-            read_mapped_rows(level, &rows, &mut band, row_bytes).map_err(read_err)?;
+            if !rows.is_empty() {
+                read_mapped_rows(level, &rows, &mut band, row_bytes).map_err(read_err)?;
+            }
             let slot = |y: u32| rows.binary_search(&y).unwrap_or(0);
             // One tile per rayon task; a Basis encoder uses only its calling thread.
             let blobs: Vec<_> = maps
@@ -425,7 +457,50 @@ fn bake_layer(
                 })
                 .collect::<Result<_, _>>()
                 .map_err(|source| BakeError::Encode { name: input.name.clone(), source })?;
-            for enc in &blobs {
+            let mut blobs = blobs.iter();
+            for (tx, keyed) in plan.iter().enumerate() {
+                let first_of = |k: &u64| repeats.get(k).and_then(|s| s.first);
+                let index = writer.tiles_written();
+                match keyed {
+                    Keyed::Copy(k) => {
+                        // The first of the key was pushed before: in an earlier row, or
+                        // earlier in this one.
+                        let first = first_of(k).ok_or_else(|| internal(mip, tx, ty))?;
+                        writer.push_copy(first)?;
+                        report.shared_tiles += 1;
+                        continue;
+                    }
+                    Keyed::Check(k) => {
+                        let (Some(enc), Some(first)) = (blobs.next(), first_of(k)) else {
+                            return Err(internal(mip, tx, ty));
+                        };
+                        let same = writer.entry(first).is_some_and(|e| {
+                            e.length as usize == enc.data.len() && e.crc32 == crc32fast::hash(&enc.data)
+                        });
+                        if !same {
+                            return Err(BakeError::Read {
+                                name: input.name.clone(),
+                                source: std::io::Error::new(
+                                    std::io::ErrorKind::InvalidData,
+                                    format!(
+                                        "mip {mip} tile ({tx}, {ty}) differs from tile {first} of the same \
+                                         source tile key: the source's tile keys are wrong"
+                                    ),
+                                ),
+                            });
+                        }
+                        writer.push_copy(first)?;
+                        report.shared_tiles += 1;
+                        continue;
+                    }
+                    Keyed::First(k) => {
+                        if let Some(s) = repeats.get_mut(k) {
+                            s.first = Some(index);
+                        }
+                    }
+                    Keyed::Alone => {}
+                }
+                let enc = blobs.next().ok_or_else(|| internal(mip, tx, ty))?;
                 let shared = writer.shared_tiles();
                 writer.push_tile(&enc.data, enc.codec, raw_len as u32)?;
                 if writer.shared_tiles() == shared {
@@ -447,6 +522,27 @@ fn bake_layer(
         stored = next;
     }
     Ok(report)
+}
+
+/// What the baker does with one tile of a row, by its source tile key.
+#[derive(Clone, Copy)]
+enum Keyed {
+    /// No key: read and encoded.
+    Alone,
+    /// The first tile of its key: read, encoded and stored.
+    First(u64),
+    /// The second: read and encoded to check it equals the first, stored as a copy.
+    Check(u64),
+    /// Any later one: stored as a copy of the first, unread.
+    Copy(u64),
+}
+
+/// A source tile key seen on the current mip.
+struct KeyState {
+    /// The first tile of the key, by its number in storage order, once pushed.
+    first: Option<usize>,
+    /// Tiles of the key planned so far.
+    planned: u32,
 }
 
 /// Maps a possibly out-of-range coordinate into `[0, n)` by clamping or wrapping.

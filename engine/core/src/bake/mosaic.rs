@@ -344,6 +344,32 @@ impl RowSource for Mosaic {
         }
         self.levels.get(mip as usize).map(|l| l as &dyn RowSource)
     }
+
+    /// On mips whose cells are whole tiles (a cell at least a tile, a multiple of it,
+    /// and at least a border wide): the crop of the tile's cell, the tile's place in the
+    /// cell, and which edges of the whole texture the cell touches. A cell's neighbours
+    /// show crops fixed by its own ([`crop_at`] adds 1 per column and 2 per row), so the
+    /// border texels a tile borrows from them repeat with the key too, as do the clamped
+    /// or in-cell repeated ones. Everywhere else: `None`.
+    fn tile_key(&self, mip: u32, tile: u32, border: u32, tx: u32, ty: u32) -> Option<u64> {
+        let level = self.levels.get(mip as usize)?;
+        let cell = level.cell;
+        if tile == 0 || cell < tile || !cell.is_multiple_of(tile) || cell < border {
+            return None;
+        }
+        let per = cell / tile;
+        let (cx, cy) = (tx / per, ty / per);
+        if cx >= level.cells || cy >= level.cells || per > 1 << 20 {
+            return None;
+        }
+        let crop = crop_at(cx, cy, level.crops.len()) as u64;
+        let last = level.cells - 1;
+        let edges = u64::from(cx == 0)
+            | u64::from(cx == last) << 1
+            | u64::from(cy == 0) << 2
+            | u64::from(cy == last) << 3;
+        Some(crop << 48 | edges << 44 | u64::from(tx % per) << 22 | u64::from(ty % per))
+    }
 }
 
 impl RowSource for Level {

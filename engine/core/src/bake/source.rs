@@ -44,6 +44,17 @@ pub trait RowSource: Send + Sync {
         let _ = (mip, color);
         None
     }
+    /// A key for tile `(tx, ty)` of mip level `mip` cut in tiles of `tile` payload
+    /// texels with `border` border texels on each side, when the source knows that
+    /// tiles repeat: two tiles of one mip with the same key have the same texels,
+    /// border included (in a bake with the layer's clamped edges, or the source's own
+    /// regions). The baker reads and encodes one tile per key and stores the others as
+    /// copies of it; it checks the promise by encoding a second tile of every key and
+    /// fails the bake when the two differ. Default: `None`, every tile is read.
+    fn tile_key(&self, mip: u32, tile: u32, border: u32, tx: u32, ty: u32) -> Option<u64> {
+        let _ = (mip, tile, border, tx, ty);
+        None
+    }
     /// Where the texels come from, for the bake cache
     /// ([`bake_if_stale`](crate::bake::bake_if_stale)): the file they are decoded from, or a
     /// description of generated texels. Default: `None`, unknown, so a bake of this source

@@ -28,7 +28,15 @@ pub const SCENES: &[(&str, &str)] = &[
         "mosaic16k",
         "16384x16384 mosaic (4x4 cells of the stress crops): a real texture whose reference fits a GPU",
     ),
+    (
+        "stress512k",
+        "524288x524288 mosaic (128x128 cells of the stress crops, 22.4 M tiles): the scale test; its \
+         repeated tiles are baked once and copied",
+    ),
 ];
+
+/// Cells a side of the `stress512k` mosaic: 128 × 4096 = 524288 texels.
+pub const STRESS_512K_CELLS: u32 = 128;
 
 /// Radius of the globe scene in world units.
 pub const GLOBE_RADIUS: f32 = 1.0;
@@ -137,7 +145,7 @@ pub fn load(name: &str, data: &Path) -> Result<Option<MaterialScene>, CatalogErr
             }
             Ok(Some(globe(&image)?))
         }
-        "stress" | "mosaic16k" => {
+        "stress" | "mosaic16k" | "stress512k" => {
             if let Some(image) = Mosaic::stress_files(data).into_iter().find(|p| !p.is_file()) {
                 return Err(CatalogError::MissingData {
                     what: "an Earth image of the stress mosaic",
@@ -168,7 +176,11 @@ pub fn prepare(
     let atlas = dir.join(format!("{name}-{codec}.tsa"));
     let opts = BakeOptions { codec, ..BakeOptions::default() };
     let Some(scene) = scene else {
-        let cells = if name == "stress" { STRESS_CELLS } else { 4 };
+        let cells = match name {
+            "stress" => STRESS_CELLS,
+            "stress512k" => STRESS_512K_CELLS,
+            _ => 4,
+        };
         let baked = prepare_stress(data, &atlas, &opts, cells, rebake, progress)?;
         return Ok(PreparedScene { name: name.to_string(), atlas, scene: None, baked });
     };
@@ -254,13 +266,17 @@ fn prepare_stress(
         return Ok(false);
     }
     let mosaic = Mosaic::stress_grid(data, cells)?;
+    // Above the 64K² mosaic the cells are one continuous image (edges from the
+    // neighbouring cells): one wrap region per cell would be 16,384 regions, and the
+    // baker checks every pair of them.
+    let regions = if cells <= STRESS_CELLS { mosaic.regions() } else { Vec::new() };
     let input = BakeInput {
-        name: if cells == STRESS_CELLS {
-            "stress".into()
-        } else {
-            format!("mosaic{}k", cells * STRESS_CELL / 1024)
+        name: match cells {
+            STRESS_CELLS => "stress".into(),
+            STRESS_512K_CELLS => "stress512k".into(),
+            _ => format!("mosaic{}k", cells * STRESS_CELL / 1024),
         },
-        regions: mosaic.regions(),
+        regions,
         source: Box::new(mosaic),
         wrap: Wrap::Clamp,
         color: ColorSpace::Srgb,

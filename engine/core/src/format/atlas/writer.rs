@@ -167,6 +167,31 @@ impl AtlasWriter {
         &self.layers
     }
 
+    /// Tiles appended so far.
+    pub fn tiles_written(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Where tile `index` (in storage order) was stored, once appended.
+    pub fn entry(&self, index: usize) -> Option<TileEntry> {
+        self.entries.get(index).copied()
+    }
+
+    /// Appends the next tile as a copy of tile `index` (an earlier one, by its number
+    /// in storage order): the same blob, stored once, without hashing it again. Fails
+    /// when there is no such tile yet.
+    pub fn push_copy(&mut self, index: usize) -> Result<(), AtlasError> {
+        let Some(&entry) = self.entries.get(index) else {
+            return Err(AtlasError::Invalid {
+                path: self.dest.clone(),
+                what: format!("tile {} copies tile {index}, which is not written yet", self.entries.len()),
+            });
+        };
+        self.entries.push(entry);
+        self.shared += 1;
+        Ok(())
+    }
+
     /// Appends the next tile in storage order (layer by layer, mip 0 first, rows
     /// top to bottom): its encoded blob and the codec it is encoded with. A blob identical
     /// to one already written is stored once (see [`AtlasWriter`]).
