@@ -6,6 +6,7 @@
 //! error or a CRC mismatch for the affected tiles (reported; the renderer shows their
 //! ancestors) instead of a SIGBUS that kills the process.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -255,10 +256,36 @@ impl Atlas {
         let tiles: Vec<TileId> =
             self.layers.iter().enumerate().flat_map(|(i, l)| l.layout.tiles(i as u16)).collect();
         progress.set_length(tiles.len() as u64);
+        // Tiles sharing one blob (a deduplicated or copied tile) share one index entry:
+        // each distinct entry is read and decoded once, and a bad one is then reported
+        // for every tile that has it.
+        let entries: Vec<Option<TileEntry>> = tiles.par_iter().map(|&t| self.entry(t).ok()).collect();
+        let mut first_of: HashMap<(u64, u32, u32, u32, u8), usize> = HashMap::new();
+        for (i, e) in entries.iter().enumerate() {
+            if let Some(e) = e {
+                first_of.entry((e.offset, e.length, e.raw_length, e.crc32, e.codec as u8)).or_insert(i);
+            }
+        }
+        let firsts: Vec<usize> = first_of.values().copied().collect();
+        let bad: std::collections::HashSet<(u64, u32, u32, u32, u8)> = firsts
+            .par_iter()
+            .filter_map(|&i| {
+                let e = entries[i]?;
+                let key = (e.offset, e.length, e.raw_length, e.crc32, e.codec as u8);
+                self.decode_tile(tiles[i]).is_err().then_some(key)
+            })
+            .collect();
         let mut errors: Vec<AtlasError> = tiles
             .par_iter()
-            .filter_map(|&t| {
-                let r = self.decode_tile(t).err();
+            .zip(entries.par_iter())
+            .filter_map(|(&t, e)| {
+                let r = match e {
+                    // The error names this tile: decoded again, only for bad blobs.
+                    Some(e) if !bad.contains(&(e.offset, e.length, e.raw_length, e.crc32, e.codec as u8)) => {
+                        None
+                    }
+                    _ => self.decode_tile(t).err(),
+                };
                 progress.inc(1);
                 r
             })
