@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use tessera_core::TextureLayout;
 use tessera_core::TileId;
 use tessera_core::stream::feedback::FeedbackLayout;
-use tessera_core::stream::page_table::{PageTable, SlotCoord, encode_entry};
+use tessera_core::stream::page_table::{FALLBACK_DEPTH, PageTable, SlotCoord, encode_entry};
 
 const SIDE: u32 = 524_288;
 
@@ -71,7 +71,8 @@ proptest! {
 }
 
 /// The page-table mirror of all 22 M tiles: a few resident tiles at several mips, and
-/// every sampled tile's entry is its nearest resident ancestor, found by walking up.
+/// every sampled tile resolves to its nearest resident ancestor, found by walking up
+/// (its own entry holds it when it is at most `FALLBACK_DEPTH` mips up).
 #[test]
 fn page_table_fallback_matches_brute_force_on_sampled_tiles() {
     let tl = layout();
@@ -91,15 +92,16 @@ fn page_table_fallback_matches_brute_force_on_sampled_tiles() {
         assert!(pt.set_resident(t, slot));
         slots.insert(t, slot);
     }
+    // The nearest resident ancestor (what the shader finds) and how many mips up it is.
     let brute = |slots: &HashMap<TileId, SlotCoord>, t: TileId| {
         let mut cur = Some(t);
         while let Some(c) = cur {
             if let Some(&s) = slots.get(&c) {
-                return encode_entry(s, c.mip);
+                return (encode_entry(s, c.mip), c.mip - t.mip);
             }
             cur = c.parent(12);
         }
-        0
+        (0, 0)
     };
     let fb = FeedbackLayout::new(&[tl]);
     // Deterministic samples: near each resident tile's subtree, and spread everywhere.
@@ -124,12 +126,15 @@ fn page_table_fallback_matches_brute_force_on_sampled_tiles() {
     }
     for t in samples {
         let g = fb.global_index(t).unwrap();
-        assert_eq!(pt.entries()[g], brute(&slots, t), "{t}");
+        let (want, up) = brute(&slots, t);
+        assert_eq!(pt.lookup(t), want, "{t}");
+        // The table itself holds fallbacks only FALLBACK_DEPTH mips deep.
+        assert_eq!(pt.entries()[g], if up <= FALLBACK_DEPTH { want } else { 0 }, "entry of {t}");
     }
     // Evicting the fine tile falls back to its ancestor again.
     let fine = TileId::new(0, 0, 2600, 1111);
     assert!(pt.set_evicted(fine));
     slots.remove(&fine);
-    assert_eq!(pt.entries()[fb.global_index(fine).unwrap()], brute(&slots, fine));
+    assert_eq!(pt.lookup(fine), brute(&slots, fine).0);
     assert_eq!(pt.entries()[fb.global_index(fine).unwrap()], encode_entry(SlotCoord::new(5, 1), 3));
 }

@@ -122,7 +122,7 @@ fn assert_page_table_consistent(s: &Streamer) {
                 None => break None,
             }
         };
-        assert_eq!(decode_entry(res.page_table().entry(tile)), want, "entry of {tile}");
+        assert_eq!(decode_entry(res.page_table().lookup(tile)), want, "entry of {tile}");
     }
 }
 
@@ -200,7 +200,7 @@ fn a_corrupted_tile_is_reported_once_and_shows_its_ancestor() {
     assert_eq!(plan.stats.requests, 0);
     assert_eq!(sim.streamer.residency().counters().failed, 1);
     let parent = bad.parent(3).unwrap();
-    let entry = decode_entry(sim.streamer.residency().page_table().entry(bad)).unwrap();
+    let entry = decode_entry(sim.streamer.residency().page_table().lookup(bad)).unwrap();
     assert_eq!(entry.1, parent.mip, "the failed tile shows its parent");
     assert!(sim.streamer.resident_fraction().is_some_and(|f| f < 1.0));
 }

@@ -48,6 +48,10 @@ struct VtParams {
 @group(1) @binding(5) var vt_pool1: texture_2d<f32>;
 @group(1) @binding(6) var vt_pool2: texture_2d<f32>;
 
+// Mips the search for a resident ancestor climbs per step: FALLBACK_DEPTH + 1 of the
+// CPU page table (tessera_core::stream::page_table).
+const vt_fallback_step: u32 = 5u;
+
 // Filtered texels of up to three stacked layers at one virtual position.
 struct VtLayers {
     l0: vec4<f32>,
@@ -122,7 +126,15 @@ fn vt_mark(uv: vec2<f32>, m: u32, frag: vec4<f32>) {
 // centre) and is fast on software rasterisers too.
 fn vt_locate(uv: vec2<f32>, m: u32, gx: vec2<f32>, gy: vec2<f32>, n: f32) -> VtTap {
     var tap: VtTap;
-    let e = vt_page_table[vt_entry_index(uv, m)];
+    // Fallback entries reach vt_fallback_step - 1 mips below a resident tile; past that
+    // an entry is unmapped and the search goes on that many mips further up (the
+    // coarsest mip is always resident, so this ends within a few steps).
+    var mm = m;
+    var e = vt_page_table[vt_entry_index(uv, mm)];
+    for (var i = 0u; i < 8u && (e & 0x80000000u) == 0u && mm + 1u < vt.mip_count; i = i + 1u) {
+        mm = min(mm + vt_fallback_step, vt.mip_count - 1u);
+        e = vt_page_table[vt_entry_index(uv, mm)];
+    }
     tap.valid = (e & 0x80000000u) != 0u;
     tap.n = n;
     let slot = vec2<f32>(f32(e & 0xfffu), f32((e >> 12u) & 0xfffu));

@@ -148,6 +148,13 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// The shader climbs as many mips per step as the CPU table fills fallbacks deep, plus one.
+    #[test]
+    fn the_fallback_step_matches_the_page_table() {
+        let depth = tessera_core::stream::page_table::FALLBACK_DEPTH;
+        assert!(VT_WGSL.contains(&format!("const vt_fallback_step: u32 = {}u;", depth + 1)));
+    }
+
     /// The default module is `VT_WGSL` itself.
     #[test]
     fn vt_module_of_the_default_name_is_vt_wgsl() {

@@ -74,9 +74,17 @@ fn entry_mip(entry: u32) -> Option<u8> {
     decode_entry(entry).map(|(_, m)| m)
 }
 
+/// Fallback entries are filled at most this many mips below a resident tile: a tile
+/// whose nearest resident ancestor is further up has an invalid entry, and the shader
+/// looks again [`FALLBACK_DEPTH`]` + 1` mips up (`vt_fallback_step` in `vt.wgsl`; see
+/// [`PageTable::lookup`]). A residency change thus rewrites at most
+/// `(4^(FALLBACK_DEPTH + 1) − 1) / 3` = 341 entries, whatever the texture's size.
+pub const FALLBACK_DEPTH: u8 = 4;
+
 /// CPU copy of the page table of a whole atlas, kept consistent with residency
 /// changes: every entry points at the tile's own slot when it is resident, else at its
-/// nearest resident ancestor's, else is invalid (0).
+/// nearest resident ancestor's when that is at most [`FALLBACK_DEPTH`] mips up, else is
+/// invalid (0); [`PageTable::lookup`] resolves any tile as the shader does.
 ///
 /// Changes are tracked in chunks of [`DIRTY_CHUNK`] entries; the renderer uploads
 /// [`PageTable::take_dirty_ranges`] of [`PageTable::entries`] each frame. A new table is
@@ -143,8 +151,26 @@ impl PageTable {
         self.global_index(tile).is_some_and(|g| self.is_resident_at(g))
     }
 
-    /// Records that `tile` now lives in `slot`: its entry and those of every descendant
-    /// that fell back to a coarser tile (or had nothing) now point at `slot`.
+    /// What the shader finds for `tile`: its entry, or when that is invalid the entry
+    /// [`FALLBACK_DEPTH`]` + 1` mips up, and so on up to the coarsest mip. This is the
+    /// nearest resident ancestor (or the tile itself) as a full fallback table would
+    /// hold it; 0 when nothing above the tile is resident.
+    pub fn lookup(&self, tile: TileId) -> u32 {
+        let Some(coarsest) = self.layout.coarsest_mip(tile.layer) else { return 0 };
+        let mut t = tile;
+        loop {
+            let e = self.entry(t);
+            if e != 0 || t.mip >= coarsest {
+                return e;
+            }
+            let up = (t.mip + FALLBACK_DEPTH + 1).min(coarsest) - t.mip;
+            t = TileId::new(t.layer, t.mip + up, t.x >> up, t.y >> up);
+        }
+    }
+
+    /// Records that `tile` now lives in `slot`: its entry and those of the descendants
+    /// up to [`FALLBACK_DEPTH`] mips below it that fell back to a coarser tile (or had
+    /// nothing) now point at `slot`.
     ///
     /// Re-setting a resident tile to another slot moves it. Returns `false` (and changes
     /// nothing) for a tile outside the atlas.
@@ -155,12 +181,13 @@ impl PageTable {
         self.write(g, e);
         // A descendant that points at a mip finer than `tile.mip` has a closer resident
         // ancestor (or is resident), and so has its whole subtree: prune there.
-        self.update_subtree(tile, e, |cur| entry_mip(cur).is_none_or(|m| m >= tile.mip));
+        self.update_subtree(tile, |_| e, |cur| entry_mip(cur).is_none_or(|m| m >= tile.mip));
         true
     }
 
     /// Records that `tile` left the pool: it and every descendant that pointed at it now
-    /// point at its nearest resident ancestor (or are invalid when there is none).
+    /// point at its nearest resident ancestor when that is at most [`FALLBACK_DEPTH`]
+    /// mips up from them, and are invalid otherwise.
     ///
     /// Returns whether the tile was resident (nothing changes otherwise).
     pub fn set_evicted(&mut self, tile: TileId) -> bool {
@@ -170,11 +197,23 @@ impl PageTable {
         }
         self.resident[g / 64] &= !(1 << (g % 64));
         let coarsest = self.layout.coarsest_mip(tile.layer).unwrap_or(tile.mip);
-        // The parent's entry already is its nearest resident ancestor (or itself).
-        let e = tile.parent(coarsest).map_or(0, |p| self.entry(p));
-        self.write(g, e);
+        // The nearest resident ancestor, by the resident bits (at most the mip count).
+        let mut up = tile.parent(coarsest);
+        while let Some(p) = up.filter(|&p| !self.resident(p)) {
+            up = p.parent(coarsest);
+        }
+        let fallback = |mip: u8| match up {
+            Some(a) if a.mip - mip <= FALLBACK_DEPTH => self.entry(a),
+            _ => 0,
+        };
+        let (own, values): (u32, Vec<u32>) = (
+            fallback(tile.mip),
+            (0..=FALLBACK_DEPTH).map(|d| fallback(tile.mip.saturating_sub(d))).collect(),
+        );
+        self.write(g, own);
         // Inside the subtree, an entry at `tile.mip` can only point at `tile`.
-        self.update_subtree(tile, e, |cur| entry_mip(cur) == Some(tile.mip));
+        let at = |mip: u8| values[usize::from(tile.mip - mip)];
+        self.update_subtree(tile, at, |cur| entry_mip(cur) == Some(tile.mip));
         true
     }
 
@@ -226,12 +265,13 @@ impl PageTable {
         }
     }
 
-    /// Sets every strict descendant of `root` for which `changes(entry)` holds to `e`,
-    /// descending only below those that changed.
-    fn update_subtree(&mut self, root: TileId, e: u32, changes: impl Fn(u32) -> bool) {
+    /// Sets every strict descendant `c` of `root` at most [`FALLBACK_DEPTH`] mips below
+    /// it for which `changes(entry)` holds to `value(c.mip)`, descending only below those
+    /// that changed.
+    fn update_subtree(&mut self, root: TileId, value: impl Fn(u8) -> u32, changes: impl Fn(u32) -> bool) {
         let mut stack = vec![root];
         while let Some(t) = stack.pop() {
-            if t.mip == 0 {
+            if t.mip == 0 || root.mip - t.mip >= FALLBACK_DEPTH {
                 continue;
             }
             let k = t.mip - 1;
@@ -241,7 +281,7 @@ impl PageTable {
                     let c = TileId::new(t.layer, k, x, y);
                     let Some(g) = self.global_index(c) else { continue };
                     if changes(self.entries[g]) {
-                        self.write(g, e);
+                        self.write(g, value(k));
                         stack.push(c);
                     }
                 }
@@ -303,9 +343,12 @@ mod tests {
         assert_eq!(pt.take_dirty_ranges(), vec![0..n]);
         let root = TileId::new(0, l.coarsest_mip(), 0, 0);
         assert_eq!(pt.global_index(root), Some(n - 1));
-        // The root serves every tile: everything changes.
+        // The root serves the tiles up to FALLBACK_DEPTH mips below it: the end of the
+        // table changes, mip 0 (the first 7,500 entries) does not.
         pt.set_resident(root, SlotCoord::new(0, 2));
-        assert_eq!(pt.take_dirty_ranges(), vec![0..n]);
+        let ranges = pt.take_dirty_ranges();
+        assert_eq!(ranges.last().map(|r| r.end), Some(n));
+        assert!(ranges[0].start >= 7500 / DIRTY_CHUNK * DIRTY_CHUNK, "{ranges:?}");
         // Two mip-0 tiles: index 0 and 2 * 2500 + 2400 = 7400 (chunk 7).
         pt.set_resident(TileId::new(0, 0, 0, 0), SlotCoord::new(0, 0));
         pt.set_resident(TileId::new(0, 0, 2400, 2), SlotCoord::new(0, 1));
@@ -317,17 +360,26 @@ mod tests {
         assert!(pt.take_dirty_ranges().is_empty());
     }
 
-    /// Nearest resident ancestor, by walking up.
-    fn brute_force(pt: &PageTable, slots: &HashMap<TileId, SlotCoord>, tile: TileId) -> u32 {
+    /// Nearest resident ancestor (or the tile itself), by walking up: `(entry, mips up)`.
+    fn nearest(pt: &PageTable, slots: &HashMap<TileId, SlotCoord>, tile: TileId) -> (u32, u8) {
         let coarsest = pt.layout().coarsest_mip(tile.layer).unwrap();
         let mut cur = Some(tile);
         while let Some(t) = cur {
             if let Some(&s) = slots.get(&t) {
-                return encode_entry(s, t.mip);
+                return (encode_entry(s, t.mip), t.mip - tile.mip);
             }
             cur = t.parent(coarsest);
         }
-        0
+        (0, 0)
+    }
+
+    /// The entry the table must hold: the nearest resident ancestor within
+    /// [`FALLBACK_DEPTH`] mips, else invalid.
+    fn brute_force(pt: &PageTable, slots: &HashMap<TileId, SlotCoord>, tile: TileId) -> u32 {
+        match nearest(pt, slots, tile) {
+            (e, up) if up <= FALLBACK_DEPTH => e,
+            _ => 0,
+        }
     }
 
     fn small_layouts() -> impl Strategy<Value = Vec<TextureLayout>> {
@@ -360,6 +412,7 @@ mod tests {
                 }
                 for (g, &tile) in all.iter().enumerate() {
                     prop_assert_eq!(pt.entries()[g], brute_force(&pt, &slots, tile), "tile {}", tile);
+                    prop_assert_eq!(pt.lookup(tile), nearest(&pt, &slots, tile).0, "lookup of {}", tile);
                     prop_assert_eq!(pt.resident(tile), slots.contains_key(&tile));
                 }
                 let ranges = pt.take_dirty_ranges();

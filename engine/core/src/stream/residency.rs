@@ -618,10 +618,10 @@ mod tests {
                 }
                 cur = t.parent(coarsest);
             }
-            assert_eq!(pt.entries()[g], want, "frame {frame}: entry of {tile}");
+            assert_eq!(pt.lookup(tile), want, "frame {frame}: entry of {tile}");
             assert_eq!(pt.resident(tile), res.is_resident(tile));
             if res.is_resident(TileId::new(tile.layer, coarsest, 0, 0)) {
-                assert_ne!(pt.entries()[g], 0, "entry of {tile} invalid under a resident root");
+                assert_ne!(pt.lookup(tile), 0, "entry of {tile} invalid under a resident root");
             }
         }
         needed_all
@@ -759,8 +759,8 @@ mod tests {
         assert_eq!(res.failed_count(), 1);
         assert!(!res.is_resident(bad));
         let parent = TileId::new(0, 1, 0, 0);
-        assert_eq!(res.page_table().entry(bad), res.page_table().entry(parent));
-        assert_ne!(res.page_table().entry(bad), 0);
+        assert_eq!(res.page_table().lookup(bad), res.page_table().lookup(parent));
+        assert_ne!(res.page_table().lookup(bad), 0);
         res.forget_failures();
         let (req, plan) = frame(&mut res, 5, &needed, &|_| false);
         assert_eq!(req, vec![(bad, 1)]);
