@@ -17,7 +17,9 @@
 //!
 //! # fn run(adapter: wgpu::Adapter, device: wgpu::Device, queue: wgpu::Queue,
 //! #        my_layout: wgpu::BindGroupLayout, my_group: wgpu::BindGroup,
-//! #        target: wgpu::TextureView) -> Result<(), Box<dyn std::error::Error>> {
+//! #        target: wgpu::TextureView,
+//! #        make_pipeline: impl Fn(&wgpu::ShaderModule, &wgpu::PipelineLayout) -> wgpu::RenderPipeline)
+//! #        -> Result<(), Box<dyn std::error::Error>> {
 //! // Your device (created with `adapter.features() & tessera::OPTIONAL_FEATURES` to let
 //! // compressed atlases stay compressed in VRAM), wrapped.
 //! let ctx = GpuContext::from_parts(&adapter, &device, &queue)?;
@@ -36,7 +38,7 @@
 //!     bind_group_layouts: &[Some(&my_layout), Some(vt.bind_group_layout())],
 //!     immediate_size: 0,
 //! });
-//! # let pipeline: wgpu::RenderPipeline = todo!("your pipeline, from module and pipeline_layout");
+//! let pipeline = make_pipeline(&module, &pipeline_layout); // your render pipeline
 //!
 //! loop {
 //!     let mut encoder = device.create_command_encoder(&Default::default());
