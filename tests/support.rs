@@ -12,7 +12,6 @@ use tessera_core::NoProgress;
 use tessera_core::bake::source::RowSource;
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
 use tessera_core::compare::{compare, diff_image};
-use tessera_core::format::atlas::{ColorSpace, Wrap};
 use tessera_core::format::codec::Codec;
 
 /// The headless GPU context shared by a test binary, or a panic that says how to
@@ -53,14 +52,7 @@ pub fn output_dir(test: &str) -> PathBuf {
 /// Bakes `source` into `dir/name.tsa` with lz4 (lossless).
 pub fn bake_source(dir: &Path, name: &str, source: impl RowSource + 'static) -> PathBuf {
     let path = dir.join(format!("{name}.tsa"));
-    let input = BakeInput {
-        name: name.into(),
-        source: Box::new(source),
-        wrap: Wrap::Clamp,
-        color: ColorSpace::Srgb,
-        codec: None,
-        regions: Vec::new(),
-    };
+    let input = BakeInput::new(name, source);
     bake(vec![input], &path, &BakeOptions { codec: Codec::Lz4, ..BakeOptions::default() }, &NoProgress)
         .unwrap();
     path

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tessera_core::bake::source::Generated;
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
-use tessera_core::format::atlas::{Atlas, ColorSpace, Wrap};
+use tessera_core::format::atlas::Atlas;
 use tessera_core::format::codec::{Codec, TargetFormat};
 use tessera_core::stream::feedback::{FeedbackLayout, compact};
 use tessera_core::stream::pool_layout::{PoolLayout, Trilinear};
@@ -21,14 +21,7 @@ use tessera_core::{NoProgress, SharedStreaming, TileId};
 /// Bakes a generated `width × height` texture with `cell`-texel labels into `dir/name.tsa`.
 fn baked(dir: &Path, name: &str, width: u32, height: u32, cell: u32) -> Arc<Atlas> {
     let path: PathBuf = dir.join(format!("{name}.tsa"));
-    let input = BakeInput {
-        name: name.into(),
-        source: Box::new(Generated::with_cell(width, height, cell)),
-        wrap: Wrap::Clamp,
-        color: ColorSpace::Srgb,
-        codec: None,
-        regions: Vec::new(),
-    };
+    let input = BakeInput::new(name, Generated::with_cell(width, height, cell));
     let opts = BakeOptions { codec: Codec::Lz4, ..BakeOptions::default() };
     bake(vec![input], &path, &opts, &NoProgress).unwrap();
     Arc::new(Atlas::open(&path).unwrap())

@@ -260,10 +260,12 @@ impl Atlas {
         // each distinct entry is read and decoded once, and a bad one is then reported
         // for every tile that has it.
         let entries: Vec<Option<TileEntry>> = tiles.par_iter().map(|&t| self.entry(t).ok()).collect();
+        // Everything decoding a blob depends on.
+        let blob = |e: &TileEntry| (e.offset, e.length, e.raw_length, e.crc32, e.codec as u8);
         let mut first_of: HashMap<(u64, u32, u32, u32, u8), usize> = HashMap::new();
         for (i, e) in entries.iter().enumerate() {
             if let Some(e) = e {
-                first_of.entry((e.offset, e.length, e.raw_length, e.crc32, e.codec as u8)).or_insert(i);
+                first_of.entry(blob(e)).or_insert(i);
             }
         }
         let firsts: Vec<usize> = first_of.values().copied().collect();
@@ -271,8 +273,7 @@ impl Atlas {
             .par_iter()
             .filter_map(|&i| {
                 let e = entries[i]?;
-                let key = (e.offset, e.length, e.raw_length, e.crc32, e.codec as u8);
-                self.decode_tile(tiles[i]).is_err().then_some(key)
+                self.decode_tile(tiles[i]).is_err().then_some(blob(&e))
             })
             .collect();
         let mut errors: Vec<AtlasError> = tiles
@@ -281,9 +282,7 @@ impl Atlas {
             .filter_map(|(&t, e)| {
                 let r = match e {
                     // The error names this tile: decoded again, only for bad blobs.
-                    Some(e) if !bad.contains(&(e.offset, e.length, e.raw_length, e.crc32, e.codec as u8)) => {
-                        None
-                    }
+                    Some(e) if !bad.contains(&blob(e)) => None,
                     _ => self.decode_tile(t).err(),
                 };
                 progress.inc(1);
