@@ -22,6 +22,7 @@ use crossbeam_channel::{Receiver, Sender};
 use serde::{Deserialize, Serialize};
 
 use crate::format::tile::{TileId, TileMap};
+use crate::stream::staging::{StagedTile, StagingRing};
 
 /// Why a tile could not be loaded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -112,6 +113,9 @@ pub struct LoadResult {
     pub tile: TileId,
     /// What happened.
     pub outcome: LoadOutcome,
+    /// With a [`StagingRing`] set ([`LoaderPool::set_staging`]): the tile's bytes as
+    /// written into staging memory by the loader thread, when a record was free.
+    pub staged: Option<StagedTile>,
 }
 
 /// Running totals of a [`LoaderPool`].
@@ -182,6 +186,8 @@ struct Queue {
     loader: Option<Arc<dyn TileLoader>>,
     /// Where results go; taken with `loader`, which disconnects the results channel.
     results: Option<Sender<LoadResult>>,
+    /// Where loaded tiles are written for the renderer, if anywhere.
+    staging: Option<Arc<StagingRing>>,
     /// Whether the client is in the threads' ready ring or a worker has just taken
     /// it from there and will put it back if work is left.
     scheduled: bool,
@@ -235,7 +241,7 @@ impl Queue {
         self.states.remove(&tile);
         self.queued -= 1;
         self.counters.cancelled += 1;
-        self.report(LoadResult { tile, outcome: LoadOutcome::Cancelled });
+        self.report(LoadResult { tile, outcome: LoadOutcome::Cancelled, staged: None });
     }
 }
 
@@ -256,10 +262,11 @@ impl Client {
     /// Takes the client's best request and marks it in flight; puts the client back at
     /// the end of the ready ring if more is queued. Called by a worker that has just
     /// taken the client from the ring.
-    fn start_next(self: &Arc<Self>, hub: &Hub) -> Option<(TileId, Arc<dyn TileLoader>)> {
+    fn start_next(self: &Arc<Self>, hub: &Hub) -> Option<Job> {
         let mut q = self.lock();
+        let staging = q.staging.clone();
         let job = match q.loader.clone() {
-            Some(loader) if !q.closed => q.pop_next().map(|tile| (tile, loader)),
+            Some(loader) if !q.closed => q.pop_next().map(|tile| Job { tile, loader, staging }),
             _ => None,
         };
         if q.queued > 0 && !q.closed {
@@ -272,7 +279,7 @@ impl Client {
     }
 
     /// Books and reports the end of an in-flight load.
-    fn finish(&self, tile: TileId, outcome: LoadOutcome) {
+    fn finish(&self, tile: TileId, outcome: LoadOutcome, staged: Option<StagedTile>) {
         let mut q = self.lock();
         q.states.remove(&tile);
         q.in_flight -= 1;
@@ -282,7 +289,7 @@ impl Client {
         }
         // Sent under the lock so that a new request for this tile, which can only be
         // made once the state is gone, reports after this result.
-        q.report(LoadResult { tile, outcome });
+        q.report(LoadResult { tile, outcome, staged });
         if q.closed && q.in_flight == 0 {
             self.idle.notify_all();
         }
@@ -487,6 +494,17 @@ impl LoaderPool {
             results: results_rx,
             cancel_after_frames: threads.config.cancel_after_frames,
         }
+    }
+
+    /// Has the loader threads write every tile this pool loads into `staging` (when a
+    /// record is free; see [`LoadResult::staged`]), or stops that with `None`.
+    pub fn set_staging(&self, staging: Option<Arc<StagingRing>>) {
+        self.client.lock().staging = staging;
+    }
+
+    /// The staging ring loads are written into, if any.
+    pub fn staging(&self) -> Option<Arc<StagingRing>> {
+        self.client.lock().staging.clone()
     }
 
     /// This pool with `frames` as its [`LoaderConfig::cancel_after_frames`].
@@ -708,6 +726,7 @@ impl LoaderPool {
         // last ones the threads could reach.
         q.loader = None;
         q.results = None;
+        q.staging = None;
     }
 }
 
@@ -732,15 +751,29 @@ impl std::fmt::Debug for LoaderPool {
     }
 }
 
+/// One request a worker has taken: the tile, the client's loader and staging.
+struct Job {
+    tile: TileId,
+    loader: Arc<dyn TileLoader>,
+    staging: Option<Arc<StagingRing>>,
+}
+
 /// A worker: one request of one client at a time, taking turns between clients.
 fn worker(hub: &Hub) {
     while let Some(client) = hub.next_client() {
-        let Some((tile, loader)) = client.start_next(hub) else { continue };
+        let Some(Job { tile, loader, staging }) = client.start_next(hub) else { continue };
         let outcome = load_caught(loader.as_ref(), tile);
+        // The copy into staging memory happens here, on the loader thread, so the
+        // render thread only records the GPU copy.
+        let staged = match (&outcome, &staging) {
+            (LoadOutcome::Ready(bytes), Some(ring)) => ring.stage(bytes),
+            _ => None,
+        };
         // Dropped before reporting, so that a pool that sees its last load end holds
         // the last handle on its loader.
         drop(loader);
-        client.finish(tile, outcome);
+        drop(staging);
+        client.finish(tile, outcome, staged);
     }
 }
 
@@ -861,7 +894,10 @@ mod tests {
         assert!(!pool.cancel(gate_tile), "in-flight loads cannot be cancelled");
         gate.send(()).unwrap();
         let r = collect(&pool, 1).remove(0);
-        assert_eq!(r, LoadResult { tile: gate_tile, outcome: LoadOutcome::Ready(Arc::from(vec![20u8; 4])) });
+        assert_eq!(
+            r,
+            LoadResult { tile: gate_tile, outcome: LoadOutcome::Ready(Arc::from(vec![20u8; 4])), staged: None }
+        );
         wait_until("idle", || pool.in_flight() == 0);
         assert!(!pool.is_requested(gate_tile));
         // Once done, the same tile can be requested again.
@@ -907,7 +943,7 @@ mod tests {
         assert_eq!(pool.in_flight(), 1);
         drop(gate);
         let rest = collect(&pool, 2);
-        assert_eq!(rest[0], LoadResult { tile: t(0, 1), outcome: LoadOutcome::Cancelled });
+        assert_eq!(rest[0], LoadResult { tile: t(0, 1), outcome: LoadOutcome::Cancelled, staged: None });
         assert_eq!(rest[1].tile, gate_tile);
         let c = pool.counters();
         assert_eq!(c, LoaderCounters { requested: 5, completed: 1, failed: 0, cancelled: 4 });

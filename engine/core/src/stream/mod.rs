@@ -16,5 +16,6 @@ pub mod residency;
 pub mod schedule;
 #[doc(hidden)]
 pub mod simulate;
+pub mod staging;
 pub mod stats;
 pub mod streamer;

@@ -79,6 +79,10 @@ pub struct Upload {
     pub bytes: Arc<[u8]>,
     /// The tile that held `slot` before and was evicted for this upload, if any.
     pub evicted: Option<TileId>,
+    /// The same bytes in staging memory, written by a loader thread (set by the
+    /// [`crate::stream::streamer::Streamer`] when it streams through a staging ring):
+    /// the renderer copies from there instead of copying `bytes`.
+    pub staged: Option<crate::stream::staging::StagedTile>,
 }
 
 /// What the renderer does this frame, from [`Residency::plan_uploads`]. The page-table
@@ -426,7 +430,7 @@ impl Residency {
                 self.counters.uploads += 1;
                 bytes = bytes.saturating_add(len);
                 plan.prefetched += usize::from(is_prefetch);
-                plan.uploads.push(Upload { tile, slot, bytes: data, evicted });
+                plan.uploads.push(Upload { tile, slot, bytes: data, evicted, staged: None });
             }
         }
         plan.deferred = self.ready.len();
@@ -520,6 +524,11 @@ impl Residency {
     /// Loaded tiles waiting for a slot.
     pub fn ready_count(&self) -> usize {
         self.ready.len()
+    }
+
+    /// Whether `tile` is loaded and waiting for a slot.
+    pub fn is_ready(&self, tile: TileId) -> bool {
+        self.ready.contains_key(&tile)
     }
 
     /// Tiles whose load failed and that are not requested again.

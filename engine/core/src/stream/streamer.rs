@@ -19,6 +19,7 @@ use crate::stream::host_cache::HostCache;
 use crate::stream::loader::{LoadError, LoadOutcome, LoaderConfig, LoaderPool, LoaderThreads, TileLoader};
 use crate::stream::pool_layout::PoolLayout;
 use crate::stream::residency::{Residency, ResidencyConfig, Upload};
+use crate::stream::staging::{StagedTile, StagingRing};
 use crate::stream::schedule::{
     BiasConfig, BiasInput, BudgetConfig, MipBiasController, UploadBudgetController, neighbours, region_tiles,
 };
@@ -250,6 +251,9 @@ pub struct Streamer {
     last_uploads: usize,
     /// When each outstanding request was made: feedback frame and CPU time.
     request_times: TileMap<(u64, Instant)>,
+    /// Loaded tiles waiting for a slot whose bytes a loader thread also wrote into
+    /// staging memory ([`Streamer::set_staging`]).
+    staged: TileMap<StagedTile>,
     reported_failures: TileSet,
     frame: u64,
     frozen: bool,
@@ -422,6 +426,7 @@ impl Streamer {
             last_pool_full: false,
             last_uploads: 0,
             request_times: TileMap::default(),
+            staged: TileMap::default(),
             reported_failures: TileSet::default(),
             frame: 0,
             frozen: false,
@@ -451,7 +456,8 @@ impl Streamer {
         }
         self.loader.cancel_stale(frame);
         self.take_results();
-        let plan = self.residency.plan_uploads(frame);
+        let mut plan = self.residency.plan_uploads(frame);
+        self.attach_staged(&mut plan.uploads);
         self.last_pool_full = plan.pool_full;
         self.note_uploads(frame, &plan.uploads, &mut out);
         let page_table_writes = self.page_table_writes();
@@ -532,7 +538,12 @@ impl Streamer {
                 }
             };
             match loaded {
-                Ok(bytes) => self.residency.on_loaded(r.tile, bytes),
+                Ok(bytes) => {
+                    self.residency.on_loaded(r.tile, bytes);
+                    if let Some(staged) = r.staged.filter(|_| self.residency.is_ready(r.tile)) {
+                        self.staged.insert(r.tile, staged);
+                    }
+                }
                 Err(e) => {
                     if self.reported_failures.insert(r.tile) {
                         tracing::error!("{e}; showing its nearest resident ancestor instead");
@@ -542,6 +553,33 @@ impl Streamer {
                 }
             }
         }
+    }
+
+    /// Hands this frame's uploads their staged copies, and releases the staging of
+    /// tiles that residency dropped (no longer needed, or already resident).
+    fn attach_staged(&mut self, uploads: &mut [Upload]) {
+        if self.staged.is_empty() {
+            return;
+        }
+        for u in uploads.iter_mut() {
+            u.staged = self.staged.remove(&u.tile);
+        }
+        let residency = &self.residency;
+        self.staged.retain(|t, _| residency.is_ready(*t));
+    }
+
+    /// Has the loader threads write each loaded tile into `staging` (laid out for the
+    /// pools' copies; see [`StagingRing`]), so that the uploads of a plan carry
+    /// [`Upload::staged`] and the renderer only records copies. `None` stops it and
+    /// releases what is staged.
+    pub fn set_staging(&mut self, staging: Option<Arc<StagingRing>>) {
+        self.loader.set_staging(staging);
+        self.staged.clear();
+    }
+
+    /// Tiles waiting for a slot that are held in staging memory.
+    pub fn staged_waiting(&self) -> usize {
+        self.staged.len()
     }
 
     /// Uploads, evictions and the request-to-resident latency of this frame's uploads.
