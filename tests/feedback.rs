@@ -17,7 +17,7 @@ use tessera_core::format::atlas::ColorSpace;
 use tessera_core::format::codec::TargetFormat;
 use tessera_core::stream::feedback::{FeedbackLayout, compact};
 use tessera_core::stream::page_table::SlotCoord;
-use tessera_tests::gpu;
+use tessera_tests::{gpu, read_pool, read_pool_level};
 
 /// The layout of a 65536² texture of 128² tiles: 349,525 tiles, 10,923 bitset words.
 fn big_layout() -> FeedbackLayout {
@@ -167,48 +167,6 @@ fn small_bitsets_are_read_back_whole() {
     assert!(got.complete);
     assert_eq!(got.sparse, compact(&words));
     assert_eq!(fb.bytes(), 1200);
-}
-
-/// Reads a pool texture back as tightly packed rows (of texels, or of 4×4 blocks).
-fn read_pool(ctx: &GpuContext, pool: &TilePool) -> Vec<u8> {
-    read_pool_level(ctx, pool, 0)
-}
-
-/// Reads one level of a pool texture back as tightly packed rows.
-fn read_pool_level(ctx: &GpuContext, pool: &TilePool, level: u32) -> Vec<u8> {
-    let (w, h) = pool.texels();
-    let (w, h) = (w >> level, h >> level);
-    let target = pool.target();
-    let (row, rows) = if target.is_block_compressed() {
-        (w / 4 * target.bytes_per_block() as u32, h / 4)
-    } else {
-        (w * 4, h)
-    };
-    let padded = row.next_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
-    let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
-        label: None,
-        size: u64::from(padded) * u64::from(rows),
-        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    });
-    let mut enc = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-    enc.copy_texture_to_buffer(
-        wgpu::TexelCopyTextureInfo { mip_level: level, ..pool.texture().as_image_copy() },
-        wgpu::TexelCopyBufferInfo {
-            buffer: &buffer,
-            layout: wgpu::TexelCopyBufferLayout {
-                offset: 0,
-                bytes_per_row: Some(padded),
-                rows_per_image: Some(rows),
-            },
-        },
-        wgpu::Extent3d { width: w, height: h, depth_or_array_layers: 1 },
-    );
-    ctx.queue.submit([enc.finish()]);
-    buffer.map_async(wgpu::MapMode::Read, .., |r| r.unwrap());
-    ctx.device.poll(wgpu::PollType::wait_indefinitely()).unwrap();
-    let view = buffer.get_mapped_range(..).unwrap();
-    view.chunks(padded as usize).flat_map(|r| r[..row as usize].to_vec()).collect()
 }
 
 /// Distinct, position-dependent bytes for a tile.
@@ -431,5 +389,176 @@ fn upload_timing() {
                 rates[rates.len() - 1]
             );
         }
+    }
+}
+
+/// Tiles a loader thread wrote into the staging ring are copied straight from there:
+/// half staged, half through the render thread's belt, in one batch, the pool ends up
+/// exactly as per-tile uploads leave it (RGBA8, BC1, BC7).
+fn staged_copies_match_single(target: TargetFormat) {
+    use tessera::pool::StagedCopy;
+    use tessera::staging::GpuStaging;
+    use tessera_core::stream::staging::StagingLayout;
+    let ctx = gpu();
+    let make =
+        || TilePool::with_grid(&ctx.device, &ctx.queue, (8, 6), 136, target, ColorSpace::Srgb, 1).unwrap();
+    let (single, mixed) = (make(), make());
+    let len = single.slot_bytes() as usize;
+    let layout = StagingLayout::new(&[mixed.tile_rows()], wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
+    assert_eq!(layout.tile_bytes(), len);
+    let mut staging = GpuStaging::new(&ctx.device, layout, 4);
+    let tiles: Vec<Vec<u8>> = (0..40).map(|i| tile_bytes(len, 7000 + i)).collect();
+    let slot = |i: usize| SlotCoord { x: (i % 8) as u16, y: (i / 8) as u16 };
+    for (i, t) in tiles.iter().enumerate() {
+        single.upload(&ctx.queue, slot(i), t);
+    }
+    // Even tiles staged as a loader thread would, odd ones handed over as bytes.
+    let staged: Vec<_> =
+        tiles.iter().step_by(2).map(|t| staging.ring().stage(t).expect("room in 4 MiB")).collect();
+    for t in &staged {
+        staging.prepare(t.chunk());
+    }
+    let part = staging.ring().layout().parts()[0];
+    let copies: Vec<StagedCopy<'_>> = staged
+        .iter()
+        .enumerate()
+        .map(|(k, t)| StagedCopy {
+            slot: slot(2 * k),
+            buffer: staging.buffer(t.chunk()),
+            offset: t.offset() + part.record_offset,
+            pitch: part.pitch,
+        })
+        .collect();
+    let items: Vec<(SlotCoord, &[u8])> =
+        tiles.iter().enumerate().skip(1).step_by(2).map(|(i, t)| (slot(i), t.as_slice())).collect();
+    mixed.upload_mixed(&ctx.device, &ctx.queue, &items, &copies);
+    drop(copies);
+    staging.retire(&ctx.queue, staged);
+    let (a, b) = (read_pool(ctx, &single), read_pool(ctx, &mixed));
+    assert!(a == b, "{}: staged copies differ from per-tile uploads", target.name());
+    // Once the GPU is done the records are released and the chunk is mapped again.
+    ctx.wait_idle().unwrap();
+    staging.maintain();
+    ctx.wait_idle().unwrap();
+    staging.maintain();
+    assert_eq!(staging.in_flight(), 0);
+    assert!(staging.ring().counters().attached > 1, "{:?}", staging.ring().counters());
+    assert!(staging.ring().stage(&tiles[0]).is_some(), "staging usable again after the remap");
+}
+
+#[test]
+fn staged_copies_match_single_uploads_rgba8_bc1_bc7() {
+    staged_copies_match_single(TargetFormat::Rgba8);
+    if gpu().device.features().contains(wgpu::Features::TEXTURE_COMPRESSION_BC) {
+        staged_copies_match_single(TargetFormat::Bc1);
+        staged_copies_match_single(TargetFormat::Bc7);
+    }
+}
+
+/// A flood of uploads through staging memory too small for it (two chunks of 4 MiB,
+/// a 4 MiB pool, a camera cut every 4 frames over a 8192² texture): tiles go through
+/// the ring, its chunks are sealed and mapped again many times, tiles that find it full
+/// take the render thread's path, and at the end every resident slot holds exactly its
+/// tile's texels (RGBA8 from LZ4, and BC7 transcoded from UASTC where BC is supported).
+#[test]
+fn flooded_staging_keeps_every_slot_equal_to_its_tile() {
+    use std::sync::Arc;
+    use tessera::drawer::drawer_for;
+    use tessera::scene::OffscreenTarget;
+    use tessera::{VirtualTextures, VtConfig};
+    use tessera_core::bake::source::Generated;
+    use tessera_core::bake::{BakeInput, BakeOptions, bake};
+    use tessera_core::format::codec::Codec;
+    use tessera_core::scene::camera::CameraPath;
+    use tessera_core::stream::atlas_loader::AtlasLoader;
+    use tessera_core::{Atlas, HostCache, NoProgress};
+    let ctx = gpu();
+    let dir = tempfile::tempdir().unwrap();
+    let bc = ctx.device.features().contains(wgpu::Features::TEXTURE_COMPRESSION_BC);
+    // UASTC encoding is slow on a CI core: the BC7 run uses a smaller texture.
+    let runs: Vec<(Codec, TargetFormat, u32)> = if bc {
+        vec![(Codec::Lz4, TargetFormat::Rgba8, 8192), (Codec::Uastc, TargetFormat::Bc7, 2048)]
+    } else {
+        vec![(Codec::Lz4, TargetFormat::Rgba8, 8192)]
+    };
+    for (codec, target, side) in runs {
+        let path = dir.path().join(format!("flood-{}.tsa", codec.name()));
+        let input = BakeInput::new("flood", Generated::new(side, side));
+        bake(vec![input], &path, &BakeOptions { codec, ..BakeOptions::default() }, &NoProgress).unwrap();
+        let atlas = Arc::new(Atlas::open(&path).unwrap());
+        let config = VtConfig {
+            pool_mib: 4,
+            staging_mib: 8,
+            pool_format: Some(target),
+            max_uploads_per_frame: 512,
+            ..VtConfig::default()
+        };
+        let mut vt = VirtualTextures::new(ctx, atlas.clone(), config).unwrap();
+        let scene = drawer_for(ctx, &vt, None).unwrap();
+        let (w, h) = (320, 180);
+        let out = OffscreenTarget::new(&ctx.device, w, h);
+        let frames = 96u32;
+        let path = CameraPath::random_cuts(
+            0x5eed,
+            frames / 4,
+            4,
+            glam::Vec3::new(-1.0, 0.0, -0.5),
+            glam::Vec3::new(1.0, 0.0, 0.5),
+        );
+        let (mut uploads, mut staged) = (0usize, 0usize);
+        for f in 0..frames {
+            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            let frame = vt.begin(ctx, &mut encoder);
+            scene.set_camera(&ctx.queue, &path.camera_at(f), w as f32 / h as f32);
+            scene.draw_vt(&mut encoder, &out.color_view, &out.depth_view, frame.vt(), None);
+            let stats = frame.finish(ctx, encoder).unwrap();
+            uploads += stats.uploads;
+            staged += stats.uploads_staged;
+            ctx.wait_idle().unwrap();
+            if std::env::var_os("DEBUG_STAGING").is_some() {
+                eprintln!(
+                    "frame {f}: uploads {} staged {} waiting {} ready {} counters {:?}",
+                    stats.uploads,
+                    stats.uploads_staged,
+                    vt.streamer().staged_waiting(),
+                    vt.residency().ready_count(),
+                    vt.staging_counters()
+                );
+            }
+        }
+        let counters = vt.staging_counters().expect("staging is on");
+        let name = target.name();
+        assert!(
+            staged * 2 > uploads && staged <= uploads,
+            "{name}: {staged} of {uploads} uploads staged: {counters:?}"
+        );
+        assert!(counters.sealed > 10 && counters.attached > counters.sealed / 2, "{name}: {counters:?}");
+        if target == TargetFormat::Rgba8 {
+            // 40 RGBA8 records per chunk: bursts after cuts find both chunks busy, and
+            // those tiles take the render thread's path.
+            assert!(
+                counters.exhausted > 0 && staged < uploads,
+                "{name}: two chunks should run out: {counters:?}"
+            );
+        }
+        // Every resident tile's slot holds exactly the tile.
+        let loader = AtlasLoader::with_target(atlas.clone(), Arc::new(HostCache::new(0)), target);
+        let pool = vt.pool();
+        let texels = read_pool(ctx, pool);
+        let (row, rows) = pool.tile_rows();
+        let pool_row = row as usize * pool.slots_x() as usize;
+        let mut checked = 0;
+        for (tile, slot) in vt.residency().resident_tiles() {
+            let want = loader.transcode_tile(tile).unwrap();
+            for r in 0..rows as usize {
+                let at =
+                    (usize::from(slot.y) * rows as usize + r) * pool_row + usize::from(slot.x) * row as usize;
+                let (got, want) =
+                    (&texels[at..at + row as usize], &want[r * row as usize..(r + 1) * row as usize]);
+                assert!(got == want, "{name}: slot {slot:?} of {tile} differs from the tile at row {r}");
+            }
+            checked += 1;
+        }
+        assert!(checked > 20, "{name}: only {checked} resident tiles");
     }
 }

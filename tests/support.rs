@@ -8,6 +8,8 @@ use std::sync::OnceLock;
 
 use tessera::GpuContext;
 use tessera::capture::write_png;
+use tessera::pool::TilePool;
+use tessera::wgpu;
 use tessera_core::NoProgress;
 use tessera_core::bake::source::RowSource;
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
@@ -172,6 +174,48 @@ fn write_mismatched(
         rgba.chunks_exact(row).take(shared.1 as usize).flat_map(|r| &r[..keep]).copied().collect()
     };
     write("diff.png", shared, &diff_image(&crop(a_size, actual), &crop(e_size, expected)))
+}
+
+/// Reads a pool texture back as tightly packed rows (of texels, or of 4×4 blocks).
+pub fn read_pool(ctx: &GpuContext, pool: &TilePool) -> Vec<u8> {
+    read_pool_level(ctx, pool, 0)
+}
+
+/// Reads one level of a pool texture back as tightly packed rows.
+pub fn read_pool_level(ctx: &GpuContext, pool: &TilePool, level: u32) -> Vec<u8> {
+    let (w, h) = pool.texels();
+    let (w, h) = (w >> level, h >> level);
+    let target = pool.target();
+    let (row, rows) = if target.is_block_compressed() {
+        (w / 4 * target.bytes_per_block() as u32, h / 4)
+    } else {
+        (w * 4, h)
+    };
+    let padded = row.next_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
+    let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size: u64::from(padded) * u64::from(rows),
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut enc = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+    enc.copy_texture_to_buffer(
+        wgpu::TexelCopyTextureInfo { mip_level: level, ..pool.texture().as_image_copy() },
+        wgpu::TexelCopyBufferInfo {
+            buffer: &buffer,
+            layout: wgpu::TexelCopyBufferLayout {
+                offset: 0,
+                bytes_per_row: Some(padded),
+                rows_per_image: Some(rows),
+            },
+        },
+        wgpu::Extent3d { width: w, height: h, depth_or_array_layers: 1 },
+    );
+    ctx.queue.submit([enc.finish()]);
+    buffer.map_async(wgpu::MapMode::Read, .., |r| r.unwrap());
+    ctx.device.poll(wgpu::PollType::wait_indefinitely()).unwrap();
+    let view = buffer.get_mapped_range(..).unwrap();
+    view.chunks(padded as usize).flat_map(|r| r[..row as usize].to_vec()).collect()
 }
 
 #[cfg(test)]

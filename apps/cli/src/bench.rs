@@ -228,8 +228,8 @@ fn table(r: &BenchReport, camera: &str) -> String {
     let _ = writeln!(o, "upload CPU (uploads, page table):        {}", times(&u.cpu_ms));
     let _ = writeln!(
         o,
-        "uploads per frame:                       median {}, max {}; {} in measured frames, {} in warm-up; {} tiles resident at the end",
-        u.per_frame.median, u.per_frame.max, u.total, u.warmup_total, u.resident_at_end
+        "uploads per frame:                       median {}, max {}; {} in measured frames ({} written into staging by loader threads), {} in warm-up; {} tiles resident at the end",
+        u.per_frame.median, u.per_frame.max, u.total, u.staged, u.warmup_total, u.resident_at_end
     );
     if let Some(b) = &u.burst {
         let _ = writeln!(

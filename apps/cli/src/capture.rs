@@ -60,6 +60,10 @@ pub(crate) struct VtArgs {
     /// write feedback, which otherwise makes many drivers shade hidden fragments too).
     #[arg(long)]
     pub(crate) no_early_depth: bool,
+    /// MiB of staging memory the loader threads write tiles into for the GPU copies
+    /// (0: the render thread copies every tile into staging itself).
+    #[arg(long, default_value_t = tessera::staging::DEFAULT_STAGING_MIB)]
+    pub(crate) staging_mib: u32,
 }
 
 impl VtArgs {
@@ -78,6 +82,7 @@ impl VtArgs {
             prefetch_neighbours: !self.no_prefetch,
             trilinear: self.trilinear,
             early_depth: !self.no_early_depth,
+            staging_mib: self.staging_mib,
             ..VtConfig::default()
         }
     }

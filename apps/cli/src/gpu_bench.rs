@@ -138,6 +138,9 @@ pub(crate) struct UploadStats {
     pub per_frame: Stat,
     /// Tiles uploaded over the measured frames.
     pub total: u64,
+    /// Of those, tiles copied from staging memory a loader thread wrote
+    /// (`--staging-mib`); the render thread copied the rest into staging itself.
+    pub staged: u64,
     /// Tiles uploaded during warm-up (not counting the pinned coarsest tiles uploaded at setup).
     pub warmup_total: u64,
     /// Tiles resident in the pool after the last frame.
@@ -617,6 +620,7 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
             cpu_ms: Stat::of(per_frame.iter().map(|f| f.stream.upload_ms)).unwrap_or_default(),
             per_frame: Stat::of(per_frame.iter().map(|f| f.stream.uploads as f64)).unwrap_or_default(),
             total: per_frame.iter().map(|f| f.stream.uploads as u64).sum(),
+            staged: per_frame.iter().map(|f| f.stream.uploads_staged as u64).sum(),
             warmup_total: warmup_uploads,
             resident_at_end: main.vt.residency().resident_count(),
             burst: burst_stats(&per_frame),

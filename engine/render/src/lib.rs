@@ -157,6 +157,8 @@ pub mod pool;
 pub mod reference;
 #[doc(hidden)]
 pub mod soak;
+#[doc(hidden)]
+pub mod staging;
 
 pub use context::{GpuContext, OPTIONAL_FEATURES};
 pub use error::RenderError;

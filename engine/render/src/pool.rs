@@ -118,6 +118,20 @@ fn write_padded(mut dst: wgpu::WriteOnly<'_, [u8]>, tiles: &[&[u8]], stride: usi
     });
 }
 
+/// A tile already in staging memory, to copy into `slot`: its rows start at `offset`
+/// in `buffer`, `pitch` bytes apart (a multiple of [`wgpu::COPY_BYTES_PER_ROW_ALIGNMENT`]).
+#[derive(Clone, Copy, Debug)]
+pub struct StagedCopy<'a> {
+    /// Destination slot.
+    pub slot: SlotCoord,
+    /// The staging buffer.
+    pub buffer: &'a wgpu::Buffer,
+    /// Offset of the tile's first row.
+    pub offset: u64,
+    /// Bytes from one row to the next.
+    pub pitch: u32,
+}
+
 /// The pool texture and its slot grid.
 pub struct TilePool {
     target: TargetFormat,
@@ -521,7 +535,7 @@ impl TilePool {
 
     /// Bytes of one row of a tile (a row of 4×4 blocks in a block format) and the rows
     /// of a tile.
-    fn tile_rows(&self) -> (u32, u32) {
+    pub fn tile_rows(&self) -> (u32, u32) {
         let s = self.slot_texels;
         if self.target.is_block_compressed() {
             (s.div_ceil(4) * self.target.bytes_per_block() as u32, s.div_ceil(4))
@@ -573,6 +587,19 @@ impl TilePool {
     /// Items of the wrong length or outside the slot grid are skipped with a warning.
     /// A slot named twice ends with the later tile, as with [`TilePool::upload`].
     pub fn upload_batch(&self, device: &wgpu::Device, queue: &wgpu::Queue, items: &[(SlotCoord, &[u8])]) {
+        self.upload_mixed(device, queue, items, &[]);
+    }
+
+    /// [`TilePool::upload_batch`] for `items`, plus `staged` tiles that a loader
+    /// thread already wrote into staging memory (each copied straight from its buffer),
+    /// in one submission with one level-1 pass over every slot written.
+    pub fn upload_mixed(
+        &self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        items: &[(SlotCoord, &[u8])],
+        staged: &[StagedCopy<'_>],
+    ) {
         let want = self.tile_bytes() as usize;
         let (row_bytes, rows) = self.tile_rows();
         let padded_row = row_bytes.next_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
@@ -602,7 +629,30 @@ impl TilePool {
         let mut belt = self.staging.lock().unwrap_or_else(PoisonError::into_inner);
         let mut encoder = device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera tile uploads") });
-        let mut copied: Vec<[u32; 2]> = Vec::with_capacity(valid.len());
+        let mut copied: Vec<[u32; 2]> = Vec::with_capacity(valid.len() + staged.len());
+        for c in staged {
+            if u32::from(c.slot.x) >= self.slots_x
+                || u32::from(c.slot.y) >= self.slots_y
+                || c.pitch < row_bytes
+                || !c.pitch.is_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT)
+            {
+                tracing::warn!(slot = ?c.slot, pitch = c.pitch, "staged tile copy skipped: outside the pool or misaligned");
+                continue;
+            }
+            encoder.copy_buffer_to_texture(
+                wgpu::TexelCopyBufferInfo {
+                    buffer: c.buffer,
+                    layout: wgpu::TexelCopyBufferLayout {
+                        offset: c.offset,
+                        bytes_per_row: Some(c.pitch),
+                        rows_per_image: Some(rows),
+                    },
+                },
+                self.slot_region(c.slot),
+                extent,
+            );
+            copied.push([u32::from(c.slot.x), u32::from(c.slot.y)]);
+        }
         // One staging range (and one mapping) per group of tiles instead of one per
         // tile: each mapping is tracked and checked against the buffer's others.
         let per_group = (STAGING_GROUP_BYTES / stride).max(1) as usize;

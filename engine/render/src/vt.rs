@@ -14,6 +14,7 @@ use tessera_core::format::codec::TargetFormat;
 use tessera_core::format::color::ColorSpace;
 use tessera_core::stream::pool_layout::{GpuLimits, PoolLayout, Trilinear};
 use tessera_core::stream::residency::Residency;
+use tessera_core::stream::staging::{StagedTile, StagingCounters, StagingLayout};
 use tessera_core::stream::stats::{StatsSnapshot, StreamFrame};
 use tessera_core::stream::streamer::{
     FEEDBACK_STRIDES, FrameInput, FramePlan, SharedStreaming, SparseFeedback, Staleness, Streamer,
@@ -26,7 +27,8 @@ use crate::error::RenderError;
 use crate::feedback::Feedback;
 use crate::page_table::PageTableBuffer;
 use crate::params::{LayerBinding, Resources, ShaderProbe, VtParams, bind_group_layout, pool_sampler};
-use crate::pool::{TilePool, format_support};
+use crate::pool::{StagedCopy, TilePool, format_support};
+use crate::staging::GpuStaging;
 
 pub use crate::params::MAX_ANISOTROPY;
 
@@ -95,6 +97,11 @@ pub struct VtConfig {
     /// config); `None` (the default): these virtual textures have their own, sized by
     /// `host_cache_mib` and `loader_threads` (which a shared one ignores).
     pub shared: Option<SharedStreaming>,
+    /// MiB of host-visible staging memory the loader threads write tiles into, so that
+    /// the render thread only records copies (0: none; the render thread then copies
+    /// every uploaded tile into a staging belt itself, as it also does for a tile that
+    /// finds the staging memory full).
+    pub staging_mib: u32,
 }
 
 impl Default for VtConfig {
@@ -117,6 +124,7 @@ impl Default for VtConfig {
             trilinear: Trilinear::default(),
             early_depth: true,
             shared: None,
+            staging_mib: crate::staging::DEFAULT_STAGING_MIB,
         }
     }
 }
@@ -213,6 +221,8 @@ pub struct VirtualTextures {
     stall_warned: bool,
     /// The benchmark probe in effect ([`VirtualTextures::set_shader_probe`]).
     probe: ShaderProbe,
+    /// Staging memory the loader threads write tiles into (`VtConfig::staging_mib`).
+    staging: Option<GpuStaging>,
 }
 
 impl VirtualTextures {
@@ -232,6 +242,8 @@ impl VirtualTextures {
             None => Streamer::new(atlas.clone(), &plan, config.streamer()),
         }
         .map_err(|e| RenderError::Config(e.to_string()))?;
+        let mut streamer = streamer;
+        let staging = Self::make_staging(ctx, &pools, &mut streamer, config.staging_mib);
         let page_table = PageTableBuffer::new(device, plan.page_table_entries());
         let feedback = Feedback::new(device, streamer.layout().words(), FEEDBACK_RING);
         let layout_bgl = bind_group_layout(device);
@@ -255,6 +267,7 @@ impl VirtualTextures {
             last_feedback_frame: 0,
             stall_warned: false,
             probe: ShaderProbe::Off,
+            staging,
         };
         // Uploads the coarsest tiles the streamer loaded, and writes every parameter block.
         let plan = vt.streamer.frame(FrameInput::default());
@@ -304,6 +317,35 @@ impl VirtualTextures {
         Ok((plan, pools))
     }
 
+    /// `mib` MiB of staging memory laid out for `pools`' copies, handed to `streamer`'s
+    /// loader threads (`None` for 0 MiB).
+    fn make_staging(
+        ctx: &GpuContext,
+        pools: &[TilePool],
+        streamer: &mut Streamer,
+        mib: u32,
+    ) -> Option<GpuStaging> {
+        if mib == 0 {
+            streamer.set_staging(None);
+            return None;
+        }
+        let parts: Vec<(u32, u32)> = pools.iter().map(TilePool::tile_rows).collect();
+        let layout = StagingLayout::new(&parts, wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
+        let expected: usize = streamer.part_lengths().iter().sum();
+        if layout.tile_bytes() != expected {
+            tracing::warn!(
+                staged = layout.tile_bytes(),
+                expected,
+                "staging layout does not match the tile size; uploads are copied by the render thread"
+            );
+            streamer.set_staging(None);
+            return None;
+        }
+        let staging = GpuStaging::new(&ctx.device, layout, mib);
+        streamer.set_staging(Some(Arc::clone(staging.ring())));
+        Some(staging)
+    }
+
     /// One parameter block and bind group per sampled layer (a stack: layer 0's).
     #[allow(clippy::too_many_arguments)]
     fn make_bindings(
@@ -350,6 +392,7 @@ impl VirtualTextures {
         let (plan, pools) = Self::make_pools(ctx, &self.atlas, &config)?;
         let mut streamer = self.streamer.reshaped(&plan).map_err(|e| RenderError::Config(e.to_string()))?;
         streamer.set_mip_bias(config.mip_bias);
+        let staging = Self::make_staging(ctx, &pools, &mut streamer, config.staging_mib);
         let page_table = PageTableBuffer::new(&ctx.device, plan.page_table_entries());
         let mut layers = Self::make_bindings(
             ctx,
@@ -365,6 +408,7 @@ impl VirtualTextures {
             layer.params.set_probe(self.probe);
         }
         self.streamer = streamer;
+        self.staging = staging;
         self.pools = pools;
         self.page_table = page_table;
         self.layers = layers;
@@ -389,6 +433,9 @@ impl VirtualTextures {
         self.next_frame += 1;
         // A lost device is recorded here and reported by `finish`; its readbacks are gone.
         ctx.poll_quietly();
+        if let Some(staging) = self.staging.as_mut() {
+            staging.maintain();
+        }
         let arrived = match ctx.lost() {
             Some(_) => None,
             None => self.feedback.collect().map(|f| SparseFeedback { frame: f.frame, pairs: f.sparse }),
@@ -436,16 +483,64 @@ impl VirtualTextures {
     fn execute(&mut self, ctx: &GpuContext, plan: FramePlan) -> StreamFrame {
         let t0 = Instant::now();
         let lengths = self.streamer.part_lengths();
+        // Tiles a loader thread wrote into staging are copied from there; their chunks
+        // are sealed and unmapped first.
+        let staged: Vec<(usize, &StagedTile)> = match &self.staging {
+            Some(staging) => {
+                let staged: Vec<(usize, &StagedTile)> = plan
+                    .uploads
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, u)| {
+                        u.staged.as_ref().filter(|t| Arc::ptr_eq(t.ring(), staging.ring())).map(|t| (i, t))
+                    })
+                    .collect();
+                let mut chunks: Vec<usize> = staged.iter().map(|(_, t)| t.chunk()).collect();
+                chunks.sort_unstable();
+                chunks.dedup();
+                for chunk in chunks {
+                    staging.prepare(chunk);
+                }
+                staged
+            }
+            None => Vec::new(),
+        };
+        let mut is_staged = vec![false; plan.uploads.len()];
+        for &(i, _) in &staged {
+            is_staged[i] = true;
+        }
         let mut offset = 0;
-        for (pool, &len) in self.pools.iter().zip(lengths) {
+        for (part, (pool, &len)) in self.pools.iter().zip(lengths).enumerate() {
             // The streamer only hands out tiles of exactly the summed part lengths.
             let batch: Vec<_> = plan
                 .uploads
                 .iter()
-                .filter_map(|u| Some((u.slot, u.bytes.get(offset..offset + len)?)))
+                .zip(&is_staged)
+                .filter(|(_, staged)| !**staged)
+                .filter_map(|(u, _)| Some((u.slot, u.bytes.get(offset..offset + len)?)))
                 .collect();
-            pool.upload_batch(&ctx.device, &ctx.queue, &batch);
+            let copies: Vec<StagedCopy<'_>> = match &self.staging {
+                Some(staging) => {
+                    let p = staging.ring().layout().parts()[part];
+                    staged
+                        .iter()
+                        .map(|&(i, t)| StagedCopy {
+                            slot: plan.uploads[i].slot,
+                            buffer: staging.buffer(t.chunk()),
+                            offset: t.offset() + p.record_offset,
+                            pitch: p.pitch,
+                        })
+                        .collect()
+                }
+                None => Vec::new(),
+            };
+            pool.upload_mixed(&ctx.device, &ctx.queue, &batch, &copies);
             offset += len;
+        }
+        let staged_tiles: Vec<StagedTile> = staged.into_iter().map(|(_, t)| t.clone()).collect();
+        let staged_count = staged_tiles.len();
+        if let Some(staging) = self.staging.as_mut() {
+            staging.retire(&ctx.queue, staged_tiles);
         }
         self.page_table.write(&ctx.queue, &plan.page_table_writes);
         for layer in &mut self.layers {
@@ -453,6 +548,7 @@ impl VirtualTextures {
             layer.write(&ctx.queue);
         }
         let mut stats = plan.stats;
+        stats.uploads_staged = staged_count;
         stats.upload_ms = t0.elapsed().as_secs_f64() * 1e3;
         self.last_upload_ms = stats.upload_ms;
         stats
@@ -524,6 +620,13 @@ impl VirtualTextures {
     /// Every pool: one, or one per layer of a stack.
     pub fn pools(&self) -> &[TilePool] {
         &self.pools
+    }
+
+    /// Running totals of the staging memory the loader threads write tiles into
+    /// (`None` with [`VtConfig::staging_mib`] 0): tiles staged, tiles that found it
+    /// full, chunks sealed and mapped again.
+    pub fn staging_counters(&self) -> Option<StagingCounters> {
+        self.staging.as_ref().map(|s| s.ring().counters())
     }
 
     /// The streamer that makes this atlas' decisions.

@@ -896,7 +896,11 @@ mod tests {
         let r = collect(&pool, 1).remove(0);
         assert_eq!(
             r,
-            LoadResult { tile: gate_tile, outcome: LoadOutcome::Ready(Arc::from(vec![20u8; 4])), staged: None }
+            LoadResult {
+                tile: gate_tile,
+                outcome: LoadOutcome::Ready(Arc::from(vec![20u8; 4])),
+                staged: None
+            }
         );
         wait_until("idle", || pool.in_flight() == 0);
         assert!(!pool.is_requested(gate_tile));

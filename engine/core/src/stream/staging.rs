@@ -155,6 +155,9 @@ pub struct StagingCounters {
     pub sealed: u64,
     /// Chunks that started over without a GPU round trip.
     pub recycled: u64,
+    /// Times a chunk was given memory ([`StagingRing::attach`]): the chunks at first,
+    /// then once per remap.
+    pub attached: u64,
 }
 
 /// The chunks of staging memory loader threads write tiles into; see the module
@@ -174,6 +177,7 @@ pub struct StagingRing {
     wrong_length: AtomicU64,
     sealed: AtomicU64,
     recycled: AtomicU64,
+    attached: AtomicU64,
 }
 
 /// What the renderer does after [`StagingRing::seal`].
@@ -214,6 +218,7 @@ impl StagingRing {
             wrong_length: AtomicU64::new(0),
             sealed: AtomicU64::new(0),
             recycled: AtomicU64::new(0),
+            attached: AtomicU64::new(0),
         })
     }
 
@@ -260,6 +265,7 @@ impl StagingRing {
             wrong_length: self.wrong_length.load(Ordering::Relaxed),
             sealed: self.sealed.load(Ordering::Relaxed),
             recycled: self.recycled.load(Ordering::Relaxed),
+            attached: self.attached.load(Ordering::Relaxed),
         }
     }
 
@@ -289,6 +295,7 @@ impl StagingRing {
             live: 0,
             generation: c.generation + 1,
         };
+        self.attached.fetch_add(1, Ordering::Relaxed);
         true
     }
 

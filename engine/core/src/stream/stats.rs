@@ -106,6 +106,9 @@ pub struct StreamFrame {
     pub misses: usize,
     /// Tiles uploaded this frame.
     pub uploads: usize,
+    /// Of those, tiles copied straight from staging memory a loader thread wrote
+    /// (the rest were copied into staging by the render thread).
+    pub uploads_staged: usize,
     /// Tiles evicted from the pool this frame.
     pub evictions: usize,
     /// Tiles resident in the pool.

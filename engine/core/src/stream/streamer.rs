@@ -19,10 +19,10 @@ use crate::stream::host_cache::HostCache;
 use crate::stream::loader::{LoadError, LoadOutcome, LoaderConfig, LoaderPool, LoaderThreads, TileLoader};
 use crate::stream::pool_layout::PoolLayout;
 use crate::stream::residency::{Residency, ResidencyConfig, Upload};
-use crate::stream::staging::{StagedTile, StagingRing};
 use crate::stream::schedule::{
     BiasConfig, BiasInput, BudgetConfig, MipBiasController, UploadBudgetController, neighbours, region_tiles,
 };
+use crate::stream::staging::{StagedTile, StagingRing};
 use crate::stream::stats::{StatsSnapshot, StreamFrame, TierStats};
 
 /// Feedback strides the shader supports: one pixel in every `n × n` block writes.
@@ -119,6 +119,10 @@ pub enum StreamerError {
         source: LoadError,
     },
 }
+
+/// Frames a loaded tile keeps its staging record while it waits for a slot (see
+/// [`Streamer::set_staging`]).
+pub const STAGED_WAIT_FRAMES: u64 = 2;
 
 /// One frame's feedback as read back from the GPU: the bitset's non-zero words.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -253,7 +257,7 @@ pub struct Streamer {
     request_times: TileMap<(u64, Instant)>,
     /// Loaded tiles waiting for a slot whose bytes a loader thread also wrote into
     /// staging memory ([`Streamer::set_staging`]).
-    staged: TileMap<StagedTile>,
+    staged: TileMap<(StagedTile, u64)>,
     reported_failures: TileSet,
     frame: u64,
     frozen: bool,
@@ -541,7 +545,7 @@ impl Streamer {
                 Ok(bytes) => {
                     self.residency.on_loaded(r.tile, bytes);
                     if let Some(staged) = r.staged.filter(|_| self.residency.is_ready(r.tile)) {
-                        self.staged.insert(r.tile, staged);
+                        self.staged.insert(r.tile, (staged, self.frame));
                     }
                 }
                 Err(e) => {
@@ -556,16 +560,20 @@ impl Streamer {
     }
 
     /// Hands this frame's uploads their staged copies, and releases the staging of
-    /// tiles that residency dropped (no longer needed, or already resident).
+    /// tiles that residency dropped (no longer needed, or already resident) or that
+    /// waited more than [`STAGED_WAIT_FRAMES`] frames for a slot: a chunk is mapped
+    /// again only once every tile in it is released, so a few tiles deferred for long
+    /// (a pool too small for the view, prefetches) would keep a whole chunk from the
+    /// loader threads. Such a tile is uploaded from its bytes when its turn comes.
     fn attach_staged(&mut self, uploads: &mut [Upload]) {
         if self.staged.is_empty() {
             return;
         }
         for u in uploads.iter_mut() {
-            u.staged = self.staged.remove(&u.tile);
+            u.staged = self.staged.remove(&u.tile).map(|(t, _)| t);
         }
-        let residency = &self.residency;
-        self.staged.retain(|t, _| residency.is_ready(*t));
+        let (residency, frame) = (&self.residency, self.frame);
+        self.staged.retain(|t, (_, at)| residency.is_ready(*t) && frame <= *at + STAGED_WAIT_FRAMES);
     }
 
     /// Has the loader threads write each loaded tile into `staging` (laid out for the
