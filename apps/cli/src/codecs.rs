@@ -46,6 +46,10 @@ pub(crate) struct CodecsArgs {
     /// compared with stays every core × the 1-core rate.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=256))]
     loader_threads: u64,
+    /// MiB of staging memory the loader threads of the `--gpu` measurement write tiles
+    /// into (0: the measuring thread copies every tile into staging itself).
+    #[arg(long, default_value_t = tessera::staging::DEFAULT_STAGING_MIB)]
+    staging_mib: u32,
     /// Write the full report as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -186,6 +190,7 @@ fn measure_image(
                     tiles: sample_mip0(&atlas, opts.sample_tiles),
                     min_duration: Duration::from_millis(500),
                     threads: args.loader_threads as usize,
+                    staging_mib: args.staging_mib,
                     ..StreamBenchConfig::default()
                 };
                 let report = stream(ctx, atlas.clone(), &cfg)
@@ -246,8 +251,8 @@ fn table(img: &ImageReport, cores: usize, gpu: bool) -> String {
     let _ = write!(h1, " {:>5} {:>9} {:>7} {:>7}", "pool", "all cores", "", "VRAM");
     let _ = write!(h2, " {:>5} {:>9} {:>7} {:>7}", "fmt", "tiles/s", "%limit", "B/tile");
     if gpu {
-        let _ = write!(h1, "  {:>9} {:>7}", "disk→VRAM", "");
-        let _ = write!(h2, "  {:>9} {:>7}", "tiles/s", "%limit");
+        let _ = write!(h1, "  {:>9} {:>7} {:>7}", "disk→VRAM", "", "");
+        let _ = write!(h2, "  {:>9} {:>7} {:>7}", "tiles/s", "%limit", "staged");
     }
     let _ = writeln!(o, "{}\n{}", h1.trim_end(), h2.trim_end());
     for c in &img.codecs {
@@ -275,7 +280,14 @@ fn table(img: &ImageReport, cores: usize, gpu: bool) -> String {
             pool.bytes_per_tile(m.padded_tile_size)
         );
         if let Some(s) = &c.stream {
-            let _ = write!(o, "  {:>9} {:>7}", rate(Some(s.report.tiles_per_s)), pct(s.fraction_of_limit));
+            let staged = (s.report.tiles > 0).then(|| s.report.staged as f64 / s.report.tiles as f64);
+            let _ = write!(
+                o,
+                "  {:>9} {:>7} {:>7}",
+                rate(Some(s.report.tiles_per_s)),
+                pct(s.fraction_of_limit),
+                pct(staged)
+            );
         }
         o.push('\n');
     }
@@ -290,8 +302,9 @@ fn legend(cores: usize) -> String {
          against the source (RGB).\nbake: tiles (all mips) per second of the whole bake (mips, encode, \
          write) on {cores} cores. transcode: read + CRC + transcode of one\ntile on one thread \
          (1k tiles/s = {:.1} Mpix/s of 136² tiles). all cores: the same on {cores} rayon threads; %limit \
-         = of {cores} × the\n1-core rate to the pool format. disk→VRAM: {cores} loader threads, host cache \
-         cold, every tile uploaded to its own pool slot, until the GPU is idle.",
+         = of {cores} × the\n1-core rate to the pool format. disk→VRAM: --loader-threads loader threads \
+         (0: {cores}), host cache cold, every tile uploaded to its own pool slot, until the GPU is idle; staged: tiles the loader\nthreads wrote into \
+         staging memory themselves (--staging-mib).",
         1000.0 * mpix
     )
 }

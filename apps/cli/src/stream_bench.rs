@@ -10,11 +10,14 @@ use serde::{Deserialize, Serialize};
 use tessera_core::format::codec::TargetFormat;
 use tessera_core::stream::loader::{LoadOutcome, LoaderConfig, LoaderPool};
 use tessera_core::stream::page_table::SlotCoord;
+use tessera_core::stream::staging::{StagedTile, StagingLayout};
 use tessera_core::{Atlas, AtlasLoader, HostCache, TileId};
 
 use tessera::GpuContext;
 use tessera::RenderError;
-use tessera::pool::{TilePool, format_support};
+use tessera::pool::{StagedCopy, TilePool, format_support};
+use tessera::staging::GpuStaging;
+use tessera::wgpu;
 
 /// Tiles per upload batch (one staging copy and one submission each).
 const SUBMIT_EVERY: usize = 64;
@@ -30,11 +33,20 @@ pub(crate) struct StreamBenchConfig {
     pub pool_format: Option<TargetFormat>,
     /// Rounds (each with an emptied host cache) are repeated until this much time has passed.
     pub min_duration: Duration,
+    /// MiB of staging memory the loader threads write tiles into (0: the bench thread
+    /// copies every tile into staging, as before zero-copy staging).
+    pub staging_mib: u32,
 }
 
 impl Default for StreamBenchConfig {
     fn default() -> Self {
-        Self { tiles: Vec::new(), threads: 0, pool_format: None, min_duration: Duration::from_millis(500) }
+        Self {
+            tiles: Vec::new(),
+            threads: 0,
+            pool_format: None,
+            min_duration: Duration::from_millis(500),
+            staging_mib: tessera::staging::DEFAULT_STAGING_MIB,
+        }
     }
 }
 
@@ -61,6 +73,10 @@ pub(crate) struct StreamReport {
     pub upload_mib_per_s: f64,
     /// Slots of the pool (tiles beyond them reuse slots).
     pub pool_slots: u32,
+    /// Tiles copied from staging memory a loader thread wrote (the rest were copied
+    /// into staging by the bench thread).
+    #[serde(default)]
+    pub staged: u64,
     /// GPU bytes of the pool.
     pub pool_bytes: u64,
 }
@@ -117,11 +133,18 @@ pub(crate) fn stream(
         LoaderConfig::default(),
     )
     .map_err(|e| RenderError::Config(format!("starting loader threads: {e}")))?;
-    let (mut rounds, mut streamed, mut busy) = (0u32, 0u64, Duration::ZERO);
+    let mut staging = (cfg.staging_mib > 0).then(|| {
+        let layout = StagingLayout::new(&[pool.tile_rows()], wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
+        GpuStaging::new(&ctx.device, layout, cfg.staging_mib)
+    });
+    loader.set_staging(staging.as_ref().map(|s| Arc::clone(s.ring())));
+    let (mut rounds, mut streamed, mut busy, mut staged) = (0u32, 0u64, Duration::ZERO, 0u64);
     while rounds == 0 || busy < cfg.min_duration {
         cache.clear();
         let start = Instant::now();
-        streamed += stream_round(ctx, &loader, &pool, &tiles)?;
+        let (n, s) = stream_round(ctx, &loader, &pool, staging.as_mut(), &tiles)?;
+        streamed += n;
+        staged += s;
         busy += start.elapsed();
         rounds += 1;
     }
@@ -138,25 +161,56 @@ pub(crate) fn stream(
         tiles_per_s: streamed as f64 / seconds,
         upload_mib_per_s: (streamed * slot_bytes) as f64 / seconds / f64::from(1 << 20),
         pool_slots: pool.slot_count(),
+        staged,
         pool_bytes: pool.bytes(),
     })
 }
 
-/// One round: request every tile, upload each as it arrives, wait for the GPU.
+/// One round: request every tile, upload each as it arrives, wait for the GPU. Returns
+/// the tiles streamed and how many of them were copied from staging.
 fn stream_round(
     ctx: &GpuContext,
     loader: &LoaderPool,
     pool: &TilePool,
+    mut staging: Option<&mut GpuStaging>,
     tiles: &[TileId],
-) -> Result<u64, RenderError> {
+) -> Result<(u64, u64), RenderError> {
     let queued = tiles.iter().filter(|&&t| loader.request(t, 0, 0)).count();
     let (sx, slots) = (pool.slots_x() as usize, pool.slot_count() as usize);
-    // Tiles go up in batches (one staging buffer and one submission per batch), as the
-    // renderer's per-frame uploads do.
-    let mut batch: Vec<(SlotCoord, Arc<[u8]>)> = Vec::with_capacity(SUBMIT_EVERY);
-    let flush = |batch: &mut Vec<(SlotCoord, Arc<[u8]>)>| {
-        let items: Vec<(SlotCoord, &[u8])> = batch.iter().map(|(s, b)| (*s, &b[..])).collect();
-        pool.upload_batch(&ctx.device, &ctx.queue, &items);
+    let mut staged_total = 0u64;
+    // Tiles go up in batches (one submission per batch), as the renderer's per-frame
+    // uploads do: staged tiles straight from the loader threads' staging memory.
+    type Batch = Vec<(SlotCoord, Arc<[u8]>, Option<StagedTile>)>;
+    let mut batch: Batch = Vec::with_capacity(SUBMIT_EVERY);
+    let mut flush = |batch: &mut Batch, staging: Option<&mut GpuStaging>| {
+        let items: Vec<(SlotCoord, &[u8])> =
+            batch.iter().filter(|(_, _, t)| t.is_none()).map(|(s, b, _)| (*s, &b[..])).collect();
+        match staging {
+            Some(staging) => {
+                staging.maintain();
+                let staged: Vec<(SlotCoord, StagedTile)> =
+                    batch.iter().filter_map(|(s, _, t)| Some((*s, t.clone()?))).collect();
+                for (_, t) in &staged {
+                    staging.prepare(t.chunk());
+                }
+                let part = staging.ring().layout().parts()[0];
+                let copies: Vec<StagedCopy<'_>> = staged
+                    .iter()
+                    .map(|(slot, t)| StagedCopy {
+                        slot: *slot,
+                        buffer: staging.buffer(t.chunk()),
+                        offset: t.offset() + part.record_offset,
+                        pitch: part.pitch,
+                    })
+                    .collect();
+                pool.upload_mixed(&ctx.device, &ctx.queue, &items, &copies);
+                drop(copies);
+                staged_total += staged.len() as u64;
+                staging.retire(&ctx.queue, staged.into_iter().map(|(_, t)| t).collect());
+                let _ = ctx.device.poll(wgpu::PollType::Poll);
+            }
+            None => pool.upload_batch(&ctx.device, &ctx.queue, &items),
+        }
         batch.clear();
     };
     for i in 0..queued {
@@ -170,14 +224,17 @@ fn stream_round(
             }
         };
         let s = i % slots;
-        batch.push((SlotCoord { x: (s % sx) as u16, y: (s / sx) as u16 }, bytes));
+        batch.push((SlotCoord { x: (s % sx) as u16, y: (s / sx) as u16 }, bytes, result.staged));
         if batch.len() == SUBMIT_EVERY {
-            flush(&mut batch);
+            flush(&mut batch, staging.as_deref_mut());
         }
     }
-    flush(&mut batch);
+    flush(&mut batch, staging.as_deref_mut());
     ctx.wait_idle()?;
-    Ok(queued as u64)
+    if let Some(staging) = staging {
+        staging.maintain();
+    }
+    Ok((queued as u64, staged_total))
 }
 
 #[cfg(test)]
