@@ -15,7 +15,7 @@ use tessera_core::{Atlas, AtlasLoader, HostCache, TileId};
 
 use tessera::GpuContext;
 use tessera::RenderError;
-use tessera::pool::{StagedCopy, TilePool, format_support};
+use tessera::pool::{TilePool, format_support};
 use tessera::staging::GpuStaging;
 use tessera::wgpu;
 
@@ -188,25 +188,13 @@ fn stream_round(
         match staging {
             Some(staging) => {
                 staging.maintain();
-                let staged: Vec<(SlotCoord, StagedTile)> =
-                    batch.iter().filter_map(|(s, _, t)| Some((*s, t.clone()?))).collect();
-                for (_, t) in &staged {
-                    staging.prepare(t.chunk());
-                }
-                let part = staging.ring().layout().parts()[0];
-                let copies: Vec<StagedCopy<'_>> = staged
-                    .iter()
-                    .map(|(slot, t)| StagedCopy {
-                        slot: *slot,
-                        buffer: staging.buffer(t.chunk()),
-                        offset: t.offset() + part.record_offset,
-                        pitch: part.pitch,
-                    })
-                    .collect();
+                let staged: Vec<(SlotCoord, &StagedTile)> =
+                    batch.iter().filter_map(|(s, _, t)| Some((*s, t.as_ref()?))).collect();
+                let copies = staging.copies(0, &staged);
                 pool.upload_mixed(&ctx.device, &ctx.queue, &items, &copies);
                 drop(copies);
                 staged_total += staged.len() as u64;
-                staging.retire(&ctx.queue, staged.into_iter().map(|(_, t)| t).collect());
+                staging.retire(&ctx.queue, staged.into_iter().map(|(_, t)| t.clone()).collect());
                 let _ = ctx.device.poll(wgpu::PollType::Poll);
             }
             None => pool.upload_batch(&ctx.device, &ctx.queue, &items),

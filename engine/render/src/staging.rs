@@ -7,7 +7,10 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
+use tessera_core::stream::page_table::SlotCoord;
 use tessera_core::stream::staging::{Seal, StagedTile, StagingLayout, StagingRing};
+
+use crate::pool::StagedCopy;
 
 /// Default size of the staging memory of one [`crate::VirtualTextures`], MiB.
 pub const DEFAULT_STAGING_MIB: u32 = 64;
@@ -129,6 +132,27 @@ impl GpuStaging {
         if self.ring.seal(chunk) == Seal::Unmap {
             self.buffers[chunk].unmap();
         }
+    }
+
+    /// Prepares the chunks of `tiles` (each once) and returns the copies of part `part`
+    /// (the share of one pool of a stack) of each tile into its slot.
+    pub fn copies(&self, part: usize, tiles: &[(SlotCoord, &StagedTile)]) -> Vec<StagedCopy<'_>> {
+        let mut chunks: Vec<usize> = tiles.iter().map(|(_, t)| t.chunk()).collect();
+        chunks.sort_unstable();
+        chunks.dedup();
+        for chunk in chunks {
+            self.prepare(chunk);
+        }
+        let Some(p) = self.ring.layout().parts().get(part).copied() else { return Vec::new() };
+        tiles
+            .iter()
+            .map(|&(slot, t)| StagedCopy {
+                slot,
+                buffer: &self.buffers[t.chunk()],
+                offset: t.offset() + p.record_offset,
+                pitch: p.pitch,
+            })
+            .collect()
     }
 
     /// The buffer of chunk `chunk`.

@@ -27,7 +27,7 @@ use crate::error::RenderError;
 use crate::feedback::Feedback;
 use crate::page_table::PageTableBuffer;
 use crate::params::{LayerBinding, Resources, ShaderProbe, VtParams, bind_group_layout, pool_sampler};
-use crate::pool::{StagedCopy, TilePool, format_support};
+use crate::pool::{TilePool, format_support};
 use crate::staging::GpuStaging;
 
 pub use crate::params::MAX_ANISOTROPY;
@@ -483,32 +483,24 @@ impl VirtualTextures {
     fn execute(&mut self, ctx: &GpuContext, plan: FramePlan) -> StreamFrame {
         let t0 = Instant::now();
         let lengths = self.streamer.part_lengths();
-        // Tiles a loader thread wrote into staging are copied from there; their chunks
-        // are sealed and unmapped first.
+        // Tiles a loader thread wrote into this ring are copied from there (their chunks
+        // sealed and unmapped first); the others from their bytes.
         let staged: Vec<(usize, &StagedTile)> = match &self.staging {
-            Some(staging) => {
-                let staged: Vec<(usize, &StagedTile)> = plan
-                    .uploads
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, u)| {
-                        u.staged.as_ref().filter(|t| Arc::ptr_eq(t.ring(), staging.ring())).map(|t| (i, t))
-                    })
-                    .collect();
-                let mut chunks: Vec<usize> = staged.iter().map(|(_, t)| t.chunk()).collect();
-                chunks.sort_unstable();
-                chunks.dedup();
-                for chunk in chunks {
-                    staging.prepare(chunk);
-                }
-                staged
-            }
+            Some(staging) => plan
+                .uploads
+                .iter()
+                .enumerate()
+                .filter_map(|(i, u)| {
+                    Some((i, u.staged.as_ref().filter(|t| Arc::ptr_eq(t.ring(), staging.ring()))?))
+                })
+                .collect(),
             None => Vec::new(),
         };
         let mut is_staged = vec![false; plan.uploads.len()];
         for &(i, _) in &staged {
             is_staged[i] = true;
         }
+        let to_slots: Vec<_> = staged.iter().map(|&(i, t)| (plan.uploads[i].slot, t)).collect();
         let mut offset = 0;
         for (part, (pool, &len)) in self.pools.iter().zip(lengths).enumerate() {
             // The streamer only hands out tiles of exactly the summed part lengths.
@@ -519,21 +511,7 @@ impl VirtualTextures {
                 .filter(|(_, staged)| !**staged)
                 .filter_map(|(u, _)| Some((u.slot, u.bytes.get(offset..offset + len)?)))
                 .collect();
-            let copies: Vec<StagedCopy<'_>> = match &self.staging {
-                Some(staging) => {
-                    let p = staging.ring().layout().parts()[part];
-                    staged
-                        .iter()
-                        .map(|&(i, t)| StagedCopy {
-                            slot: plan.uploads[i].slot,
-                            buffer: staging.buffer(t.chunk()),
-                            offset: t.offset() + p.record_offset,
-                            pitch: p.pitch,
-                        })
-                        .collect()
-                }
-                None => Vec::new(),
-            };
+            let copies = self.staging.as_ref().map(|s| s.copies(part, &to_slots)).unwrap_or_default();
             pool.upload_mixed(&ctx.device, &ctx.queue, &batch, &copies);
             offset += len;
         }
