@@ -396,7 +396,6 @@ fn upload_timing() {
 /// half staged, half through the render thread's belt, in one batch, the pool ends up
 /// exactly as per-tile uploads leave it (RGBA8, BC1, BC7).
 fn staged_copies_match_single(target: TargetFormat) {
-    use tessera::pool::StagedCopy;
     use tessera::staging::GpuStaging;
     use tessera_core::stream::staging::StagingLayout;
     let ctx = gpu();
@@ -415,24 +414,12 @@ fn staged_copies_match_single(target: TargetFormat) {
     // Even tiles staged as a loader thread would, odd ones handed over as bytes.
     let staged: Vec<_> =
         tiles.iter().step_by(2).map(|t| staging.ring().stage(t).expect("room in 4 MiB")).collect();
-    for t in &staged {
-        staging.prepare(t.chunk());
-    }
-    let part = staging.ring().layout().parts()[0];
-    let copies: Vec<StagedCopy<'_>> = staged
-        .iter()
-        .enumerate()
-        .map(|(k, t)| StagedCopy {
-            slot: slot(2 * k),
-            buffer: staging.buffer(t.chunk()),
-            offset: t.offset() + part.record_offset,
-            pitch: part.pitch,
-        })
-        .collect();
+    let to_slots: Vec<(SlotCoord, &_)> = staged.iter().enumerate().map(|(k, t)| (slot(2 * k), t)).collect();
+    let copies = staging.copies(0, &to_slots);
     let items: Vec<(SlotCoord, &[u8])> =
         tiles.iter().enumerate().skip(1).step_by(2).map(|(i, t)| (slot(i), t.as_slice())).collect();
     mixed.upload_mixed(&ctx.device, &ctx.queue, &items, &copies);
-    drop(copies);
+    drop((copies, to_slots));
     staging.retire(&ctx.queue, staged);
     let (a, b) = (read_pool(ctx, &single), read_pool(ctx, &mixed));
     assert!(a == b, "{}: staged copies differ from per-tile uploads", target.name());

@@ -237,12 +237,11 @@ impl VirtualTextures {
         ctx.check()?;
         let device = &ctx.device;
         let (plan, pools) = Self::make_pools(ctx, &atlas, &config)?;
-        let streamer = match &config.shared {
+        let mut streamer = match &config.shared {
             Some(shared) => Streamer::new_shared(atlas.clone(), &plan, config.streamer(), shared),
             None => Streamer::new(atlas.clone(), &plan, config.streamer()),
         }
         .map_err(|e| RenderError::Config(e.to_string()))?;
-        let mut streamer = streamer;
         let staging = Self::make_staging(ctx, &pools, &mut streamer, config.staging_mib);
         let page_table = PageTableBuffer::new(device, plan.page_table_entries());
         let feedback = Feedback::new(device, streamer.layout().words(), FEEDBACK_RING);
