@@ -68,6 +68,14 @@ fn golden_views_of_the_builtin_scene() {
         let r = run(&atlas, path, frame + 1, size, VtConfig::default());
         check_golden(&format!("{preset}-{frame}"), size, &r.last_frame, 40.0);
     }
+    // The page table as an R32Uint texture (one textureLoad per lookup) draws the same
+    // goldens as the storage buffer, renamed modules and all (the drawers rewrite the
+    // shader with `shaders::with_page_table`).
+    for (preset, frame) in [("orbit", 30), ("cut", 40)] {
+        let vt = VtConfig { page_table: tessera::PageTableStorage::Texture, ..VtConfig::default() };
+        let r = run(&atlas, CameraPath::preset(preset).unwrap(), frame + 1, size, vt);
+        check_golden(&format!("{preset}-{frame}"), size, &r.last_frame, 40.0);
+    }
 }
 
 #[test]

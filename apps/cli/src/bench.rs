@@ -144,9 +144,10 @@ fn table(r: &BenchReport, camera: &str) -> String {
     let _ = writeln!(o, "atlas:     {} (virtual {})", r.atlas.display(), sizes.join(", "));
     let _ = writeln!(
         o,
-        "sampling:  {}; early depth test {}",
+        "sampling:  {}; early depth test {}; page table in a {}",
         r.sampling,
-        if r.early_depth { "forced" } else { "off" }
+        if r.early_depth { "forced" } else { "off" },
+        if r.page_table == tessera::PageTableStorage::Texture { "texture" } else { "storage buffer" }
     );
     if r.shader_probe != ShaderProbe::Off {
         let _ = writeln!(o, "probe:     {:?} (the VT rows price part of the sampling chain)", r.shader_probe);

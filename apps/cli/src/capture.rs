@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use std::sync::Arc;
+use tessera::PageTableStorage;
 use tessera::capture::{CaptureConfig, capture};
 
 use tessera::core::scene::camera::{CameraPath, Shot};
@@ -64,6 +65,10 @@ pub(crate) struct VtArgs {
     /// (0: the render thread copies every tile into staging itself).
     #[arg(long, default_value_t = tessera::staging::DEFAULT_STAGING_MIB)]
     pub(crate) staging_mib: u32,
+    /// Where the page table lives on the GPU: buffer (a storage buffer) or texture (an
+    /// R32Uint texture read with textureLoad).
+    #[arg(long, default_value = "buffer", value_parser = parse_page_table)]
+    pub(crate) page_table: PageTableStorage,
 }
 
 impl VtArgs {
@@ -83,6 +88,7 @@ impl VtArgs {
             trilinear: self.trilinear,
             early_depth: !self.no_early_depth,
             staging_mib: self.staging_mib,
+            page_table: self.page_table,
             ..VtConfig::default()
         }
     }
@@ -149,6 +155,14 @@ fn parse_trilinear(s: &str) -> Result<Trilinear, String> {
         "hardware" => Ok(Trilinear::Hardware),
         "software" => Ok(Trilinear::Software),
         _ => Err(format!("'{s}' is not a trilinear path: use hardware or software")),
+    }
+}
+
+fn parse_page_table(s: &str) -> Result<PageTableStorage, String> {
+    match s {
+        "buffer" => Ok(PageTableStorage::Buffer),
+        "texture" => Ok(PageTableStorage::Texture),
+        _ => Err(format!("'{s}' is not a page-table storage: use buffer or texture")),
     }
 }
 

@@ -199,6 +199,8 @@ pub(crate) struct BenchReport {
     pub shader_probe: ShaderProbe,
     /// Whether the built-in drawers forced early depth tests in the VT pass.
     pub early_depth: bool,
+    /// Where the page table lived on the GPU.
+    pub page_table: tessera::PageTableStorage,
     /// GPU tile pool size (all pools of a stack), MiB.
     pub pool_mib: f64,
     /// GPU size of the fully resident reference textures, MiB.
@@ -596,6 +598,7 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
         sampling: main.vt.trilinear().1.to_string(),
         shader_probe: cfg.shader_probe,
         early_depth: main.vt.early_depth_on(&ctx.device),
+        page_table: main.vt.page_table_storage(),
         pool_mib: mib(main.vt.pools().iter().map(|p| p.bytes()).sum()),
         reference_mib: main.scene.reference_bytes().map(mib),
         reference_unavailable,

@@ -38,10 +38,19 @@ struct VtParams {
     slot_mips: u32,           // 1: the pool's level 1 holds each slot's 2x downsample
     probe: u32,               // benchmark cost probes: 0 off (see vt_probe)
     mips: array<vec4<u32>, 20>, // per mip: (first entry, tiles across, tiles down, 0)
+    // Per mip, precomputed on the CPU: xy = size / (tile * 2^m) (uv to tile coordinates
+    // at mip m), zw = size / 2^m (uv to texels at mip m).
+    mip_scale: array<vec4<f32>, 20>,
+    inv_pool: vec2<f32>,      // 1 / pool_texels
+    slot_pitch: vec2<f32>,    // (tile + 2 border) / pool_texels: one slot in pool uv
+    border_uv: vec2<f32>,     // border / pool_texels
+    tile_uv: vec2<f32>,       // tile / pool_texels
 }
 
 @group(1) @binding(0) var<uniform> vt: VtParams;
 @group(1) @binding(1) var<storage, read> vt_page_table: array<u32>;
+// The page-table entry `i` (see tessera::page_table for the storage).
+fn vt_entry(i: u32) -> u32 { return vt_page_table[i]; }
 @group(1) @binding(2) var<storage, read_write> vt_feedback: array<atomic<u32>>;
 @group(1) @binding(3) var vt_pool: texture_2d<f32>;
 @group(1) @binding(4) var vt_pool_sampler: sampler;
@@ -59,8 +68,8 @@ struct VtLayers {
     l2: vec4<f32>,
 }
 
-// Where one filtered sample reads the pool: the tap centre in pool texels, the
-// anisotropic axis (in pool texels) and the tap count; `valid` is false for an
+// Where one filtered sample reads the pool: the tap centre in pool uv, the
+// anisotropic axis (in pool uv, zero without anisotropy) and the tap count; `valid` is false for an
 // unmapped page-table entry; `rm` is the mip of the tile found (the one asked for, or
 // a resident ancestor).
 struct VtTap {
@@ -71,18 +80,19 @@ struct VtTap {
     rm: u32,
 }
 
+// `uv` wrapped or clamped into [0, 1): kept below 1 (by the largest f32 under 1), so
+// `uv * vt.mip_scale[m].xy` always falls inside mip m's tile grid and needs no clamp.
 fn vt_address(uv: vec2<f32>) -> vec2<f32> {
+    var a = max(uv, vec2<f32>(0.0));
     if vt.wrap == 1u {
-        return fract(uv);
+        a = fract(uv);
     }
-    return clamp(uv, vec2<f32>(0.0), vec2<f32>(1.0));
+    return min(a, vec2<f32>(0.99999994));
 }
 
-// Tile coordinates of `uv` at mip `m`, clamped to the mip's tile grid.
+// Tile coordinates of `uv` (from vt_address) at mip `m`.
 fn vt_tile_at(uv: vec2<f32>, m: u32) -> vec2<u32> {
-    let info = vt.mips[m];
-    let p = floor(ldexp(uv * vt.size, vec2<i32>(-i32(m))) / vt.tile);
-    return min(vec2<u32>(max(p, vec2<f32>(0.0))), vec2<u32>(info.y - 1u, info.z - 1u));
+    return vec2<u32>(uv * vt.mip_scale[m].xy);
 }
 
 fn vt_entry_index(uv: vec2<f32>, m: u32) -> u32 {
@@ -93,13 +103,20 @@ fn vt_entry_index(uv: vec2<f32>, m: u32) -> u32 {
 
 // Level of detail and anisotropic tap count, as the Vulkan specification describes
 // anisotropic filtering: n = min(ceil(major / minor), max_aniso), lod = log2(major / n).
+// Squared lengths save the square roots: one sqrt for the ratio, one log2 for the level.
 fn vt_lod(gx: vec2<f32>, gy: vec2<f32>, max_lod: f32) -> vec2<f32> {
-    let lx = length(gx * vt.size);
-    let ly = length(gy * vt.size);
-    let major = max(max(lx, ly), 1e-8);
-    let minor = max(min(lx, ly), 1e-8);
-    let n = clamp(ceil(major / minor), 1.0, vt.max_aniso);
-    let lod = log2(major / n) + vt.mip_bias;
+    let ax = gx * vt.size;
+    let ay = gy * vt.size;
+    let lx2 = dot(ax, ax);
+    let ly2 = dot(ay, ay);
+    var major2 = max(max(lx2, ly2), 1e-16);
+    var n = 1.0;
+    if vt.max_aniso > 1.0 {
+        let minor2 = max(min(lx2, ly2), 1e-16);
+        n = clamp(ceil(sqrt(major2 / minor2)), 1.0, vt.max_aniso);
+        major2 = major2 / (n * n);
+    }
+    let lod = 0.5 * log2(major2) + vt.mip_bias;
     return vec2<f32>(clamp(lod, 0.0, min(f32(vt.mip_count - 1u), max_lod)), n);
 }
 
@@ -130,34 +147,37 @@ fn vt_locate(uv: vec2<f32>, m: u32, gx: vec2<f32>, gy: vec2<f32>, n: f32) -> VtT
     // an entry is unmapped and the search goes on that many mips further up (the
     // coarsest mip is always resident, so this ends within a few steps).
     var mm = m;
-    var e = vt_page_table[vt_entry_index(uv, mm)];
+    var e = vt_entry(vt_entry_index(uv, mm));
     for (var i = 0u; i < 8u && (e & 0x80000000u) == 0u && mm + 1u < vt.mip_count; i = i + 1u) {
         mm = min(mm + vt_fallback_step, vt.mip_count - 1u);
-        e = vt_page_table[vt_entry_index(uv, mm)];
+        e = vt_entry(vt_entry_index(uv, mm));
     }
     tap.valid = (e & 0x80000000u) != 0u;
     tap.n = n;
     let slot = vec2<f32>(f32(e & 0xfffu), f32((e >> 12u) & 0xfffu));
     let rm = (e >> 24u) & 0x1fu;
     tap.rm = rm;
-    let scale = ldexp(1.0, -i32(rm));
-    let p = uv * vt.size * scale;
-    let origin = vec2<f32>(vt_tile_at(uv, rm)) * vt.tile;
-    let local = clamp(p - origin, vec2<f32>(0.0), vec2<f32>(vt.tile));
-    let padded = vt.tile + 2.0 * vt.border;
-    tap.centre = slot * padded + vt.border + local;
-    // Major axis of the footprint in texels of the resident mip, limited to the border.
-    var axis = gx * vt.size * scale;
-    let ay = gy * vt.size * scale;
-    if dot(ay, ay) > dot(axis, axis) {
-        axis = ay;
+    // Mip rm's scale is mip m's halved rm - m times: multiplying by 2^(m - rm) (made
+    // from its exponent bits) is exact, and reuses the tile position of the lookup, so
+    // after the load only a few instructions stand between the entry and the fetch.
+    let halve = bitcast<f32>((127u - (max(rm, m) - m)) << 23u);
+    let local = fract(uv * vt.mip_scale[m].xy * halve);
+    tap.centre = slot * vt.slot_pitch + vt.border_uv + local * vt.tile_uv;
+    if n > 1.0 {
+        // Major axis of the footprint in texels of the resident mip, limited to the border.
+        let scale = vt.mip_scale[m].zw * halve;
+        var axis = gx * scale;
+        let ay = gy * scale;
+        if dot(ay, ay) > dot(axis, axis) {
+            axis = ay;
+        }
+        let len = length(axis);
+        let limit = 2.0 * vt.border;
+        if len > limit {
+            axis = axis * (limit / len);
+        }
+        tap.axis = axis * vt.inv_pool;
     }
-    let len = length(axis);
-    let limit = 2.0 * vt.border;
-    if len > limit {
-        axis = axis * (limit / len);
-    }
-    tap.axis = axis;
     return tap;
 }
 
@@ -168,13 +188,13 @@ fn vt_fetch(pool: texture_2d<f32>, tap: VtTap, level: f32) -> vec4<f32> {
         return vec4<f32>(0.0, 0.0, 0.0, 1.0);
     }
     if tap.n <= 1.0 {
-        return textureSampleLevel(pool, vt_pool_sampler, tap.centre / vt.pool_texels, level);
+        return textureSampleLevel(pool, vt_pool_sampler, tap.centre, level);
     }
     var sum = vec4<f32>(0.0);
     let taps = u32(tap.n);
     for (var i = 0u; i < taps; i = i + 1u) {
         let t = (f32(i) + 0.5) / tap.n - 0.5;
-        sum = sum + textureSampleLevel(pool, vt_pool_sampler, (tap.centre + tap.axis * t) / vt.pool_texels, level);
+        sum = sum + textureSampleLevel(pool, vt_pool_sampler, tap.centre + tap.axis * t, level);
     }
     return sum / tap.n;
 }
@@ -203,7 +223,7 @@ fn vt_debug(c: vec4<f32>, uv: vec2<f32>, m0: u32, gx: vec2<f32>, gy: vec2<f32>) 
     if vt.debug == 1u {
         return vec4<f32>(mix(c.rgb, vt_debug_colour(m0), 0.5), c.a);
     } else if vt.debug == 2u {
-        let rm = (vt_page_table[vt_entry_index(uv, m0)] >> 24u) & 0x1fu;
+        let rm = (vt_entry(vt_entry_index(uv, m0)) >> 24u) & 0x1fu;
         return vec4<f32>(mix(c.rgb, vt_debug_colour(rm - m0), 0.6), c.a);
     } else if vt.debug == 3u {
         // Payload edges of the tiles of mip m0, about one pixel wide whatever the zoom,
@@ -213,7 +233,7 @@ fn vt_debug(c: vec4<f32>, uv: vec2<f32>, m0: u32, gx: vec2<f32>, gy: vec2<f32>) 
         let d = min(fract(p), vec2<f32>(1.0) - fract(p));
         let per_pixel = max(length(gx * vt.size * scale), length(gy * vt.size * scale)) / vt.tile;
         if min(d.x, d.y) < max(per_pixel, 1e-6) {
-            let rm = (vt_page_table[vt_entry_index(uv, m0)] >> 24u) & 0x1fu;
+            let rm = (vt_entry(vt_entry_index(uv, m0)) >> 24u) & 0x1fu;
             return vec4<f32>(vt_debug_colour(rm - m0), c.a);
         }
     }
@@ -229,7 +249,7 @@ fn vt_probe(uv: vec2<f32>, m0: u32, f: f32, gx: vec2<f32>, gy: vec2<f32>, n: f32
         return vec4<f32>(f32(m0) * 0.1, f, 0.0, 1.0);
     }
     if vt.probe == 2u {
-        let e = vt_page_table[vt_entry_index(uv, m0)];
+        let e = vt_entry(vt_entry_index(uv, m0));
         return vec4<f32>(f32(e & 0xffu) / 255.0, f32((e >> 12u) & 0xffu) / 255.0, f, 1.0);
     }
     return vt_fetch(vt_pool, vt_locate_fixed(uv, m0, n), select(0.0, f, vt.slot_mips != 0u));
@@ -242,9 +262,8 @@ fn vt_locate_fixed(uv: vec2<f32>, m0: u32, n: f32) -> VtTap {
     tap.valid = true;
     tap.n = n;
     tap.rm = m0;
-    let p = ldexp(uv * vt.size, vec2<i32>(-i32(m0)));
-    let local = clamp(p - floor(p / vt.tile) * vt.tile, vec2<f32>(0.0), vec2<f32>(vt.tile));
-    tap.centre = vt.border + local;
+    let p = uv * vt.mip_scale[m0].xy;
+    tap.centre = vt.border_uv + (p - floor(p)) * vt.tile_uv;
     tap.axis = vec2<f32>(0.0);
     return tap;
 }
@@ -253,7 +272,7 @@ fn vt_sample_grad(uv_in: vec2<f32>, gx: vec2<f32>, gy: vec2<f32>, frag: vec4<f32
     let uv = vt_address(uv_in);
     let lod_n = vt_lod(gx, gy, f32(vt.mip_count));
     let lod = lod_n.x;
-    let m0 = u32(floor(lod));
+    let m0 = u32(lod); // lod >= 0: truncation is floor
     let f = lod - f32(m0);
     vt_mark(uv, m0, frag);
     if vt.probe != 0u {
@@ -275,7 +294,7 @@ fn vt_sample_layers(uv_in: vec2<f32>, gx: vec2<f32>, gy: vec2<f32>, frag: vec4<f
     let uv = vt_address(uv_in);
     let lod_n = vt_lod(gx, gy, max_lod);
     let lod = lod_n.x;
-    let m0 = u32(floor(lod));
+    let m0 = u32(lod); // lod >= 0: truncation is floor
     let f = lod - f32(m0);
     vt_mark(uv, m0, frag);
     var out: VtLayers;

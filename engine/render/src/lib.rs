@@ -163,6 +163,7 @@ pub mod staging;
 pub use context::{GpuContext, OPTIONAL_FEATURES};
 pub use error::RenderError;
 pub use lost::DeviceLost;
+pub use page_table::PageTableStorage;
 pub use tessera_core as core;
 pub use tessera_core::stream::stats::StreamFrame;
 pub use vt::{VirtualTextures, VtConfig, VtFrame, VtLayer};

@@ -221,7 +221,7 @@ impl MaterialRenderer {
         let vt_pipeline = mesh_pipeline(
             device,
             "material vt",
-            shaders::material_vt_source(),
+            shaders::with_page_table(&shaders::material_vt_source(), vt.page_table_storage()),
             &[Some(&frame_layout), Some(vt.bind_group_layout()), Some(&material_layout)],
             color_format,
             None,
@@ -232,7 +232,10 @@ impl MaterialRenderer {
             mesh_pipeline(
                 device,
                 "material vt early depth",
-                shaders::with_early_depth_test(&shaders::material_vt_source()),
+                shaders::with_early_depth_test(&shaders::with_page_table(
+                    &shaders::material_vt_source(),
+                    vt.page_table_storage(),
+                )),
                 &[Some(&frame_layout), Some(vt.bind_group_layout()), Some(&material_layout)],
                 color_format,
                 None,

@@ -31,6 +31,11 @@ pub struct VtParams {
     slot_mips: u32,
     probe: u32,
     mips: [[u32; 4]; MAX_SHADER_MIPS],
+    mip_scale: [[f32; 4]; MAX_SHADER_MIPS],
+    inv_pool: [f32; 2],
+    slot_pitch: [f32; 2],
+    border_uv: [f32; 2],
+    tile_uv: [f32; 2],
 }
 
 impl VtParams {
@@ -54,10 +59,24 @@ impl VtParams {
             slot_mips: 0,
             probe: 0,
             mips: [[0; 4]; MAX_SHADER_MIPS],
+            mip_scale: [[0.0; 4]; MAX_SHADER_MIPS],
+            inv_pool: [1.0 / pool_texels.0 as f32, 1.0 / pool_texels.1 as f32],
+            slot_pitch: [0.0; 2],
+            border_uv: [0.0; 2],
+            tile_uv: [0.0; 2],
         };
+        let (tile, border) = (lay.tile_size() as f32, lay.border() as f32);
+        for i in 0..2 {
+            p.slot_pitch[i] = (tile + 2.0 * border) * p.inv_pool[i];
+            p.border_uv[i] = border * p.inv_pool[i];
+            p.tile_uv[i] = tile * p.inv_pool[i];
+        }
         for m in 0..lay.mip_count().min(MAX_SHADER_MIPS as u32) {
             let (tx, ty) = lay.tiles_at(m);
             p.mips[m as usize] = [lay.mip_tile_offset(m) as u32, tx, ty, 0];
+            // Powers of two: exact, so the shader finds the same tile as `size * 2^-m / tile`.
+            let texels = [p.size[0] / (1u64 << m) as f32, p.size[1] / (1u64 << m) as f32];
+            p.mip_scale[m as usize] = [texels[0] / tile, texels[1] / tile, texels[0], texels[1]];
         }
         p
     }
@@ -141,7 +160,7 @@ impl LayerBinding {
             layout,
             entries: &[
                 wgpu::BindGroupEntry { binding: 0, resource: buffer.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 1, resource: resources.page_table.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: resources.page_table.binding() },
                 wgpu::BindGroupEntry { binding: 2, resource: resources.feedback.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 3, resource: view(0) },
                 wgpu::BindGroupEntry {
@@ -165,8 +184,8 @@ impl LayerBinding {
 pub struct Resources<'a> {
     /// The pools (one, or one per stacked layer).
     pub pools: &'a [TilePool],
-    /// The page-table buffer.
-    pub page_table: &'a wgpu::Buffer,
+    /// The page table.
+    pub page_table: &'a crate::page_table::PageTableBuffer,
     /// The feedback bitset.
     pub feedback: &'a wgpu::Buffer,
     /// The pool sampler.
@@ -187,9 +206,12 @@ pub fn pool_sampler(device: &wgpu::Device) -> wgpu::Sampler {
     })
 }
 
-/// The layout of group 1 in `vt.wgsl`: parameters, page table, feedback bitset, pool,
-/// sampler and two more pools for stacked layers.
-pub fn bind_group_layout(device: &wgpu::Device) -> wgpu::BindGroupLayout {
+/// The layout of group 1 in `vt.wgsl`: parameters, page table (in `page_table`),
+/// feedback bitset, pool, sampler and two more pools for stacked layers.
+pub fn bind_group_layout(
+    device: &wgpu::Device,
+    page_table: crate::page_table::PageTableStorage,
+) -> wgpu::BindGroupLayout {
     let frag = wgpu::ShaderStages::FRAGMENT;
     let pool_texture = wgpu::BindingType::Texture {
         sample_type: wgpu::TextureSampleType::Float { filterable: true },
@@ -212,7 +234,7 @@ pub fn bind_group_layout(device: &wgpu::Device) -> wgpu::BindGroupLayout {
         label: Some("tessera vt"),
         entries: &[
             entry(0, uniform),
-            entry(1, storage(true)),
+            entry(1, page_table.binding_type()),
             entry(2, storage(false)),
             entry(3, pool_texture),
             entry(4, sampler),

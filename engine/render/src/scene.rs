@@ -179,7 +179,7 @@ impl SceneRenderer {
             .collect();
         let (frame_layout, frame_buffer, frame_group) =
             frame_uniform(device, "frame", std::mem::size_of::<FrameUniform>() as u64);
-        let source = shaders::scene_vt_source();
+        let source = shaders::with_page_table(&shaders::scene_vt_source(), vt.page_table_storage());
         let source = if vt.early_depth_on(device) { shaders::with_early_depth_test(&source) } else { source };
         let vt_pipeline = pipeline(
             device,

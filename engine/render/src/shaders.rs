@@ -10,6 +10,7 @@
 //! source readable in error messages.
 
 use crate::error::RenderError;
+use crate::page_table::{PAGE_TABLE_ROW, PageTableStorage};
 
 /// The virtual-texture lookup (`vt_sample`, `vt_sample_grad`, `vt_sample_layers`) at
 /// bind group 1; the same as `vt_module(1, "vt")`.
@@ -92,6 +93,45 @@ fn rename_identifiers(src: &str, mut rename: impl FnMut(&str) -> Option<String>)
     out.push_str(rest);
     out
 }
+/// `src` (one or more virtual-texture modules with a shader of yours) reading the page
+/// table from `storage`: [`VT_WGSL`] and [`vt_module`] declare the storage buffer (the
+/// default); pass the complete source through this for virtual textures made with
+/// [`PageTableStorage::Texture`] ([`crate::VtConfig::page_table`]). Lines other than
+/// the page-table declaration and its `_entry` accessor are left as they are.
+pub fn with_page_table(src: &str, storage: PageTableStorage) -> String {
+    if storage == PageTableStorage::Buffer {
+        return src.to_owned();
+    }
+    let mut out = String::with_capacity(src.len() + 256);
+    for line in src.split_inclusive('\n') {
+        let body = line.trim_end_matches('\n');
+        let ending = &line[body.len()..];
+        if let Some((head, name)) = body
+            .strip_suffix("_page_table: array<u32>;")
+            .and_then(|h| h.rsplit_once("var<storage, read> "))
+            .filter(|(h, _)| h.contains("@binding(1)"))
+        {
+            out.push_str(&format!("{head}var {name}_page_table: texture_2d<u32>;{ending}"));
+        } else if let Some(name) = body
+            .strip_suffix("_page_table[i]; }")
+            .and_then(|h| h.rsplit_once("{ return "))
+            .filter(|(h, _)| h.starts_with("fn ") && h.ends_with("(i: u32) -> u32 "))
+            .map(|(_, name)| name)
+        {
+            let (head, _) = body.split_once("{ return ").unwrap_or((body, ""));
+            let row = PAGE_TABLE_ROW;
+            let shift = row.trailing_zeros();
+            out.push_str(&format!(
+                "{head}{{ return textureLoad({name}_page_table, vec2<u32>(i & {}u, i >> {shift}u), 0).x; }}{ending}",
+                row - 1
+            ));
+        } else {
+            out.push_str(line);
+        }
+    }
+    out
+}
+
 /// Built-in scene: camera, vertex stage, shading.
 pub const SCENE_WGSL: &str = include_str!("../shaders/scene.wgsl");
 /// Built-in scene fragment stage through the virtual texture.
@@ -238,6 +278,20 @@ fn fs_main(@builtin(position) frag: vec4<f32>, @location(0) uv: vec2<f32>) -> @l
         validate("slot_mip", SLOT_MIP_WGSL);
         for (group, name) in [(0, "albedo"), (3, "detail_map2")] {
             validate(&format!("vt_module {name}"), &vt_module(group, name).unwrap());
+            let texture = with_page_table(&vt_module(group, name).unwrap(), PageTableStorage::Texture);
+            assert!(texture.contains(&format!("var {name}_page_table: texture_2d<u32>;")), "{texture}");
+            assert!(
+                texture.contains(&format!(
+                    "textureLoad({name}_page_table, vec2<u32>(i & 4095u, i >> 12u), 0).x"
+                ))
+            );
+            validate(&format!("vt_module {name} texture page table"), &texture);
+        }
+        for (name, src) in [("scene_vt", scene_vt_source()), ("material_vt", material_vt_source())] {
+            let texture = with_page_table(&src, PageTableStorage::Texture);
+            assert!(!texture.contains("array<u32>;"), "{name}: the buffer is left");
+            validate(&format!("{name} texture page table"), &texture);
+            assert_eq!(with_page_table(&src, PageTableStorage::Buffer), src);
         }
         for (name, src) in [("scene_vt", scene_vt_source()), ("material_vt", material_vt_source())] {
             let early = with_early_depth_test(&src);

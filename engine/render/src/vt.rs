@@ -25,7 +25,7 @@ use tessera_core::{Atlas, HostCache};
 use crate::context::GpuContext;
 use crate::error::RenderError;
 use crate::feedback::Feedback;
-use crate::page_table::PageTableBuffer;
+use crate::page_table::{PageTableBuffer, PageTableStorage};
 use crate::params::{LayerBinding, Resources, ShaderProbe, VtParams, bind_group_layout, pool_sampler};
 use crate::pool::{TilePool, format_support};
 use crate::staging::GpuStaging;
@@ -102,6 +102,10 @@ pub struct VtConfig {
     /// every uploaded tile into a staging belt itself, as it also does for a tile that
     /// finds the staging memory full).
     pub staging_mib: u32,
+    /// Where the page table lives on the GPU: a storage buffer (the default) or an
+    /// `R32Uint` texture. With the texture, shaders must read it that way: pass their
+    /// source through [`crate::shaders::with_page_table`] (the built-in drawers do).
+    pub page_table: PageTableStorage,
 }
 
 impl Default for VtConfig {
@@ -125,6 +129,7 @@ impl Default for VtConfig {
             early_depth: true,
             shared: None,
             staging_mib: crate::staging::DEFAULT_STAGING_MIB,
+            page_table: PageTableStorage::default(),
         }
     }
 }
@@ -243,9 +248,9 @@ impl VirtualTextures {
         }
         .map_err(|e| RenderError::Config(e.to_string()))?;
         let staging = Self::make_staging(ctx, &pools, &mut streamer, config.staging_mib);
-        let page_table = PageTableBuffer::new(device, plan.page_table_entries());
+        let page_table = Self::make_page_table(ctx, &config, &plan)?;
         let feedback = Feedback::new(device, streamer.layout().words(), FEEDBACK_RING);
-        let layout_bgl = bind_group_layout(device);
+        let layout_bgl = bind_group_layout(device, config.page_table);
         let bindings =
             Self::make_bindings(ctx, &atlas, &config, &plan, &pools, &page_table, &feedback, &layout_bgl);
         let mut vt = Self {
@@ -316,6 +321,17 @@ impl VirtualTextures {
         Ok((plan, pools))
     }
 
+    /// The page table of `plan` in the configured storage.
+    fn make_page_table(
+        ctx: &GpuContext,
+        config: &VtConfig,
+        plan: &PoolLayout,
+    ) -> Result<PageTableBuffer, RenderError> {
+        let max_side = ctx.device.limits().max_texture_dimension_2d;
+        PageTableBuffer::new(&ctx.device, plan.page_table_entries(), config.page_table, max_side)
+            .map_err(RenderError::Config)
+    }
+
     /// `mib` MiB of staging memory laid out for `pools`' copies, handed to `streamer`'s
     /// loader threads (`None` for 0 MiB).
     fn make_staging(
@@ -358,12 +374,7 @@ impl VirtualTextures {
         layout_bgl: &wgpu::BindGroupLayout,
     ) -> Vec<LayerBinding> {
         let sampler = pool_sampler(&ctx.device);
-        let resources = Resources {
-            pools,
-            page_table: page_table.buffer(),
-            feedback: feedback.bitset(),
-            sampler: &sampler,
-        };
+        let resources = Resources { pools, page_table, feedback: feedback.bitset(), sampler: &sampler };
         let texels = pools[0].texels();
         let layers = atlas.layers();
         let sampled = if plan.stacked { &layers[..1] } else { layers };
@@ -392,7 +403,7 @@ impl VirtualTextures {
         let mut streamer = self.streamer.reshaped(&plan).map_err(|e| RenderError::Config(e.to_string()))?;
         streamer.set_mip_bias(config.mip_bias);
         let staging = Self::make_staging(ctx, &pools, &mut streamer, config.staging_mib);
-        let page_table = PageTableBuffer::new(&ctx.device, plan.page_table_entries());
+        let page_table = Self::make_page_table(ctx, &config, &plan)?;
         let mut layers = Self::make_bindings(
             ctx,
             &self.atlas,
@@ -731,6 +742,12 @@ impl VirtualTextures {
     /// Statistics of every tier.
     pub fn stats(&self) -> StatsSnapshot {
         self.streamer.stats(self.pools.iter().map(TilePool::slot_bytes).sum())
+    }
+
+    /// Where the page table lives ([`VtConfig::page_table`]): shaders bound to these
+    /// virtual textures must come through [`crate::shaders::with_page_table`] with it.
+    pub fn page_table_storage(&self) -> PageTableStorage {
+        self.config.page_table
     }
 
     /// The sampling path in use and why (hardware trilinear inside a slot, or the
