@@ -364,3 +364,86 @@ fn random_cuts_through_a_tiny_pool_keep_streaming() {
     assert!(uploads(&r.points[..3]) > 0 && uploads(&r.points[9..]) > 0, "streaming stopped: {:?}", r.points);
     assert!(r.points.iter().all(|p| p.evictions > 0), "a 1 MiB pool must churn: {:?}", r.points);
 }
+
+/// Atlases read over HTTP from a real nginx on 127.0.0.1 (range requests, ETags).
+mod remote {
+    use super::*;
+    use std::time::{Duration, Instant};
+    use tessera_core::format::atlas::AtlasError;
+    use tessera_tests::Nginx;
+
+    fn name(p: &std::path::Path) -> String {
+        p.file_name().unwrap().to_string_lossy().into_owned()
+    }
+
+    /// `tessera capture` through `http://` converges like the local file: the same
+    /// quality against the reference, the same final image, and the requests counted.
+    #[test]
+    fn capture_over_http_converges_like_the_local_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let atlas = bake_source(dir.path(), "served", Generated::new(2048, 1024));
+        let server = Nginx::serve(dir.path(), "");
+        let url = server.url(&name(&atlas));
+        let size = (320, 180);
+        let path = || CameraPath::preset("static").unwrap();
+        let local = run(&atlas, path(), 24, size, VtConfig::default());
+        let remote = run(std::path::Path::new(&url), path(), 24, size, VtConfig::default());
+        let (pl, pr) = (psnrs(&local), psnrs(&remote));
+        assert!(pl[23] >= 40.0 && pr[23] >= pl[23] - 0.5, "local {pl:?}\nremote {pr:?}");
+        let same = compare(&remote.last_frame, &local.last_frame);
+        if same.psnr_db < 60.0 {
+            write_failure("remote-http", size, &remote.last_frame, &local.last_frame);
+        }
+        assert!(same.psnr_db >= 60.0, "the remote frame differs from the local one: {same:?}");
+        let net = remote.frames.last().and_then(|f| f.network).expect("network stats of a remote atlas");
+        assert!(net.requests > 0 && net.bytes > 0 && net.failures == 0, "{net:?}");
+        assert!(net.latency_p95_ms >= net.latency_p50_ms && net.latency_p50_ms > 0.0, "{net:?}");
+        assert!(local.frames.last().unwrap().network.is_none());
+    }
+
+    /// A stopped server makes tiles unavailable for now (not failed, not garbage) within
+    /// the retry window, and reads work again once it is back; an atlas replaced on the
+    /// server is refused for every later read; a missing object or a dead server fails
+    /// to open with a clear error instead of hanging.
+    #[test]
+    fn remote_reads_survive_a_stopped_server_and_refuse_a_replaced_atlas() {
+        let dir = tempfile::tempdir().unwrap();
+        let atlas = bake_source(dir.path(), "served", Generated::new(1024, 512));
+        let mut server = Nginx::serve(dir.path(), "");
+        let url = server.url(&name(&atlas));
+        let local = Atlas::open(&atlas).unwrap();
+        let remote = Atlas::open(&url).unwrap();
+        assert!(remote.is_remote() && !local.is_remote());
+        assert_eq!(remote.tile_count(), local.tile_count());
+        let (a, b) = (TileId::new(0, 0, 0, 0), TileId::new(0, 0, 1, 0));
+        assert_eq!(remote.read_tile(a).unwrap(), local.read_tile(a).unwrap());
+
+        server.stop();
+        let t0 = Instant::now();
+        let down = remote.read_tile(b).unwrap_err();
+        assert!(matches!(down, AtlasError::Unavailable { .. }), "{down}");
+        assert!(t0.elapsed() < Duration::from_secs(12), "gave up after {:?}", t0.elapsed());
+        server.start();
+        assert_eq!(remote.read_tile(b).unwrap(), local.read_tile(b).unwrap());
+
+        // Replaced by renaming a different atlas over it (another size, so another ETag).
+        let other = bake_source(dir.path(), "other", Generated::new(512, 512));
+        std::fs::rename(&other, &atlas).unwrap();
+        let replaced = remote.read_tile(a).unwrap_err();
+        assert!(replaced.to_string().contains("replaced on the server"), "{replaced}");
+        assert!(!matches!(replaced, AtlasError::Unavailable { .. }), "a replaced atlas is not retried");
+        let stats = remote.network_stats().unwrap();
+        assert!(stats.failures >= 2 && stats.in_flight == 0, "{stats:?}");
+
+        let missing = Atlas::open(server.url("missing.tsa")).unwrap_err().to_string();
+        assert!(missing.contains("missing.tsa") && missing.contains("not found"), "{missing}");
+        let dead = format!("http://127.0.0.1:{}/x.tsa", {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        });
+        let t0 = Instant::now();
+        let e = Atlas::open(&dead).unwrap_err().to_string();
+        assert!(e.contains("x.tsa"), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(12), "opening a dead server took {:?}", t0.elapsed());
+    }
+}

@@ -218,6 +218,104 @@ pub fn read_pool_level(ctx: &GpuContext, pool: &TilePool, level: u32) -> Vec<u8>
     view.chunks(padded as usize).flat_map(|r| r[..row as usize].to_vec()).collect()
 }
 
+/// A real nginx serving a directory on 127.0.0.1 (range requests, ETags), started and
+/// stopped by the test: one process (`master_process off`), logs and temporary files
+/// in its own directory, killed on drop.
+pub struct Nginx {
+    child: Option<std::process::Child>,
+    root: PathBuf,
+    extra: String,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+/// Where Debian's nginx package puts the server.
+pub const NGINX: &str = "/usr/sbin/nginx";
+
+impl Nginx {
+    /// Serves `root` on a free port; `extra` goes into the `server` block (for example
+    /// `limit_rate 64k;`). Fails, saying how to install it, when nginx is missing.
+    pub fn serve(root: &Path, extra: &str) -> Self {
+        assert!(
+            Path::new(NGINX).exists(),
+            "{NGINX} not found: the remote-atlas tests need a real web server. Install it with \
+             `apt-get install nginx` (scripts/test does this on Debian)"
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut n = Self {
+            child: None,
+            root: root.to_path_buf(),
+            extra: extra.to_owned(),
+            port,
+            dir: tempfile::tempdir().unwrap(),
+        };
+        n.start();
+        n
+    }
+
+    /// The URL of `name` under the served directory.
+    pub fn url(&self, name: &str) -> String {
+        format!("http://127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// Starts the server (again, on the same port) and waits until it accepts connections.
+    pub fn start(&mut self) {
+        assert!(self.child.is_none(), "nginx is already running");
+        let d = self.dir.path();
+        let conf = format!(
+            "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid;\n\
+             error_log {d}/error.log warn;\n\
+             events {{ worker_connections 64; }}\n\
+             http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
+               fastcgi_temp_path {d}/fastcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
+               server {{ listen 127.0.0.1:{port}; root {root}; {extra} }} }}\n",
+            d = d.display(),
+            port = self.port,
+            root = self.root.display(),
+            extra = self.extra,
+        );
+        let path = d.join("nginx.conf");
+        std::fs::write(&path, conf).unwrap();
+        let child = std::process::Command::new(NGINX)
+            .arg("-p")
+            .arg(d)
+            .arg("-c")
+            .arg(&path)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {NGINX}: {e}"));
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
+                let log = std::fs::read_to_string(d.join("error.log")).unwrap_or_default();
+                panic!("nginx exited with {status}: {log}");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "nginx did not listen on port {} within 10 s",
+                self.port
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Stops the server (connections are refused until [`Nginx::start`]).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

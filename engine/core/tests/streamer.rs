@@ -205,6 +205,56 @@ fn a_corrupted_tile_is_reported_once_and_shows_its_ancestor() {
     assert!(sim.streamer.resident_fraction().is_some_and(|f| f < 1.0));
 }
 
+/// A remote atlas whose server is down for a while: the tiles it cannot deliver are
+/// unavailable for now (not failed), show their ancestors, are asked for again with a
+/// growing wait, and arrive once the server is back; nothing is reported as failed.
+#[test]
+fn unavailable_tiles_are_retried_with_backoff_and_arrive_when_the_server_is_back() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let p = pool(vec![texture()], (8, 8), vec![TargetFormat::Rgba8]);
+    let len = p.tile_bytes();
+    let down = Arc::new(AtomicBool::new(true));
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let (d, a) = (down.clone(), attempts.clone());
+    let streamer = Streamer::with_loader(
+        &p,
+        StreamerConfig { prefetch_neighbours: false, ..Default::default() },
+        Arc::new(HostCache::new(64 << 20)),
+        Arc::new(move |t: TileId| {
+            if t.mip < 3 && d.load(Ordering::SeqCst) {
+                a.fetch_add(1, Ordering::SeqCst);
+                return Err(LoadError::Unavailable { tile: t, reason: "connection refused".into() });
+            }
+            Ok(Arc::from(vec![t.mip; len]))
+        }),
+    )
+    .unwrap();
+    let layout = FeedbackLayout::new(&p.owners);
+    let mut sim = Sim { streamer, layout, frame: 0 };
+    sim.step(None, None);
+    let view = block(0, 0, 0, 2, 2);
+    let mut unavailable = 0;
+    for _ in 0..120 {
+        let plan = sim.step(Some(&view), None);
+        unavailable = unavailable.max(plan.stats.tiles_unavailable);
+        assert!(plan.stats.resident_fraction < 1.0);
+    }
+    let res = sim.streamer.residency();
+    assert!(view.iter().all(|&t| !res.is_resident(t)), "nothing fine arrives while the server is down");
+    assert!(res.is_resident(TileId::new(0, 3, 0, 0)), "the coarsest tile shows meanwhile");
+    assert_eq!(unavailable, 4 + 1 + 1, "the view and its two ancestors wait for a retry");
+    // 8, 16, 32, 64 frames of waiting: at most 5 attempts per tile in 120 frames, not 120.
+    let tries = attempts.load(Ordering::SeqCst);
+    assert!((6..=6 * 5).contains(&tries), "{tries} attempts for 6 tiles in 120 frames");
+    down.store(false, Ordering::SeqCst);
+    let frames = sim.settle(&view, 400);
+    assert!(frames <= 240 + 20, "back within the longest wait: {frames} frames");
+    let plan = sim.step(Some(&view), None);
+    assert_eq!(plan.stats.tiles_unavailable, 0);
+    assert_eq!(sim.streamer.residency().failed_count(), 0, "unavailable is not failed");
+    assert_page_table_consistent(&sim.streamer);
+}
+
 #[test]
 fn a_tile_of_the_wrong_length_fails_instead_of_half_filling_a_stack() {
     // Two stacked pools: a tile one byte short would leave the second pool unwritten.

@@ -49,7 +49,12 @@ impl AtlasLoader {
     /// Reads, CRC-checks and transcodes `tile` to the target format, bypassing the cache.
     pub fn transcode_tile(&self, tile: TileId) -> Result<Vec<u8>, LoadError> {
         let fail = |e: &dyn std::fmt::Display| LoadError::failed(tile, e.to_string());
-        let blob = self.atlas.read_tile(tile).map_err(|e| fail(&e))?;
+        let blob = self.atlas.read_tile(tile).map_err(|e| match e {
+            crate::format::atlas::AtlasError::Unavailable { .. } => {
+                LoadError::Unavailable { tile, reason: e.to_string() }
+            }
+            other => fail(&other),
+        })?;
         let entry = self.atlas.entry(tile).map_err(|e| fail(&e))?;
         // The entry exists, so the layer does.
         let side =

@@ -36,6 +36,15 @@ pub enum LoadError {
         /// What went wrong.
         reason: String,
     },
+    /// The tile could not be read just now (a remote atlas' network or server failed
+    /// after retries): its ancestor is shown and it is asked for again later.
+    #[error("tile {tile}: unavailable for now: {reason}")]
+    Unavailable {
+        /// The tile that failed.
+        tile: TileId,
+        /// What went wrong.
+        reason: String,
+    },
     /// The loader panicked; the worker survived and reports it here.
     #[error("tile {tile}: loader panicked: {message}")]
     Panicked {
@@ -55,8 +64,13 @@ impl LoadError {
     /// The tile the error is about.
     pub fn tile(&self) -> TileId {
         match self {
-            Self::Failed { tile, .. } | Self::Panicked { tile, .. } => *tile,
+            Self::Failed { tile, .. } | Self::Unavailable { tile, .. } | Self::Panicked { tile, .. } => *tile,
         }
+    }
+
+    /// Whether loading the tile again later may succeed ([`LoadError::Unavailable`]).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Unavailable { .. })
     }
 }
 

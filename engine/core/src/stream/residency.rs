@@ -277,6 +277,12 @@ impl Residency {
         self.prefetched.remove(&tile);
     }
 
+    /// Allows one tile that failed to be requested again (a transient failure whose
+    /// wait is over); false when it had not failed.
+    pub fn retry(&mut self, tile: TileId) -> bool {
+        self.failed.remove(&tile)
+    }
+
     /// Allows tiles that failed to be requested again (e.g. after the atlas changed).
     pub fn forget_failures(&mut self) {
         self.failed.clear();

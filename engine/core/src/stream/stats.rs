@@ -147,4 +147,9 @@ pub struct StreamFrame {
     pub upload_budget: usize,
     /// Prefetch requests (neighbours, regions) handed to the loader this frame.
     pub prefetches: usize,
+    /// Tiles a remote atlas could not deliver for now (network or server failure),
+    /// shown through their ancestors and waiting to be asked for again.
+    pub tiles_unavailable: usize,
+    /// A remote atlas' request counters so far (`None` for a local file).
+    pub network: Option<crate::format::atlas::NetworkStats>,
 }

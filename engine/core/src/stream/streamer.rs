@@ -124,6 +124,13 @@ pub enum StreamerError {
 /// [`Streamer::set_staging`]).
 pub const STAGED_WAIT_FRAMES: u64 = 2;
 
+/// Frames a tile that was unavailable (a remote atlas' network or server failed) waits
+/// before it is asked for again; doubled with each failure in a row.
+pub const RETRY_FRAMES: u64 = 8;
+
+/// The longest such wait, frames.
+pub const MAX_RETRY_FRAMES: u64 = 240;
+
 /// One frame's feedback as read back from the GPU: the bitset's non-zero words.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SparseFeedback {
@@ -259,6 +266,11 @@ pub struct Streamer {
     /// staging memory ([`Streamer::set_staging`]).
     staged: TileMap<(StagedTile, u64)>,
     reported_failures: TileSet,
+    /// Tiles that were unavailable for now (a remote atlas' network failed): the frame
+    /// from which each may be asked for again, and its failures in a row.
+    retry_at: TileMap<(u64, u32)>,
+    /// Whether an unavailable tile was logged since the last delivered one.
+    unavailable_logged: bool,
     frame: u64,
     frozen: bool,
 }
@@ -432,6 +444,8 @@ impl Streamer {
             request_times: TileMap::default(),
             staged: TileMap::default(),
             reported_failures: TileSet::default(),
+            retry_at: TileMap::default(),
+            unavailable_logged: false,
             frame: 0,
             frozen: false,
         })
@@ -460,6 +474,9 @@ impl Streamer {
         }
         self.loader.cancel_stale(frame);
         self.take_results();
+        self.retry_unavailable(frame);
+        out.tiles_unavailable = self.retry_at.len();
+        out.network = self.atlas.as_ref().and_then(|a| a.network_stats());
         let mut plan = self.residency.plan_uploads(frame);
         self.attach_staged(&mut plan.uploads);
         self.last_pool_full = plan.pool_full;
@@ -527,8 +544,27 @@ impl Streamer {
         self.seen_feedback = true;
     }
 
+    /// Lets tiles whose wait after a transient failure is over be asked for again.
+    fn retry_unavailable(&mut self, frame: u64) {
+        if self.retry_at.is_empty() {
+            return;
+        }
+        let due: Vec<TileId> =
+            self.retry_at.iter().filter(|(_, (at, _))| *at <= frame).map(|(t, _)| *t).collect();
+        for t in due {
+            // The entry stays (with its count) until the tile arrives or fails for good,
+            // so the next failure waits longer; it is only made requestable here.
+            if let Some(e) = self.retry_at.get_mut(&t) {
+                e.0 = u64::MAX;
+            }
+            self.residency.retry(t);
+        }
+    }
+
     /// Hands finished loads to residency; a failed or malformed tile is reported once
-    /// and keeps showing its nearest resident ancestor.
+    /// and keeps showing its nearest resident ancestor; a tile that was unavailable for
+    /// now (network) is asked for again after [`RETRY_FRAMES`] frames, doubling with each
+    /// failure in a row up to [`MAX_RETRY_FRAMES`].
     fn take_results(&mut self) {
         let expected: usize = self.part_lengths.iter().sum();
         for r in self.loader.try_results() {
@@ -542,13 +578,32 @@ impl Streamer {
                 }
             };
             match loaded {
+                Err(e) if e.is_transient() => {
+                    let frame = self.frame;
+                    let entry = self.retry_at.entry(r.tile).or_insert((0, 0));
+                    entry.1 = entry.1.saturating_add(1);
+                    let wait = (RETRY_FRAMES << (entry.1 - 1).min(16)).min(MAX_RETRY_FRAMES);
+                    entry.0 = frame + wait;
+                    if !self.unavailable_logged {
+                        self.unavailable_logged = true;
+                        tracing::warn!(
+                            "{e}; showing its ancestor and trying again in {wait} frames (further tiles not logged until one arrives)"
+                        );
+                    }
+                    self.residency.on_failed(r.tile);
+                    self.request_times.remove(&r.tile);
+                }
                 Ok(bytes) => {
+                    if self.retry_at.remove(&r.tile).is_some() {
+                        self.unavailable_logged = false;
+                    }
                     self.residency.on_loaded(r.tile, bytes);
                     if let Some(staged) = r.staged.filter(|_| self.residency.is_ready(r.tile)) {
                         self.staged.insert(r.tile, (staged, self.frame));
                     }
                 }
                 Err(e) => {
+                    self.retry_at.remove(&r.tile);
                     if self.reported_failures.insert(r.tile) {
                         tracing::error!("{e}; showing its nearest resident ancestor instead");
                     }

@@ -31,6 +31,17 @@ pub enum AtlasError {
         /// What the read said.
         source: std::io::Error,
     },
+    /// A remote atlas could not be read just now (network or server failure after
+    /// retries): the tile's ancestor is shown and the tile is asked for again later.
+    #[error("{path}: tile {tile} is unavailable for now: {reason}")]
+    Unavailable {
+        /// The atlas location.
+        path: PathBuf,
+        /// The tile being read.
+        tile: TileId,
+        /// What the network or the server said.
+        reason: String,
+    },
     /// The file does not start with the atlas magic.
     #[error("{path}: not a Tessera atlas (bad magic bytes)")]
     BadMagic {

@@ -4,6 +4,8 @@
 mod error;
 mod header;
 mod reader;
+#[cfg(feature = "remote")]
+pub mod remote;
 mod summary;
 mod writer;
 
@@ -21,6 +23,24 @@ pub use header::{
 pub use reader::Atlas;
 pub use summary::{AtlasSummary, LayerSummary, MipSummary};
 pub use writer::AtlasWriter;
+
+/// Counters of a remote atlas' range requests ([`Atlas::network_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NetworkStats {
+    /// Range requests made (each may have been retried inside the client).
+    pub requests: u64,
+    /// Requests that failed after their retries.
+    pub failures: u64,
+    /// Bytes received.
+    pub bytes: u64,
+    /// Requests in flight now.
+    pub in_flight: u64,
+    /// Median latency of the last 1024 requests, ms.
+    pub latency_p50_ms: f64,
+    /// 95th percentile of the same, ms.
+    pub latency_p95_ms: f64,
+}
 
 /// How texels outside a texture are found when building borders (and sampling).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

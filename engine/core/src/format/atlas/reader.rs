@@ -34,11 +34,59 @@ fn shared_spans(spans: &mut Vec<(u64, u64)>) -> Result<u64, ((u64, u64), (u64, u
     Ok(spans.iter().map(|(a, b)| b - a).sum())
 }
 
+/// Where an atlas' bytes come from: a local file, or an object on a server.
+enum Store {
+    File(File),
+    #[cfg(feature = "remote")]
+    Remote(Box<super::remote::RemoteObject>),
+}
+
+/// Why a positioned read failed: an I/O error, or a remote read that may work later.
+enum ReadError {
+    Io(std::io::Error),
+    /// Network or server failure (after retries).
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    Unavailable(String),
+}
+
+impl Store {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<(), ReadError> {
+        match self {
+            Self::File(f) => f.read_exact_at(buf, offset).map_err(ReadError::Io),
+            #[cfg(feature = "remote")]
+            Self::Remote(r) => r.read_exact_at(buf, offset).map_err(|e| {
+                if e.is_transient() {
+                    ReadError::Unavailable(e.to_string())
+                } else {
+                    ReadError::Io(std::io::Error::other(e.to_string()))
+                }
+            }),
+        }
+    }
+
+    fn len(&self) -> std::io::Result<u64> {
+        match self {
+            Self::File(f) => Ok(f.metadata()?.len()),
+            #[cfg(feature = "remote")]
+            Self::Remote(r) => Ok(r.size()),
+        }
+    }
+}
+
+impl ReadError {
+    fn into_io(self) -> std::io::Error {
+        match self {
+            Self::Io(e) => e,
+            Self::Unavailable(m) => std::io::Error::other(m),
+        }
+    }
+}
+
 /// A validated atlas: header, layer table and tile index in memory, tiles read on
 /// demand. Cheap to share between loader threads.
 pub struct Atlas {
     path: PathBuf,
-    file: File,
+    file: Store,
     /// The file's length when it was opened.
     len: u64,
     /// Header, layer table and tile index (the file's first bytes, up to the index end).
@@ -60,11 +108,17 @@ impl std::fmt::Debug for Atlas {
 impl Atlas {
     /// Opens and validates an atlas: header, checksums, every layer and every
     /// index entry. Tile data is checked by [`Atlas::read_tile`] and [`Atlas::verify`].
+    ///
+    /// `path` may also be a URL (with the `remote` feature, on by default):
+    /// `s3://bucket/key`, `http://host/path` or `https://...`; see
+    /// [`super::remote`] for credentials, retries and what happens when the object
+    /// changes on the server.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, AtlasError> {
         let path = path.as_ref().to_path_buf();
         let io = |source| AtlasError::Io { path: path.clone(), source };
-        let file = File::open(&path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
+        let file = Self::open_store(&path).map_err(io)?;
+        let len = file.len().map_err(io)?;
+        let io = |e: ReadError| AtlasError::Io { path: path.clone(), source: e.into_io() };
         let invalid = |what: String| AtlasError::Invalid { path: path.clone(), what };
         if len < HEADER_BYTES as u64 {
             if len >= 8 && !Self::starts_with_magic(&file) {
@@ -152,7 +206,37 @@ impl Atlas {
         Ok(stored_bytes)
     }
 
-    fn starts_with_magic(file: &File) -> bool {
+    /// The store behind `path`: a remote object for an `s3://` or `http(s)://` URL,
+    /// else the local file.
+    fn open_store(path: &Path) -> std::io::Result<Store> {
+        #[cfg(feature = "remote")]
+        if let Some(url) = path.to_str().filter(|p| super::remote::is_remote(p)) {
+            let remote = super::remote::RemoteObject::open(url).map_err(|e| match e {
+                super::remote::RemoteError::NotFound => {
+                    std::io::Error::new(std::io::ErrorKind::NotFound, e.to_string())
+                }
+                other => std::io::Error::other(other.to_string()),
+            })?;
+            return Ok(Store::Remote(Box::new(remote)));
+        }
+        File::open(path).map(Store::File)
+    }
+
+    /// The network counters of a remote atlas (`None` for a local file).
+    pub fn network_stats(&self) -> Option<super::NetworkStats> {
+        match &self.file {
+            #[cfg(feature = "remote")]
+            Store::Remote(r) => Some(r.stats()),
+            Store::File(_) => None,
+        }
+    }
+
+    /// Whether the atlas is read over the network.
+    pub fn is_remote(&self) -> bool {
+        !matches!(self.file, Store::File(_))
+    }
+
+    fn starts_with_magic(file: &Store) -> bool {
         let mut b = [0u8; 8];
         file.read_exact_at(&mut b, 0).is_ok() && b == MAGIC
     }
@@ -227,10 +311,11 @@ impl Atlas {
     pub fn read_tile(&self, tile: TileId) -> Result<Vec<u8>, AtlasError> {
         let e = self.entry(tile)?;
         let mut blob = vec![0u8; e.length as usize];
-        self.file.read_exact_at(&mut blob, e.offset).map_err(|source| AtlasError::Changed {
-            path: self.path.clone(),
-            tile,
-            source,
+        self.file.read_exact_at(&mut blob, e.offset).map_err(|err| match err {
+            ReadError::Io(source) => AtlasError::Changed { path: self.path.clone(), tile, source },
+            ReadError::Unavailable(reason) => {
+                AtlasError::Unavailable { path: self.path.clone(), tile, reason }
+            }
         })?;
         if crc32fast::hash(&blob) != e.crc32 {
             return Err(AtlasError::TileChecksum { path: self.path.clone(), tile });
@@ -331,7 +416,7 @@ impl Atlas {
         let mut pos = start;
         while pos < end {
             let n = ((end - pos) as usize).min(buf.len());
-            self.file.read_exact_at(&mut buf[..n], pos)?;
+            self.file.read_exact_at(&mut buf[..n], pos).map_err(ReadError::into_io)?;
             if let Some(k) = buf[..n].iter().position(|&v| v != 0) {
                 return Ok(Some(pos + k as u64));
             }

@@ -1,0 +1,331 @@
+//! Atlases read over the network: `s3://bucket/key` (any S3-compatible store) and
+//! `http://` / `https://` (a web server or CDN that answers range requests), through
+//! the `object_store` crate (range requests, timeouts, retries with backoff).
+//!
+//! The object's identity (ETag, else its size) is taken when it is opened, and every
+//! range read asks for that same ETag (`If-Match`): an atlas replaced on the server
+//! while in use gives [`RemoteError::Replaced`] for every later read, never a mix of old
+//! and new bytes. Reads block the calling thread (a loader thread, never the render
+//! thread) on a small runtime owned by the object.
+//!
+//! S3 credentials, region and endpoint come from the standard environment variables
+//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`,
+//! `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`...); they are never logged or shown in errors.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use object_store::path::Path as ObjectPath;
+
+pub use super::NetworkStats;
+use object_store::{
+    BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, RetryConfig,
+};
+
+/// Schemes [`RemoteObject::open`] takes; anything else is a local path.
+pub const REMOTE_SCHEMES: [&str; 3] = ["s3://", "http://", "https://"];
+
+/// Whether `location` names a remote atlas (`s3://`, `http://`, `https://`).
+pub fn is_remote(location: &str) -> bool {
+    REMOTE_SCHEMES.iter().any(|s| location.len() > s.len() && location[..s.len()].eq_ignore_ascii_case(s))
+}
+
+/// How long one request may take before it is retried.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long connecting may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Retries of a failed request (connection errors, timeouts, 5xx), with exponential
+/// backoff from 50 ms, all within [`RETRY_WINDOW`].
+pub const MAX_RETRIES: usize = 3;
+/// The longest a read keeps retrying before it reports the tile unavailable.
+pub const RETRY_WINDOW: Duration = Duration::from_secs(8);
+
+/// Why a remote read failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    /// The location could not be understood or the store could not be set up.
+    #[error("{0}")]
+    Config(String),
+    /// The object is not there.
+    #[error("not found on the server")]
+    NotFound,
+    /// The object changed on the server since it was opened (another ETag).
+    #[error("the atlas was replaced on the server since it was opened")]
+    Replaced,
+    /// The server answered with fewer bytes than asked for.
+    #[error("short read: {got} bytes of {want} at offset {offset}")]
+    Short {
+        /// Offset asked for.
+        offset: u64,
+        /// Bytes asked for.
+        want: u64,
+        /// Bytes received.
+        got: u64,
+    },
+    /// The network or the server failed (after retries); trying again later may work.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl RemoteError {
+    /// Whether trying again later may succeed (a network or server failure).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Unavailable(_) | Self::Short { .. })
+    }
+}
+
+/// Latencies kept for the percentiles ([`NetworkStats::latency_p50_ms`]).
+pub const LATENCY_WINDOW: usize = 1024;
+
+#[derive(Default)]
+struct Counters {
+    requests: AtomicU64,
+    failures: AtomicU64,
+    bytes: AtomicU64,
+    in_flight: AtomicU64,
+    /// Ring of the last latencies (ms) and the next slot.
+    latencies: Mutex<(Vec<f32>, usize)>,
+}
+
+/// One object in a store, opened for range reads.
+pub struct RemoteObject {
+    store: Arc<dyn ObjectStore>,
+    path: ObjectPath,
+    runtime: tokio::runtime::Runtime,
+    size: u64,
+    etag: Option<String>,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for RemoteObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteObject").field("path", &self.path).field("size", &self.size).finish()
+    }
+}
+
+impl RemoteObject {
+    /// Opens `location` (`s3://bucket/key`, `http(s)://host[:port]/path`): sets up the
+    /// store and asks for the object's size and identity.
+    pub fn open(location: &str) -> Result<Self, RemoteError> {
+        let (store, path) = store_for(location)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("tessera-net")
+            .enable_all()
+            .build()
+            .map_err(|e| RemoteError::Config(format!("starting the network runtime: {e}")))?;
+        let meta = runtime.block_on(store.head(&path)).map_err(map_error)?;
+        Ok(Self { store, path, runtime, size: meta.size, etag: meta.e_tag, counters: Counters::default() })
+    }
+
+    /// The object's size in bytes when it was opened.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The object's ETag when it was opened, if the server gives one.
+    pub fn etag(&self) -> Option<&str> {
+        self.etag.as_deref()
+    }
+
+    /// Reads `buf.len()` bytes at `offset` (one range request), blocking this thread.
+    pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<(), RemoteError> {
+        let want = buf.len() as u64;
+        let end = offset.checked_add(want).filter(|&e| e <= self.size).ok_or(RemoteError::Short {
+            offset,
+            want,
+            got: self.size.saturating_sub(offset),
+        })?;
+        if want == 0 {
+            return Ok(());
+        }
+        let bytes = self.get(offset..end)?;
+        if bytes.len() as u64 != want {
+            return Err(RemoteError::Short { offset, want, got: bytes.len() as u64 });
+        }
+        buf.copy_from_slice(&bytes);
+        Ok(())
+    }
+
+    fn get(&self, range: Range<u64>) -> Result<Vec<u8>, RemoteError> {
+        let c = &self.counters;
+        c.requests.fetch_add(1, Ordering::Relaxed);
+        c.in_flight.fetch_add(1, Ordering::Relaxed);
+        let start = Instant::now();
+        let options = GetOptions {
+            range: Some(GetRange::Bounded(range)),
+            if_match: self.etag.clone(),
+            ..Default::default()
+        };
+        let result = self.runtime.block_on(async {
+            let got = self.store.get_opts(&self.path, options).await?;
+            got.bytes().await
+        });
+        c.in_flight.fetch_sub(1, Ordering::Relaxed);
+        match result {
+            Ok(bytes) => {
+                c.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                let ms = start.elapsed().as_secs_f32() * 1000.0;
+                if let Ok(mut ring) = c.latencies.lock() {
+                    let (lat, next) = &mut *ring;
+                    if lat.len() < LATENCY_WINDOW {
+                        lat.push(ms);
+                    } else {
+                        lat[*next] = ms;
+                    }
+                    *next = (*next + 1) % LATENCY_WINDOW;
+                }
+                Ok(bytes.to_vec())
+            }
+            Err(e) => {
+                c.failures.fetch_add(1, Ordering::Relaxed);
+                Err(map_error(e))
+            }
+        }
+    }
+
+    /// The request counters so far.
+    pub fn stats(&self) -> NetworkStats {
+        let c = &self.counters;
+        let (p50, p95) = c
+            .latencies
+            .lock()
+            .map(|ring| {
+                let mut v = ring.0.clone();
+                v.sort_by(f32::total_cmp);
+                let at = |q: f64| {
+                    v.get(((v.len() as f64 - 1.0) * q).round() as usize).map_or(0.0, |&x| f64::from(x))
+                };
+                (at(0.5), at(0.95))
+            })
+            .unwrap_or_default();
+        NetworkStats {
+            requests: c.requests.load(Ordering::Relaxed),
+            failures: c.failures.load(Ordering::Relaxed),
+            bytes: c.bytes.load(Ordering::Relaxed),
+            in_flight: c.in_flight.load(Ordering::Relaxed),
+            latency_p50_ms: p50,
+            latency_p95_ms: p95,
+        }
+    }
+}
+
+/// The store and object path of `location`.
+fn store_for(location: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath), RemoteError> {
+    install_crypto();
+    let bad = |what: &str| RemoteError::Config(format!("{location}: {what}"));
+    let (scheme, rest) = location.split_once("://").ok_or_else(|| bad("not a URL"))?;
+    let (authority, key) =
+        rest.split_once('/').ok_or_else(|| bad("no object path after the host or bucket"))?;
+    if authority.is_empty() || key.is_empty() {
+        return Err(bad("expected scheme://host-or-bucket/path"));
+    }
+    let path = ObjectPath::from_url_path(key).map_err(|e| bad(&format!("object path: {e}")))?;
+    let retry = RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(2),
+            base: 2.0,
+        },
+        max_retries: MAX_RETRIES,
+        retry_timeout: RETRY_WINDOW,
+    };
+    let client = ClientOptions::new().with_timeout(REQUEST_TIMEOUT).with_connect_timeout(CONNECT_TIMEOUT);
+    let store: Arc<dyn ObjectStore> = match scheme.to_ascii_lowercase().as_str() {
+        "s3" => Arc::new(
+            object_store::aws::AmazonS3Builder::from_env()
+                .with_bucket_name(authority)
+                .with_retry(retry)
+                .with_client_options(client)
+                .build()
+                .map_err(|e| RemoteError::Config(format!("S3 store for bucket {authority}: {e}")))?,
+        ),
+        s @ ("http" | "https") => Arc::new(
+            object_store::http::HttpBuilder::new()
+                .with_url(format!("{s}://{authority}"))
+                .with_retry(retry)
+                .with_client_options(client.with_allow_http(s == "http"))
+                .build()
+                .map_err(|e| RemoteError::Config(format!("HTTP store for {authority}: {e}")))?,
+        ),
+        _ => return Err(bad("unsupported scheme (use s3://, http:// or https://)")),
+    };
+    Ok((store, path))
+}
+
+/// Selects ring as the TLS crypto provider, once per process (reqwest is built without
+/// one, to avoid a second C crypto library in the build).
+fn install_crypto() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Err means the application installed its own provider first: keep that one.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+fn map_error(e: object_store::Error) -> RemoteError {
+    match e {
+        object_store::Error::NotFound { .. } => RemoteError::NotFound,
+        object_store::Error::Precondition { .. } | object_store::Error::NotModified { .. } => {
+            RemoteError::Replaced
+        }
+        other => RemoteError::Unavailable(redact(&other.to_string())),
+    }
+}
+
+/// `message` without anything that looks like a credential (query-string signatures,
+/// keys), in case a client error quotes a presigned URL.
+fn redact(message: &str) -> String {
+    message
+        .split_whitespace()
+        .map(|w| {
+            if w.contains("X-Amz-") || w.contains("Signature=") || w.contains("Credential=") {
+                "[redacted]"
+            } else {
+                w
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_locations_are_recognised_by_scheme() {
+        for yes in ["s3://b/k.tsa", "http://127.0.0.1:8080/a.tsa", "HTTPS://cdn.example/x/y.tsa"] {
+            assert!(is_remote(yes), "{yes}");
+        }
+        for no in ["a.tsa", "/tmp/http://x", "s3:/b/k", "http://", "file:///tmp/a.tsa", "ftp://h/a"] {
+            assert!(!is_remote(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn bad_locations_are_config_errors() {
+        for bad in ["http://host", "http:///path", "s3://bucket/", "gopher://h/a"] {
+            let e = store_for(bad).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn credentials_in_messages_are_redacted() {
+        let m = redact("GET https://b.s3/k?X-Amz-Credential=AKIA123&X-Amz-Signature=abc failed: 500");
+        assert!(!m.contains("AKIA123") && m.contains("[redacted]"), "{m}");
+        assert!(m.ends_with("500"));
+    }
+
+    #[test]
+    fn transient_errors_are_the_network_ones() {
+        assert!(RemoteError::Unavailable("x".into()).is_transient());
+        assert!(RemoteError::Short { offset: 0, want: 2, got: 1 }.is_transient());
+        assert!(!RemoteError::Replaced.is_transient());
+        assert!(!RemoteError::NotFound.is_transient());
+    }
+}
