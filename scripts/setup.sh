@@ -38,3 +38,11 @@ tessera_setup() {
     export XDG_RUNTIME_DIR
   fi
 }
+
+# The S3-compatible server of the remote-atlas tests (moto, from PyPI), for scripts/test.
+tessera_setup_s3() {
+  python3 -c "import moto.server, boto3" >/dev/null 2>&1 && return 0
+  echo "scripts: installing moto[server] (the S3 server the remote-atlas tests start on 127.0.0.1) with pip" >&2
+  local pkg='moto[server]==5.2.5' pip=(python3 -m pip install --quiet --disable-pip-version-check)
+  "${pip[@]}" "$pkg" >&2 || "${pip[@]}" --break-system-packages "$pkg" >&2
+}

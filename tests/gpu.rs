@@ -10,6 +10,7 @@ use tessera::capture::{CaptureConfig, CaptureReport, capture};
 use tessera_core::Atlas;
 use tessera_core::bake::source::{Generated, ImageSource};
 use tessera_core::compare::compare;
+use tessera_core::format::atlas::RemoteOptions;
 use tessera_core::format::tile::TileId;
 use tessera_core::scene::camera::{Camera, CameraPath};
 use tessera_core::stream::pool_layout::Trilinear;
@@ -33,6 +34,19 @@ fn run_with(
     vt: VtConfig,
     reference: bool,
 ) -> CaptureReport {
+    // Tests never use the user's disk cache (remote atlases set their own).
+    run_remote(atlas, camera, frames, size, vt, reference, RemoteOptions::without_disk_cache())
+}
+
+fn run_remote(
+    atlas: &std::path::Path,
+    camera: CameraPath,
+    frames: u32,
+    size: (u32, u32),
+    vt: VtConfig,
+    reference: bool,
+    remote: RemoteOptions,
+) -> CaptureReport {
     let cfg = CaptureConfig {
         atlas: atlas.to_path_buf(),
         camera,
@@ -46,6 +60,7 @@ fn run_with(
         scene: None,
         prefetch: 0,
         flush_vram_before: Vec::new(),
+        remote,
     };
     let report = capture(gpu(), &cfg).unwrap();
     for f in &report.frames {
@@ -159,6 +174,7 @@ fn camera_cut_reaches_full_residency_and_signals_it() {
         scene: None,
         prefetch: 8,
         flush_vram_before: Vec::new(),
+        remote: Default::default(),
     };
     let p = capture(gpu(), &cfg).unwrap();
     assert_eq!(
@@ -388,6 +404,7 @@ mod remote {
         let path = || CameraPath::preset("static").unwrap();
         let local = run(&atlas, path(), 24, size, VtConfig::default());
         let remote = run(std::path::Path::new(&url), path(), 24, size, VtConfig::default());
+        // (run_with: no disk cache, so every tile came over the network.)
         let (pl, pr) = (psnrs(&local), psnrs(&remote));
         assert!(pl[23] >= 40.0 && pr[23] >= pl[23] - 0.5, "local {pl:?}\nremote {pr:?}");
         let same = compare(&remote.last_frame, &local.last_frame);
@@ -412,7 +429,7 @@ mod remote {
         let mut server = Nginx::serve(dir.path(), "");
         let url = server.url(&name(&atlas));
         let local = Atlas::open(&atlas).unwrap();
-        let remote = Atlas::open(&url).unwrap();
+        let remote = Atlas::open_with(&url, &RemoteOptions::without_disk_cache()).unwrap();
         assert!(remote.is_remote() && !local.is_remote());
         assert_eq!(remote.tile_count(), local.tile_count());
         let (a, b) = (TileId::new(0, 0, 0, 0), TileId::new(0, 0, 1, 0));
@@ -435,15 +452,134 @@ mod remote {
         let stats = remote.network_stats().unwrap();
         assert!(stats.failures >= 2 && stats.in_flight == 0, "{stats:?}");
 
-        let missing = Atlas::open(server.url("missing.tsa")).unwrap_err().to_string();
+        let none = RemoteOptions::without_disk_cache();
+        let missing = Atlas::open_with(server.url("missing.tsa"), &none).unwrap_err().to_string();
         assert!(missing.contains("missing.tsa") && missing.contains("not found"), "{missing}");
         let dead = format!("http://127.0.0.1:{}/x.tsa", {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         });
         let t0 = Instant::now();
-        let e = Atlas::open(&dead).unwrap_err().to_string();
+        let e = Atlas::open_with(&dead, &none).unwrap_err().to_string();
         assert!(e.contains("x.tsa"), "{e}");
         assert!(t0.elapsed() < Duration::from_secs(12), "opening a dead server took {:?}", t0.elapsed());
+    }
+
+    /// The disk cache tier: a first capture over HTTP fills it; with the server down, a
+    /// second run opens the atlas from the cache and converges to the same frame with
+    /// no request answered; once a tile entry is damaged, that tile is rejected (not
+    /// shown) and counted.
+    #[test]
+    fn with_the_server_down_a_second_run_renders_from_the_disk_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        let atlas = bake_source(dir.path(), "served", Generated::new(2048, 1024));
+        let mut server = Nginx::serve(dir.path(), "");
+        let url = server.url(&name(&atlas));
+        let opts = || RemoteOptions::with_disk_cache(cache.path(), 256);
+        let size = (320, 180);
+        let path = || CameraPath::preset("static").unwrap();
+        let first =
+            run_remote(std::path::Path::new(&url), path(), 24, size, VtConfig::default(), true, opts());
+        let net = first.frames.last().and_then(|f| f.network).unwrap();
+        let disk = net.disk_cache.unwrap();
+        assert!(disk.writes > 0 && disk.bytes > 0 && !net.offline, "{net:?}");
+
+        server.stop();
+        let second =
+            run_remote(std::path::Path::new(&url), path(), 24, size, VtConfig::default(), false, opts());
+        let net2 = second.frames.last().and_then(|f| f.network).unwrap();
+        assert!(net2.offline, "opened from the cache while the server is down: {net2:?}");
+        let disk2 = net2.disk_cache.unwrap();
+        assert!(disk2.hits > 0 && disk2.rejected == 0, "{disk2:?}");
+        let same = compare(&second.last_frame, &first.last_frame);
+        if same.psnr_db < 60.0 {
+            write_failure("remote-disk-cache", size, &second.last_frame, &first.last_frame);
+        }
+        assert!(same.psnr_db >= 60.0, "the cached run differs from the first: {same:?}");
+    }
+
+    /// The BENCHMARKS table of remote atlases: a local file against HTTP from nginx
+    /// directly, through a 20 ms round trip (a delaying proxy) with a cold disk cache,
+    /// and again with the disk cache the cold run filled. `cut` preset (a hard cut at
+    /// frame 30), LZ4 8192×4096 atlas, 640×360 on whatever adapter runs it.
+    /// `cargo test --release --test gpu remote_latency_table -- --ignored --nocapture`
+    #[test]
+    #[ignore = "a benchmark: prints the table for BENCHMARKS.md"]
+    fn remote_latency_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        let atlas = bake_source(dir.path(), "bench", Generated::new(8192, 4096));
+        let server = Nginx::serve(dir.path(), "");
+        let proxy = tessera_tests::DelayProxy::start(server.port(), Duration::from_millis(10));
+        let direct = server.url(&name(&atlas));
+        let far = format!("http://127.0.0.1:{}/{}", proxy.port(), name(&atlas));
+        let cached = || RemoteOptions::with_disk_cache(cache.path(), 1024);
+        let runs: Vec<(&str, String, RemoteOptions)> = vec![
+            ("local file", atlas.display().to_string(), RemoteOptions::without_disk_cache()),
+            ("HTTP, loopback, no disk cache", direct.clone(), RemoteOptions::without_disk_cache()),
+            ("HTTP, +20 ms RTT, cold disk cache", far.clone(), cached()),
+            ("HTTP, +20 ms RTT, warm disk cache", far.clone(), cached()),
+        ];
+        println!(
+            "| source | open ms | first frame ms | cut → 100% resident, frames | ms | requests | requests/frame (max) | KiB/request | disk-cache hits |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|");
+        for (label, location, opts) in runs {
+            let t0 = Instant::now();
+            drop(Atlas::open_with(&location, &opts).unwrap());
+            let open_ms = t0.elapsed().as_secs_f64() * 1e3;
+            let r = run_remote(
+                std::path::Path::new(&location),
+                CameraPath::preset("cut").unwrap(),
+                60,
+                (640, 360),
+                VtConfig::default(),
+                false,
+                opts,
+            );
+            let cut = 30usize;
+            let settled = (cut..r.frames.len()).find(|&f| r.frames[f].resident_fraction >= 1.0);
+            let (frames, ms) = settled.map_or(("never".into(), "n/a".into()), |f| {
+                let ms: f64 = r.frames[cut..=f].iter().map(|s| s.frame_ms).sum();
+                (format!("{}", f - cut), format!("{ms:.0}"))
+            });
+            let nets: Vec<_> = r.frames.iter().map(|f| f.network.unwrap_or_default()).collect();
+            let last = nets.last().copied().unwrap_or_default();
+            let per_frame = nets.windows(2).map(|w| w[1].requests - w[0].requests).max().unwrap_or(0);
+            let kib = if last.requests > 0 { last.bytes as f64 / last.requests as f64 / 1024.0 } else { 0.0 };
+            let hits = last.disk_cache.map_or(0, |d| d.hits);
+            println!(
+                "| {label} | {open_ms:.1} | {:.1} | {frames} | {ms} | {} | {per_frame} | {kib:.1} | {hits} |",
+                r.frames[0].frame_ms, last.requests
+            );
+        }
+    }
+
+    /// A real S3-compatible server (moto, started as a process) holding the atlas in a
+    /// bucket: the same capture through `s3://` as through the local file.
+    #[test]
+    fn capture_through_s3_matches_the_local_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let atlas = bake_source(dir.path(), "served", Generated::new(2048, 1024));
+        let moto = tessera_tests::Moto::start();
+        moto.put("textures", "earth/served.tsa", &atlas);
+        let opts = RemoteOptions { s3: moto.settings(), ..RemoteOptions::without_disk_cache() };
+        let url = "s3://textures/earth/served.tsa";
+        let size = (320, 180);
+        let path = || CameraPath::preset("static").unwrap();
+        let local = run(&atlas, path(), 24, size, VtConfig::default());
+        let remote =
+            run_remote(std::path::Path::new(url), path(), 24, size, VtConfig::default(), true, opts.clone());
+        let same = compare(&remote.last_frame, &local.last_frame);
+        if same.psnr_db < 60.0 {
+            write_failure("remote-s3", size, &remote.last_frame, &local.last_frame);
+        }
+        assert!(same.psnr_db >= 60.0, "the s3:// frame differs from the local one: {same:?}");
+        assert!(psnrs(&remote)[23] >= 40.0, "{:?}", psnrs(&remote));
+        let net = remote.frames.last().and_then(|f| f.network).unwrap();
+        assert!(net.requests > 0 && net.failures == 0, "{net:?}");
+        let missing = Atlas::open_with("s3://textures/earth/none.tsa", &opts).unwrap_err().to_string();
+        assert!(missing.contains("not found"), "{missing}");
     }
 }

@@ -52,6 +52,7 @@ fn run(
         scene: Some(Arc::new(scene)),
         prefetch: 0,
         flush_vram_before: Vec::new(),
+        remote: Default::default(),
     };
     let report = capture(gpu(), &cfg).unwrap();
     for f in &report.frames {
@@ -149,6 +150,7 @@ fn stress_scene_of_64k_squared_streams_into_a_small_pool() {
         scene: None,
         prefetch: 0,
         flush_vram_before: Vec::new(),
+        remote: Default::default(),
     };
     let r = capture(gpu(), &cfg).unwrap();
     for f in &r.frames {

@@ -253,6 +253,11 @@ impl Nginx {
         n
     }
 
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// The URL of `name` under the served directory.
     pub fn url(&self, name: &str) -> String {
         format!("http://127.0.0.1:{}/{name}", self.port)
@@ -313,6 +318,166 @@ impl Nginx {
 impl Drop for Nginx {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A real S3-compatible server: moto's server mode (PyPI `moto[server]`), started on
+/// 127.0.0.1 by the test and killed on drop. Any credentials are accepted.
+pub struct Moto {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Moto {
+    /// Starts the server; fails, saying how to install it, when moto is missing.
+    pub fn start() -> Self {
+        let have = std::process::Command::new("python3")
+            .args(["-c", "import moto.server, boto3"])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            have,
+            "moto is not installed: the S3 tests need a real S3-compatible server. Install it \
+             with `python3 -m pip install 'moto[server]'` (scripts/test does this)"
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = std::process::Command::new("python3")
+            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting moto: {e}"));
+        let mut m = Self { child, port };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(status) = m.child.try_wait().unwrap() {
+                panic!("moto exited with {status}");
+            }
+            assert!(std::time::Instant::now() < deadline, "moto did not listen on port {port} within 30 s");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        m.port = port;
+        m
+    }
+
+    /// The endpoint URL.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The S3 settings that reach this server (for `RemoteOptions::s3`).
+    pub fn settings(&self) -> Vec<(String, String)> {
+        [
+            ("aws_endpoint", self.endpoint()),
+            ("aws_allow_http", "true".into()),
+            ("aws_access_key_id", "testing".into()),
+            ("aws_secret_access_key", "testing".into()),
+            ("aws_region", "us-east-1".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+    }
+
+    /// Creates `bucket` (if needed) and uploads `file` as `key`, with boto3.
+    pub fn put(&self, bucket: &str, key: &str, file: &Path) {
+        let script = r#"
+import boto3, sys
+s = boto3.client("s3", endpoint_url=sys.argv[1], aws_access_key_id="testing",
+                 aws_secret_access_key="testing", region_name="us-east-1")
+if sys.argv[2] not in [b["Name"] for b in s.list_buckets()["Buckets"]]:
+    s.create_bucket(Bucket=sys.argv[2])
+s.upload_file(sys.argv[4], sys.argv[2], sys.argv[3])
+"#;
+        let status = std::process::Command::new("python3")
+            .args(["-c", script, &self.endpoint(), bucket, key])
+            .arg(file)
+            .status()
+            .unwrap();
+        assert!(status.success(), "uploading {} to s3://{bucket}/{key} failed", file.display());
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A TCP proxy on 127.0.0.1 that delays every chunk by `one_way` in each direction
+/// (so a request's round trip gains twice that) without limiting throughput: the
+/// benchmarks' stand-in for a distant server. Stops accepting when dropped;
+/// connections end with their peers.
+pub struct DelayProxy {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl DelayProxy {
+    /// Forwards a new port to `upstream` (a port on 127.0.0.1).
+    pub fn start(upstream: u16, one_way: std::time::Duration) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if flag.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(client) = client else { continue };
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else { continue };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                for (from, to) in [(&client, &server), (&server, &client)] {
+                    let (from, to) = (from.try_clone().unwrap(), to.try_clone().unwrap());
+                    pump(from, to, one_way);
+                }
+            }
+        });
+        Self { port, stop }
+    }
+
+    /// The proxy's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+/// Copies `from` to `to`, each chunk written `delay` after it was read.
+fn pump(mut from: std::net::TcpStream, mut to: std::net::TcpStream, delay: std::time::Duration) {
+    use std::io::{Read, Write};
+    let (tx, rx) = std::sync::mpsc::channel::<(std::time::Instant, Vec<u8>)>();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 1 << 16];
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 || tx.send((std::time::Instant::now(), buf[..n].to_vec())).is_err() {
+                break;
+            }
+        }
+    });
+    std::thread::spawn(move || {
+        for (at, data) in rx {
+            let due = at + delay;
+            let now = std::time::Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+            if to.write_all(&data).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Write);
+    });
+}
+
+impl Drop for DelayProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Wakes the accept loop so it sees the flag.
+        let _ = std::net::TcpStream::connect(("127.0.0.1", self.port));
     }
 }
 

@@ -214,6 +214,7 @@ pub(crate) fn run(args: &CaptureArgs) -> Result<ExitCode> {
         vt: args.vt.config(),
         prefetch: args.prefetch,
         flush_vram_before: args.flush_vram_before.clone(),
+        remote: Default::default(),
     };
     let ctx = GpuContext::headless()?;
     println!("adapter: {}", ctx.describe());

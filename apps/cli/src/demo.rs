@@ -108,6 +108,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
         scene,
         prefetch: 0,
         flush_vram_before: Vec::new(),
+        remote: Default::default(),
     };
     println!(
         "capturing {} frames of '{}' at {}x{} ({})",

@@ -29,6 +29,10 @@ impl Input {
     /// a named scene when [`SCENES`] lists it. Cheap: at most an atlas header is read.
     pub(crate) fn classify(arg: Option<&Path>) -> Result<Self> {
         let Some(arg) = arg else { return Ok(Self::Builtin) };
+        if tessera::core::format::atlas::is_remote_location(arg) {
+            // s3:// or http(s)://: opened (and any error reported) when the view starts.
+            return Ok(Self::Atlas(arg.to_path_buf()));
+        }
         let meta = match std::fs::metadata(arg) {
             Ok(meta) => meta,
             Err(e) => {

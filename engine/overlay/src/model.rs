@@ -258,6 +258,8 @@ pub struct OverlayModel {
     pub reads_per_s: f64,
     /// Loads that failed so far.
     pub failed_loads: u64,
+    /// A remote atlas' network and disk-cache tiers (`None` for a local file).
+    pub network: Option<tessera_core::format::atlas::NetworkStats>,
     /// Per-mip residency maps of the layer shown.
     pub residency: ResidencySnapshot,
     /// Names of the atlas' layers, for the layer selector of the residency maps.
@@ -306,6 +308,7 @@ impl OverlayModel {
             disk_bytes: stats.disk.bytes,
             reads_per_s: history.rate(|s| s.loader.completed),
             failed_loads: stats.loader.failed,
+            network: stats.network,
             residency,
             layer_names: Vec::new(),
             stacked: false,

@@ -216,13 +216,51 @@ fn tiers_ui(ui: &mut egui::Ui, m: &OverlayModel) {
     )));
     ui.label(format!("hit rate {:.1}%", 100.0 * m.host_hit_rate));
     ui.separator();
-    ui.label(RichText::new("Disk (atlas)").color(Color32::GRAY));
+    if let Some(n) = &m.network {
+        network_ui(ui, n);
+        ui.separator();
+    }
+    ui.label(
+        RichText::new(if m.network.is_some() { "Atlas (remote)" } else { "Disk (atlas)" })
+            .color(Color32::GRAY),
+    );
     ui.label(format!(
         "{} tiles, {:.1} MiB, {:.0} reads/s{}",
         m.disk_tiles,
         mib(m.disk_bytes),
         m.reads_per_s,
         if m.failed_loads > 0 { format!(", {} failed", m.failed_loads) } else { String::new() }
+    ));
+}
+
+/// The disk-cache and network tiers of a remote atlas.
+fn network_ui(ui: &mut egui::Ui, n: &tessera_core::format::atlas::NetworkStats) {
+    if let Some(d) = &n.disk_cache {
+        ui.label(RichText::new("Disk cache").color(Color32::from_rgb(200, 160, 60)));
+        let lookups = d.hits + d.misses;
+        let rate = if lookups > 0 { 100.0 * d.hits as f64 / lookups as f64 } else { 0.0 };
+        ui.label(format!(
+            "{:.1} MiB held, {} hits ({:.1} MiB, {rate:.0}%), {} written{}",
+            mib(d.bytes),
+            d.hits,
+            mib(d.hit_bytes),
+            d.writes,
+            if d.rejected > 0 { format!(", {} rejected", d.rejected) } else { String::new() }
+        ));
+        ui.separator();
+    }
+    ui.label(
+        RichText::new(if n.offline { "Network (offline: server unreachable at open)" } else { "Network" })
+            .color(Color32::from_rgb(170, 110, 220)),
+    );
+    ui.label(format!(
+        "{} requests, {:.1} MiB, {} in flight, latency p50 {:.1} ms, p95 {:.1} ms{}",
+        n.requests,
+        mib(n.bytes),
+        n.in_flight,
+        n.latency_p50_ms,
+        n.latency_p95_ms,
+        if n.failures > 0 { format!(", {} failed", n.failures) } else { String::new() }
     ));
 }
 

@@ -54,6 +54,9 @@ pub struct CaptureConfig {
     /// its tiles): with a path that cuts back to a view seen before, it measures a cut
     /// served from the host cache.
     pub flush_vram_before: Vec<u32>,
+    /// Disk cache and other settings for an `s3://` or `http(s)://` atlas
+    /// (`RemoteOptions::default()` reads them from the environment).
+    pub remote: tessera_core::format::atlas::RemoteOptions,
 }
 
 /// Statistics of one captured frame (one entry of `stats.json`'s `frames`).
@@ -188,7 +191,7 @@ pub fn write_png(path: &Path, size: (u32, u32), rgba: &[u8]) -> Result<(), Rende
 
 /// Runs a capture.
 pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, RenderError> {
-    let atlas = Arc::new(Atlas::open(&cfg.atlas)?);
+    let atlas = Arc::new(Atlas::open_with(&cfg.atlas, &cfg.remote)?);
     let (w, h) = cfg.size;
     if w == 0 || h == 0 || w > 16384 || h > 16384 {
         return Err(RenderError::Config(format!("frame size {w}x{h} is out of range (1..=16384)")));

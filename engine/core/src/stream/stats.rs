@@ -43,6 +43,9 @@ pub struct StatsSnapshot {
     pub loader: LoaderCounters,
     /// GPU pool counters.
     pub vram_counters: VramCounters,
+    /// A remote atlas' network and disk-cache tiers (`None` for a local file).
+    #[serde(default)]
+    pub network: Option<crate::format::atlas::NetworkStats>,
 }
 
 impl StatsSnapshot {
@@ -55,6 +58,7 @@ impl StatsSnapshot {
             disk: TierStats { tiles: atlas.tile_count(), bytes: atlas.stored_bytes() },
             host_cache,
             loader: loader.map(LoaderPool::counters).unwrap_or_default(),
+            network: atlas.network_stats(),
             ..Self::default()
         }
     }
@@ -86,6 +90,7 @@ mod tests {
             },
             loader: LoaderCounters { requested: 9, completed: 6, failed: 1, cancelled: 2 },
             vram_counters: VramCounters { uploads: 12, evictions: 2, slots_used: 10, slots_total: 64 },
+            network: None,
         };
         let json = serde_json::to_string(&s).unwrap();
         assert!(json.contains("\"slots_total\":64"), "{json}");

@@ -1,6 +1,7 @@
 //! The `.tsa` atlas file, version 1: a memory-mapped, validated reader and an
 //! atomic streaming writer. The byte layout is specified in `docs/atlas-format.md`.
 
+pub mod disk_cache;
 mod error;
 mod header;
 mod reader;
@@ -8,6 +9,8 @@ mod reader;
 pub mod remote;
 mod summary;
 mod writer;
+
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -21,13 +24,87 @@ pub use header::{
     VERSION, truncate_name,
 };
 pub use reader::Atlas;
+
+pub use disk_cache::DiskCacheStats;
 pub use summary::{AtlasSummary, LayerSummary, MipSummary};
 pub use writer::AtlasWriter;
+
+/// URL schemes of remote atlases (`s3://`, `http://`, `https://`): [`Atlas::open`] reads
+/// such a location over the network (with the `remote` feature, on by default).
+pub const REMOTE_SCHEMES: [&str; 3] = ["s3://", "http://", "https://"];
+
+/// Whether `location` names a remote atlas (one of [`REMOTE_SCHEMES`], then something).
+pub fn is_remote_location(location: &std::path::Path) -> bool {
+    location.to_str().is_some_and(|l| {
+        REMOTE_SCHEMES
+            .iter()
+            .any(|s| l.len() > s.len() && l.is_char_boundary(s.len()) && l[..s.len()].eq_ignore_ascii_case(s))
+    })
+}
+
+/// Where and how much a remote atlas may cache on the local disk.
+///
+/// `Default` is [`RemoteOptions::from_env`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteOptions {
+    /// The disk cache's root directory (each URL and identity gets its own below);
+    /// `None`: no disk cache.
+    pub disk_cache_dir: Option<PathBuf>,
+    /// The disk cache's budget in bytes for one atlas identity.
+    pub disk_cache_bytes: u64,
+    /// S3 settings on top of the `AWS_*` environment variables, as object_store's
+    /// configuration keys and values (`("aws_endpoint", "http://127.0.0.1:9000")`,
+    /// `("aws_access_key_id", ...)`, `("aws_allow_http", "true")`...). Never logged.
+    pub s3: Vec<(String, String)>,
+}
+
+/// The disk cache budget when `TESSERA_DISK_CACHE_MIB` is not set: 2 GiB.
+pub const DEFAULT_DISK_CACHE_MIB: u64 = 2048;
+
+impl Default for RemoteOptions {
+    fn default() -> Self {
+        Self::from_env()
+    }
+}
+
+impl RemoteOptions {
+    /// No disk cache: every tile not in host RAM comes from the network.
+    pub fn without_disk_cache() -> Self {
+        Self { disk_cache_dir: None, disk_cache_bytes: 0, s3: Vec::new() }
+    }
+
+    /// A disk cache of `mib` MiB under `dir`.
+    pub fn with_disk_cache(dir: impl Into<PathBuf>, mib: u64) -> Self {
+        Self { disk_cache_dir: Some(dir.into()), disk_cache_bytes: mib << 20, s3: Vec::new() }
+    }
+
+    /// From the environment: `TESSERA_DISK_CACHE_DIR` (default
+    /// `$XDG_CACHE_HOME/tessera/remote`, else `~/.cache/tessera/remote`) and
+    /// `TESSERA_DISK_CACHE_MIB` (default [`DEFAULT_DISK_CACHE_MIB`]; 0 turns the disk
+    /// cache off).
+    pub fn from_env() -> Self {
+        let mib = std::env::var("TESSERA_DISK_CACHE_MIB")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(DEFAULT_DISK_CACHE_MIB);
+        let dir = std::env::var_os("TESSERA_DISK_CACHE_DIR").map(PathBuf::from).or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                .map(|c| c.join("tessera").join("remote"))
+        });
+        Self { disk_cache_dir: dir.filter(|_| mib > 0), disk_cache_bytes: mib << 20, s3: Vec::new() }
+    }
+}
 
 /// Counters of a remote atlas' range requests ([`Atlas::network_stats`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct NetworkStats {
+    /// Opened from the disk cache while the server could not be reached.
+    pub offline: bool,
+    /// The local disk cache tier's counters (`None` without one).
+    pub disk_cache: Option<DiskCacheStats>,
     /// Range requests made (each may have been retried inside the client).
     pub requests: u64,
     /// Requests that failed after their retries.

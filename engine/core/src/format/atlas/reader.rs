@@ -54,13 +54,21 @@ impl Store {
         match self {
             Self::File(f) => f.read_exact_at(buf, offset).map_err(ReadError::Io),
             #[cfg(feature = "remote")]
-            Self::Remote(r) => r.read_exact_at(buf, offset).map_err(|e| {
-                if e.is_transient() {
-                    ReadError::Unavailable(e.to_string())
-                } else {
-                    ReadError::Io(std::io::Error::other(e.to_string()))
-                }
-            }),
+            Self::Remote(r) => r.read_exact_at(buf, offset).map_err(ReadError::from_remote),
+        }
+    }
+
+    /// A tile blob (the remote store goes through its disk cache).
+    fn read_blob(&self, offset: u64, len: u32, crc: u32) -> Result<Vec<u8>, ReadError> {
+        match self {
+            #[cfg(feature = "remote")]
+            Self::Remote(r) => r.read_blob(offset, len, crc).map_err(ReadError::from_remote),
+            _ => {
+                let _ = crc;
+                let mut blob = vec![0u8; len as usize];
+                self.read_exact_at(&mut blob, offset)?;
+                Ok(blob)
+            }
         }
     }
 
@@ -74,6 +82,15 @@ impl Store {
 }
 
 impl ReadError {
+    #[cfg(feature = "remote")]
+    fn from_remote(e: super::remote::RemoteError) -> Self {
+        if e.is_transient() {
+            Self::Unavailable(e.to_string())
+        } else {
+            Self::Io(std::io::Error::other(e.to_string()))
+        }
+    }
+
     fn into_io(self) -> std::io::Error {
         match self {
             Self::Io(e) => e,
@@ -114,9 +131,15 @@ impl Atlas {
     /// [`super::remote`] for credentials, retries and what happens when the object
     /// changes on the server.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, AtlasError> {
+        Self::open_with(path, &super::RemoteOptions::from_env())
+    }
+
+    /// [`Atlas::open`] with the disk cache (and other remote settings) of `remote` for
+    /// a URL; a local path ignores them.
+    pub fn open_with(path: impl AsRef<Path>, remote: &super::RemoteOptions) -> Result<Self, AtlasError> {
         let path = path.as_ref().to_path_buf();
         let io = |source| AtlasError::Io { path: path.clone(), source };
-        let file = Self::open_store(&path).map_err(io)?;
+        let file = Self::open_store(&path, remote).map_err(io)?;
         let len = file.len().map_err(io)?;
         let io = |e: ReadError| AtlasError::Io { path: path.clone(), source: e.into_io() };
         let invalid = |what: String| AtlasError::Invalid { path: path.clone(), what };
@@ -159,6 +182,10 @@ impl Atlas {
             flags: header.flags,
         };
         atlas.stored_bytes = atlas.check_index(len)?;
+        #[cfg(feature = "remote")]
+        if let Store::Remote(r) = &atlas.file {
+            r.remember_meta(&atlas.meta);
+        }
         Ok(atlas)
     }
 
@@ -208,16 +235,21 @@ impl Atlas {
 
     /// The store behind `path`: a remote object for an `s3://` or `http(s)://` URL,
     /// else the local file.
-    fn open_store(path: &Path) -> std::io::Result<Store> {
+    fn open_store(path: &Path, options: &super::RemoteOptions) -> std::io::Result<Store> {
         #[cfg(feature = "remote")]
         if let Some(url) = path.to_str().filter(|p| super::remote::is_remote(p)) {
-            let remote = super::remote::RemoteObject::open(url).map_err(|e| match e {
+            let remote = super::remote::RemoteObject::open(url, options).map_err(|e| match e {
                 super::remote::RemoteError::NotFound => {
                     std::io::Error::new(std::io::ErrorKind::NotFound, e.to_string())
                 }
                 other => std::io::Error::other(other.to_string()),
             })?;
             return Ok(Store::Remote(Box::new(remote)));
+        }
+        #[cfg(not(feature = "remote"))]
+        if super::is_remote_location(path) {
+            let _ = options;
+            return Err(std::io::Error::other("remote atlases need tessera-vt-core's `remote` feature"));
         }
         File::open(path).map(Store::File)
     }
@@ -310,8 +342,7 @@ impl Atlas {
     /// [`AtlasError::TileChecksum`], never a crash.
     pub fn read_tile(&self, tile: TileId) -> Result<Vec<u8>, AtlasError> {
         let e = self.entry(tile)?;
-        let mut blob = vec![0u8; e.length as usize];
-        self.file.read_exact_at(&mut blob, e.offset).map_err(|err| match err {
+        let blob = self.file.read_blob(e.offset, e.length, e.crc32).map_err(|err| match err {
             ReadError::Io(source) => AtlasError::Changed { path: self.path.clone(), tile, source },
             ReadError::Unavailable(reason) => {
                 AtlasError::Unavailable { path: self.path.clone(), tile, reason }

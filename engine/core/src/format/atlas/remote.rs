@@ -20,17 +20,19 @@ use std::time::{Duration, Instant};
 
 use object_store::path::Path as ObjectPath;
 
+use super::RemoteOptions;
+use super::disk_cache::DiskCache;
+
 pub use super::NetworkStats;
 use object_store::{
     BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, RetryConfig,
 };
 
-/// Schemes [`RemoteObject::open`] takes; anything else is a local path.
-pub const REMOTE_SCHEMES: [&str; 3] = ["s3://", "http://", "https://"];
+pub use super::REMOTE_SCHEMES;
 
 /// Whether `location` names a remote atlas (`s3://`, `http://`, `https://`).
 pub fn is_remote(location: &str) -> bool {
-    REMOTE_SCHEMES.iter().any(|s| location.len() > s.len() && location[..s.len()].eq_ignore_ascii_case(s))
+    super::is_remote_location(std::path::Path::new(location))
 }
 
 /// How long one request may take before it is retried.
@@ -98,6 +100,11 @@ pub struct RemoteObject {
     size: u64,
     etag: Option<String>,
     counters: Counters,
+    cache: Option<DiskCache>,
+    /// Header, layer table and index from the disk cache (served without requests).
+    cached_meta: Option<Vec<u8>>,
+    /// Opened from the disk cache while the server could not be reached.
+    offline: bool,
 }
 
 impl std::fmt::Debug for RemoteObject {
@@ -108,17 +115,94 @@ impl std::fmt::Debug for RemoteObject {
 
 impl RemoteObject {
     /// Opens `location` (`s3://bucket/key`, `http(s)://host[:port]/path`): sets up the
-    /// store and asks for the object's size and identity.
-    pub fn open(location: &str) -> Result<Self, RemoteError> {
-        let (store, path) = store_for(location)?;
+    /// store and asks for the object's size and identity, with the disk cache of
+    /// `options`. When the server cannot be reached and the disk cache holds this
+    /// URL's index, the object opens offline from the cache (tiles not cached are
+    /// unavailable until the server is back, and are then checked against the same
+    /// identity).
+    pub fn open(location: &str, options: &RemoteOptions) -> Result<Self, RemoteError> {
+        let (store, path) = store_for(location, &options.s3)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("tessera-net")
             .enable_all()
             .build()
             .map_err(|e| RemoteError::Config(format!("starting the network runtime: {e}")))?;
-        let meta = runtime.block_on(store.head(&path)).map_err(map_error)?;
-        Ok(Self { store, path, runtime, size: meta.size, etag: meta.e_tag, counters: Counters::default() })
+        let cache_dir = options.disk_cache_dir.as_deref();
+        let (identity, size, etag, offline) = match runtime.block_on(store.head(&path)).map_err(map_error) {
+            Ok(meta) => {
+                let id = identity(meta.e_tag.as_deref(), meta.size, meta.last_modified.timestamp());
+                (id, meta.size, meta.e_tag, false)
+            }
+            Err(e) if e.is_transient() => {
+                let cached = cache_dir.and_then(|d| DiskCache::current_identity(d, location));
+                let Some((id, size, etag)) =
+                    cached.and_then(|id| parse_identity(&id).map(|(s, e)| (id, s, e)))
+                else {
+                    return Err(e);
+                };
+                tracing::warn!("{location}: {e}; opening from the disk cache");
+                (id, size, etag, true)
+            }
+            Err(e) => return Err(e),
+        };
+        let cache =
+            cache_dir.and_then(|d| match DiskCache::open(d, location, &identity, options.disk_cache_bytes) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    tracing::warn!(dir = %d.display(), "disk cache unavailable: {e}");
+                    None
+                }
+            });
+        let cached_meta = cache.as_ref().and_then(DiskCache::meta);
+        if offline && cached_meta.is_none() {
+            return Err(RemoteError::Unavailable(format!(
+                "{location}: the server cannot be reached and the disk cache has no index for it"
+            )));
+        }
+        Ok(Self {
+            store,
+            path,
+            runtime,
+            size,
+            etag,
+            counters: Counters::default(),
+            cache,
+            cached_meta,
+            offline,
+        })
+    }
+
+    /// Whether the object was opened from the disk cache without reaching the server.
+    pub fn is_offline(&self) -> bool {
+        self.offline
+    }
+
+    /// Keeps the atlas' checked header, layer table and index in the disk cache, so
+    /// the next open needs no request for them (and works while the server is down).
+    pub fn remember_meta(&self, meta: &[u8]) {
+        if let Some(c) = &self.cache
+            && self.cached_meta.as_deref() != Some(meta)
+        {
+            c.put_meta(meta);
+        }
+    }
+
+    /// A tile blob of `len` bytes at `offset` whose CRC-32 should be `crc`: from the
+    /// disk cache when it holds it, else from the server (then cached when the CRC
+    /// matches; a mismatch is returned as read, for the caller to report).
+    pub fn read_blob(&self, offset: u64, len: u32, crc: u32) -> Result<Vec<u8>, RemoteError> {
+        if let Some(hit) = self.cache.as_ref().and_then(|c| c.get(offset, len, crc)) {
+            return Ok(hit);
+        }
+        let mut blob = vec![0u8; len as usize];
+        self.read_exact_at(&mut blob, offset)?;
+        if let Some(c) = &self.cache
+            && crc32fast::hash(&blob) == crc
+        {
+            c.put(offset, &blob);
+        }
+        Ok(blob)
     }
 
     /// The object's size in bytes when it was opened.
@@ -140,6 +224,10 @@ impl RemoteObject {
             got: self.size.saturating_sub(offset),
         })?;
         if want == 0 {
+            return Ok(());
+        }
+        if let Some(meta) = self.cached_meta.as_deref().and_then(|m| m.get(offset as usize..end as usize)) {
+            buf.copy_from_slice(meta);
             return Ok(());
         }
         let bytes = self.get(offset..end)?;
@@ -203,6 +291,8 @@ impl RemoteObject {
             })
             .unwrap_or_default();
         NetworkStats {
+            offline: self.offline,
+            disk_cache: self.cache.as_ref().map(DiskCache::stats),
             requests: c.requests.load(Ordering::Relaxed),
             failures: c.failures.load(Ordering::Relaxed),
             bytes: c.bytes.load(Ordering::Relaxed),
@@ -213,8 +303,27 @@ impl RemoteObject {
     }
 }
 
+/// The identity of an object version: its ETag, or (without one) its modification
+/// time; then its size, which an offline open needs.
+fn identity(etag: Option<&str>, size: u64, modified: i64) -> String {
+    match etag {
+        Some(e) => format!("etag {e}|{size}"),
+        None => format!("modified {modified}|{size}"),
+    }
+}
+
+/// Size and ETag back from [`identity`].
+fn parse_identity(id: &str) -> Option<(u64, Option<String>)> {
+    let (head, size) = id.rsplit_once('|')?;
+    let size = size.parse().ok()?;
+    Some((size, head.strip_prefix("etag ").map(str::to_owned)))
+}
+
 /// The store and object path of `location`.
-fn store_for(location: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath), RemoteError> {
+fn store_for(
+    location: &str,
+    s3: &[(String, String)],
+) -> Result<(Arc<dyn ObjectStore>, ObjectPath), RemoteError> {
     install_crypto();
     let bad = |what: &str| RemoteError::Config(format!("{location}: {what}"));
     let (scheme, rest) = location.split_once("://").ok_or_else(|| bad("not a URL"))?;
@@ -236,10 +345,22 @@ fn store_for(location: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath), Remot
     let client = ClientOptions::new().with_timeout(REQUEST_TIMEOUT).with_connect_timeout(CONNECT_TIMEOUT);
     let store: Arc<dyn ObjectStore> = match scheme.to_ascii_lowercase().as_str() {
         "s3" => Arc::new(
-            object_store::aws::AmazonS3Builder::from_env()
+            // Our client options first, then the `AWS_*` environment, then `s3`: later
+            // settings win (`aws_allow_http` and friends change client options).
+            s3_env()
+                .iter()
+                .chain(s3)
+                .try_fold(
+                    object_store::aws::AmazonS3Builder::new().with_client_options(client),
+                    |b, (k, v)| {
+                        let key = k
+                            .parse()
+                            .map_err(|_| RemoteError::Config(format!("unknown S3 setting {k:?}")))?;
+                        Ok(b.with_config(key, v))
+                    },
+                )?
                 .with_bucket_name(authority)
                 .with_retry(retry)
-                .with_client_options(client)
                 .build()
                 .map_err(|e| RemoteError::Config(format!("S3 store for bucket {authority}: {e}")))?,
         ),
@@ -254,6 +375,16 @@ fn store_for(location: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath), Remot
         _ => return Err(bad("unsupported scheme (use s3://, http:// or https://)")),
     };
     Ok((store, path))
+}
+
+/// The `AWS_*` environment variables object_store knows, as lower-case setting names
+/// (what `AmazonS3Builder::from_env` reads), skipping the ones it does not.
+fn s3_env() -> Vec<(String, String)> {
+    std::env::vars()
+        .filter(|(k, _)| k.starts_with("AWS_"))
+        .map(|(k, v)| (k.to_ascii_lowercase(), v))
+        .filter(|(k, _)| k.parse::<object_store::aws::AmazonS3ConfigKey>().is_ok())
+        .collect()
 }
 
 /// Selects ring as the TLS crypto provider, once per process (reqwest is built without
@@ -309,9 +440,12 @@ mod tests {
     #[test]
     fn bad_locations_are_config_errors() {
         for bad in ["http://host", "http:///path", "s3://bucket/", "gopher://h/a"] {
-            let e = store_for(bad).err().map(|e| e.to_string()).unwrap_or_default();
+            let e = store_for(bad, &[]).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(e.contains(bad), "{bad}: {e}");
         }
+        let odd = [("aws_no_such_setting".to_owned(), "1".to_owned())];
+        let e = store_for("s3://bucket/key", &odd).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("unknown S3 setting"), "{e}");
     }
 
     #[test]
@@ -319,6 +453,13 @@ mod tests {
         let m = redact("GET https://b.s3/k?X-Amz-Credential=AKIA123&X-Amz-Signature=abc failed: 500");
         assert!(!m.contains("AKIA123") && m.contains("[redacted]"), "{m}");
         assert!(m.ends_with("500"));
+    }
+
+    #[test]
+    fn identities_round_trip() {
+        assert_eq!(parse_identity(&identity(Some("\"65-1a\""), 42, 7)), Some((42, Some("\"65-1a\"".into()))));
+        assert_eq!(parse_identity(&identity(None, 9, 1_700_000_000)), Some((9, None)));
+        assert_eq!(parse_identity("garbage"), None);
     }
 
     #[test]
