@@ -539,7 +539,9 @@ mod remote {
                 opts,
             );
             let cut = 30usize;
-            let settled = (cut..r.frames.len()).find(|&f| r.frames[f].resident_fraction >= 1.0);
+            // The cut's feedback arrives a frame later: the first fully-resident event
+            // after the cut closes it.
+            let settled = (cut + 1..r.frames.len()).find(|&f| r.frames[f].became_fully_resident);
             let (frames, ms) = settled.map_or(("never".into(), "n/a".into()), |f| {
                 let ms: f64 = r.frames[cut..=f].iter().map(|s| s.frame_ms).sum();
                 (format!("{}", f - cut), format!("{ms:.0}"))

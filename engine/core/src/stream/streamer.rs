@@ -16,7 +16,9 @@ use crate::format::tile::{TileId, TileMap, TileSet};
 use crate::stream::atlas_loader::{AtlasLoader, StackedLoader};
 use crate::stream::feedback::FeedbackLayout;
 use crate::stream::host_cache::HostCache;
-use crate::stream::loader::{LoadError, LoadOutcome, LoaderConfig, LoaderPool, LoaderThreads, TileLoader};
+use crate::stream::loader::{
+    LoadError, LoadOutcome, LoaderConfig, LoaderPool, LoaderThreads, TileLoader, default_loader_threads,
+};
 use crate::stream::pool_layout::PoolLayout;
 use crate::stream::residency::{Residency, ResidencyConfig, Upload};
 use crate::stream::schedule::{
@@ -123,6 +125,10 @@ pub enum StreamerError {
 /// Frames a loaded tile keeps its staging record while it waits for a slot (see
 /// [`Streamer::set_staging`]).
 pub const STAGED_WAIT_FRAMES: u64 = 2;
+
+/// Loader threads of a remote atlas when none are asked for (at least one per core but
+/// one): each blocks on one range request, so this is the number of requests in flight.
+pub const REMOTE_LOADER_THREADS: usize = 16;
 
 /// Frames a tile that was unavailable (a remote atlas' network or server failed) waits
 /// before it is asked for again; doubled with each failure in a row.
@@ -281,6 +287,13 @@ impl Streamer {
     /// returns; the first [`Streamer::frame`] uploads it (nothing is ever missing).
     pub fn new(atlas: Arc<Atlas>, pool: &PoolLayout, config: StreamerConfig) -> Result<Self, StreamerError> {
         let cache = Arc::new(HostCache::new(u64::from(config.host_cache_mib) << 20));
+        // A remote atlas waits on round trips, not on the CPU: by default it gets enough
+        // loader threads to keep REMOTE_LOADER_THREADS requests in flight.
+        let config = if config.loader_threads == 0 && atlas.is_remote() {
+            StreamerConfig { loader_threads: REMOTE_LOADER_THREADS.max(default_loader_threads()), ..config }
+        } else {
+            config
+        };
         Self::open(atlas, pool, config, cache, Threads::Own)
     }
 
