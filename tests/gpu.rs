@@ -584,4 +584,54 @@ mod remote {
         let missing = Atlas::open_with("s3://textures/earth/none.tsa", &opts).unwrap_err().to_string();
         assert!(missing.contains("not found"), "{missing}");
     }
+
+    /// HTTP 500s on one tile's range: that tile is unavailable (after the client's
+    /// retries), never garbage, while the others load; once the server answers it, it
+    /// loads. A slow server (nginx `limit_rate`) delays tiles, not frames: the render
+    /// thread never waits on the network, and ancestors show meanwhile.
+    #[test]
+    fn server_errors_and_a_slow_server_delay_tiles_not_frames() {
+        let dir = tempfile::tempdir().unwrap();
+        let atlas = bake_source(dir.path(), "served", Generated::new(2048, 1024));
+        let local = Atlas::open(&atlas).unwrap();
+        let (bad, good) = (TileId::new(0, 0, 2, 1), TileId::new(0, 0, 3, 1));
+        let e = local.entry(bad).unwrap();
+        let range = format!("bytes={}-{}", e.offset, e.offset + u64::from(e.length) - 1);
+        let rule = format!("location / {{ if ($http_range = \"{range}\") {{ return 500; }} }}");
+        let mut server = Nginx::serve(dir.path(), &rule);
+        let url = server.url(&name(&atlas));
+        let remote = Atlas::open_with(&url, &RemoteOptions::without_disk_cache()).unwrap();
+        assert_eq!(remote.read_tile(good).unwrap(), local.read_tile(good).unwrap());
+        let err = remote.read_tile(bad).unwrap_err();
+        assert!(matches!(err, AtlasError::Unavailable { .. }), "{err}");
+        assert!(err.to_string().contains("500"), "{err}");
+        server.stop();
+        let mut server = Nginx::serve(dir.path(), "");
+        let fixed = server.url(&name(&atlas));
+        let remote = Atlas::open_with(&fixed, &RemoteOptions::without_disk_cache()).unwrap();
+        assert_eq!(remote.read_tile(bad).unwrap(), local.read_tile(bad).unwrap());
+        server.stop();
+
+        // About 20 KiB a tile at 16 KiB/s per connection: each tile takes over a second.
+        let slow = Nginx::serve(dir.path(), "limit_rate 16k;");
+        let url = slow.url(&name(&atlas));
+        let t0 = Instant::now();
+        let r = run_remote(
+            std::path::Path::new(&url),
+            CameraPath::preset("static").unwrap(),
+            12,
+            (320, 180),
+            VtConfig::default(),
+            false,
+            RemoteOptions::without_disk_cache(),
+        );
+        let wall = t0.elapsed();
+        let worst = r.frames.iter().map(|f| f.frame_ms).fold(0.0, f64::max);
+        // A frame that waited on even one tile would take over a second.
+        assert!(worst < 1000.0, "a frame waited on the network: {worst:.0} ms");
+        let last = r.frames.last().unwrap();
+        assert!(last.resident_fraction < 1.0, "tiles cannot all have arrived yet: {:?}", last.stream);
+        assert!(last.network.unwrap().in_flight > 0, "requests still in flight: {:?}", last.network);
+        eprintln!("slow server: 12 frames in {wall:?}, worst frame {worst:.0} ms");
+    }
 }

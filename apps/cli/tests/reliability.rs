@@ -252,3 +252,86 @@ fn a_folder_given_as_an_atlas_says_so_once() {
     assert_clean_failure(&o, "out.tsa", "not a directory");
     assert_eq!(stderr(&o).matches("os error").count(), 1, "{}", stderr(&o));
 }
+
+/// A capture of a remote atlas killed (SIGKILL) while it fills the disk cache leaves no
+/// entry that would be served wrong: every entry left holds exactly the blob the atlas
+/// index describes (length and CRC-32), what a killed write left behind is deleted when
+/// the cache opens again, and that cache serves the tiles.
+#[test]
+fn a_killed_capture_leaves_a_disk_cache_whose_entries_all_check() {
+    use tessera::core::Atlas;
+    use tessera::core::format::atlas::RemoteOptions;
+    use tessera::core::format::atlas::disk_cache::DiskCache;
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = dir.path().join("a.tsa");
+    let o = tessera(&["bake", "--generate", "8192x4096", "--codec", "lz4", "-o", s(&atlas)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let server = tessera_tests::Nginx::serve(dir.path(), "");
+    let url = server.url("a.tsa");
+    let cache = tempfile::tempdir().unwrap();
+    let runtime = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["capture", "--atlas", &url, "--camera", "flyover", "--frames", "2000", "--size", "160x90"])
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .env("TESSERA_DISK_CACHE_DIR", cache.path())
+        .env("XDG_RUNTIME_DIR", runtime.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let entries = |root: &Path| -> Vec<std::path::PathBuf> {
+        let mut out = Vec::new();
+        for url_dir in std::fs::read_dir(root).into_iter().flatten().flatten() {
+            for id_dir in std::fs::read_dir(url_dir.path()).into_iter().flatten().flatten() {
+                out.extend(
+                    std::fs::read_dir(id_dir.path()).into_iter().flatten().flatten().map(|e| e.path()),
+                );
+            }
+        }
+        out
+    };
+    let start = Instant::now();
+    while entries(cache.path()).len() < 24 {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the capture cached too little: {:?}",
+            entries(cache.path())
+        );
+        assert!(child.try_wait().unwrap().is_none(), "the capture ended before it was killed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let local = Atlas::open(&atlas).unwrap();
+    let mut blobs = std::collections::HashMap::new();
+    for (li, layer) in local.layers().iter().enumerate() {
+        for t in layer.layout.tiles(li as u16) {
+            let e = local.entry(t).unwrap();
+            blobs.insert(e.offset, (e.length, e.crc32));
+        }
+    }
+    let mut checked = 0;
+    for path in entries(cache.path()) {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let Ok(offset) = u64::from_str_radix(&name, 16) else { continue };
+        let data = std::fs::read(&path).unwrap();
+        let (len, crc) = blobs[&offset];
+        assert_eq!((data.len(), crc32fast::hash(&data)), (len as usize, crc), "entry {name} is torn");
+        checked += 1;
+    }
+    assert!(checked >= 16, "{checked} entries");
+    // Reopened: leftovers of the killed writes are gone, and the entries are served.
+    let remote = Atlas::open_with(&url, &RemoteOptions::with_disk_cache(cache.path(), 1024)).unwrap();
+    assert!(entries(cache.path()).iter().all(|p| !p.to_string_lossy().ends_with(".tmp")));
+    let id = DiskCache::current_identity(cache.path(), &url).unwrap();
+    assert!(id.contains(&local.file_size().to_string()), "{id}");
+    for (li, layer) in local.layers().iter().enumerate() {
+        for t in layer.layout.tiles(li as u16) {
+            assert_eq!(remote.read_tile(t).unwrap(), local.read_tile(t).unwrap(), "{t}");
+        }
+    }
+    let disk = remote.network_stats().unwrap().disk_cache.unwrap();
+    assert!(disk.hits >= 16 && disk.rejected == 0, "{disk:?}");
+}
