@@ -634,4 +634,47 @@ mod remote {
         assert!(last.network.unwrap().in_flight > 0, "requests still in flight: {:?}", last.network);
         eprintln!("slow server: 12 frames in {wall:?}, worst frame {worst:.0} ms");
     }
+
+    /// Truncated bodies (every third connection cut mid-answer) and a body damaged in
+    /// transit (one flipped bit): every tile read is either the right bytes or
+    /// unavailable for now (retried by the streamer), never wrong bytes, and a second
+    /// try gets the right ones. A damaged body is never put in the disk cache.
+    #[test]
+    fn truncated_and_damaged_bodies_are_retried_never_shown() {
+        use tessera_tests::{DelayProxy, Fault};
+        let dir = tempfile::tempdir().unwrap();
+        let atlas = bake_source(dir.path(), "served", Generated::new(2048, 1024));
+        let local = Atlas::open(&atlas).unwrap();
+        let server = Nginx::serve(dir.path(), "");
+        let tiles: Vec<TileId> = local.layers()[0].layout.tiles(0).collect();
+        for fault in [Fault::Cut { n: 3, bytes: 30_000 }, Fault::Flip { at: 50_000 }] {
+            let proxy = DelayProxy::with_fault(server.port(), Duration::ZERO, fault);
+            let url = format!("http://127.0.0.1:{}/{}", proxy.port(), name(&atlas));
+            let cache = tempfile::tempdir().unwrap();
+            let remote = Atlas::open_with(&url, &RemoteOptions::with_disk_cache(cache.path(), 64)).unwrap();
+            let mut unavailable = 0;
+            for &t in &tiles {
+                let want = local.read_tile(t).unwrap();
+                let mut got = remote.read_tile(t);
+                for _ in 0..4 {
+                    match &got {
+                        Err(AtlasError::Unavailable { .. }) => {
+                            unavailable += 1;
+                            got = remote.read_tile(t);
+                        }
+                        _ => break,
+                    }
+                }
+                assert_eq!(got.unwrap_or_else(|e| panic!("{fault:?}: {t}: {e}")), want, "{fault:?}: {t}");
+            }
+            let net = remote.network_stats().unwrap();
+            assert_eq!(net.disk_cache.unwrap().rejected, 0, "{fault:?}: nothing damaged was cached");
+            eprintln!("{fault:?}: {} tiles, {unavailable} unavailable at first, {net:?}", tiles.len());
+            match fault {
+                Fault::Flip { .. } => assert!(unavailable >= 1, "the flipped bit was caught in a tile body"),
+                // Each cut connection was replaced by a new one (the client retried).
+                _ => assert!(proxy.connections() >= 2, "no connection was cut: {}", proxy.connections()),
+            }
+        }
+    }
 }

@@ -412,32 +412,70 @@ impl Drop for Moto {
 pub struct DelayProxy {
     port: u16,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// What a [`DelayProxy`] does wrong to the server's answers, to test the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Nothing.
+    None,
+    /// Every `n`-th connection (from the first) is closed after `bytes` of answer: a
+    /// truncated body.
+    Cut {
+        /// Which connections.
+        n: usize,
+        /// Bytes forwarded first.
+        bytes: usize,
+    },
+    /// The first connection's answer byte at `at` has its low bit flipped: a body
+    /// damaged in transit.
+    Flip {
+        /// Offset in the first connection's answer stream.
+        at: usize,
+    },
 }
 
 impl DelayProxy {
     /// Forwards a new port to `upstream` (a port on 127.0.0.1).
     pub fn start(upstream: u16, one_way: std::time::Duration) -> Self {
+        Self::with_fault(upstream, one_way, Fault::None)
+    }
+
+    /// As [`DelayProxy::start`], damaging answers as `fault` says.
+    pub fn with_fault(upstream: u16, one_way: std::time::Duration, fault: Fault) -> Self {
         use std::sync::atomic::{AtomicBool, Ordering};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = connections.clone();
         std::thread::spawn(move || {
-            for client in listener.incoming() {
+            for (conn, client) in listener.incoming().enumerate() {
                 if flag.load(Ordering::SeqCst) {
                     break;
                 }
+                count.fetch_add(1, Ordering::SeqCst);
                 let Ok(client) = client else { continue };
                 let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else { continue };
                 let _ = client.set_nodelay(true);
                 let _ = server.set_nodelay(true);
-                for (from, to) in [(&client, &server), (&server, &client)] {
-                    let (from, to) = (from.try_clone().unwrap(), to.try_clone().unwrap());
-                    pump(from, to, one_way);
-                }
+                let answer_fault = match fault {
+                    Fault::Cut { n, bytes } if conn % n == 0 => Fault::Cut { n, bytes },
+                    Fault::Flip { at } if conn == 0 => Fault::Flip { at },
+                    _ => Fault::None,
+                };
+                pump(client.try_clone().unwrap(), server.try_clone().unwrap(), one_way, Fault::None);
+                pump(server, client, one_way, answer_fault);
             }
         });
-        Self { port, stop }
+        Self { port, stop, connections }
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The proxy's port.
@@ -446,8 +484,14 @@ impl DelayProxy {
     }
 }
 
-/// Copies `from` to `to`, each chunk written `delay` after it was read.
-fn pump(mut from: std::net::TcpStream, mut to: std::net::TcpStream, delay: std::time::Duration) {
+/// Copies `from` to `to`, each chunk written `delay` after it was read, damaged as
+/// `fault` says.
+fn pump(
+    mut from: std::net::TcpStream,
+    mut to: std::net::TcpStream,
+    delay: std::time::Duration,
+    fault: Fault,
+) {
     use std::io::{Read, Write};
     let (tx, rx) = std::sync::mpsc::channel::<(std::time::Instant, Vec<u8>)>();
     std::thread::spawn(move || {
@@ -459,12 +503,23 @@ fn pump(mut from: std::net::TcpStream, mut to: std::net::TcpStream, delay: std::
         }
     });
     std::thread::spawn(move || {
-        for (at, data) in rx {
+        let mut sent = 0usize;
+        for (at, mut data) in rx {
             let due = at + delay;
             let now = std::time::Instant::now();
             if due > now {
                 std::thread::sleep(due - now);
             }
+            match fault {
+                Fault::Cut { bytes, .. } if sent + data.len() > bytes => {
+                    let _ = to.write_all(&data[..bytes.saturating_sub(sent)]);
+                    let _ = to.shutdown(std::net::Shutdown::Both);
+                    return;
+                }
+                Fault::Flip { at } if (sent..sent + data.len()).contains(&at) => data[at - sent] ^= 1,
+                _ => {}
+            }
+            sent += data.len();
             if to.write_all(&data).is_err() {
                 break;
             }

@@ -153,8 +153,34 @@ impl CaptureReport {
             last.map_or(0, |f| f.tiles_needed),
             100.0 * last.map_or(1.0, |f| f.resident_fraction),
             psnr
-        )
+        ) + &last.and_then(|f| f.network).map(|n| network_summary(&n)).unwrap_or_default()
     }
+}
+
+/// The network and disk-cache line of a remote atlas' summary.
+fn network_summary(n: &tessera_core::format::atlas::NetworkStats) -> String {
+    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+    let disk = n.disk_cache.map_or_else(
+        || "no disk cache".to_owned(),
+        |d| {
+            format!(
+                "disk cache {} hits ({:.1} MiB), {} written, {:.1} MiB held",
+                d.hits,
+                mib(d.hit_bytes),
+                d.writes,
+                mib(d.bytes)
+            )
+        },
+    );
+    format!(
+        "\nnetwork{}: {} requests, {:.1} MiB, {} failed, latency p50 {:.1} ms, p95 {:.1} ms; {disk}",
+        if n.offline { " (offline: opened from the disk cache)" } else { "" },
+        n.requests,
+        mib(n.bytes),
+        n.failures,
+        n.latency_p50_ms,
+        n.latency_p95_ms
+    )
 }
 
 /// The reference atlas must have the streamed atlas' layers, each of the same size.

@@ -349,6 +349,15 @@ impl Atlas {
             }
         })?;
         if crc32fast::hash(&blob) != e.crc32 {
+            if self.is_remote() {
+                // Damaged in transit as likely as on the server: asked for again later
+                // (the disk cache only ever keeps blobs that passed).
+                return Err(AtlasError::Unavailable {
+                    path: self.path.clone(),
+                    tile,
+                    reason: "the body failed its CRC-32 (damaged in transit or on the server)".into(),
+                });
+            }
             return Err(AtlasError::TileChecksum { path: self.path.clone(), tile });
         }
         Ok(blob)
