@@ -647,7 +647,7 @@ mod remote {
         let local = Atlas::open(&atlas).unwrap();
         let server = Nginx::serve(dir.path(), "");
         let tiles: Vec<TileId> = local.layers()[0].layout.tiles(0).collect();
-        for fault in [Fault::Cut { n: 3, bytes: 30_000 }, Fault::Flip { at: 50_000 }] {
+        for fault in [Fault::Cut { n: 3, bytes: 30_000 }, Fault::Flip { at: 120_000 }] {
             let proxy = DelayProxy::with_fault(server.port(), Duration::ZERO, fault);
             let url = format!("http://127.0.0.1:{}/{}", proxy.port(), name(&atlas));
             let cache = tempfile::tempdir().unwrap();

@@ -24,9 +24,7 @@ use super::RemoteOptions;
 use super::disk_cache::DiskCache;
 
 pub use super::NetworkStats;
-use object_store::{
-    BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, RetryConfig,
-};
+use object_store::{BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, RetryConfig};
 
 pub use super::REMOTE_SCHEMES;
 
@@ -34,6 +32,12 @@ pub use super::REMOTE_SCHEMES;
 pub fn is_remote(location: &str) -> bool {
     super::is_remote_location(std::path::Path::new(location))
 }
+
+/// Bytes read from the start of the object when it is opened: the header, the layer
+/// table and, for an atlas of up to about 2,700 tiles, the whole index; a larger index
+/// takes one more request. Kept small so a slow link opens within the request timeout
+/// (4 s at 16 KiB/s).
+pub const OPEN_PREFIX: u64 = 64 << 10;
 
 /// How long one request may take before it is retried.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -103,6 +107,8 @@ pub struct RemoteObject {
     cache: Option<DiskCache>,
     /// Header, layer table and index from the disk cache (served without requests).
     cached_meta: Option<Vec<u8>>,
+    /// The object's first bytes, read when it was opened.
+    prefix: Vec<u8>,
     /// Opened from the disk cache while the server could not be reached.
     offline: bool,
 }
@@ -129,8 +135,25 @@ impl RemoteObject {
             .build()
             .map_err(|e| RemoteError::Config(format!("starting the network runtime: {e}")))?;
         let cache_dir = options.disk_cache_dir.as_deref();
-        let (identity, size, etag, offline) = match runtime.block_on(store.head(&path)).map_err(map_error) {
-            Ok(meta) => {
+        // One request for the identity and the first bytes (header, layer table and
+        // usually the whole index), instead of a HEAD and then reads.
+        let first = runtime.block_on(async {
+            let got = store
+                .get_opts(
+                    &path,
+                    GetOptions { range: Some(GetRange::Bounded(0..OPEN_PREFIX)), ..Default::default() },
+                )
+                .await?;
+            let meta = got.meta.clone();
+            let start = got.range.start;
+            got.bytes().await.map(|b| (meta, start, b))
+        });
+        let mut prefix = Vec::new();
+        let (identity, size, etag, offline) = match first.map_err(map_error) {
+            Ok((meta, start, bytes)) => {
+                if start == 0 {
+                    prefix = bytes.to_vec();
+                }
                 let id = identity(meta.e_tag.as_deref(), meta.size, meta.last_modified.timestamp());
                 (id, meta.size, meta.e_tag, false)
             }
@@ -160,17 +183,13 @@ impl RemoteObject {
                 "{location}: the server cannot be reached and the disk cache has no index for it"
             )));
         }
-        Ok(Self {
-            store,
-            path,
-            runtime,
-            size,
-            etag,
-            counters: Counters::default(),
-            cache,
-            cached_meta,
-            offline,
-        })
+        let counters = Counters::default();
+        if !offline {
+            // The opening request.
+            counters.requests.store(1, Ordering::Relaxed);
+            counters.bytes.store(prefix.len() as u64, Ordering::Relaxed);
+        }
+        Ok(Self { store, path, runtime, size, etag, counters, cache, cached_meta, prefix, offline })
     }
 
     /// Whether the object was opened from the disk cache without reaching the server.
@@ -196,7 +215,7 @@ impl RemoteObject {
             return Ok(hit);
         }
         let mut blob = vec![0u8; len as usize];
-        self.read_exact_at(&mut blob, offset)?;
+        self.fetch_exact(&mut blob, offset)?;
         if let Some(c) = &self.cache
             && crc32fast::hash(&blob) == crc
         {
@@ -215,8 +234,26 @@ impl RemoteObject {
         self.etag.as_deref()
     }
 
-    /// Reads `buf.len()` bytes at `offset` (one range request), blocking this thread.
+    /// Reads `buf.len()` bytes at `offset`, blocking this thread: from the bytes read at
+    /// open or the cached index when they cover the range (the atlas' header and index),
+    /// else with one range request.
     pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<(), RemoteError> {
+        let end = offset.saturating_add(buf.len() as u64);
+        let known = [self.cached_meta.as_deref(), Some(self.prefix.as_slice())];
+        if let Some(bytes) = known
+            .into_iter()
+            .flatten()
+            .find_map(|m| m.get(usize::try_from(offset).ok()?..usize::try_from(end).ok()?))
+        {
+            buf.copy_from_slice(bytes);
+            return Ok(());
+        }
+        self.fetch_exact(buf, offset)
+    }
+
+    /// Reads `buf.len()` bytes at `offset` with one range request (tile blobs always
+    /// come from the server or the disk cache, checked against the opened identity).
+    fn fetch_exact(&self, buf: &mut [u8], offset: u64) -> Result<(), RemoteError> {
         let want = buf.len() as u64;
         let end = offset.checked_add(want).filter(|&e| e <= self.size).ok_or(RemoteError::Short {
             offset,
@@ -224,10 +261,6 @@ impl RemoteObject {
             got: self.size.saturating_sub(offset),
         })?;
         if want == 0 {
-            return Ok(());
-        }
-        if let Some(meta) = self.cached_meta.as_deref().and_then(|m| m.get(offset as usize..end as usize)) {
-            buf.copy_from_slice(meta);
             return Ok(());
         }
         let bytes = self.get(offset..end)?;
