@@ -311,18 +311,7 @@ impl RemoteObject {
     /// The request counters so far.
     pub fn stats(&self) -> NetworkStats {
         let c = &self.counters;
-        let (p50, p95) = c
-            .latencies
-            .lock()
-            .map(|ring| {
-                let mut v = ring.0.clone();
-                v.sort_by(f32::total_cmp);
-                let at = |q: f64| {
-                    v.get(((v.len() as f64 - 1.0) * q).round() as usize).map_or(0.0, |&x| f64::from(x))
-                };
-                (at(0.5), at(0.95))
-            })
-            .unwrap_or_default();
+        let (p50, p95) = c.latencies.lock().map(|ring| median_and_p95(&ring.0)).unwrap_or_default();
         NetworkStats {
             offline: self.offline,
             disk_cache: self.cache.as_ref().map(DiskCache::stats),
@@ -334,6 +323,17 @@ impl RemoteObject {
             latency_p95_ms: p95,
         }
     }
+}
+
+/// The median and 95th percentile of `latencies` (0 when empty). Called every frame
+/// (the streamer's stats): two linear selections on a copy, no sort.
+fn median_and_p95(latencies: &[f32]) -> (f64, f64) {
+    let mut v = latencies.to_vec();
+    let mut at = |q: f64| {
+        let i = ((v.len() as f64 - 1.0) * q).round() as usize;
+        if i < v.len() { f64::from(*v.select_nth_unstable_by(i, f32::total_cmp).1) } else { 0.0 }
+    };
+    (at(0.5), at(0.95))
 }
 
 /// The identity of an object version: its ETag, or (without one) its modification
@@ -486,6 +486,14 @@ mod tests {
         let m = redact("GET https://b.s3/k?X-Amz-Credential=AKIA123&X-Amz-Signature=abc failed: 500");
         assert!(!m.contains("AKIA123") && m.contains("[redacted]"), "{m}");
         assert!(m.ends_with("500"));
+    }
+
+    #[test]
+    fn percentiles_of_latencies() {
+        assert_eq!(median_and_p95(&[]), (0.0, 0.0));
+        let v: Vec<f32> = (1..=100).rev().map(|x| x as f32).collect();
+        assert_eq!(median_and_p95(&v), (51.0, 95.0));
+        assert_eq!(median_and_p95(&[7.0]), (7.0, 7.0));
     }
 
     #[test]
