@@ -126,6 +126,17 @@ pub enum StreamerError {
 /// [`Streamer::set_staging`]).
 pub const STAGED_WAIT_FRAMES: u64 = 2;
 
+/// A tile that was unavailable for now (see [`Streamer`]'s retries).
+#[derive(Clone, Copy, Debug)]
+struct Unavailable {
+    /// The frame from which it may be asked for again; `None` once it may be.
+    retry_at: Option<u64>,
+    /// Transient failures in a row.
+    failures: u32,
+    /// The frame of the last one.
+    failed_at: u64,
+}
+
 /// Loader threads of a remote atlas when none are asked for (at least one per core but
 /// one): each blocks on one range request, so this is the number of requests in flight.
 pub const REMOTE_LOADER_THREADS: usize = 16;
@@ -272,9 +283,8 @@ pub struct Streamer {
     /// staging memory ([`Streamer::set_staging`]).
     staged: TileMap<(StagedTile, u64)>,
     reported_failures: TileSet,
-    /// Tiles that were unavailable for now (a remote atlas' network failed): the frame
-    /// from which each may be asked for again, and its failures in a row.
-    retry_at: TileMap<(u64, u32)>,
+    /// Tiles that were unavailable for now (a remote atlas' network failed).
+    retry_at: TileMap<Unavailable>,
     /// Whether an unavailable tile was logged since the last delivered one.
     unavailable_logged: bool,
     frame: u64,
@@ -488,7 +498,7 @@ impl Streamer {
         self.loader.cancel_stale(frame);
         self.take_results();
         self.retry_unavailable(frame);
-        out.tiles_unavailable = self.retry_at.len();
+        out.tiles_unavailable = self.retry_at.values().filter(|u| u.retry_at.is_some()).count();
         out.network = self.atlas.as_ref().and_then(|a| a.network_stats());
         let mut plan = self.residency.plan_uploads(frame);
         self.attach_staged(&mut plan.uploads);
@@ -562,15 +572,15 @@ impl Streamer {
         if self.retry_at.is_empty() {
             return;
         }
-        let due: Vec<TileId> =
-            self.retry_at.iter().filter(|(_, (at, _))| *at <= frame).map(|(t, _)| *t).collect();
-        for t in due {
-            // The entry stays (with its count) until the tile arrives or fails for good,
-            // so the next failure waits longer; it is only made requestable here.
-            if let Some(e) = self.retry_at.get_mut(&t) {
-                e.0 = u64::MAX;
+        // The entry stays (with its count) after its wait, so that the next failure waits
+        // longer; it goes when the tile arrives or fails for good, or when the tile was
+        // not asked for again for long (no longer in view).
+        self.retry_at.retain(|_, u| u.retry_at.is_some() || frame < u.failed_at + 2 * MAX_RETRY_FRAMES);
+        for (&t, u) in self.retry_at.iter_mut() {
+            if u.retry_at.is_some_and(|at| at <= frame) {
+                u.retry_at = None;
+                self.residency.retry(t);
             }
-            self.residency.retry(t);
         }
     }
 
@@ -593,10 +603,15 @@ impl Streamer {
             match loaded {
                 Err(e) if e.is_transient() => {
                     let frame = self.frame;
-                    let entry = self.retry_at.entry(r.tile).or_insert((0, 0));
-                    entry.1 = entry.1.saturating_add(1);
-                    let wait = (RETRY_FRAMES << (entry.1 - 1).min(16)).min(MAX_RETRY_FRAMES);
-                    entry.0 = frame + wait;
+                    let u = self.retry_at.entry(r.tile).or_insert(Unavailable {
+                        retry_at: None,
+                        failures: 0,
+                        failed_at: 0,
+                    });
+                    u.failures = u.failures.saturating_add(1);
+                    let wait = (RETRY_FRAMES << (u.failures - 1).min(16)).min(MAX_RETRY_FRAMES);
+                    u.retry_at = Some(frame + wait);
+                    u.failed_at = frame;
                     if !self.unavailable_logged {
                         self.unavailable_logged = true;
                         tracing::warn!(
