@@ -418,6 +418,83 @@ mod remote {
         assert!(local.frames.last().unwrap().network.is_none());
     }
 
+    /// The number of range requests a remote atlas has made so far.
+    fn requests(a: &Atlas) -> u64 {
+        a.network_stats().map_or(0, |n| n.requests)
+    }
+
+    /// Version 2 over HTTP: opening is one request (header, root directory and the
+    /// first index page); every tile of the three coarsest mips (what a first frame
+    /// needs) is one more; a 4×4 block of mip-0 neighbours is one or two coalesced
+    /// ranges, where the row-ordered version 1 needs a request per row.
+    #[test]
+    fn version_2_reads_coarse_mips_and_neighbours_in_few_requests() {
+        use tessera_core::bake::{BakeInput, BakeOptions, bake};
+        let dir = tempfile::tempdir().unwrap();
+        let mut paths = Vec::new();
+        for version in [1, 2] {
+            let path = dir.path().join(format!("v{version}.tsa"));
+            let opts = BakeOptions { format_version: version, ..BakeOptions::default() };
+            bake(
+                vec![BakeInput::new("g", Generated::new(2048, 2048))],
+                &path,
+                &opts,
+                &tessera_core::NoProgress,
+            )
+            .unwrap();
+            paths.push(path);
+        }
+        let server = Nginx::serve(dir.path(), "");
+        let open = |p: &std::path::Path| {
+            Atlas::open_with(server.url(&name(p)), &RemoteOptions::without_disk_cache()).unwrap()
+        };
+        let (v1, v2) = (open(&paths[0]), open(&paths[1]));
+        assert_eq!((v1.version(), v2.version()), (1, 2));
+        assert_eq!(requests(&v2), 1, "opening is one request");
+        let layout = v2.layers()[0].layout;
+        let c = layout.coarsest_mip();
+        let coarse: Vec<TileId> = layout.tiles(0).filter(|t| t.mip + 2 >= c).collect();
+        assert_eq!(coarse.len(), 1 + 4 + 16);
+        let keep = |_: usize| true;
+        assert!(v2.read_tiles(&coarse, &keep).iter().all(Result::is_ok));
+        assert_eq!(requests(&v2), 2, "the coarse mips are one range");
+        let block: Vec<TileId> = (0..16).map(|i| TileId::new(0, 0, 4 + i % 4, 8 + i / 4)).collect();
+        let before = (requests(&v1), requests(&v2));
+        let (b1, b2) = (v1.read_tiles(&block, &keep), v2.read_tiles(&block, &keep));
+        for (a, b) in b1.into_iter().zip(b2) {
+            assert_eq!(a.unwrap(), b.unwrap(), "both versions give the same bytes");
+        }
+        let (r1, r2) = (requests(&v1) - before.0, requests(&v2) - before.1);
+        assert!(r2 <= 2 && r1 >= 4, "a 4x4 block: version 2 {r2} requests, version 1 {r1}");
+        let net = v2.network_stats().unwrap();
+        assert!(net.blobs >= 37 && net.blob_bytes <= net.bytes, "{net:?}");
+    }
+
+    /// A range whose tiles are no longer wanted is abandoned in flight (the slow link
+    /// here would take seconds): the tiles come back cancelled, quickly, and counted.
+    #[test]
+    fn reads_no_longer_wanted_are_abandoned_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let atlas = bake_source(dir.path(), "slow", Generated::new(1024, 1024));
+        let server = Nginx::serve(dir.path(), "");
+        let proxy = tessera_tests::DelayProxy::start(server.port(), Duration::from_millis(1500));
+        let url = format!("http://127.0.0.1:{}/{}", proxy.port(), name(&atlas));
+        let a = Atlas::open_with(&url, &RemoteOptions::without_disk_cache()).unwrap();
+        let tiles: Vec<TileId> = (0..4).map(|x| TileId::new(0, 0, x, 0)).collect();
+        let start = Instant::now();
+        let got = a.read_tiles(&tiles, &|_| start.elapsed() < Duration::from_millis(100));
+        let took = start.elapsed();
+        assert!(got.iter().all(|r| matches!(r, Err(AtlasError::Cancelled { .. }))), "{got:?}");
+        assert!(took < Duration::from_millis(2000), "abandoned after {took:?}, the round trip is 3 s");
+        let net = a.network_stats().unwrap();
+        assert!(net.cancelled >= 1 && net.in_flight == 0, "{net:?}");
+        // Tiles not wanted before their request are not asked for at all.
+        let before = net.requests;
+        let got = a.read_tiles(&tiles, &|_| false);
+        assert!(got.iter().all(|r| matches!(r, Err(AtlasError::Cancelled { .. }))));
+        assert_eq!(a.network_stats().unwrap().requests, before);
+    }
+
     /// A stopped server makes tiles unavailable for now (not failed, not garbage) within
     /// the retry window, and reads work again once it is back; an atlas replaced on the
     /// server is refused for every later read; a missing object or a dead server fails

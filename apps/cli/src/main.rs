@@ -130,6 +130,11 @@ struct BakeArgs {
     /// images are refused before decoding.
     #[arg(long, value_name = "SIZE", default_value = "4GiB", value_parser = args::byte_size)]
     max_memory: u64,
+    /// Atlas format version: 2 (paged index, tiles coarse mips first along a Morton
+    /// curve, for range reads from a server) or 1 (the original layout).
+    #[arg(long, value_name = "N", default_value_t = tessera_core::format::atlas::VERSION,
+          value_parser = clap::value_parser!(u32).range(1..=2))]
+    format_version: u32,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -282,6 +287,7 @@ fn bake_options(args: &BakeArgs) -> BakeOptions {
         uastc_rdo: args.uastc_rdo,
         scratch_dir: args.scratch_dir.clone(),
         stacked: false,
+        format_version: args.format_version,
     }
 }
 

@@ -10,7 +10,8 @@ use tessera_core::NoProgress;
 use tessera_core::bake::source::{Generated, ImageSource, RowSource, SourceError};
 use tessera_core::bake::{BakeInput, BakeOptions, bake, edge};
 use tessera_core::format::atlas::{
-    Atlas, AtlasError, ColorSpace, ENTRY_BYTES, HEADER_BYTES, LAYER_BYTES, Wrap,
+    Atlas, AtlasError, ColorSpace, ENTRY_BYTES, HEADER_BYTES, LAYER_BYTES, ROOT_FIXED_BYTES, ROOT_LIMIT,
+    VERSION, Wrap,
 };
 use tessera_core::format::codec::Codec;
 use tessera_core::format::tile::TileId;
@@ -29,8 +30,19 @@ fn random_image(w: u32, h: u32, seed: u64) -> ImageSource {
 }
 
 fn bake_to(dir: &Path, inputs: Vec<BakeInput>, tile: u32, border: u32, codec: Codec) -> PathBuf {
-    let path = dir.join("a.tsa");
-    let opts = BakeOptions { tile_size: tile, border, codec, ..BakeOptions::default() };
+    bake_version(dir, inputs, tile, border, codec, VERSION)
+}
+
+fn bake_version(
+    dir: &Path,
+    inputs: Vec<BakeInput>,
+    tile: u32,
+    border: u32,
+    codec: Codec,
+    format_version: u32,
+) -> PathBuf {
+    let path = dir.join(format!("a{format_version}.tsa"));
+    let opts = BakeOptions { tile_size: tile, border, codec, format_version, ..BakeOptions::default() };
     bake(inputs, &path, &opts, &NoProgress).expect("bake");
     path
 }
@@ -165,10 +177,57 @@ fn mips_are_filtered_in_linear_light() {
 }
 
 fn baked_sample(dir: &Path) -> (PathBuf, Vec<u8>) {
-    let path =
-        bake_to(dir, vec![input("s", Generated::with_cell(300, 200, 32), Wrap::Clamp)], 32, 4, Codec::Lz4);
+    baked_sample_version(dir, VERSION)
+}
+
+/// The sample in format version 1, whose index lies whole after the layer table.
+fn baked_sample_v1(dir: &Path) -> (PathBuf, Vec<u8>) {
+    baked_sample_version(dir, 1)
+}
+
+fn baked_sample_version(dir: &Path, version: u32) -> (PathBuf, Vec<u8>) {
+    let path = bake_version(
+        dir,
+        vec![input("s", Generated::with_cell(300, 200, 32), Wrap::Clamp)],
+        32,
+        4,
+        Codec::Lz4,
+        version,
+    );
     let bytes = std::fs::read(&path).unwrap();
     (path, bytes)
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+/// Version 2: (index offset, entries per page, page count, where the root starts).
+fn v2_layout(b: &[u8]) -> (usize, usize, usize, usize) {
+    let root = HEADER_BYTES + u32_at(b, 16) as usize * LAYER_BYTES;
+    (u64_at(b, 32) as usize, u32_at(b, root) as usize, u32_at(b, root + 4) as usize, root)
+}
+
+/// Version 2: rewrites every page checksum in the root directory, then the meta and
+/// header checksums, after a deliberate edit of the index.
+fn fix_checksums_v2(b: &mut [u8]) {
+    let (index, per, pages, root) = v2_layout(b);
+    let tiles = u64_at(b, 24) as usize;
+    for p in 0..pages {
+        let start = index + p * per * ENTRY_BYTES;
+        let end = index + tiles.min((p + 1) * per) * ENTRY_BYTES;
+        let crc = crc32fast::hash(&b[start..end]);
+        let at = root + ROOT_FIXED_BYTES + 4 * p;
+        b[at..at + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+    let meta = crc32fast::hash(&b[HEADER_BYTES..root + ROOT_FIXED_BYTES + 4 * pages]);
+    b[56..60].copy_from_slice(&meta.to_le_bytes());
+    let h = crc32fast::hash(&b[0..60]);
+    b[60..64].copy_from_slice(&h.to_le_bytes());
 }
 
 fn open_bytes(dir: &Path, bytes: &[u8]) -> Result<Atlas, AtlasError> {
@@ -257,18 +316,134 @@ fn garbage_and_wrong_magic() {
 #[test]
 fn wrong_version() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, mut bytes) = baked_sample(dir.path());
-    bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let (_, mut bytes) = baked_sample_v1(dir.path());
+    bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
     fix_checksums(&mut bytes);
     let err = open_bytes(dir.path(), &bytes).unwrap_err();
-    assert!(matches!(err, AtlasError::UnsupportedVersion { found: 2, .. }), "{err}");
-    assert!(err.to_string().contains("unsupported atlas version 2"));
+    assert!(matches!(err, AtlasError::UnsupportedVersion { found: 3, .. }), "{err}");
+    assert!(err.to_string().contains("unsupported atlas version 3"));
+}
+
+/// Version 1 stays readable, and both versions hold exactly the same tiles.
+#[test]
+fn versions_1_and_2_hold_the_same_tiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = || {
+        vec![
+            input("a", Generated::with_cell(700, 300, 32), Wrap::Clamp),
+            input("b", random_image(90, 260, 5), Wrap::Repeat),
+        ]
+    };
+    let v1 = Atlas::open(bake_version(dir.path(), inputs(), 32, 4, Codec::Lz4, 1)).unwrap();
+    let v2 = Atlas::open(bake_version(dir.path(), inputs(), 32, 4, Codec::Lz4, 2)).unwrap();
+    assert_eq!((v1.version(), v2.version()), (1, 2));
+    assert_eq!(v1.layers(), v2.layers());
+    assert_eq!(v1.stored_bytes(), v2.stored_bytes());
+    for (li, l) in v1.layers().iter().enumerate() {
+        for t in l.layout.tiles(li as u16) {
+            assert_eq!(v1.decode_tile(t).unwrap(), v2.decode_tile(t).unwrap(), "{t}");
+        }
+    }
+    assert!(v1.verify(&NoProgress).is_empty());
+    assert!(v2.verify(&NoProgress).is_empty());
+    let layers = |a: &Atlas| serde_json::to_value(&a.summary().layers).unwrap();
+    assert_eq!(layers(&v1), layers(&v2));
+}
+
+/// Version 2 layout: header, layers and root directory within 16 KiB; the coarsest
+/// tile is the first blob; neighbours at mip 0 are neighbours in the file.
+#[test]
+fn version_2_puts_coarse_tiles_first_and_neighbours_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = bake_to(
+        dir.path(),
+        vec![input("g", Generated::with_cell(512, 512, 32), Wrap::Clamp)],
+        32,
+        4,
+        Codec::Raw,
+    );
+    let bytes = std::fs::read(&path).unwrap();
+    let (index, _, _, _) = v2_layout(&bytes);
+    assert!(index <= ROOT_LIMIT, "{index}");
+    let a = Atlas::open(&path).unwrap();
+    let data = u64_at(&bytes, 40);
+    let c = a.layers()[0].layout.coarsest_mip();
+    assert_eq!(a.entry(TileId::new(0, c, 0, 0)).unwrap().offset, data);
+    // Raw blobs all have one length: the Morton quad (0,0) (1,0) (0,1) (1,1) is contiguous.
+    let offs: Vec<u64> = [(0, 0), (1, 0), (0, 1), (1, 1)]
+        .iter()
+        .map(|&(x, y)| a.entry(TileId::new(0, 0, x, y)).unwrap().offset)
+        .collect();
+    let len = u64::from(a.entry(TileId::new(0, 0, 0, 0)).unwrap().length).next_multiple_of(16);
+    assert_eq!(offs, vec![offs[0], offs[0] + len, offs[0] + 2 * len, offs[0] + 3 * len]);
+    // Every coarser mip lies before mip 0.
+    assert!(a.entry(TileId::new(0, 1, 7, 7)).unwrap().offset < offs[0]);
+}
+
+#[test]
+fn version_2_damaged_root_is_a_checksum_error_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, mut bytes) = baked_sample(dir.path());
+    let (_, _, _, root) = v2_layout(&bytes);
+    bytes[root + ROOT_FIXED_BYTES] ^= 1;
+    let err = open_bytes(dir.path(), &bytes).unwrap_err();
+    assert!(matches!(err, AtlasError::Checksum { .. }), "{err}");
+    assert!(err.to_string().contains("root directory"), "{err}");
+}
+
+/// A damaged index page opens (pages are read on demand) but every tile of that page
+/// is an error, never garbage, and verify reports them.
+#[test]
+fn version_2_damaged_index_page_fails_its_tiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, mut bytes) = baked_sample(dir.path());
+    let (index, _, _, _) = v2_layout(&bytes);
+    bytes[index + 5] ^= 1;
+    let a = open_bytes(dir.path(), &bytes).unwrap();
+    let t = TileId::new(0, 0, 0, 0);
+    let err = a.decode_tile(t).unwrap_err();
+    assert!(matches!(err, AtlasError::Checksum { what: "tile index page", .. }), "{err}");
+    assert!(!a.verify(&NoProgress).is_empty());
+}
+
+/// Version 2 does not read its index whole at open: blobs that partially overlap are
+/// found by `verify`.
+#[test]
+fn version_2_overlapping_blobs_fail_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, mut bytes) = baked_sample(dir.path());
+    let (index, _, _, _) = v2_layout(&bytes);
+    let first = u64_at(&bytes, index);
+    let second = index + ENTRY_BYTES;
+    bytes[second..second + 8].copy_from_slice(&(first + 16).to_le_bytes());
+    fix_checksums_v2(&mut bytes);
+    let a = open_bytes(dir.path(), &bytes).unwrap();
+    let errors = a.verify(&NoProgress);
+    assert!(errors.iter().any(|e| e.to_string().contains("partially overlap")), "{errors:?}");
+}
+
+#[test]
+fn version_2_entry_pointing_outside_is_invalid() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, mut bytes) = baked_sample(dir.path());
+    let (index, _, _, _) = v2_layout(&bytes);
+    let past_end = bytes.len() as u64 + 4096;
+    bytes[index + 3 * ENTRY_BYTES..index + 3 * ENTRY_BYTES + 8].copy_from_slice(&past_end.to_le_bytes());
+    fix_checksums_v2(&mut bytes);
+    let a = open_bytes(dir.path(), &bytes).unwrap();
+    let err = a.read_tile(TileId::new(0, 0, 0, 0)).unwrap_err();
+    assert!(matches!(err, AtlasError::Invalid { .. }) && err.to_string().contains("outside"), "{err}");
+    // A root directory that lies about the page count is refused at open.
+    let (_, _, _, root) = v2_layout(&bytes);
+    bytes[root + 4] += 1;
+    let err = open_bytes(dir.path(), &bytes).unwrap_err();
+    assert!(matches!(err, AtlasError::Invalid { .. }), "{err}");
 }
 
 #[test]
 fn index_pointing_outside_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, mut bytes) = baked_sample(dir.path());
+    let (_, mut bytes) = baked_sample_v1(dir.path());
     let entry = HEADER_BYTES + LAYER_BYTES + 3 * ENTRY_BYTES;
     let past_end = bytes.len() as u64 + 4096;
     bytes[entry..entry + 8].copy_from_slice(&past_end.to_le_bytes());
@@ -282,7 +457,7 @@ fn index_pointing_outside_the_file() {
 #[test]
 fn index_offset_that_overflows_is_an_error_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, mut bytes) = baked_sample(dir.path());
+    let (_, mut bytes) = baked_sample_v1(dir.path());
     let entry = HEADER_BYTES + LAYER_BYTES + 2 * ENTRY_BYTES;
     bytes[entry..entry + 8].copy_from_slice(&(u64::MAX - 15).to_le_bytes());
     bytes[entry + 8..entry + 12].copy_from_slice(&0x20u32.to_le_bytes());
@@ -307,7 +482,7 @@ fn a_failed_finish_leaves_no_temporary_file() {
 #[test]
 fn corrupted_index_is_a_checksum_error() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, mut bytes) = baked_sample(dir.path());
+    let (_, mut bytes) = baked_sample_v1(dir.path());
     bytes[HEADER_BYTES + LAYER_BYTES + 5] ^= 1;
     let err = open_bytes(dir.path(), &bytes).unwrap_err();
     assert!(matches!(err, AtlasError::Checksum { .. }), "{err}");

@@ -121,6 +121,9 @@ pub struct BakeOptions {
     /// Write a stacked atlas ([`crate::format::atlas::FLAG_STACKED`]): every input must have the
     /// same size, and the layers share tile ids.
     pub stacked: bool,
+    /// The atlas format version written: [`crate::format::atlas::VERSION`] (2: paged
+    /// index, tiles coarse mips first along a Morton curve, made for range reads) or 1.
+    pub format_version: u32,
 }
 
 impl Default for BakeOptions {
@@ -133,6 +136,7 @@ impl Default for BakeOptions {
             uastc_rdo: None,
             scratch_dir: None,
             stacked: false,
+            format_version: crate::format::atlas::VERSION,
         }
     }
 }
@@ -315,6 +319,7 @@ pub fn bake(
     crate::temp_files::sweep(&scratch, crate::bake::source::SCRATCH_PREFIX);
     let flags = if opts.stacked { crate::format::atlas::FLAG_STACKED } else { 0 };
     let mut writer = AtlasWriter::create_with_flags(out, layers.clone(), flags)?;
+    writer.set_format_version(opts.format_version)?;
     let mut reports = Vec::with_capacity(inputs.len());
     for (input, layer) in inputs.iter().zip(&layers) {
         let encode = EncodeOptions { color: layer.color, ..encode_opts };

@@ -80,6 +80,7 @@ impl BakeKey {
             .option("quality", opts.quality)
             .option("uastc_rdo", format!("{:?}", opts.uastc_rdo))
             .option("stacked", opts.stacked)
+            .option("format_version", opts.format_version)
     }
 
     /// Adds an input file, in order (the order of layers matters).

@@ -20,7 +20,7 @@ use std::hint::black_box;
 use std::path::Path;
 
 use crate::bake::source::decode_bytes_with_limit;
-use crate::format::atlas::{Atlas, ENTRY_BYTES, HEADER_BYTES};
+use crate::format::atlas::{Atlas, ENTRY_BYTES, HEADER_BYTES, LAYER_BYTES, ROOT_FIXED_BYTES};
 use crate::format::basis::{self, BasisMode, DataCheck};
 use crate::format::codec::TargetFormat;
 use crate::scene::camera::{CameraPath, SCENE_PRESETS};
@@ -258,14 +258,18 @@ fn index_span(file: &[u8]) -> Option<(u64, u64)> {
 
 /// Makes an atlas header consistent with the bytes after it: file size, the CRC-32 of
 /// the layer table and index (when the header places them inside the file), and the
-/// header's own CRC-32 (`docs/atlas-format.md`). Shorter inputs are left alone.
+/// header's own CRC-32 (`docs/atlas-format.md`). For version 2, the page checksums of
+/// the root directory and the CRC-32 of layer table and root directory instead of the
+/// index. Shorter inputs are left alone.
 pub fn repair_atlas_header(file: &mut [u8]) {
     if file.len() < HEADER_BYTES {
         return;
     }
     let len = file.len() as u64;
     file[48..56].copy_from_slice(&len.to_le_bytes());
-    if let Some((index_offset, tiles)) = index_span(file)
+    if le_u64(file, 8).map(|v| v as u32) == Some(2) {
+        repair_root(file);
+    } else if let Some((index_offset, tiles)) = index_span(file)
         && let Some(end) = tiles
             .checked_mul(ENTRY_BYTES as u64)
             .and_then(|n| n.checked_add(index_offset))
@@ -276,6 +280,35 @@ pub fn repair_atlas_header(file: &mut [u8]) {
     }
     let crc = crc32fast::hash(&file[..60]);
     file[60..64].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Version 2: the page checksums in the root directory and the CRC-32 of layer table
+/// and root directory, where they lie inside the file.
+fn repair_root(file: &mut [u8]) {
+    let Some(layers) = le_u64(file, 16).map(|v| v & 0xFFFF_FFFF) else { return };
+    let Some((index_offset, tiles)) = index_span(file) else { return };
+    let root = HEADER_BYTES as u64 + layers * LAYER_BYTES as u64;
+    let Some(fixed) = root.checked_add(ROOT_FIXED_BYTES as u64).filter(|&e| e <= file.len() as u64) else {
+        return;
+    };
+    let Some(head) = le_u64(file, root as usize) else { return };
+    let (per, pages) = (head & 0xFFFF_FFFF, head >> 32);
+    let Some(root_end) = fixed.checked_add(4 * pages).filter(|&e| e <= file.len() as u64) else { return };
+    let entry = |k: u64| k.checked_mul(ENTRY_BYTES as u64).and_then(|n| n.checked_add(index_offset));
+    for p in 0..pages {
+        let first = p.saturating_mul(per);
+        let (Some(start), Some(end)) = (entry(first), entry(tiles.min(first.saturating_add(per)))) else {
+            return;
+        };
+        if start > end || end > file.len() as u64 {
+            break;
+        }
+        let crc = crc32fast::hash(&file[start as usize..end as usize]);
+        let at = (fixed + 4 * p) as usize;
+        file[at..at + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+    let crc = crc32fast::hash(&file[HEADER_BYTES..root_end as usize]);
+    file[56..60].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Recomputes the CRC-32 of every tile blob that an index entry inside the file points

@@ -135,6 +135,21 @@ fn atlas_seeds() -> std::io::Result<Vec<Seed>> {
             // The same file taken as it is: mutations then meet the checksum checks.
             seeds.push(("lz4-no-repair.tsa".into(), [&[0], file.as_slice()].concat()));
         }
+        if name == "lz4" || name == "stacked" {
+            // Format version 1 too, which stays readable.
+            let v1 = dir.0.join(format!("{name}-v1.tsa"));
+            let opts = BakeOptions { format_version: 1, ..opts };
+            let inputs = if stacked {
+                vec![
+                    layer("albedo", 24, 20, Codec::Lz4, Wrap::Repeat, srgb),
+                    layer("normal", 24, 20, Codec::Raw, Wrap::Clamp, ColorSpace::Linear),
+                ]
+            } else {
+                vec![layer("layer-lz4", 40, 28, Codec::Lz4, Wrap::Clamp, srgb)]
+            };
+            bake(inputs, &v1, &opts, &NoProgress).map_err(std::io::Error::other)?;
+            seeds.push((format!("{name}-v1.tsa"), [&[control], std::fs::read(&v1)?.as_slice()].concat()));
+        }
     }
     Ok(seeds)
 }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::format::atlas::Atlas;
+use crate::format::atlas::{Atlas, AtlasError};
 use crate::format::codec::{TargetFormat, transcode_verified};
 use crate::format::tile::TileId;
 use crate::stream::host_cache::HostCache;
@@ -48,11 +48,15 @@ impl AtlasLoader {
 
     /// Reads, CRC-checks and transcodes `tile` to the target format, bypassing the cache.
     pub fn transcode_tile(&self, tile: TileId) -> Result<Vec<u8>, LoadError> {
+        self.transcode_blob(tile, self.atlas.read_tile(tile))
+    }
+
+    /// Transcodes a blob read for `tile` (read errors become load errors: a network
+    /// failure is [`LoadError::Unavailable`], asked for again later).
+    fn transcode_blob(&self, tile: TileId, blob: Result<Vec<u8>, AtlasError>) -> Result<Vec<u8>, LoadError> {
         let fail = |e: &dyn std::fmt::Display| LoadError::failed(tile, e.to_string());
-        let blob = self.atlas.read_tile(tile).map_err(|e| match e {
-            crate::format::atlas::AtlasError::Unavailable { .. } => {
-                LoadError::Unavailable { tile, reason: e.to_string() }
-            }
+        let blob = blob.map_err(|e| match e {
+            AtlasError::Unavailable { .. } => LoadError::Unavailable { tile, reason: e.to_string() },
             other => fail(&other),
         })?;
         let entry = self.atlas.entry(tile).map_err(|e| fail(&e))?;
@@ -65,6 +69,27 @@ impl AtlasLoader {
     }
 }
 
+/// Tiles a loader thread takes at once from a remote atlas: their blobs are read with
+/// a few coalesced range requests instead of one round trip each.
+pub const REMOTE_BATCH: usize = 16;
+
+/// Reads `tiles` of `atlas` as one batch ([`Atlas::read_tiles`]); `None` for those
+/// given up because `wanted` said so, else the blob or its error.
+fn read_batch(
+    atlas: &Atlas,
+    tiles: &[TileId],
+    wanted: &dyn Fn(TileId) -> bool,
+) -> Vec<Option<Result<Vec<u8>, AtlasError>>> {
+    atlas
+        .read_tiles(tiles, &|i| wanted(tiles[i]))
+        .into_iter()
+        .map(|r| match r {
+            Err(AtlasError::Cancelled { .. }) => None,
+            other => Some(other),
+        })
+        .collect()
+}
+
 impl TileLoader for AtlasLoader {
     fn load(&self, tile: TileId) -> Result<Arc<[u8]>, LoadError> {
         if let Some(bytes) = self.cache.get(tile) {
@@ -73,6 +98,40 @@ impl TileLoader for AtlasLoader {
         let bytes: Arc<[u8]> = self.transcode_tile(tile)?.into();
         self.cache.insert(tile, bytes.clone());
         Ok(bytes)
+    }
+
+    fn batch_size(&self) -> usize {
+        if self.atlas.is_remote() { REMOTE_BATCH } else { 1 }
+    }
+
+    /// Host-cache hits first; the other tiles' blobs in one coalesced read, then
+    /// transcoded in parallel.
+    fn load_batch(
+        &self,
+        tiles: &[TileId],
+        wanted: &dyn Fn(TileId) -> bool,
+    ) -> Vec<Option<Result<Arc<[u8]>, LoadError>>> {
+        use rayon::prelude::*;
+        let mut out: Vec<Option<Result<Arc<[u8]>, LoadError>>> =
+            tiles.iter().map(|&t| self.cache.get(t).map(Ok)).collect();
+        let todo: Vec<usize> = (0..tiles.len()).filter(|&i| out[i].is_none()).collect();
+        let ids: Vec<TileId> = todo.iter().map(|&i| tiles[i]).collect();
+        let blobs = read_batch(&self.atlas, &ids, wanted);
+        let done: Vec<Option<Result<Arc<[u8]>, LoadError>>> = ids
+            .par_iter()
+            .zip(blobs.into_par_iter())
+            .map(|(&tile, blob)| {
+                blob.map(|b| {
+                    let bytes: Arc<[u8]> = self.transcode_blob(tile, b)?.into();
+                    self.cache.insert(tile, bytes.clone());
+                    Ok(bytes)
+                })
+            })
+            .collect();
+        for (i, r) in todo.into_iter().zip(done) {
+            out[i] = r;
+        }
+        out
     }
 }
 
@@ -112,5 +171,57 @@ impl TileLoader for StackedLoader {
         let bytes: Arc<[u8]> = all.into();
         self.cache.insert(tile, bytes.clone());
         Ok(bytes)
+    }
+
+    fn batch_size(&self) -> usize {
+        self.layers.first().map_or(1, TileLoader::batch_size)
+    }
+
+    /// Host-cache hits first; every layer of the other tiles in one coalesced read
+    /// (a version-2 atlas stores a stacked tile's layers together), then transcoded in
+    /// parallel. A tile fails as a whole when any layer fails, and is given up when
+    /// any layer was (all layers of a tile share its wish).
+    fn load_batch(
+        &self,
+        tiles: &[TileId],
+        wanted: &dyn Fn(TileId) -> bool,
+    ) -> Vec<Option<Result<Arc<[u8]>, LoadError>>> {
+        use rayon::prelude::*;
+        let Some(first) = self.layers.first() else {
+            return tiles.iter().map(|&t| Some(self.load(t))).collect();
+        };
+        let n = self.layers.len();
+        let mut out: Vec<Option<Result<Arc<[u8]>, LoadError>>> =
+            tiles.iter().map(|&t| self.cache.get(t).map(Ok)).collect();
+        let todo: Vec<usize> = (0..tiles.len()).filter(|&i| out[i].is_none()).collect();
+        let ids: Vec<TileId> = todo
+            .iter()
+            .flat_map(|&i| (0..n).map(move |l| TileId::new(l as u16, tiles[i].mip, tiles[i].x, tiles[i].y)))
+            .collect();
+        let layer0 = |t: TileId| TileId::new(0, t.mip, t.x, t.y);
+        let blobs = read_batch(&first.atlas, &ids, &|t| wanted(layer0(t)));
+        let parts: Vec<Option<Result<Vec<u8>, LoadError>>> = ids
+            .par_iter()
+            .zip(blobs.into_par_iter())
+            .map(|(&tile, blob)| blob.map(|b| self.layers[usize::from(tile.layer)].transcode_blob(tile, b)))
+            .collect();
+        for (k, i) in todo.into_iter().enumerate() {
+            let mine = &parts[k * n..(k + 1) * n];
+            out[i] = if mine.iter().any(Option::is_none) {
+                None
+            } else {
+                let joined: Result<Vec<u8>, LoadError> =
+                    mine.iter().flatten().try_fold(Vec::new(), |mut all, p| {
+                        all.extend_from_slice(p.as_ref().map_err(Clone::clone)?);
+                        Ok(all)
+                    });
+                Some(joined.map(|all| {
+                    let bytes: Arc<[u8]> = all.into();
+                    self.cache.insert(tiles[i], bytes.clone());
+                    bytes
+                }))
+            };
+        }
+        out
     }
 }

@@ -81,6 +81,25 @@ impl LoadError {
 pub trait TileLoader: Send + Sync + 'static {
     /// Loads one tile.
     fn load(&self, tile: TileId) -> Result<Arc<[u8]>, LoadError>;
+
+    /// How many queued tiles a worker hands to [`TileLoader::load_batch`] at once
+    /// (1, the default: one [`TileLoader::load`] per tile). A loader whose reads cost a
+    /// round trip (a remote atlas) asks for more, to coalesce them.
+    fn batch_size(&self) -> usize {
+        1
+    }
+
+    /// Loads several tiles, one result per tile in the order given; `None` for a tile
+    /// it gave up on because `wanted(tile)` said it is no longer wanted (the request
+    /// then ends [`LoadOutcome::Cancelled`]). The default loads each tile in turn.
+    fn load_batch(
+        &self,
+        tiles: &[TileId],
+        wanted: &dyn Fn(TileId) -> bool,
+    ) -> Vec<Option<Result<Arc<[u8]>, LoadError>>> {
+        let _ = wanted;
+        tiles.iter().map(|&t| Some(self.load(t))).collect()
+    }
 }
 
 impl<F> TileLoader for F
@@ -116,7 +135,10 @@ pub enum LoadOutcome {
     /// The loader failed (or panicked).
     Failed(LoadError),
     /// The request was cancelled before a worker picked it up (by
-    /// [`LoaderPool::cancel`], [`LoaderPool::cancel_stale`] or shutdown).
+    /// [`LoaderPool::cancel`], [`LoaderPool::cancel_stale`] or shutdown), or a batch
+    /// loader gave up on it in flight because it was no longer wanted (not renewed
+    /// within `cancel_after_frames` of the frame last given to
+    /// [`LoaderPool::cancel_stale`]).
     Cancelled,
 }
 
@@ -143,7 +165,8 @@ pub struct LoaderCounters {
     pub completed: u64,
     /// Loads that failed or panicked.
     pub failed: u64,
-    /// Requests cancelled before loading (including at shutdown).
+    /// Requests cancelled before loading (including at shutdown), or given up in
+    /// flight by a batch loader because they were no longer wanted.
     pub cancelled: u64,
 }
 
@@ -153,8 +176,8 @@ enum TileState {
     /// Waiting for a worker. `seq` identifies this queuing; heap entries with another
     /// `seq` or a lower `priority` are stale.
     Queued { last_requested_frame: u64, priority: u32, seq: u64 },
-    /// A worker is loading it.
-    InFlight,
+    /// A worker is loading it; renewed requests still move `last_requested_frame`.
+    InFlight { last_requested_frame: u64 },
 }
 
 /// A heap entry; the greatest is served first.
@@ -207,6 +230,10 @@ struct Queue {
     scheduled: bool,
     /// Set once by [`LoaderPool::shutdown`] or drop: no new request is accepted.
     closed: bool,
+    /// The frame last given to [`LoaderPool::cancel_stale`], and its `K`: an in-flight
+    /// tile not renewed since `frame - K` is no longer wanted.
+    frame: u64,
+    cancel_after: u64,
 }
 
 impl Queue {
@@ -220,8 +247,10 @@ impl Queue {
     /// Pops the best live entry and marks it in flight.
     fn pop_next(&mut self) -> Option<TileId> {
         while let Some(e) = self.heap.pop() {
-            if self.is_live(&e) {
-                self.states.insert(e.tile, TileState::InFlight);
+            if let Some(&TileState::Queued { last_requested_frame, .. }) = self.states.get(&e.tile)
+                && self.is_live(&e)
+            {
+                self.states.insert(e.tile, TileState::InFlight { last_requested_frame });
                 self.queued -= 1;
                 self.in_flight += 1;
                 return Some(e.tile);
@@ -247,6 +276,17 @@ impl Queue {
     fn report(&self, result: LoadResult) {
         if let Some(results) = &self.results {
             let _ = results.send(result);
+        }
+    }
+
+    /// Whether an in-flight `tile` is still wanted: renewed within `cancel_after`
+    /// frames of the last frame given to `cancel_stale`.
+    fn still_wanted(&self, tile: TileId) -> bool {
+        match self.states.get(&tile) {
+            Some(TileState::InFlight { last_requested_frame }) => {
+                last_requested_frame.saturating_add(self.cancel_after) >= self.frame
+            }
+            _ => true,
         }
     }
 
@@ -280,7 +320,11 @@ impl Client {
         let mut q = self.lock();
         let staging = q.staging.clone();
         let job = match q.loader.clone() {
-            Some(loader) if !q.closed => q.pop_next().map(|tile| Job { tile, loader, staging }),
+            Some(loader) if !q.closed => {
+                let want = loader.batch_size().max(1);
+                let tiles: Vec<TileId> = std::iter::from_fn(|| q.pop_next()).take(want).collect();
+                (!tiles.is_empty()).then_some(Job { tiles, loader, staging })
+            }
             _ => None,
         };
         if q.queued > 0 && !q.closed {
@@ -299,7 +343,8 @@ impl Client {
         q.in_flight -= 1;
         match outcome {
             LoadOutcome::Ready(_) => q.counters.completed += 1,
-            _ => q.counters.failed += 1,
+            LoadOutcome::Failed(_) => q.counters.failed += 1,
+            LoadOutcome::Cancelled => q.counters.cancelled += 1,
         }
         // Sent under the lock so that a new request for this tile, which can only be
         // made once the state is gone, reports after this result.
@@ -554,6 +599,9 @@ impl LoaderPool {
         for &(tile, priority) in requests {
             match q.states.entry(tile) {
                 MapEntry::Occupied(mut o) => {
+                    if let TileState::InFlight { last_requested_frame } = o.get_mut() {
+                        *last_requested_frame = (*last_requested_frame).max(frame);
+                    }
                     if let TileState::Queued { last_requested_frame, priority: p, seq } = o.get_mut() {
                         *last_requested_frame = (*last_requested_frame).max(frame);
                         if priority > *p {
@@ -598,6 +646,9 @@ impl LoaderPool {
         let q = &mut *guard;
         let mut renewed = 0;
         for &tile in tiles {
+            if let Some(TileState::InFlight { last_requested_frame }) = q.states.get_mut(&tile) {
+                *last_requested_frame = (*last_requested_frame).max(frame);
+            }
             if let Some(TileState::Queued { last_requested_frame, priority: p, seq }) =
                 q.states.get_mut(&tile)
             {
@@ -619,6 +670,9 @@ impl LoaderPool {
     pub fn cancel_stale(&self, current_frame: u64) -> usize {
         let k = self.cancel_after_frames;
         let mut q = self.client.lock();
+        // In-flight loads of a batch loader check against these (see LoadOutcome::Cancelled).
+        q.frame = current_frame;
+        q.cancel_after = k;
         let stale: Vec<TileId> = q
             .states
             .iter()
@@ -765,9 +819,10 @@ impl std::fmt::Debug for LoaderPool {
     }
 }
 
-/// One request a worker has taken: the tile, the client's loader and staging.
+/// The requests a worker has taken (one, or a batch for a batch loader), the
+/// client's loader and staging.
 struct Job {
-    tile: TileId,
+    tiles: Vec<TileId>,
     loader: Arc<dyn TileLoader>,
     staging: Option<Arc<StagingRing>>,
 }
@@ -775,19 +830,58 @@ struct Job {
 /// A worker: one request of one client at a time, taking turns between clients.
 fn worker(hub: &Hub) {
     while let Some(client) = hub.next_client() {
-        let Some(Job { tile, loader, staging }) = client.start_next(hub) else { continue };
-        let outcome = load_caught(loader.as_ref(), tile);
+        let Some(Job { tiles, loader, staging }) = client.start_next(hub) else { continue };
+        let outcomes = match tiles.as_slice() {
+            [tile] => vec![load_caught(loader.as_ref(), *tile)],
+            _ => load_batch_caught(loader.as_ref(), &tiles, &|t| client.lock().still_wanted(t)),
+        };
         // The copy into staging memory happens here, on the loader thread, so the
         // render thread only records the GPU copy.
-        let staged = match (&outcome, &staging) {
-            (LoadOutcome::Ready(bytes), Some(ring)) => ring.stage(bytes),
-            _ => None,
-        };
+        let staged: Vec<Option<StagedTile>> = outcomes
+            .iter()
+            .map(|outcome| match (outcome, &staging) {
+                (LoadOutcome::Ready(bytes), Some(ring)) => ring.stage(bytes),
+                _ => None,
+            })
+            .collect();
         // Dropped before reporting, so that a pool that sees its last load end holds
         // the last handle on its loader.
         drop(loader);
         drop(staging);
-        client.finish(tile, outcome, staged);
+        for ((tile, outcome), staged) in tiles.into_iter().zip(outcomes).zip(staged) {
+            client.finish(tile, outcome, staged);
+        }
+    }
+}
+
+/// Runs one batch load: one outcome per tile (a missing result fails its tile); a
+/// panic fails every tile of the batch with [`LoadError::Panicked`].
+fn load_batch_caught(
+    loader: &dyn TileLoader,
+    tiles: &[TileId],
+    wanted: &dyn Fn(TileId) -> bool,
+) -> Vec<LoadOutcome> {
+    match catch_unwind(AssertUnwindSafe(|| loader.load_batch(tiles, wanted))) {
+        Ok(results) => {
+            let mut results = results.into_iter();
+            tiles
+                .iter()
+                .map(|&tile| match results.next() {
+                    Some(Some(Ok(data))) => LoadOutcome::Ready(data),
+                    Some(Some(Err(e))) => LoadOutcome::Failed(e),
+                    Some(None) => LoadOutcome::Cancelled,
+                    None => LoadOutcome::Failed(LoadError::failed(tile, "the batch loader gave no result")),
+                })
+                .collect()
+        }
+        Err(panic) => {
+            let message = panic_message(&panic);
+            tracing::error!(tiles = tiles.len(), %message, "batch tile loader panicked");
+            tiles
+                .iter()
+                .map(|&tile| LoadOutcome::Failed(LoadError::Panicked { tile, message: message.clone() }))
+                .collect()
+        }
     }
 }
 
@@ -797,15 +891,20 @@ fn load_caught(loader: &dyn TileLoader, tile: TileId) -> LoadOutcome {
         Ok(Ok(data)) => LoadOutcome::Ready(data),
         Ok(Err(e)) => LoadOutcome::Failed(e),
         Err(panic) => {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-string panic payload".to_owned());
+            let message = panic_message(&panic);
             tracing::error!(%tile, %message, "tile loader panicked");
             LoadOutcome::Failed(LoadError::Panicked { tile, message })
         }
     }
+}
+
+/// The message of a caught panic, when it was a string.
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned())
 }
 
 #[cfg(test)]
@@ -856,6 +955,56 @@ mod tests {
 
     fn collect(pool: &LoaderPool, n: usize) -> Vec<LoadResult> {
         (0..n).map(|_| pool.results().recv_timeout(Duration::from_secs(20)).unwrap()).collect()
+    }
+
+    /// Loads in batches of 4 after a gate opens, giving up the tiles no longer wanted.
+    struct Batcher {
+        gate: Mutex<Receiver<()>>,
+        batches: Mutex<Vec<usize>>,
+    }
+
+    impl TileLoader for Batcher {
+        fn load(&self, tile: TileId) -> Result<Arc<[u8]>, LoadError> {
+            Ok(vec![tile.x as u8].into())
+        }
+        fn batch_size(&self) -> usize {
+            4
+        }
+        fn load_batch(
+            &self,
+            tiles: &[TileId],
+            wanted: &dyn Fn(TileId) -> bool,
+        ) -> Vec<Option<Result<Arc<[u8]>, LoadError>>> {
+            self.batches.lock().unwrap().push(tiles.len());
+            let _ = self.gate.lock().unwrap().recv_timeout(Duration::from_secs(20));
+            tiles.iter().map(|&t| wanted(t).then(|| self.load(t))).collect()
+        }
+    }
+
+    /// A batch loader gets the queued tiles together; those not renewed while in flight
+    /// are given up (cancelled) once `cancel_stale` has moved past them.
+    #[test]
+    fn batch_loads_give_up_tiles_no_longer_wanted() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let loader = Arc::new(Batcher { gate: Mutex::new(rx), batches: Mutex::new(Vec::new()) });
+        let config = LoaderConfig { cancel_after_frames: 2, ..LoaderConfig::default() };
+        let pool = LoaderPool::new(loader.clone(), 1, config).unwrap();
+        let tiles: Vec<(TileId, u32)> = (0..4).map(|x| (t(0, x), 1)).collect();
+        assert_eq!(pool.request_many(&tiles, 0), 4);
+        wait_until("batch in flight", || pool.in_flight() == 4);
+        // Tiles 0 and 1 are still wanted at frame 10; 2 and 3 were last wanted at 0.
+        assert_eq!(pool.request_many(&tiles[..2], 10), 0, "in flight: renewed, not queued again");
+        assert_eq!(pool.cancel_stale(12), 0, "nothing queued to cancel");
+        tx.send(()).unwrap();
+        let mut got: Vec<(u32, bool)> = collect(&pool, 4)
+            .into_iter()
+            .map(|r| (r.tile.x, matches!(r.outcome, LoadOutcome::Ready(_))))
+            .collect();
+        got.sort();
+        assert_eq!(got, vec![(0, true), (1, true), (2, false), (3, false)]);
+        assert_eq!(*loader.batches.lock().unwrap(), vec![4]);
+        let c = pool.counters();
+        assert_eq!(c, LoaderCounters { requested: 4, completed: 2, failed: 0, cancelled: 2 });
     }
 
     #[test]

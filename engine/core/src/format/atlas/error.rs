@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::VERSION;
+use super::{OLDEST_VERSION, VERSION};
 use crate::format::codec::CodecError;
 use crate::format::tile::{LayoutError, TileId};
 
@@ -42,6 +42,15 @@ pub enum AtlasError {
         /// What the network or the server said.
         reason: String,
     },
+    /// A remote read was abandoned because nothing wanted the tile any more (see
+    /// [`Atlas::read_tiles`](super::Atlas::read_tiles)).
+    #[error("{path}: tile {tile}: read cancelled (no longer wanted)")]
+    Cancelled {
+        /// The atlas location.
+        path: PathBuf,
+        /// The tile.
+        tile: TileId,
+    },
     /// The file does not start with the atlas magic.
     #[error("{path}: not a Tessera atlas (bad magic bytes)")]
     BadMagic {
@@ -49,7 +58,9 @@ pub enum AtlasError {
         path: PathBuf,
     },
     /// The file is of a format version this build does not read.
-    #[error("{path}: unsupported atlas version {found} (this build reads version {VERSION})")]
+    #[error(
+        "{path}: unsupported atlas version {found} (this build reads versions {OLDEST_VERSION} to {VERSION})"
+    )]
     UnsupportedVersion {
         /// The atlas path.
         path: PathBuf,

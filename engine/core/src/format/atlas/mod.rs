@@ -1,9 +1,10 @@
-//! The `.tsa` atlas file, version 1: a memory-mapped, validated reader and an
-//! atomic streaming writer. The byte layout is specified in `docs/atlas-format.md`.
+//! The `.tsa` atlas file, versions 1 and 2: a validated reader (local files and, with
+//! the `remote` feature, URLs) and an atomic streaming writer. The byte layout is specified in `docs/atlas-format.md`.
 
 pub mod disk_cache;
 mod error;
 mod header;
+pub mod order;
 mod reader;
 #[cfg(feature = "remote")]
 pub mod remote;
@@ -21,9 +22,9 @@ use crate::format::tile::TextureLayout;
 pub use error::AtlasError;
 pub use header::{
     BLOB_ALIGN, ENTRY_BYTES, FLAG_STACKED, HEADER_BYTES, KNOWN_FLAGS, LAYER_BYTES, MAGIC, MAX_NAME_BYTES,
-    VERSION, truncate_name,
+    MAX_PAGE_ENTRIES, MIN_PAGE_ENTRIES, OLDEST_VERSION, ROOT_FIXED_BYTES, ROOT_LIMIT, VERSION, truncate_name,
 };
-pub use reader::Atlas;
+pub use reader::{Atlas, PAGE_CACHE_BYTES};
 
 pub use disk_cache::DiskCacheStats;
 pub use summary::{AtlasSummary, LayerSummary, MipSummary};
@@ -109,8 +110,14 @@ pub struct NetworkStats {
     pub requests: u64,
     /// Requests that failed after their retries.
     pub failures: u64,
-    /// Bytes received.
+    /// Requests abandoned in flight because their tiles were no longer wanted.
+    pub cancelled: u64,
+    /// Bytes received (index pages and tile ranges, gaps between coalesced blobs included).
     pub bytes: u64,
+    /// Tile blobs (and index pages) received.
+    pub blobs: u64,
+    /// Bytes of those blobs: `bytes - blob_bytes` is what coalescing read and threw away.
+    pub blob_bytes: u64,
     /// Requests in flight now.
     pub in_flight: u64,
     /// Median latency of the last 1024 requests, ms.

@@ -10,11 +10,13 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use super::header::{
     BLOB_ALIGN, ENTRY_BYTES, FLAG_STACKED, HEADER_BYTES, Header, KNOWN_FLAGS, LAYER_BYTES, MAGIC,
-    MAX_NAME_BYTES, VERSION, rd_u32, rd_u64,
+    MAX_NAME_BYTES, OLDEST_VERSION, ROOT_FIXED_BYTES, ROOT_LIMIT, Root, VERSION, rd_u32, rd_u64,
 };
+use super::order::StorageOrder;
 use super::{AtlasError, ColorSpace, LayerInfo, TileEntry, Wrap, stacked_mismatch};
 use crate::format::codec::Codec;
 use crate::format::tile::{MAX_LAYERS, TextureLayout, TileId};
@@ -72,6 +74,16 @@ impl Store {
         }
     }
 
+    /// A version-2 index page (the remote store serves it from the bytes read at open
+    /// when they cover it, else like a blob).
+    fn read_page(&self, offset: u64, len: u32, crc: u32) -> Result<Vec<u8>, ReadError> {
+        match self {
+            #[cfg(feature = "remote")]
+            Self::Remote(r) => r.read_page(offset, len, crc).map_err(ReadError::from_remote),
+            _ => self.read_blob(offset, len, crc),
+        }
+    }
+
     fn len(&self) -> std::io::Result<u64> {
         match self {
             Self::File(f) => Ok(f.metadata()?.len()),
@@ -99,21 +111,45 @@ impl ReadError {
     }
 }
 
-/// A validated atlas: header, layer table and tile index in memory, tiles read on
-/// demand. Cheap to share between loader threads.
+/// Bytes of version-2 index pages an atlas keeps in memory (least recently used out).
+pub const PAGE_CACHE_BYTES: usize = 64 << 20;
+
+/// A version-2 atlas' paged index: where pages are, their checksums, and the pages
+/// read so far.
+struct Paged {
+    order: StorageOrder,
+    page_entries: u32,
+    page_crcs: Vec<u32>,
+    cache: Mutex<PageCache>,
+}
+
+/// Checked index pages by number, with a use tick each.
+#[derive(Default)]
+struct PageCache {
+    pages: HashMap<u64, (Arc<[u8]>, u64)>,
+    bytes: usize,
+    tick: u64,
+}
+
+/// A validated atlas: header and layer table in memory, and the tile index (read
+/// whole at open for version 1; read in checked pages on demand, and cached, for
+/// version 2); tiles read on demand. Cheap to share between loader threads.
 pub struct Atlas {
     path: PathBuf,
     file: Store,
     /// The file's length when it was opened.
     len: u64,
-    /// Header, layer table and tile index (the file's first bytes, up to the index end).
+    /// The file's first bytes: header, layer table and (version 1) the whole tile
+    /// index, or (version 2) the root directory.
     meta: Vec<u8>,
     layers: Vec<LayerInfo>,
-    index_offset: usize,
+    index_offset: u64,
     tile_count: u64,
     data_offset: u64,
     stored_bytes: u64,
     flags: u32,
+    version: u32,
+    paged: Option<Paged>,
 }
 
 impl std::fmt::Debug for Atlas {
@@ -157,31 +193,77 @@ impl Atlas {
             .tile_count
             .checked_mul(ENTRY_BYTES as u64)
             .and_then(|n| n.checked_add(header.index_offset))
-            .filter(|&end| {
-                header.index_offset == table_end && end <= header.data_offset && header.data_offset <= len
-            })
+            .filter(|&end| end <= header.data_offset && header.data_offset <= len)
             .ok_or_else(|| invalid("index or data offsets".into()))?;
+        let v2 = header.version >= 2;
+        let meta_end = if v2 {
+            // The root directory within 16 KiB after the layer table (the whole head
+            // within the first 16 KiB unless there are hundreds of layers).
+            if header.index_offset > table_end + ROOT_LIMIT as u64
+                || header.index_offset < table_end + ROOT_FIXED_BYTES as u64
+                || header.data_offset != index_end.next_multiple_of(BLOB_ALIGN)
+            {
+                return Err(invalid("index or data offsets".into()));
+            }
+            header.index_offset
+        } else {
+            if header.index_offset != table_end {
+                return Err(invalid("index or data offsets".into()));
+            }
+            index_end
+        };
         let meta_len =
-            usize::try_from(index_end).map_err(|_| invalid("tile index larger than memory".into()))?;
+            usize::try_from(meta_end).map_err(|_| invalid("tile index larger than memory".into()))?;
         let mut meta = vec![0u8; meta_len];
         file.read_exact_at(&mut meta, 0).map_err(io)?;
-        if crc32fast::hash(&meta[HEADER_BYTES..]) != header.meta_crc {
-            return Err(AtlasError::Checksum { path, what: "layer table and tile index" });
+        let (crc_end, root) = if v2 {
+            let root = Root::decode(&meta[table_end as usize..]).map_err(invalid)?;
+            let pages = root.page_crcs.len() as u64;
+            let root_end = table_end + Root::encoded_len(pages);
+            if pages != header.tile_count.div_ceil(u64::from(root.page_entries))
+                || header.index_offset != root_end.next_multiple_of(BLOB_ALIGN)
+                || root.stored_bytes > len
+            {
+                return Err(invalid(format!(
+                    "root directory: {pages} index pages of {} entries for {} tiles",
+                    root.page_entries, header.tile_count
+                )));
+            }
+            (root_end as usize, Some(root))
+        } else {
+            (meta.len(), None)
+        };
+        if crc32fast::hash(&meta[HEADER_BYTES..crc_end]) != header.meta_crc {
+            let what = if v2 { "layer table and root directory" } else { "layer table and tile index" };
+            return Err(AtlasError::Checksum { path, what });
         }
         let layers = read_layers(&meta, &header, &path)?;
+        let paged = root.as_ref().map(|r| Paged {
+            order: StorageOrder::new(
+                layers.iter().map(|l| l.layout).collect(),
+                header.flags & FLAG_STACKED != 0,
+            ),
+            page_entries: r.page_entries,
+            page_crcs: r.page_crcs.clone(),
+            cache: Mutex::new(PageCache::default()),
+        });
         let mut atlas = Atlas {
             path,
             file,
             len,
             meta,
             layers,
-            index_offset: header.index_offset as usize,
+            index_offset: header.index_offset,
             tile_count: header.tile_count,
             data_offset: header.data_offset,
-            stored_bytes: 0,
+            stored_bytes: root.map_or(0, |r| r.stored_bytes),
             flags: header.flags,
+            version: header.version,
+            paged,
         };
-        atlas.stored_bytes = atlas.check_index(len)?;
+        if !v2 {
+            atlas.stored_bytes = atlas.check_index()?;
+        }
         #[cfg(feature = "remote")]
         if let Store::Remote(r) = &atlas.file {
             r.remember_meta(&atlas.meta);
@@ -192,7 +274,7 @@ impl Atlas {
     /// Checks that every index entry points at an aligned blob inside the data and of
     /// the decoded size its layer implies, and that blobs are identical or disjoint;
     /// returns the bytes of the distinct blobs.
-    fn check_index(&self, len: u64) -> Result<u64, AtlasError> {
+    fn check_index(&self) -> Result<u64, AtlasError> {
         let mut stored_bytes = 0u64;
         // Blobs in ascending, disjoint order need no sort; shared or reordered ones do.
         let mut spans: Vec<(u64, u64)> = Vec::new();
@@ -202,10 +284,7 @@ impl Atlas {
             for i in 0..layer.layout.tile_count() {
                 let e = self.entry_at(layer.first_tile + i)?;
                 stored_bytes += u64::from(e.length);
-                let bad = e.offset < self.data_offset
-                    || e.offset % BLOB_ALIGN != 0
-                    || e.offset.checked_add(u64::from(e.length)).is_none_or(|end| end > len)
-                    || u64::from(e.raw_length) != expect_raw;
+                let bad = !self.entry_in_data(&e, expect_raw);
                 if bad {
                     let (m, x, y) = layer.layout.tile_at_index(i).unwrap_or_default();
                     let tile = TileId::new(li as u16, m as u8, x, y);
@@ -273,24 +352,129 @@ impl Atlas {
         file.read_exact_at(&mut b, 0).is_ok() && b == MAGIC
     }
 
-    /// The index entry of the `i`-th tile of the atlas (layers in order).
+    /// The index entry of the tile with canonical index `i` (layer by layer, each in
+    /// [`TextureLayout::tile_index`] order), whatever the file's storage order.
     pub(super) fn entry_at(&self, i: u64) -> Result<TileEntry, AtlasError> {
-        let at = self.index_offset + i as usize * ENTRY_BYTES;
-        let b = self.meta.get(at..at + ENTRY_BYTES).ok_or_else(|| AtlasError::Invalid {
+        let past = || AtlasError::Invalid {
             path: self.path.clone(),
             what: format!("tile index entry {i} (past the index)"),
-        })?;
-        let codec = Codec::from_code(b[20]).ok_or_else(|| AtlasError::Invalid {
+        };
+        let Some(paged) = &self.paged else {
+            let at = usize::try_from(self.index_offset + i * ENTRY_BYTES as u64).map_err(|_| past())?;
+            let b = self.meta.get(at..at + ENTRY_BYTES).ok_or_else(past)?;
+            return decode_entry(b).map_err(|code| AtlasError::Invalid {
+                path: self.path.clone(),
+                what: format!("codec {code} in tile index entry {i}"),
+            });
+        };
+        let li = self.layers.partition_point(|l| l.first_tile <= i).checked_sub(1).ok_or_else(past)?;
+        let layer = &self.layers[li];
+        let (m, x, y) = layer.layout.tile_at_index(i - layer.first_tile).ok_or_else(past)?;
+        let tile = TileId::new(li as u16, m as u8, x, y);
+        self.paged_entry(paged, tile, paged.order.position(li, m, x, y))
+    }
+
+    /// The entry at storage position `position` of a version-2 atlas (for `tile`,
+    /// which errors name), through the page cache.
+    fn paged_entry(&self, paged: &Paged, tile: TileId, position: u64) -> Result<TileEntry, AtlasError> {
+        let per = u64::from(paged.page_entries);
+        let page = self.page(paged, position / per, tile)?;
+        let at = (position % per) as usize * ENTRY_BYTES;
+        let b = page.get(at..at + ENTRY_BYTES).ok_or_else(|| AtlasError::Invalid {
             path: self.path.clone(),
-            what: format!("codec {} in tile index entry {i}", b[20]),
+            what: format!("index entry of {tile} (past its page)"),
         })?;
-        Ok(TileEntry {
-            offset: rd_u64(b, 0),
-            length: rd_u32(b, 8),
-            raw_length: rd_u32(b, 12),
-            crc32: rd_u32(b, 16),
-            codec,
+        // The page was checked when it was read.
+        decode_entry(b).map_err(|code| AtlasError::Invalid {
+            path: self.path.clone(),
+            what: format!("codec {code} in the index entry of {tile}"),
         })
+    }
+
+    /// Index page `p` of a version-2 atlas: from the page cache, else read (from the
+    /// file, or the network and disk cache), checked against its CRC-32 in the root
+    /// directory and entry by entry, and cached.
+    fn page(&self, paged: &Paged, p: u64, tile: TileId) -> Result<Arc<[u8]>, AtlasError> {
+        {
+            let mut c = paged.cache.lock().unwrap_or_else(|e| e.into_inner());
+            c.tick += 1;
+            let tick = c.tick;
+            if let Some((bytes, used)) = c.pages.get_mut(&p) {
+                *used = tick;
+                return Ok(bytes.clone());
+            }
+        }
+        let per = u64::from(paged.page_entries);
+        let crc = *paged.page_crcs.get(p as usize).ok_or_else(|| AtlasError::Invalid {
+            path: self.path.clone(),
+            what: format!("index page {p} of {tile} (past the root directory)"),
+        })?;
+        let entries = per.min(self.tile_count - p * per);
+        let offset = self.index_offset + p * per * ENTRY_BYTES as u64;
+        let bytes =
+            self.file.read_page(offset, (entries * ENTRY_BYTES as u64) as u32, crc).map_err(|e| match e {
+                ReadError::Io(source) => AtlasError::Changed { path: self.path.clone(), tile, source },
+                ReadError::Unavailable(reason) => {
+                    AtlasError::Unavailable { path: self.path.clone(), tile, reason }
+                }
+            })?;
+        if crc32fast::hash(&bytes) != crc {
+            if self.is_remote() {
+                return Err(AtlasError::Unavailable {
+                    path: self.path.clone(),
+                    tile,
+                    reason: format!("index page {p} failed its CRC-32 (damaged in transit or on the server)"),
+                });
+            }
+            return Err(AtlasError::Checksum { path: self.path.clone(), what: "tile index page" });
+        }
+        for (j, b) in bytes.chunks_exact(ENTRY_BYTES).enumerate() {
+            let position = p * per + j as u64;
+            let layer = &self.layers[paged.order.layer_at(position)];
+            let expect_raw = u64::from(layer.layout.padded_tile_size()).pow(2) * 4;
+            let bad = match decode_entry(b) {
+                Ok(e) => !self.entry_in_data(&e, expect_raw),
+                Err(_) => true,
+            };
+            if bad {
+                return Err(AtlasError::Invalid {
+                    path: self.path.clone(),
+                    what: format!(
+                        "index page {p}, entry {j} (points outside the data or has a bad codec), read for {tile}"
+                    ),
+                });
+            }
+        }
+        let bytes: Arc<[u8]> = bytes.into();
+        let mut c = paged.cache.lock().unwrap_or_else(|e| e.into_inner());
+        c.tick += 1;
+        let tick = c.tick;
+        if c.pages.insert(p, (bytes.clone(), tick)).is_none() {
+            c.bytes += bytes.len();
+        }
+        while c.bytes > PAGE_CACHE_BYTES && c.pages.len() > 1 {
+            let Some((&oldest, _)) = c.pages.iter().filter(|e| *e.0 != p).min_by_key(|e| e.1.1) else {
+                break;
+            };
+            if let Some((b, _)) = c.pages.remove(&oldest) {
+                c.bytes -= b.len();
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// Whether `e` points at an aligned blob inside the data, of the decoded size
+    /// `expect_raw`.
+    fn entry_in_data(&self, e: &TileEntry, expect_raw: u64) -> bool {
+        e.offset >= self.data_offset
+            && e.offset % BLOB_ALIGN == 0
+            && e.offset.checked_add(u64::from(e.length)).is_some_and(|end| end <= self.len)
+            && u64::from(e.raw_length) == expect_raw
+    }
+
+    /// The format version of the file (1 or 2).
+    pub fn version(&self) -> u32 {
+        self.version
     }
 
     /// The header flags (see [`FLAG_STACKED`]).
@@ -334,7 +518,14 @@ impl Atlas {
         let no = || AtlasError::NoSuchTile { path: self.path.clone(), tile };
         let layer = self.layers.get(usize::from(tile.layer)).ok_or_else(no)?;
         let i = layer.layout.tile_index(u32::from(tile.mip), tile.x, tile.y).ok_or_else(no)?;
-        self.entry_at(layer.first_tile + i)
+        match &self.paged {
+            Some(paged) => {
+                let position =
+                    paged.order.position(usize::from(tile.layer), u32::from(tile.mip), tile.x, tile.y);
+                self.paged_entry(paged, tile, position)
+            }
+            None => self.entry_at(layer.first_tile + i),
+        }
     }
 
     /// The stored bytes of `tile`, after checking their CRC. A file that shrank or
@@ -342,7 +533,56 @@ impl Atlas {
     /// [`AtlasError::TileChecksum`], never a crash.
     pub fn read_tile(&self, tile: TileId) -> Result<Vec<u8>, AtlasError> {
         let e = self.entry(tile)?;
-        let blob = self.file.read_blob(e.offset, e.length, e.crc32).map_err(|err| match err {
+        let blob = self.file.read_blob(e.offset, e.length, e.crc32);
+        self.checked_blob(tile, &e, blob)
+    }
+
+    /// The stored bytes of several tiles, each CRC-checked, in the order asked. A remote
+    /// atlas reads the blobs the disk cache lacks with few requests: blobs close
+    /// together in the file (version 2 stores neighbours together) share one range of
+    /// at most 1 MiB, and the ranges are fetched concurrently. `keep(i)` says whether
+    /// `tiles[i]` is still wanted: a range none of whose tiles is wanted any more is
+    /// abandoned mid-flight, and its tiles come back [`AtlasError::Cancelled`]. A
+    /// local atlas reads each tile in turn (`keep` is not asked).
+    pub fn read_tiles(
+        &self,
+        tiles: &[TileId],
+        keep: &dyn Fn(usize) -> bool,
+    ) -> Vec<Result<Vec<u8>, AtlasError>> {
+        #[cfg(feature = "remote")]
+        if let Store::Remote(r) = &self.file {
+            let entries: Vec<Result<TileEntry, AtlasError>> = tiles.iter().map(|&t| self.entry(t)).collect();
+            let found: Vec<(usize, TileEntry)> =
+                entries.iter().enumerate().filter_map(|(i, e)| Some((i, *e.as_ref().ok()?))).collect();
+            let blobs: Vec<(u64, u32, u32)> =
+                found.iter().map(|(_, e)| (e.offset, e.length, e.crc32)).collect();
+            let mut got = r.read_blobs(&blobs, &|k| keep(found[k].0)).into_iter();
+            let mut out: Vec<Result<Vec<u8>, AtlasError>> =
+                entries.into_iter().map(|e| e.map(|_| Vec::new())).collect();
+            for (i, e) in &found {
+                let tile = tiles[*i];
+                out[*i] = match got.next() {
+                    Some(Err(super::remote::RemoteError::Cancelled)) => {
+                        Err(AtlasError::Cancelled { path: self.path.clone(), tile })
+                    }
+                    Some(r) => self.checked_blob(tile, e, r.map_err(ReadError::from_remote)),
+                    None => Err(AtlasError::Cancelled { path: self.path.clone(), tile }),
+                };
+            }
+            return out;
+        }
+        let _ = keep;
+        tiles.iter().map(|&t| self.read_tile(t)).collect()
+    }
+
+    /// `blob` as read for `tile` (entry `e`), with read errors mapped and its CRC checked.
+    fn checked_blob(
+        &self,
+        tile: TileId,
+        e: &TileEntry,
+        blob: Result<Vec<u8>, ReadError>,
+    ) -> Result<Vec<u8>, AtlasError> {
+        let blob = blob.map_err(|err| match err {
             ReadError::Io(source) => AtlasError::Changed { path: self.path.clone(), tile, source },
             ReadError::Unavailable(reason) => {
                 AtlasError::Unavailable { path: self.path.clone(), tile, reason }
@@ -426,8 +666,30 @@ impl Atlas {
             .filter_map(|i| self.entry_at(i).ok())
             .map(|e| (e.offset, e.offset + u64::from(e.length)))
             .collect();
-        spans.sort_unstable();
-        let index_end = self.index_offset as u64 + self.tile_count * ENTRY_BYTES as u64;
+        // Version 2 checks this here rather than when opening (its index is not read whole).
+        match shared_spans(&mut spans) {
+            Err((a, b)) => {
+                return Some(AtlasError::Invalid {
+                    path: self.path.clone(),
+                    what: format!(
+                        "tile index: blobs [{}, {}) and [{}, {}) partially overlap \
+                         (blobs must be identical or disjoint)",
+                        a.0, a.1, b.0, b.1
+                    ),
+                });
+            }
+            Ok(stored) if stored != self.stored_bytes => {
+                return Some(AtlasError::Invalid {
+                    path: self.path.clone(),
+                    what: format!(
+                        "root directory says {} bytes of blobs, the index {stored}",
+                        self.stored_bytes
+                    ),
+                });
+            }
+            Ok(_) => {}
+        }
+        let index_end = self.index_offset + self.tile_count * ENTRY_BYTES as u64;
         let mut pos = index_end;
         let end_of_file = (self.len, self.len);
         for (start, end) in spans.into_iter().chain(std::iter::once(end_of_file)) {
@@ -474,7 +736,7 @@ fn read_header(h: &[u8], path: &Path, len: u64) -> Result<Header, AtlasError> {
         return Err(AtlasError::BadMagic { path });
     }
     let version = rd_u32(h, 8);
-    if version != VERSION {
+    if !(OLDEST_VERSION..=VERSION).contains(&version) {
         return Err(AtlasError::UnsupportedVersion { path, found: version });
     }
     if rd_u32(h, 60) != crc32fast::hash(&h[0..60]) {
@@ -550,4 +812,16 @@ fn read_layer(b: &[u8], i: usize) -> Result<LayerInfo, String> {
         c => return Err(format!("layer {i} colour space {c}")),
     };
     Ok(LayerInfo { name, layout, codec, wrap, color, first_tile: rd_u64(b, 56) })
+}
+
+/// The tile index entry encoded in `b` (24 bytes), or the unknown codec byte.
+fn decode_entry(b: &[u8]) -> Result<TileEntry, u8> {
+    let codec = Codec::from_code(b[20]).ok_or(b[20])?;
+    Ok(TileEntry {
+        offset: rd_u64(b, 0),
+        length: rd_u32(b, 8),
+        raw_length: rd_u32(b, 12),
+        crc32: rd_u32(b, 16),
+        codec,
+    })
 }

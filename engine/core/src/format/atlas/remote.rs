@@ -49,8 +49,44 @@ pub const MAX_RETRIES: usize = 3;
 /// The longest a read keeps retrying before it reports the tile unavailable.
 pub const RETRY_WINDOW: Duration = Duration::from_secs(8);
 
+/// The longest range one request asks for when neighbouring blobs are coalesced.
+pub const MAX_RANGE_BYTES: u64 = 1 << 20;
+/// Neighbouring blobs at most this far apart share a request (the gap is read and
+/// thrown away: cheaper than another round trip).
+pub const MAX_GAP_BYTES: u64 = 16 << 10;
+/// Requests in flight at once on one object, over all loader threads.
+pub const MAX_IN_FLIGHT: usize = 32;
+/// How often an in-flight range checks whether its tiles are still wanted.
+pub const CANCEL_POLL: Duration = Duration::from_millis(10);
+
+/// Groups the blobs `(offset, length)` into ranges to request: sorted by offset, a blob
+/// joins the current range when it starts at most [`MAX_GAP_BYTES`] after its end and
+/// the range stays within [`MAX_RANGE_BYTES`] (a larger blob gets a range of its own;
+/// blobs shared by several tiles, at one offset, are read once). Returns each range
+/// and the indices (into `blobs`) of the blobs it holds.
+pub fn coalesce(blobs: &[(u64, u32)]) -> Vec<(Range<u64>, Vec<usize>)> {
+    let mut order: Vec<usize> = (0..blobs.len()).collect();
+    order.sort_by_key(|&i| (blobs[i].0, blobs[i].1));
+    let mut out: Vec<(Range<u64>, Vec<usize>)> = Vec::new();
+    for i in order {
+        let (start, len) = blobs[i];
+        let end = start + u64::from(len);
+        match out.last_mut() {
+            Some((r, members))
+                if start <= r.end.saturating_add(MAX_GAP_BYTES)
+                    && end.max(r.end) - r.start <= MAX_RANGE_BYTES =>
+            {
+                r.end = r.end.max(end);
+                members.push(i);
+            }
+            _ => out.push((start..end, vec![i])),
+        }
+    }
+    out
+}
+
 /// Why a remote read failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum RemoteError {
     /// The location could not be understood or the store could not be set up.
     #[error("{0}")]
@@ -74,6 +110,9 @@ pub enum RemoteError {
     /// The network or the server failed (after retries); trying again later may work.
     #[error("{0}")]
     Unavailable(String),
+    /// Nothing wanted the bytes any more: the request was abandoned.
+    #[error("cancelled: no longer wanted")]
+    Cancelled,
 }
 
 impl RemoteError {
@@ -90,7 +129,12 @@ pub const LATENCY_WINDOW: usize = 1024;
 struct Counters {
     requests: AtomicU64,
     failures: AtomicU64,
+    cancelled: AtomicU64,
     bytes: AtomicU64,
+    /// Bytes of the blobs asked for (without the gaps read with them).
+    useful_bytes: AtomicU64,
+    /// Blobs received from the server.
+    blobs: AtomicU64,
     in_flight: AtomicU64,
     /// Ring of the last latencies (ms) and the next slot.
     latencies: Mutex<(Vec<f32>, usize)>,
@@ -111,6 +155,17 @@ pub struct RemoteObject {
     prefix: Vec<u8>,
     /// Opened from the disk cache while the server could not be reached.
     offline: bool,
+    /// Bounds the requests in flight at once ([`MAX_IN_FLIGHT`]).
+    permits: tokio::sync::Semaphore,
+}
+
+/// Counts a request in flight until dropped (finished, failed or abandoned).
+struct InFlight<'a>(&'a AtomicU64);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl std::fmt::Debug for RemoteObject {
@@ -189,7 +244,8 @@ impl RemoteObject {
             counters.requests.store(1, Ordering::Relaxed);
             counters.bytes.store(prefix.len() as u64, Ordering::Relaxed);
         }
-        Ok(Self { store, path, runtime, size, etag, counters, cache, cached_meta, prefix, offline })
+        let permits = tokio::sync::Semaphore::new(MAX_IN_FLIGHT);
+        Ok(Self { store, path, runtime, size, etag, counters, cache, cached_meta, prefix, offline, permits })
     }
 
     /// Whether the object was opened from the disk cache without reaching the server.
@@ -216,12 +272,106 @@ impl RemoteObject {
         }
         let mut blob = vec![0u8; len as usize];
         self.fetch_exact(&mut blob, offset)?;
+        self.counters.blobs.fetch_add(1, Ordering::Relaxed);
+        self.counters.useful_bytes.fetch_add(u64::from(len), Ordering::Relaxed);
         if let Some(c) = &self.cache
             && crc32fast::hash(&blob) == crc
         {
             c.put(offset, &blob);
         }
         Ok(blob)
+    }
+
+    /// An index page of `len` bytes at `offset` (CRC-32 `crc`): from the bytes read at
+    /// open when they hold it (the same identity), else like a blob.
+    pub fn read_page(&self, offset: u64, len: u32, crc: u32) -> Result<Vec<u8>, RemoteError> {
+        let end = offset.saturating_add(u64::from(len));
+        let known = [self.cached_meta.as_deref(), Some(self.prefix.as_slice())];
+        if let Some(bytes) = known
+            .into_iter()
+            .flatten()
+            .find_map(|m| m.get(usize::try_from(offset).ok()?..usize::try_from(end).ok()?))
+        {
+            return Ok(bytes.to_vec());
+        }
+        self.read_blob(offset, len, crc)
+    }
+
+    /// Several blobs `(offset, length, crc)` at once, in the order asked: those the
+    /// disk cache holds from there, the others with the ranges of [`coalesce`], all
+    /// requested concurrently (at most [`MAX_IN_FLIGHT`] per object). `keep(i)` says
+    /// whether blob `i` is still wanted: one not wanted before its request is not
+    /// asked for, and a range whose blobs are all unwanted is abandoned in flight
+    /// (checked every [`CANCEL_POLL`]); those blobs are [`RemoteError::Cancelled`].
+    /// Blobs whose bytes pass their CRC are written to the disk cache; the others are
+    /// returned as read, for the caller to report.
+    pub fn read_blobs(
+        &self,
+        blobs: &[(u64, u32, u32)],
+        keep: &dyn Fn(usize) -> bool,
+    ) -> Vec<Result<Vec<u8>, RemoteError>> {
+        let mut out: Vec<Result<Vec<u8>, RemoteError>> = vec![Err(RemoteError::Cancelled); blobs.len()];
+        let mut misses = Vec::new();
+        for (i, &(offset, len, crc)) in blobs.iter().enumerate() {
+            if let Some(hit) = self.cache.as_ref().and_then(|c| c.get(offset, len, crc)) {
+                out[i] = Ok(hit);
+            } else if keep(i) {
+                misses.push(i);
+            }
+        }
+        let spans: Vec<(u64, u32)> = misses.iter().map(|&i| (blobs[i].0, blobs[i].1)).collect();
+        let ranges = coalesce(&spans);
+        let fetched =
+            self.runtime.block_on(futures_util::future::join_all(ranges.iter().map(|(range, members)| {
+                self.get_unless(range.clone(), || members.iter().all(|&k| !keep(misses[k])))
+            })));
+        for ((range, members), got) in ranges.iter().zip(fetched) {
+            let got = got.and_then(|bytes| {
+                let want = range.end - range.start;
+                if bytes.len() as u64 == want {
+                    Ok(bytes)
+                } else {
+                    Err(RemoteError::Short { offset: range.start, want, got: bytes.len() as u64 })
+                }
+            });
+            for &k in members {
+                let i = misses[k];
+                let (offset, len, crc) = blobs[i];
+                out[i] = got.clone().map(|bytes| {
+                    let at = (offset - range.start) as usize;
+                    let blob = bytes[at..at + len as usize].to_vec();
+                    self.counters.blobs.fetch_add(1, Ordering::Relaxed);
+                    self.counters.useful_bytes.fetch_add(u64::from(len), Ordering::Relaxed);
+                    if let Some(c) = &self.cache
+                        && crc32fast::hash(&blob) == crc
+                    {
+                        c.put(offset, &blob);
+                    }
+                    blob
+                });
+            }
+        }
+        out
+    }
+
+    /// [`RemoteObject::get_async`], abandoned once `cancelled()` says so (asked every
+    /// [`CANCEL_POLL`] while waiting).
+    async fn get_unless(
+        &self,
+        range: Range<u64>,
+        cancelled: impl Fn() -> bool,
+    ) -> Result<Vec<u8>, RemoteError> {
+        let mut request = std::pin::pin!(self.get_async(range));
+        loop {
+            match tokio::time::timeout(CANCEL_POLL, request.as_mut()).await {
+                Ok(result) => return result,
+                Err(_) if cancelled() => {
+                    self.counters.cancelled.fetch_add(1, Ordering::Relaxed);
+                    return Err(RemoteError::Cancelled);
+                }
+                Err(_) => {}
+            }
+        }
     }
 
     /// The object's size in bytes when it was opened.
@@ -272,20 +422,27 @@ impl RemoteObject {
     }
 
     fn get(&self, range: Range<u64>) -> Result<Vec<u8>, RemoteError> {
+        self.runtime.block_on(self.get_async(range))
+    }
+
+    /// One range request, counted; waits for a free slot first ([`MAX_IN_FLIGHT`]).
+    async fn get_async(&self, range: Range<u64>) -> Result<Vec<u8>, RemoteError> {
         let c = &self.counters;
+        let _permit = self.permits.acquire().await.map_err(|e| RemoteError::Unavailable(e.to_string()))?;
         c.requests.fetch_add(1, Ordering::Relaxed);
         c.in_flight.fetch_add(1, Ordering::Relaxed);
+        let _in_flight = InFlight(&c.in_flight);
         let start = Instant::now();
         let options = GetOptions {
             range: Some(GetRange::Bounded(range)),
             if_match: self.etag.clone(),
             ..Default::default()
         };
-        let result = self.runtime.block_on(async {
+        let result = async {
             let got = self.store.get_opts(&self.path, options).await?;
             got.bytes().await
-        });
-        c.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
+        .await;
         match result {
             Ok(bytes) => {
                 c.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
@@ -317,7 +474,10 @@ impl RemoteObject {
             disk_cache: self.cache.as_ref().map(DiskCache::stats),
             requests: c.requests.load(Ordering::Relaxed),
             failures: c.failures.load(Ordering::Relaxed),
+            cancelled: c.cancelled.load(Ordering::Relaxed),
             bytes: c.bytes.load(Ordering::Relaxed),
+            blobs: c.blobs.load(Ordering::Relaxed),
+            blob_bytes: c.useful_bytes.load(Ordering::Relaxed),
             in_flight: c.in_flight.load(Ordering::Relaxed),
             latency_p50_ms: p50,
             latency_p95_ms: p95,
@@ -501,6 +661,30 @@ mod tests {
         assert_eq!(parse_identity(&identity(Some("\"65-1a\""), 42, 7)), Some((42, Some("\"65-1a\"".into()))));
         assert_eq!(parse_identity(&identity(None, 9, 1_700_000_000)), Some((9, None)));
         assert_eq!(parse_identity("garbage"), None);
+    }
+
+    #[test]
+    fn neighbouring_blobs_share_ranges_of_at_most_a_mebibyte() {
+        // Two runs of adjacent 10 KiB blobs (given out of order), a far one, a shared one.
+        let k = 10 << 10;
+        let blobs = [(2 * k, k as u32), (0, k as u32), (k, k as u32), (10 << 20, 100), (k, k as u32)];
+        let r = coalesce(&blobs);
+        assert_eq!(r.len(), 2, "{r:?}");
+        assert_eq!(r[0].0, 0..3 * k);
+        assert_eq!(r[0].1.len(), 4, "the shared blob rides along");
+        assert_eq!(r[1], ((10 << 20)..(10 << 20) + 100, vec![3]));
+        // A gap above the limit splits.
+        let r = coalesce(&[(0, 16), (16 + MAX_GAP_BYTES + 1, 16)]);
+        assert_eq!(r.len(), 2);
+        // No range exceeds 1 MiB; a blob larger than that stands alone.
+        let many: Vec<(u64, u32)> = (0..300).map(|i| (i * 16384, 16000)).collect();
+        for (range, _) in coalesce(&many) {
+            assert!(range.end - range.start <= MAX_RANGE_BYTES);
+        }
+        assert_eq!(coalesce(&many).iter().map(|(_, m)| m.len()).sum::<usize>(), 300);
+        let big = coalesce(&[(0, 2 << 20), (2 << 20, 16)]);
+        assert_eq!(big.len(), 2);
+        assert!(coalesce(&[]).is_empty());
     }
 
     #[test]

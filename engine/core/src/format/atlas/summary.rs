@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::header::VERSION;
 use super::{Atlas, ColorSpace, Wrap};
 use crate::format::codec::{Codec, TargetFormat};
 
@@ -160,7 +159,7 @@ impl Atlas {
             .collect();
         AtlasSummary {
             path: self.path().to_path_buf(),
-            version: VERSION,
+            version: self.version(),
             stacked: self.is_stacked(),
             file_bytes: self.file_size(),
             tiles: self.tile_count(),

@@ -1,5 +1,7 @@
 //! Writing an atlas: tiles streamed to a temporary file, identical blobs stored once,
-//! then index and header written, fsynced and renamed into place. Temporary files that
+//! then index and header written, fsynced and renamed into place. A version-2 atlas
+//! (the default) is then rewritten in its storage order (coarse mips first, Morton
+//! order within a mip) into a second temporary file, which is the one renamed. Temporary files that
 //! killed writers left beside the destination are swept first.
 
 use std::collections::HashMap;
@@ -9,9 +11,10 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::header::{
-    BLOB_ALIGN, ENTRY_BYTES, FLAG_STACKED, HEADER_BYTES, Header, KNOWN_FLAGS, LAYER_BYTES, encode_entry,
-    encode_layer,
+    BLOB_ALIGN, ENTRY_BYTES, FLAG_STACKED, HEADER_BYTES, Header, KNOWN_FLAGS, LAYER_BYTES, OLDEST_VERSION,
+    Root, VERSION, encode_entry, encode_layer, page_entries_for,
 };
+use super::order::StorageOrder;
 use super::{AtlasError, LayerInfo, TileEntry, stacked_mismatch};
 use crate::format::codec::Codec;
 use crate::format::tile::MAX_LAYERS;
@@ -41,6 +44,7 @@ pub struct AtlasWriter {
     blobs: HashMap<BlobKey, u64>,
     shared: u64,
     readback: Vec<u8>,
+    version: u32,
 }
 
 /// What identifies a candidate duplicate blob; equality is confirmed byte by byte.
@@ -149,7 +153,21 @@ impl AtlasWriter {
             blobs: HashMap::new(),
             shared: 0,
             readback: Vec::new(),
+            version: VERSION,
         })
+    }
+
+    /// Writes format `version` instead of [`VERSION`]: 1 (the original layout: one
+    /// index read whole, tiles in canonical order) or 2. Other versions are rejected.
+    pub fn set_format_version(&mut self, version: u32) -> Result<(), AtlasError> {
+        if !(OLDEST_VERSION..=VERSION).contains(&version) {
+            return Err(AtlasError::Invalid {
+                path: self.dest.clone(),
+                what: format!("format version {version} (this build writes {OLDEST_VERSION} to {VERSION})"),
+            });
+        }
+        self.version = version;
+        Ok(())
     }
 
     /// Turns blob deduplication on (the default) or off for the tiles pushed from now on.
@@ -254,6 +272,9 @@ impl AtlasWriter {
         let io = |source| AtlasError::Io { path: self.tmp.path().to_path_buf(), source };
         let out = self.out.take().ok_or_else(|| io(std::io::Error::other("writer already finished")))?;
         let mut file = out.into_inner().map_err(|e| io(e.into_error()))?;
+        if self.version >= 2 {
+            return self.finish_v2(file, expected);
+        }
         let mut meta = Vec::with_capacity((self.data_offset - HEADER_BYTES as u64) as usize);
         for l in &self.layers {
             meta.extend_from_slice(&encode_layer(l));
@@ -262,6 +283,7 @@ impl AtlasWriter {
             meta.extend_from_slice(&encode_entry(e));
         }
         let header = Header {
+            version: self.version,
             layer_count: self.layers.len() as u32,
             flags: self.flags,
             tile_count: expected,
@@ -276,16 +298,95 @@ impl AtlasWriter {
         file.set_len(self.pos).map_err(io)?;
         file.sync_all().map_err(io)?;
         drop(file);
-        std::fs::rename(self.tmp.path(), &self.dest)
-            .map_err(|source| AtlasError::Io { path: self.dest.clone(), source })?;
-        self.tmp.keep();
-        if let Some(dir) = self.dest.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Self::publish(&mut self.tmp, &self.dest)?;
+        Ok(self.pos)
+    }
+
+    /// Renames the finished temporary file `tmp` into place and persists the rename.
+    fn publish(tmp: &mut TempPath, dest: &Path) -> Result<(), AtlasError> {
+        std::fs::rename(tmp.path(), dest)
+            .map_err(|source| AtlasError::Io { path: dest.to_path_buf(), source })?;
+        tmp.keep();
+        if let Some(dir) = dest.parent().filter(|d| !d.as_os_str().is_empty()) {
             // Persist the rename itself; not every filesystem supports this.
             if let Ok(d) = File::open(dir) {
                 let _ = d.sync_all();
             }
         }
-        Ok(self.pos)
+        Ok(())
+    }
+
+    /// Writes the version-2 file from the spooled blobs in `spool` (canonical order,
+    /// at the offsets of `self.entries`): the blobs copied in storage order (a shared
+    /// blob once, where its first tile falls), the paged index, the root directory and
+    /// the header, into a second temporary file that replaces the destination.
+    fn finish_v2(&mut self, spool: File, tiles: u64) -> Result<u64, AtlasError> {
+        let order =
+            StorageOrder::new(self.layers.iter().map(|l| l.layout).collect(), self.flags & FLAG_STACKED != 0);
+        let sequence = order.sequence();
+        let per = page_entries_for(self.layers.len(), tiles);
+        let pages = tiles.div_ceil(u64::from(per));
+        let root_end = (HEADER_BYTES + self.layers.len() * LAYER_BYTES) as u64 + Root::encoded_len(pages);
+        let index_offset = root_end.next_multiple_of(BLOB_ALIGN);
+        let data_offset = (index_offset + tiles * ENTRY_BYTES as u64).next_multiple_of(BLOB_ALIGN);
+        let file_name = self.dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let mut tmp =
+            TempPath::new(self.dest.with_file_name(temp_files::temp_name(&format!(".{file_name}."), "-v2")));
+        let io = |source| AtlasError::Io { path: tmp.path().to_path_buf(), source };
+        let file = File::options().write(true).create(true).truncate(true).open(tmp.path()).map_err(io)?;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        out.seek(SeekFrom::Start(data_offset)).map_err(io)?;
+        let mut moved: HashMap<u64, u64> = HashMap::new();
+        let mut index = Vec::with_capacity(sequence.len() * ENTRY_BYTES);
+        let (mut pos, mut stored_bytes) = (data_offset, 0u64);
+        let mut blob = Vec::new();
+        for &canonical in &sequence {
+            let e = self.entries[canonical as usize];
+            let offset = match moved.get(&e.offset) {
+                Some(&o) => o,
+                None => {
+                    let aligned = pos.next_multiple_of(BLOB_ALIGN);
+                    out.write_all(&[0u8; BLOB_ALIGN as usize][..(aligned - pos) as usize]).map_err(io)?;
+                    blob.resize(e.length as usize, 0);
+                    spool.read_exact_at(&mut blob, e.offset).map_err(io)?;
+                    out.write_all(&blob).map_err(io)?;
+                    moved.insert(e.offset, aligned);
+                    pos = aligned + u64::from(e.length);
+                    stored_bytes += u64::from(e.length);
+                    aligned
+                }
+            };
+            index.extend_from_slice(&encode_entry(&TileEntry { offset, ..e }));
+        }
+        let page_crcs = index.chunks(per as usize * ENTRY_BYTES).map(crc32fast::hash).collect();
+        let mut meta = Vec::with_capacity((index_offset - HEADER_BYTES as u64) as usize);
+        for l in &self.layers {
+            meta.extend_from_slice(&encode_layer(l));
+        }
+        meta.extend_from_slice(&Root { page_entries: per, stored_bytes, page_crcs }.encode());
+        let header = Header {
+            version: 2,
+            layer_count: self.layers.len() as u32,
+            flags: self.flags,
+            tile_count: tiles,
+            index_offset,
+            data_offset,
+            file_size: pos,
+            meta_crc: crc32fast::hash(&meta),
+        };
+        let mut file = out.into_inner().map_err(|e| io(e.into_error()))?;
+        file.seek(SeekFrom::Start(0)).map_err(io)?;
+        file.write_all(&header.encode()).map_err(io)?;
+        file.write_all(&meta).map_err(io)?;
+        file.write_all(&vec![0u8; (index_offset - root_end) as usize]).map_err(io)?;
+        file.write_all(&index).map_err(io)?;
+        file.set_len(pos).map_err(io)?;
+        file.sync_all().map_err(io)?;
+        drop(file);
+        drop(spool);
+        Self::publish(&mut tmp, &self.dest)?;
+        self.pos = pos;
+        Ok(pos)
     }
 }
 
