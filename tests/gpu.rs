@@ -577,31 +577,49 @@ mod remote {
     }
 
     /// The BENCHMARKS table of remote atlases: a local file against HTTP from nginx
-    /// directly, through a 20 ms round trip (a delaying proxy) with a cold disk cache,
-    /// and again with the disk cache the cold run filled. `cut` preset (a hard cut at
-    /// frame 30), LZ4 8192×4096 atlas, 640×360 on whatever adapter runs it.
+    /// directly and through a 20 ms round trip (a delaying proxy), format v1 against v2
+    /// without a disk cache, then v2 with a cold disk cache and again with the disk
+    /// cache the cold run filled. `cut` preset (a hard cut at frame 30), LZ4 8192×4096
+    /// atlas, 640×360 on whatever adapter runs it.
     /// `cargo test --release --test gpu remote_latency_table -- --ignored --nocapture`
     #[test]
     #[ignore = "a benchmark: prints the table for BENCHMARKS.md"]
     fn remote_latency_table() {
+        use tessera_core::bake::{BakeInput, BakeOptions, bake};
         let dir = tempfile::tempdir().unwrap();
         let cache = tempfile::tempdir().unwrap();
-        let atlas = bake_source(dir.path(), "bench", Generated::new(8192, 4096));
+        let mut atlases = Vec::new();
+        for version in [1, 2] {
+            let path = dir.path().join(format!("bench-v{version}.tsa"));
+            let opts = BakeOptions { format_version: version, ..BakeOptions::default() };
+            bake(
+                vec![BakeInput::new("bench", Generated::new(8192, 4096))],
+                &path,
+                &opts,
+                &tessera_core::NoProgress,
+            )
+            .unwrap();
+            atlases.push(path);
+        }
         let server = Nginx::serve(dir.path(), "");
         let proxy = tessera_tests::DelayProxy::start(server.port(), Duration::from_millis(10));
-        let direct = server.url(&name(&atlas));
-        let far = format!("http://127.0.0.1:{}/{}", proxy.port(), name(&atlas));
+        let far = |p: &std::path::Path| format!("http://127.0.0.1:{}/{}", proxy.port(), name(p));
         let cached = || RemoteOptions::with_disk_cache(cache.path(), 1024);
+        let none = RemoteOptions::without_disk_cache;
+        let (v1, v2) = (&atlases[0], &atlases[1]);
         let runs: Vec<(&str, String, RemoteOptions)> = vec![
-            ("local file", atlas.display().to_string(), RemoteOptions::without_disk_cache()),
-            ("HTTP, loopback, no disk cache", direct.clone(), RemoteOptions::without_disk_cache()),
-            ("HTTP, +20 ms RTT, cold disk cache", far.clone(), cached()),
-            ("HTTP, +20 ms RTT, warm disk cache", far.clone(), cached()),
+            ("v2, local file", v2.display().to_string(), none()),
+            ("v1, HTTP loopback, no disk cache", server.url(&name(v1)), none()),
+            ("v2, HTTP loopback, no disk cache", server.url(&name(v2)), none()),
+            ("v1, HTTP +20 ms RTT, no disk cache", far(v1), none()),
+            ("v2, HTTP +20 ms RTT, no disk cache", far(v2), none()),
+            ("v2, HTTP +20 ms RTT, cold disk cache", far(v2), cached()),
+            ("v2, HTTP +20 ms RTT, warm disk cache", far(v2), cached()),
         ];
         println!(
-            "| source | open ms | first frame ms | cut → 100% resident, frames | ms | requests | requests/frame (max) | KiB/request | disk-cache hits |"
+            "| source | open ms | first frame: ms, requests | cut → 100% resident: frames, ms | requests | requests/frame (max) | blobs/request | KiB/request | KiB/tile | disk-cache hits |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
         for (label, location, opts) in runs {
             let t0 = Instant::now();
             drop(Atlas::open_with(&location, &opts).unwrap());
@@ -625,12 +643,18 @@ mod remote {
             });
             let nets: Vec<_> = r.frames.iter().map(|f| f.network.unwrap_or_default()).collect();
             let last = nets.last().copied().unwrap_or_default();
+            // Requests of the first frame, beyond the one that opened the atlas.
+            let first = nets.first().map_or(0, |n| n.requests.saturating_sub(1));
             let per_frame = nets.windows(2).map(|w| w[1].requests - w[0].requests).max().unwrap_or(0);
-            let kib = if last.requests > 0 { last.bytes as f64 / last.requests as f64 / 1024.0 } else { 0.0 };
+            let per = |a: u64, b: u64| if b > 0 { a as f64 / b as f64 } else { 0.0 };
             let hits = last.disk_cache.map_or(0, |d| d.hits);
             println!(
-                "| {label} | {open_ms:.1} | {:.1} | {frames} | {ms} | {} | {per_frame} | {kib:.1} | {hits} |",
-                r.frames[0].frame_ms, last.requests
+                "| {label} | {open_ms:.1} | {:.1}, {first} | {frames}, {ms} | {} | {per_frame} | {:.1} | {:.1} | {:.1} | {hits} |",
+                r.frames[0].frame_ms,
+                last.requests,
+                per(last.blobs, last.requests),
+                per(last.bytes, last.requests) / 1024.0,
+                per(last.bytes, last.blobs) / 1024.0,
             );
         }
     }

@@ -254,13 +254,15 @@ fn network_ui(ui: &mut egui::Ui, n: &tessera_core::format::atlas::NetworkStats) 
             .color(Color32::from_rgb(170, 110, 220)),
     );
     ui.label(format!(
-        "{} requests, {:.1} MiB, {} in flight, latency p50 {:.1} ms, p95 {:.1} ms{}",
+        "{} requests ({:.1} blobs each), {:.1} MiB, {} in flight, latency p50 {:.1} ms, p95 {:.1} ms{}{}",
         n.requests,
+        n.blobs as f64 / n.requests.max(1) as f64,
         mib(n.bytes),
         n.in_flight,
         n.latency_p50_ms,
         n.latency_p95_ms,
-        if n.failures > 0 { format!(", {} failed", n.failures) } else { String::new() }
+        if n.failures > 0 { format!(", {} failed", n.failures) } else { String::new() },
+        if n.cancelled > 0 { format!(", {} cancelled", n.cancelled) } else { String::new() }
     ));
 }
 

@@ -173,11 +173,15 @@ fn network_summary(n: &tessera_core::format::atlas::NetworkStats) -> String {
         },
     );
     format!(
-        "\nnetwork{}: {} requests, {:.1} MiB, {} failed, latency p50 {:.1} ms, p95 {:.1} ms; {disk}",
+        "\nnetwork{}: {} requests for {} blobs ({:.1} blobs/request), {:.1} MiB ({:.0}% of it blobs), {} failed, {} cancelled, latency p50 {:.1} ms, p95 {:.1} ms; {disk}",
         if n.offline { " (offline: opened from the disk cache)" } else { "" },
         n.requests,
+        n.blobs,
+        n.blobs as f64 / n.requests.max(1) as f64,
         mib(n.bytes),
+        100.0 * n.blob_bytes as f64 / n.bytes.max(1) as f64,
         n.failures,
+        n.cancelled,
         n.latency_p50_ms,
         n.latency_p95_ms
     )

@@ -283,15 +283,18 @@ impl RemoteObject {
     }
 
     /// An index page of `len` bytes at `offset` (CRC-32 `crc`): from the bytes read at
-    /// open when they hold it (the same identity), else like a blob.
+    /// open when they hold it (the same identity; then also written to the disk cache),
+    /// else like a blob (disk cache, then the server).
     pub fn read_page(&self, offset: u64, len: u32, crc: u32) -> Result<Vec<u8>, RemoteError> {
         let end = offset.saturating_add(u64::from(len));
-        let known = [self.cached_meta.as_deref(), Some(self.prefix.as_slice())];
-        if let Some(bytes) = known
-            .into_iter()
-            .flatten()
-            .find_map(|m| m.get(usize::try_from(offset).ok()?..usize::try_from(end).ok()?))
-        {
+        let range = usize::try_from(offset).ok().zip(usize::try_from(end).ok());
+        if let Some(bytes) = range.and_then(|(a, b)| self.prefix.get(a..b)) {
+            // Kept in the disk cache as well, for an open while the server is down.
+            if let Some(c) = &self.cache
+                && crc32fast::hash(bytes) == crc
+            {
+                c.put(offset, bytes);
+            }
             return Ok(bytes.to_vec());
         }
         self.read_blob(offset, len, crc)
