@@ -59,6 +59,7 @@ fn run(atlas: &Path, reference: Option<&Path>, pool: TargetFormat) -> CaptureRep
         prefetch: 0,
         flush_vram_before: Vec::new(),
         remote: Default::default(),
+        frame_interval: None,
     };
     let r = capture(gpu(), &cfg).unwrap_or_else(|e| panic!("{e} (does this Vulkan driver sample BC7?)"));
     assert!(r.frames.iter().all(|f| f.unwritten_pixels == 0), "unwritten pool texels shown");
@@ -122,6 +123,7 @@ fn corrupted_compressed_tile_is_replaced_by_its_ancestor() {
         prefetch: 0,
         flush_vram_before: Vec::new(),
         remote: Default::default(),
+        frame_interval: None,
     };
     let r = capture(gpu(), &cfg).unwrap();
     let failed = r.final_stats.loader.failed;

@@ -47,6 +47,20 @@ fn run_remote(
     reference: bool,
     remote: RemoteOptions,
 ) -> CaptureReport {
+    run_paced(atlas, camera, frames, size, vt, reference, remote, None)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_paced(
+    atlas: &std::path::Path,
+    camera: CameraPath,
+    frames: u32,
+    size: (u32, u32),
+    vt: VtConfig,
+    reference: bool,
+    remote: RemoteOptions,
+    frame_interval: Option<std::time::Duration>,
+) -> CaptureReport {
     let cfg = CaptureConfig {
         atlas: atlas.to_path_buf(),
         camera,
@@ -61,6 +75,7 @@ fn run_remote(
         prefetch: 0,
         flush_vram_before: Vec::new(),
         remote,
+        frame_interval,
     };
     let report = capture(gpu(), &cfg).unwrap();
     for f in &report.frames {
@@ -175,6 +190,7 @@ fn camera_cut_reaches_full_residency_and_signals_it() {
         prefetch: 8,
         flush_vram_before: Vec::new(),
         remote: Default::default(),
+        frame_interval: None,
     };
     let p = capture(gpu(), &cfg).unwrap();
     assert_eq!(
@@ -418,6 +434,26 @@ mod remote {
         assert!(local.frames.last().unwrap().network.is_none());
     }
 
+    /// The harness' own range server (for the GPU machine's benchmarks, which has no
+    /// nginx) serves what nginx serves, and refuses a replaced file.
+    #[test]
+    fn the_benchmark_range_server_serves_like_nginx() {
+        let dir = tempfile::tempdir().unwrap();
+        let atlas = bake_source(dir.path(), "served", Generated::new(1024, 512));
+        let server = tessera_tests::RangeServer::serve(dir.path());
+        let local = Atlas::open(&atlas).unwrap();
+        let remote =
+            Atlas::open_with(server.url(&name(&atlas)), &RemoteOptions::without_disk_cache()).unwrap();
+        let tiles: Vec<TileId> = local.layers()[0].layout.tiles(0).collect();
+        for (t, got) in tiles.iter().zip(remote.read_tiles(&tiles, &|_| true)) {
+            assert_eq!(got.unwrap(), local.read_tile(*t).unwrap(), "{t}");
+        }
+        std::thread::sleep(Duration::from_millis(1100));
+        bake_source(dir.path(), "served", Generated::new(1024, 256));
+        let e = remote.read_tile(tiles[0]).unwrap_err().to_string();
+        assert!(e.contains("replaced"), "{e}");
+    }
+
     /// The number of range requests a remote atlas has made so far.
     fn requests(a: &Atlas) -> u64 {
         a.network_stats().map_or(0, |n| n.requests)
@@ -580,8 +616,10 @@ mod remote {
     /// directly and through a 20 ms round trip (a delaying proxy), format v1 against v2
     /// without a disk cache, then v2 with a cold disk cache and again with the disk
     /// cache the cold run filled. `cut` preset (a hard cut at frame 30), LZ4 8192×4096
-    /// atlas, 640×360 on whatever adapter runs it.
-    /// `cargo test --release --test gpu remote_latency_table -- --ignored --nocapture`
+    /// atlas, 640×360 on whatever adapter runs it, frames paced at 60 Hz.
+    /// `cargo test --release --test gpu remote_latency_table -- --ignored --nocapture`;
+    /// `TESSERA_BENCH_SIZE=1920x1080` sets the frame size, `TESSERA_BENCH_SERVER=builtin`
+    /// serves with the harness' range server instead of nginx.
     #[test]
     #[ignore = "a benchmark: prints the table for BENCHMARKS.md"]
     fn remote_latency_table() {
@@ -601,16 +639,33 @@ mod remote {
             .unwrap();
             atlases.push(path);
         }
-        let server = Nginx::serve(dir.path(), "");
-        let proxy = tessera_tests::DelayProxy::start(server.port(), Duration::from_millis(10));
+        // nginx, or where there is none (the GPU machine) the harness's own range server.
+        let builtin = std::env::var("TESSERA_BENCH_SERVER").is_ok_and(|v| v == "builtin");
+        let nginx = (!builtin).then(|| Nginx::serve(dir.path(), ""));
+        let simple = builtin.then(|| tessera_tests::RangeServer::serve(dir.path()));
+        let port = match (&nginx, &simple) {
+            (Some(n), _) => n.port(),
+            (_, Some(s)) => s.port(),
+            _ => unreachable!("one server runs"),
+        };
+        let direct = |p: &std::path::Path| format!("http://127.0.0.1:{port}/{}", name(p));
+        let proxy = tessera_tests::DelayProxy::start(port, Duration::from_millis(10));
         let far = |p: &std::path::Path| format!("http://127.0.0.1:{}/{}", proxy.port(), name(p));
+        let size = std::env::var("TESSERA_BENCH_SIZE")
+            .ok()
+            .and_then(|v| {
+                let (w, h) = v.split_once('x')?;
+                Some((w.parse().ok()?, h.parse().ok()?))
+            })
+            .unwrap_or((640, 360));
+        println!("{} at {}x{}", if builtin { "built-in range server" } else { "nginx" }, size.0, size.1);
         let cached = || RemoteOptions::with_disk_cache(cache.path(), 1024);
         let none = RemoteOptions::without_disk_cache;
         let (v1, v2) = (&atlases[0], &atlases[1]);
         let runs: Vec<(&str, String, RemoteOptions)> = vec![
             ("v2, local file", v2.display().to_string(), none()),
-            ("v1, HTTP loopback, no disk cache", server.url(&name(v1)), none()),
-            ("v2, HTTP loopback, no disk cache", server.url(&name(v2)), none()),
+            ("v1, HTTP loopback, no disk cache", direct(v1), none()),
+            ("v2, HTTP loopback, no disk cache", direct(v2), none()),
             ("v1, HTTP +20 ms RTT, no disk cache", far(v1), none()),
             ("v2, HTTP +20 ms RTT, no disk cache", far(v2), none()),
             ("v2, HTTP +20 ms RTT, cold disk cache", far(v2), cached()),
@@ -624,21 +679,24 @@ mod remote {
             let t0 = Instant::now();
             drop(Atlas::open_with(&location, &opts).unwrap());
             let open_ms = t0.elapsed().as_secs_f64() * 1e3;
-            let r = run_remote(
+            // Paced at 60 Hz like a display: a round trip is then about one frame.
+            let r = run_paced(
                 std::path::Path::new(&location),
                 CameraPath::preset("cut").unwrap(),
                 60,
-                (640, 360),
+                size,
                 VtConfig::default(),
                 false,
                 opts,
+                Some(Duration::from_micros(16_667)),
             );
             let cut = 30usize;
             // The cut's feedback arrives a frame later: the first fully-resident event
-            // after the cut closes it.
+            // after the cut closes it (ms: wall time from the end of the frame before
+            // the cut).
             let settled = (cut + 1..r.frames.len()).find(|&f| r.frames[f].became_fully_resident);
             let (frames, ms) = settled.map_or(("never".into(), "n/a".into()), |f| {
-                let ms: f64 = r.frames[cut..=f].iter().map(|s| s.frame_ms).sum();
+                let ms = r.frames[f].at_ms - r.frames[cut - 1].at_ms;
                 (format!("{}", f - cut), format!("{ms:.0}"))
             });
             let nets: Vec<_> = r.frames.iter().map(|f| f.network.unwrap_or_default()).collect();

@@ -53,6 +53,7 @@ fn run(
         prefetch: 0,
         flush_vram_before: Vec::new(),
         remote: Default::default(),
+        frame_interval: None,
     };
     let report = capture(gpu(), &cfg).unwrap();
     for f in &report.frames {
@@ -151,6 +152,7 @@ fn stress_scene_of_64k_squared_streams_into_a_small_pool() {
         prefetch: 0,
         flush_vram_before: Vec::new(),
         remote: Default::default(),
+        frame_interval: None,
     };
     let r = capture(gpu(), &cfg).unwrap();
     for f in &r.frames {

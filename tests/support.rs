@@ -405,6 +405,149 @@ impl Drop for Moto {
     }
 }
 
+/// A minimal static-file HTTP/1.1 server on 127.0.0.1 answering `GET` with and
+/// without `Range: bytes=a-b`, with an `ETag` and `If-Match`, on keep-alive
+/// connections. Only for benchmarks on machines without nginx (the GPU machine); the
+/// tests use the real [`Nginx`]. Stops accepting when dropped.
+pub struct RangeServer {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl RangeServer {
+    /// Serves the files directly in `root`.
+    pub fn serve(root: &Path) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let root = root.to_path_buf();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if flag.load(Ordering::SeqCst) {
+                    break;
+                }
+                let (Ok(conn), root) = (conn, root.clone()) else { continue };
+                let _ = conn.set_nodelay(true);
+                std::thread::spawn(move || while range_answer(&conn, &root).unwrap_or(false) {});
+            }
+        });
+        Self { port, stop }
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The URL of `name` in the served folder.
+    pub fn url(&self, name: &str) -> String {
+        format!("http://127.0.0.1:{}/{name}", self.port)
+    }
+}
+
+impl Drop for RangeServer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = std::net::TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// Reads one request from `conn` and answers it; `Ok(false)` when the peer closed.
+fn range_answer(conn: &std::net::TcpStream, root: &Path) -> std::io::Result<bool> {
+    use std::io::{BufRead, Read, Seek, Write};
+    let mut reader = std::io::BufReader::new(conn);
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        return Ok(false);
+    }
+    let mut parts = line.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or("").to_owned(), parts.next().unwrap_or("/").to_owned());
+    let (mut range, mut if_match) = (None, None);
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h)? == 0 || h.trim().is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            match k.trim().to_ascii_lowercase().as_str() {
+                "range" => range = Some(v.trim().to_owned()),
+                "if-match" => if_match = Some(v.trim().to_owned()),
+                _ => {}
+            }
+        }
+    }
+    let mut out = conn;
+    let name = target.trim_start_matches('/');
+    let file = (!name.contains("..")).then(|| std::fs::File::open(root.join(name)).ok()).flatten();
+    let Some(mut file) = file else {
+        out.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")?;
+        return Ok(true);
+    };
+    let meta = file.metadata()?;
+    let size = meta.len();
+    let modified = meta.modified()?.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let etag = format!("\"{modified:x}-{size:x}\"");
+    if if_match.is_some_and(|m| m != etag && m != "*") {
+        out.write_all(b"HTTP/1.1 412 Precondition Failed\r\nContent-Length: 0\r\n\r\n")?;
+        return Ok(true);
+    }
+    let span = range.as_deref().and_then(|r| r.strip_prefix("bytes=")).and_then(|r| {
+        let (a, b) = r.split_once('-')?;
+        let a: u64 = a.parse().ok()?;
+        let b: u64 = if b.is_empty() {
+            size.checked_sub(1)?
+        } else {
+            b.parse::<u64>().ok()?.min(size.checked_sub(1)?)
+        };
+        (a <= b).then_some((a, b))
+    });
+    let (status, start, len) = match span {
+        Some((a, b)) => ("206 Partial Content", a, b - a + 1),
+        None => ("200 OK", 0, size),
+    };
+    let mut head = format!(
+        "HTTP/1.1 {status}\r\nContent-Length: {len}\r\nETag: {etag}\r\nLast-Modified: {}\r\nAccept-Ranges: bytes\r\n",
+        http_date(modified)
+    );
+    if span.is_some() {
+        head += &format!("Content-Range: bytes {start}-{}/{size}\r\n", start + len - 1);
+    }
+    head += "\r\n";
+    out.write_all(head.as_bytes())?;
+    if method != "HEAD" {
+        file.seek(std::io::SeekFrom::Start(start))?;
+        std::io::copy(&mut (&mut file).take(len), &mut out)?;
+    }
+    Ok(true)
+}
+
+/// An HTTP date (RFC 9110 IMF-fixdate) of `secs` since the Unix epoch.
+fn http_date(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let t = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days.rem_euclid(7)) as usize];
+    let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    format!(
+        "{weekday}, {day:02} {} {year} {:02}:{:02}:{:02} GMT",
+        months[(month - 1) as usize],
+        t / 3600,
+        t / 60 % 60,
+        t % 60
+    )
+}
+
 /// A TCP proxy on 127.0.0.1 that delays every chunk by `one_way` in each direction
 /// (so a request's round trip gains twice that) without limiting throughput: the
 /// benchmarks' stand-in for a distant server. Stops accepting when dropped;
@@ -538,6 +681,12 @@ impl Drop for DelayProxy {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn http_dates() {
+        assert_eq!(super::http_date(0), "Thu, 01 Jan 1970 00:00:00 GMT");
+        assert_eq!(super::http_date(1_796_336_278), "Thu, 03 Dec 2026 22:17:58 GMT");
+    }
+
     use super::*;
 
     /// A solid RGBA8 image.

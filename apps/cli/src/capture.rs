@@ -145,6 +145,10 @@ pub(crate) struct CaptureArgs {
     /// back to a view seen earlier, to measure a cut served from the host cache.
     #[arg(long, value_delimiter = ',')]
     flush_vram_before: Vec<u32>,
+    /// Pace frames like a display at this rate (e.g. 60): streaming is counted in
+    /// frames, and a fast GPU otherwise renders many frames per network round trip.
+    #[arg(long, value_name = "HZ", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    fps: Option<u32>,
     #[command(flatten)]
     vt: VtArgs,
 }
@@ -215,6 +219,7 @@ pub(crate) fn run(args: &CaptureArgs) -> Result<ExitCode> {
         prefetch: args.prefetch,
         flush_vram_before: args.flush_vram_before.clone(),
         remote: Default::default(),
+        frame_interval: args.fps.map(|hz| std::time::Duration::from_secs_f64(1.0 / f64::from(hz))),
     };
     let ctx = GpuContext::headless()?;
     println!("adapter: {}", ctx.describe());

@@ -109,6 +109,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
         prefetch: 0,
         flush_vram_before: Vec::new(),
         remote: Default::default(),
+        frame_interval: None,
     };
     println!(
         "capturing {} frames of '{}' at {}x{} ({})",

@@ -57,6 +57,10 @@ pub struct CaptureConfig {
     /// Disk cache and other settings for an `s3://` or `http(s)://` atlas
     /// (`RemoteOptions::default()` reads them from the environment).
     pub remote: tessera_core::format::atlas::RemoteOptions,
+    /// Pace the frames like a display: each frame starts at least this long after the
+    /// previous one started (`None`: as fast as the GPU goes). Streaming is measured in
+    /// frames, so a fast GPU without pacing sees a network round trip as many frames.
+    pub frame_interval: Option<std::time::Duration>,
 }
 
 /// Statistics of one captured frame (one entry of `stats.json`'s `frames`).
@@ -69,6 +73,9 @@ pub struct FrameStats {
     pub stream: StreamFrame,
     /// Wall time of the whole frame including readback, ms.
     pub frame_ms: f64,
+    /// Wall time from the start of the capture's first frame to the end of this one, ms.
+    #[serde(default)]
+    pub at_ms: f64,
     /// PSNR against the reference frame, dB (with `reference`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub psnr_db: Option<f64>,
@@ -248,6 +255,7 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
     let mut frames = Vec::with_capacity(cfg.frames as usize);
     let mut last_frame = Vec::new();
     let mut last_reference = None;
+    let started = Instant::now();
     for frame in 0..cfg.frames {
         let t0 = Instant::now();
         if cfg.flush_vram_before.contains(&frame) {
@@ -296,9 +304,13 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
             frame,
             stream,
             frame_ms: t0.elapsed().as_secs_f64() * 1e3,
+            at_ms: started.elapsed().as_secs_f64() * 1e3,
             psnr_db,
             unwritten_pixels: count_colour(&pixels, UNWRITTEN, 2),
         });
+        if let Some(rest) = cfg.frame_interval.and_then(|i| i.checked_sub(t0.elapsed())) {
+            std::thread::sleep(rest);
+        }
         if last {
             last_frame = pixels;
             last_reference = reference;

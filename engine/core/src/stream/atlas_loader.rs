@@ -71,7 +71,7 @@ impl AtlasLoader {
 
 /// Tiles a loader thread takes at once from a remote atlas: their blobs are read with
 /// a few coalesced range requests instead of one round trip each.
-pub const REMOTE_BATCH: usize = 16;
+pub const REMOTE_BATCH: usize = 64;
 
 /// Reads `tiles` of `atlas` as one batch ([`Atlas::read_tiles`]); `None` for those
 /// given up because `wanted` said so, else the blob or its error.

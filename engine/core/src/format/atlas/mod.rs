@@ -24,7 +24,7 @@ pub use header::{
     BLOB_ALIGN, ENTRY_BYTES, FLAG_STACKED, HEADER_BYTES, KNOWN_FLAGS, LAYER_BYTES, MAGIC, MAX_NAME_BYTES,
     MAX_PAGE_ENTRIES, MIN_PAGE_ENTRIES, OLDEST_VERSION, ROOT_FIXED_BYTES, ROOT_LIMIT, VERSION, truncate_name,
 };
-pub use reader::{Atlas, PAGE_CACHE_BYTES};
+pub use reader::{Atlas, INDEX_READ_AHEAD_BYTES, PAGE_CACHE_BYTES};
 
 pub use disk_cache::DiskCacheStats;
 pub use summary::{AtlasSummary, LayerSummary, MipSummary};

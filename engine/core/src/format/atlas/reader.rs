@@ -114,6 +114,11 @@ impl ReadError {
 /// Bytes of version-2 index pages an atlas keeps in memory (least recently used out).
 pub const PAGE_CACHE_BYTES: usize = 64 << 20;
 
+/// A remote version-2 atlas whose index beyond the opening bytes is at most this long
+/// (about 87,000 tiles: a 32768² texture of 128-texel tiles) reads it ahead whole, in
+/// one background request right after opening; a larger one reads its pages on demand.
+pub const INDEX_READ_AHEAD_BYTES: u64 = 2 << 20;
+
 /// A version-2 atlas' paged index: where pages are, their checksums, and the pages
 /// read so far.
 struct Paged {
@@ -267,6 +272,18 @@ impl Atlas {
         #[cfg(feature = "remote")]
         if let Store::Remote(r) = &atlas.file {
             r.remember_meta(&atlas.meta);
+            // A small paged index is read ahead whole in the background: later camera
+            // moves then need no round trip for index pages.
+            let index_end = atlas.index_offset + atlas.tile_count * ENTRY_BYTES as u64;
+            if let Some(paged) = &atlas.paged {
+                // From the first page the opening bytes do not hold whole.
+                let page_bytes = u64::from(paged.page_entries) * ENTRY_BYTES as u64;
+                let held = r.prefix_len().saturating_sub(atlas.index_offset) / page_bytes;
+                let start = atlas.index_offset + held * page_bytes;
+                if start < index_end && index_end - start <= INDEX_READ_AHEAD_BYTES {
+                    r.read_ahead(start..index_end);
+                }
+            }
         }
         Ok(atlas)
     }
@@ -467,7 +484,7 @@ impl Atlas {
     /// `expect_raw`.
     fn entry_in_data(&self, e: &TileEntry, expect_raw: u64) -> bool {
         e.offset >= self.data_offset
-            && e.offset % BLOB_ALIGN == 0
+            && e.offset.is_multiple_of(BLOB_ALIGN)
             && e.offset.checked_add(u64::from(e.length)).is_some_and(|end| end <= self.len)
             && u64::from(e.raw_length) == expect_raw
     }
@@ -551,6 +568,7 @@ impl Atlas {
     ) -> Vec<Result<Vec<u8>, AtlasError>> {
         #[cfg(feature = "remote")]
         if let Store::Remote(r) = &self.file {
+            self.load_pages_for(tiles);
             let entries: Vec<Result<TileEntry, AtlasError>> = tiles.iter().map(|&t| self.entry(t)).collect();
             let found: Vec<(usize, TileEntry)> =
                 entries.iter().enumerate().filter_map(|(i, e)| Some((i, *e.as_ref().ok()?))).collect();
@@ -573,6 +591,41 @@ impl Atlas {
         }
         let _ = keep;
         tiles.iter().map(|&t| self.read_tile(t)).collect()
+    }
+
+    /// Version 2: reads the index pages of `tiles` not in the page cache, all at once
+    /// (one thread each), so a batch waits one round trip for its pages, not one per
+    /// page. Errors are left for the entries' own reads to report.
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    fn load_pages_for(&self, tiles: &[TileId]) {
+        let Some(paged) = &self.paged else { return };
+        let per = u64::from(paged.page_entries);
+        let mut missing: Vec<(u64, TileId)> = Vec::new();
+        {
+            let c = paged.cache.lock().unwrap_or_else(|e| e.into_inner());
+            for &t in tiles {
+                let Some(layer) = self.layers.get(usize::from(t.layer)) else { continue };
+                if !layer.layout.contains(t) {
+                    continue;
+                }
+                let p = paged.order.position(usize::from(t.layer), u32::from(t.mip), t.x, t.y) / per;
+                if !c.pages.contains_key(&p) && !missing.iter().any(|m| m.0 == p) {
+                    missing.push((p, t));
+                }
+            }
+        }
+        if missing.len() < 2 {
+            return;
+        }
+        // At most 16 at once; any others are read when their entries are.
+        missing.truncate(16);
+        std::thread::scope(|s| {
+            for &(p, t) in &missing {
+                s.spawn(move || {
+                    let _ = self.page(paged, p, t);
+                });
+            }
+        });
     }
 
     /// `blob` as read for `tile` (entry `e`), with read errors mapped and its CRC checked.

@@ -53,7 +53,7 @@ pub const RETRY_WINDOW: Duration = Duration::from_secs(8);
 pub const MAX_RANGE_BYTES: u64 = 1 << 20;
 /// Neighbouring blobs at most this far apart share a request (the gap is read and
 /// thrown away: cheaper than another round trip).
-pub const MAX_GAP_BYTES: u64 = 16 << 10;
+pub const MAX_GAP_BYTES: u64 = 64 << 10;
 /// Requests in flight at once on one object, over all loader threads.
 pub const MAX_IN_FLIGHT: usize = 32;
 /// How often an in-flight range checks whether its tiles are still wanted.
@@ -147,7 +147,9 @@ pub struct RemoteObject {
     runtime: tokio::runtime::Runtime,
     size: u64,
     etag: Option<String>,
-    counters: Counters,
+    counters: Arc<Counters>,
+    /// Bytes read ahead in the background ([`RemoteObject::read_ahead`]): offset and bytes.
+    ahead: Arc<std::sync::OnceLock<(u64, Vec<u8>)>>,
     cache: Option<DiskCache>,
     /// Header, layer table and index from the disk cache (served without requests).
     cached_meta: Option<Vec<u8>>,
@@ -238,14 +240,28 @@ impl RemoteObject {
                 "{location}: the server cannot be reached and the disk cache has no index for it"
             )));
         }
-        let counters = Counters::default();
+        let counters = Arc::new(Counters::default());
         if !offline {
             // The opening request.
             counters.requests.store(1, Ordering::Relaxed);
             counters.bytes.store(prefix.len() as u64, Ordering::Relaxed);
         }
         let permits = tokio::sync::Semaphore::new(MAX_IN_FLIGHT);
-        Ok(Self { store, path, runtime, size, etag, counters, cache, cached_meta, prefix, offline, permits })
+        let ahead = Arc::new(std::sync::OnceLock::new());
+        Ok(Self {
+            store,
+            path,
+            runtime,
+            size,
+            etag,
+            counters,
+            ahead,
+            cache,
+            cached_meta,
+            prefix,
+            offline,
+            permits,
+        })
     }
 
     /// Whether the object was opened from the disk cache without reaching the server.
@@ -288,7 +304,12 @@ impl RemoteObject {
     pub fn read_page(&self, offset: u64, len: u32, crc: u32) -> Result<Vec<u8>, RemoteError> {
         let end = offset.saturating_add(u64::from(len));
         let range = usize::try_from(offset).ok().zip(usize::try_from(end).ok());
-        if let Some(bytes) = range.and_then(|(a, b)| self.prefix.get(a..b)) {
+        let ahead = self.ahead.get().and_then(|(at, bytes)| {
+            let (a, b) = range?;
+            let at = usize::try_from(*at).ok()?;
+            bytes.get(a.checked_sub(at)?..b.checked_sub(at)?)
+        });
+        if let Some(bytes) = range.and_then(|(a, b)| self.prefix.get(a..b)).or(ahead) {
             // Kept in the disk cache as well, for an open while the server is down.
             if let Some(c) = &self.cache
                 && crc32fast::hash(bytes) == crc
@@ -298,6 +319,51 @@ impl RemoteObject {
             return Ok(bytes.to_vec());
         }
         self.read_blob(offset, len, crc)
+    }
+
+    /// Reads `range` (the rest of a small atlas index) with one request in the
+    /// background, without blocking: once it has arrived, [`RemoteObject::read_page`]
+    /// serves the pages inside it without a request. A failure is only logged (the
+    /// pages are then read when wanted). Does nothing offline or past the object.
+    pub fn read_ahead(&self, range: Range<u64>) {
+        if self.offline || range.end > self.size || range.is_empty() || self.ahead.get().is_some() {
+            return;
+        }
+        let (store, path, etag) = (self.store.clone(), self.path.clone(), self.etag.clone());
+        let (counters, ahead) = (self.counters.clone(), self.ahead.clone());
+        let start = range.start;
+        self.runtime.spawn(async move {
+            counters.requests.fetch_add(1, Ordering::Relaxed);
+            let options = GetOptions {
+                range: Some(GetRange::Bounded(range.clone())),
+                if_match: etag,
+                ..Default::default()
+            };
+            let got = match store.get_opts(&path, options).await {
+                Ok(got) => got.bytes().await,
+                Err(e) => Err(e),
+            };
+            match got {
+                Ok(bytes) if bytes.len() as u64 == range.end - range.start => {
+                    counters.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    let _ = ahead.set((start, bytes.to_vec()));
+                }
+                Ok(short) => tracing::warn!(
+                    "reading the index ahead: {} of {} bytes",
+                    short.len(),
+                    range.end - range.start
+                ),
+                Err(e) => {
+                    counters.failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!("reading the index ahead: {}", map_error(e));
+                }
+            }
+        });
+    }
+
+    /// The length of the bytes read at open (from offset 0).
+    pub fn prefix_len(&self) -> u64 {
+        self.prefix.len() as u64
     }
 
     /// Several blobs `(offset, length, crc)` at once, in the order asked: those the
