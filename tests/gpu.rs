@@ -506,6 +506,28 @@ mod remote {
         assert!(net.blobs >= 37 && net.blob_bytes <= net.bytes, "{net:?}");
     }
 
+    /// An index that does not fit in the opening bytes (here 2,731 tiles, 66 KB) is read
+    /// ahead in one background request, from the first page the opening bytes do not
+    /// hold whole: tiles of the last page then cost their blob's request only.
+    #[test]
+    fn a_small_paged_index_is_read_ahead_in_the_background() {
+        let dir = tempfile::tempdir().unwrap();
+        let atlas = bake_source(dir.path(), "wide", Generated::new(8192, 4096));
+        let server = Nginx::serve(dir.path(), "");
+        let a = Atlas::open_with(server.url(&name(&atlas)), &RemoteOptions::without_disk_cache()).unwrap();
+        assert_eq!(a.version(), 2);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while requests(&a) < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(requests(&a), 2, "the opening request and the read-ahead");
+        // Mip 0's last tile on the curve is stored last: its entry is in the last page.
+        let last = TileId::new(0, 0, 63, 31);
+        let local = Atlas::open(&atlas).unwrap();
+        assert_eq!(a.read_tile(last).unwrap(), local.read_tile(last).unwrap());
+        assert_eq!(requests(&a), 3, "one request: the blob; its index page was read ahead");
+    }
+
     /// A range whose tiles are no longer wanted is abandoned in flight (the slow link
     /// here would take seconds): the tiles come back cancelled, quickly, and counted.
     #[test]

@@ -85,13 +85,10 @@ fn real_jpeg_bakes_inspects_and_verifies_with_both_codecs() {
     }
 }
 
-/// Offset and length of a tile's blob, read from the index (entry layout in docs/atlas-format.md).
-fn blob_of(bytes: &[u8], index: usize) -> (usize, usize) {
-    let layers = u32::from_le_bytes(bytes[16..20].try_into().unwrap()) as usize;
-    let at = 64 + 64 * layers + 24 * index;
-    let off = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
-    let len = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
-    (off, len)
+/// Offset and length of a tile's blob, from the atlas index.
+fn blob_of(atlas: &std::path::Path, tile: tessera::core::format::tile::TileId) -> (usize, usize) {
+    let e = tessera::core::Atlas::open(atlas).unwrap().entry(tile).unwrap();
+    (e.offset as usize, e.length as usize)
 }
 
 #[test]
@@ -101,8 +98,8 @@ fn verify_names_the_flipped_tile_and_truncation_is_clear() {
     let o = tessera(&["bake", "--generate", "1000x600", "-o", atlas.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
     let good = std::fs::read(&atlas).unwrap();
-    // Mip 0 is 8x5 tiles; index 13 is tile (5, 1).
-    let (off, len) = blob_of(&good, 13);
+    // Mip 0 is 8x5 tiles.
+    let (off, len) = blob_of(&atlas, tessera::core::format::tile::TileId::new(0, 0, 5, 1));
     let mut bad = good.clone();
     bad[off + len / 2] ^= 0x01;
     let flipped = dir.path().join("flipped.tsa");

@@ -135,7 +135,10 @@ impl AtlasError {
         match self {
             AtlasError::TileChecksum { tile, .. }
             | AtlasError::TileDecode { tile, .. }
-            | AtlasError::NoSuchTile { tile, .. } => Some(*tile),
+            | AtlasError::NoSuchTile { tile, .. }
+            | AtlasError::Changed { tile, .. }
+            | AtlasError::Unavailable { tile, .. }
+            | AtlasError::Cancelled { tile, .. } => Some(*tile),
             _ => None,
         }
     }
