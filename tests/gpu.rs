@@ -454,6 +454,29 @@ mod remote {
         assert!(e.contains("replaced"), "{e}");
     }
 
+    /// The generated `w × h` texture baked (LZ4) in format version 1 and version 2, as
+    /// `{prefix}1.tsa` and `{prefix}2.tsa` in `dir`.
+    fn bake_both_versions(dir: &std::path::Path, prefix: &str, w: u32, h: u32) -> Vec<std::path::PathBuf> {
+        use tessera_core::bake::{BakeInput, BakeOptions, bake};
+        [1, 2]
+            .into_iter()
+            .map(|version| {
+                let path = dir.join(format!("{prefix}{version}.tsa"));
+                let opts = BakeOptions { format_version: version, ..BakeOptions::default() };
+                let input = BakeInput::new("generated", Generated::new(w, h));
+                bake(vec![input], &path, &opts, &tessera_core::NoProgress).unwrap();
+                path
+            })
+            .collect()
+    }
+
+    /// A `WxH` size from the environment variable `name`.
+    fn env_size(name: &str) -> Option<(u32, u32)> {
+        let v = std::env::var(name).ok()?;
+        let (w, h) = v.split_once('x')?;
+        Some((w.parse().ok()?, h.parse().ok()?))
+    }
+
     /// The number of range requests a remote atlas has made so far.
     fn requests(a: &Atlas) -> u64 {
         a.network_stats().map_or(0, |n| n.requests)
@@ -465,21 +488,8 @@ mod remote {
     /// ranges, where the row-ordered version 1 needs a request per row.
     #[test]
     fn version_2_reads_coarse_mips_and_neighbours_in_few_requests() {
-        use tessera_core::bake::{BakeInput, BakeOptions, bake};
         let dir = tempfile::tempdir().unwrap();
-        let mut paths = Vec::new();
-        for version in [1, 2] {
-            let path = dir.path().join(format!("v{version}.tsa"));
-            let opts = BakeOptions { format_version: version, ..BakeOptions::default() };
-            bake(
-                vec![BakeInput::new("g", Generated::new(2048, 2048))],
-                &path,
-                &opts,
-                &tessera_core::NoProgress,
-            )
-            .unwrap();
-            paths.push(path);
-        }
+        let paths = bake_both_versions(dir.path(), "v", 2048, 2048);
         let server = Nginx::serve(dir.path(), "");
         let open = |p: &std::path::Path| {
             Atlas::open_with(server.url(&name(p)), &RemoteOptions::without_disk_cache()).unwrap()
@@ -640,27 +650,16 @@ mod remote {
     /// cache the cold run filled. `cut` preset (a hard cut at frame 30), LZ4 8192×4096
     /// atlas, 640×360 on whatever adapter runs it, frames paced at 60 Hz.
     /// `cargo test --release --test gpu remote_latency_table -- --ignored --nocapture`;
-    /// `TESSERA_BENCH_SIZE=1920x1080` sets the frame size, `TESSERA_BENCH_SERVER=builtin`
+    /// `TESSERA_BENCH_SIZE=1920x1080` sets the frame size, `TESSERA_BENCH_TEXTURE=WxH` the
+    /// generated texture's, `TESSERA_BENCH_SERVER=builtin`
     /// serves with the harness' range server instead of nginx.
     #[test]
     #[ignore = "a benchmark: prints the table for BENCHMARKS.md"]
     fn remote_latency_table() {
-        use tessera_core::bake::{BakeInput, BakeOptions, bake};
         let dir = tempfile::tempdir().unwrap();
         let cache = tempfile::tempdir().unwrap();
-        let mut atlases = Vec::new();
-        for version in [1, 2] {
-            let path = dir.path().join(format!("bench-v{version}.tsa"));
-            let opts = BakeOptions { format_version: version, ..BakeOptions::default() };
-            bake(
-                vec![BakeInput::new("bench", Generated::new(8192, 4096))],
-                &path,
-                &opts,
-                &tessera_core::NoProgress,
-            )
-            .unwrap();
-            atlases.push(path);
-        }
+        let (tw, th) = env_size("TESSERA_BENCH_TEXTURE").unwrap_or((8192, 4096));
+        let atlases = bake_both_versions(dir.path(), "bench-v", tw, th);
         // nginx, or where there is none (the GPU machine) the harness's own range server.
         let builtin = std::env::var("TESSERA_BENCH_SERVER").is_ok_and(|v| v == "builtin");
         let nginx = (!builtin).then(|| Nginx::serve(dir.path(), ""));
@@ -673,14 +672,13 @@ mod remote {
         let direct = |p: &std::path::Path| format!("http://127.0.0.1:{port}/{}", name(p));
         let proxy = tessera_tests::DelayProxy::start(port, Duration::from_millis(10));
         let far = |p: &std::path::Path| format!("http://127.0.0.1:{}/{}", proxy.port(), name(p));
-        let size = std::env::var("TESSERA_BENCH_SIZE")
-            .ok()
-            .and_then(|v| {
-                let (w, h) = v.split_once('x')?;
-                Some((w.parse().ok()?, h.parse().ok()?))
-            })
-            .unwrap_or((640, 360));
-        println!("{} at {}x{}", if builtin { "built-in range server" } else { "nginx" }, size.0, size.1);
+        let size = env_size("TESSERA_BENCH_SIZE").unwrap_or((640, 360));
+        println!(
+            "{}, {tw}x{th} atlas, at {}x{}",
+            if builtin { "built-in range server" } else { "nginx" },
+            size.0,
+            size.1
+        );
         let cached = || RemoteOptions::with_disk_cache(cache.path(), 1024);
         let none = RemoteOptions::without_disk_cache;
         let (v1, v2) = (&atlases[0], &atlases[1]);

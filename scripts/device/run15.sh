@@ -8,3 +8,5 @@ nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 for size in 1920x1080 640x360; do
   TESSERA_BENCH_SERVER=builtin TESSERA_BENCH_SIZE=$size .bin/gpu-bench remote_latency_table --ignored --nocapture 2>&1 | grep -E "^\||range server|panicked" | tee $OUT/remote-$size.txt
 done
+# A larger atlas (32768x16384: 43,691 tiles, a 1 MB index that v1 reads whole at open).
+TESSERA_BENCH_SERVER=builtin TESSERA_BENCH_SIZE=1920x1080 TESSERA_BENCH_TEXTURE=32768x16384 .bin/gpu-bench remote_latency_table --ignored --nocapture 2>&1 | grep -E "^\||range server|panicked" | tee $OUT/remote-32k-1920x1080.txt
