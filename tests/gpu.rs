@@ -522,9 +522,12 @@ mod remote {
     #[test]
     fn a_small_paged_index_is_read_ahead_in_the_background() {
         let dir = tempfile::tempdir().unwrap();
+        let cache = tempfile::tempdir().unwrap();
         let atlas = bake_source(dir.path(), "wide", Generated::new(8192, 4096));
         let server = Nginx::serve(dir.path(), "");
-        let a = Atlas::open_with(server.url(&name(&atlas)), &RemoteOptions::without_disk_cache()).unwrap();
+        let url = server.url(&name(&atlas));
+        let options = RemoteOptions::with_disk_cache(cache.path(), 256);
+        let a = Atlas::open_with(&url, &options).unwrap();
         assert_eq!(a.version(), 2);
         let deadline = Instant::now() + Duration::from_secs(10);
         while requests(&a) < 2 && Instant::now() < deadline {
@@ -536,6 +539,14 @@ mod remote {
         let local = Atlas::open(&atlas).unwrap();
         assert_eq!(a.read_tile(last).unwrap(), local.read_tile(last).unwrap());
         assert_eq!(requests(&a), 3, "one request: the blob; its index page was read ahead");
+        drop(a);
+        // The next run finds the pages (and that blob) in the disk cache: no read-ahead.
+        let b = Atlas::open_with(&url, &options).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(b.read_tile(last).unwrap(), local.read_tile(last).unwrap());
+        let other = TileId::new(0, 0, 62, 31);
+        assert_eq!(b.read_tile(other).unwrap(), local.read_tile(other).unwrap());
+        assert_eq!(requests(&b), 2, "the opening request and the one blob not cached");
     }
 
     /// A range whose tiles are no longer wanted is abandoned in flight (the slow link

@@ -148,6 +148,11 @@ impl DiskCache {
         &self.dir
     }
 
+    /// Whether an entry is stored under `key` (not read, not checked, not counted).
+    pub fn contains(&self, key: u64) -> bool {
+        self.state.lock().ok().is_some_and(|s| s.entries.contains_key(&key))
+    }
+
     /// The blob stored under `key` if it is there and has `len` bytes of CRC-32 `crc`;
     /// an entry that fails the check is deleted.
     pub fn get(&self, key: u64, len: u32, crc: u32) -> Option<Vec<u8>> {

@@ -150,7 +150,7 @@ pub struct RemoteObject {
     counters: Arc<Counters>,
     /// Bytes read ahead in the background ([`RemoteObject::read_ahead`]): offset and bytes.
     ahead: Arc<std::sync::OnceLock<(u64, Vec<u8>)>>,
-    cache: Option<DiskCache>,
+    cache: Option<Arc<DiskCache>>,
     /// Header, layer table and index from the disk cache (served without requests).
     cached_meta: Option<Vec<u8>>,
     /// The object's first bytes, read when it was opened.
@@ -228,13 +228,13 @@ impl RemoteObject {
         };
         let cache =
             cache_dir.and_then(|d| match DiskCache::open(d, location, &identity, options.disk_cache_bytes) {
-                Ok(c) => Some(c),
+                Ok(c) => Some(Arc::new(c)),
                 Err(e) => {
                     tracing::warn!(dir = %d.display(), "disk cache unavailable: {e}");
                     None
                 }
             });
-        let cached_meta = cache.as_ref().and_then(DiskCache::meta);
+        let cached_meta = cache.as_deref().and_then(DiskCache::meta);
         if offline && cached_meta.is_none() {
             return Err(RemoteError::Unavailable(format!(
                 "{location}: the server cannot be reached and the disk cache has no index for it"
@@ -323,14 +323,21 @@ impl RemoteObject {
 
     /// Reads `range` (the rest of a small atlas index) with one request in the
     /// background, without blocking: once it has arrived, [`RemoteObject::read_page`]
-    /// serves the pages inside it without a request. A failure is only logged (the
-    /// pages are then read when wanted). Does nothing offline or past the object.
-    pub fn read_ahead(&self, range: Range<u64>) {
+    /// serves the pages inside it without a request, and the disk cache holds each page
+    /// of `page_bytes` from `range.start` for the next run. A failure is only logged (the
+    /// pages are then read when wanted). Does nothing offline, past the object, or when
+    /// the disk cache already holds the page at `range.start`.
+    pub fn read_ahead(&self, range: Range<u64>, page_bytes: u64) {
         if self.offline || range.end > self.size || range.is_empty() || self.ahead.get().is_some() {
             return;
         }
+        if self.cache.as_ref().is_some_and(|c| c.contains(range.start)) {
+            // An earlier run cached the pages (the first of them at least): they come
+            // from the disk as they are wanted.
+            return;
+        }
         let (store, path, etag) = (self.store.clone(), self.path.clone(), self.etag.clone());
-        let (counters, ahead) = (self.counters.clone(), self.ahead.clone());
+        let (counters, ahead, cache) = (self.counters.clone(), self.ahead.clone(), self.cache.clone());
         let start = range.start;
         self.runtime.spawn(async move {
             counters.requests.fetch_add(1, Ordering::Relaxed);
@@ -346,6 +353,13 @@ impl RemoteObject {
             match got {
                 Ok(bytes) if bytes.len() as u64 == range.end - range.start => {
                     counters.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    if let Some(c) = &cache {
+                        // Page by page, for the next run (each is checked against its
+                        // CRC when it is read back).
+                        for (i, page) in bytes.chunks(page_bytes.max(1) as usize).enumerate() {
+                            c.put(start + i as u64 * page_bytes.max(1), page);
+                        }
+                    }
                     let _ = ahead.set((start, bytes.to_vec()));
                 }
                 Ok(short) => tracing::warn!(
@@ -540,7 +554,7 @@ impl RemoteObject {
         let (p50, p95) = c.latencies.lock().map(|ring| median_and_p95(&ring.0)).unwrap_or_default();
         NetworkStats {
             offline: self.offline,
-            disk_cache: self.cache.as_ref().map(DiskCache::stats),
+            disk_cache: self.cache.as_deref().map(DiskCache::stats),
             requests: c.requests.load(Ordering::Relaxed),
             failures: c.failures.load(Ordering::Relaxed),
             cancelled: c.cancelled.load(Ordering::Relaxed),
