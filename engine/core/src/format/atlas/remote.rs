@@ -283,33 +283,14 @@ impl RemoteObject {
     /// disk cache when it holds it, else from the server (then cached when the CRC
     /// matches; a mismatch is returned as read, for the caller to report).
     pub fn read_blob(&self, offset: u64, len: u32, crc: u32) -> Result<Vec<u8>, RemoteError> {
-        if let Some(hit) = self.cache.as_ref().and_then(|c| c.get(offset, len, crc)) {
-            return Ok(hit);
-        }
-        let mut blob = vec![0u8; len as usize];
-        self.fetch_exact(&mut blob, offset)?;
-        self.counters.blobs.fetch_add(1, Ordering::Relaxed);
-        self.counters.useful_bytes.fetch_add(u64::from(len), Ordering::Relaxed);
-        if let Some(c) = &self.cache
-            && crc32fast::hash(&blob) == crc
-        {
-            c.put(offset, &blob);
-        }
-        Ok(blob)
+        self.read_blobs(&[(offset, len, crc)], &|_| true).pop().unwrap_or(Err(RemoteError::Cancelled))
     }
 
     /// An index page of `len` bytes at `offset` (CRC-32 `crc`): from the bytes read at
     /// open when they hold it (the same identity; then also written to the disk cache),
     /// else like a blob (disk cache, then the server).
     pub fn read_page(&self, offset: u64, len: u32, crc: u32) -> Result<Vec<u8>, RemoteError> {
-        let end = offset.saturating_add(u64::from(len));
-        let range = usize::try_from(offset).ok().zip(usize::try_from(end).ok());
-        let ahead = self.ahead.get().and_then(|(at, bytes)| {
-            let (a, b) = range?;
-            let at = usize::try_from(*at).ok()?;
-            bytes.get(a.checked_sub(at)?..b.checked_sub(at)?)
-        });
-        if let Some(bytes) = range.and_then(|(a, b)| self.prefix.get(a..b)).or(ahead) {
+        if let Some(bytes) = self.known(offset, u64::from(len)) {
             // Kept in the disk cache as well, for an open while the server is down.
             if let Some(c) = &self.cache
                 && crc32fast::hash(bytes) == crc
@@ -319,6 +300,19 @@ impl RemoteObject {
             return Ok(bytes.to_vec());
         }
         self.read_blob(offset, len, crc)
+    }
+
+    /// The `len` bytes at `offset` when they are already here: in the index kept by the
+    /// disk cache, the bytes read at open, or those read ahead (all of the opened
+    /// identity).
+    fn known(&self, offset: u64, len: u64) -> Option<&[u8]> {
+        let end = offset.checked_add(len)?;
+        let ahead = self.ahead.get().and_then(|(at, b)| slice_at(b, *at, offset, end));
+        self.cached_meta
+            .as_deref()
+            .and_then(|m| slice_at(m, 0, offset, end))
+            .or_else(|| slice_at(&self.prefix, 0, offset, end))
+            .or(ahead)
     }
 
     /// Reads `range` (the rest of a small atlas index) with one request in the
@@ -471,13 +465,7 @@ impl RemoteObject {
     /// open or the cached index when they cover the range (the atlas' header and index),
     /// else with one range request.
     pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<(), RemoteError> {
-        let end = offset.saturating_add(buf.len() as u64);
-        let known = [self.cached_meta.as_deref(), Some(self.prefix.as_slice())];
-        if let Some(bytes) = known
-            .into_iter()
-            .flatten()
-            .find_map(|m| m.get(usize::try_from(offset).ok()?..usize::try_from(end).ok()?))
-        {
+        if let Some(bytes) = self.known(offset, buf.len() as u64) {
             buf.copy_from_slice(bytes);
             return Ok(());
         }
@@ -566,6 +554,14 @@ impl RemoteObject {
             latency_p95_ms: p95,
         }
     }
+}
+
+/// Bytes `[start, end)` of the object out of `bytes`, which hold the object from
+/// offset `at`, when they hold all of them.
+fn slice_at(bytes: &[u8], at: u64, start: u64, end: u64) -> Option<&[u8]> {
+    let from = usize::try_from(start.checked_sub(at)?).ok()?;
+    let to = usize::try_from(end.checked_sub(at)?).ok()?;
+    bytes.get(from..to)
 }
 
 /// The median and 95th percentile of `latencies` (0 when empty). Called every frame
