@@ -39,6 +39,10 @@ pub fn is_remote(location: &str) -> bool {
 /// (4 s at 16 KiB/s).
 pub const OPEN_PREFIX: u64 = 64 << 10;
 
+/// The longest an index page read waits for a read-ahead in flight that will bring
+/// it (past that, the page is asked for on its own).
+const AHEAD_WAIT: Duration = Duration::from_secs(10);
+
 /// How long one request may take before it is retried.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long connecting may take.
@@ -148,8 +152,8 @@ pub struct RemoteObject {
     size: u64,
     etag: Option<String>,
     counters: Arc<Counters>,
-    /// Bytes read ahead in the background ([`RemoteObject::read_ahead`]): offset and bytes.
-    ahead: Arc<std::sync::OnceLock<(u64, Vec<u8>)>>,
+    /// Bytes read ahead in the background ([`RemoteObject::read_ahead`]).
+    ahead: Arc<Ahead>,
     cache: Option<Arc<DiskCache>>,
     /// Header, layer table and index from the disk cache (served without requests).
     cached_meta: Option<Vec<u8>>,
@@ -159,6 +163,41 @@ pub struct RemoteObject {
     offline: bool,
     /// Bounds the requests in flight at once ([`MAX_IN_FLIGHT`]).
     permits: tokio::sync::Semaphore,
+}
+
+/// The background read of a small index ([`RemoteObject::read_ahead`]): the range
+/// while its request is in flight, then its bytes once they arrived.
+#[derive(Default)]
+struct Ahead {
+    /// Offset and bytes, once read.
+    bytes: std::sync::OnceLock<(u64, Vec<u8>)>,
+    /// The range being read; `None` once the request ended (read, failed or dropped).
+    pending: Mutex<Option<Range<u64>>>,
+    /// Signalled when `pending` is cleared.
+    ended: std::sync::Condvar,
+}
+
+impl Ahead {
+    /// Waits (at most `limit`) for an in-flight read-ahead that covers `offset..end`,
+    /// so a page it is about to bring is not asked for a second time.
+    fn wait_for(&self, offset: u64, end: u64, limit: Duration) {
+        let Ok(pending) = self.pending.lock() else { return };
+        let covers = |p: &Option<Range<u64>>| p.as_ref().is_some_and(|r| r.start <= offset && end <= r.end);
+        let _ = self.ended.wait_timeout_while(pending, limit, |p| covers(p));
+    }
+}
+
+/// Clears [`Ahead::pending`] and wakes the waiters when dropped, however the
+/// read-ahead ended (its task may also be dropped with the runtime).
+struct AheadEnded(Arc<Ahead>);
+
+impl Drop for AheadEnded {
+    fn drop(&mut self) {
+        if let Ok(mut p) = self.0.pending.lock() {
+            *p = None;
+        }
+        self.0.ended.notify_all();
+    }
 }
 
 /// Counts a request in flight until dropped (finished, failed or abandoned).
@@ -247,7 +286,7 @@ impl RemoteObject {
             counters.bytes.store(prefix.len() as u64, Ordering::Relaxed);
         }
         let permits = tokio::sync::Semaphore::new(MAX_IN_FLIGHT);
-        let ahead = Arc::new(std::sync::OnceLock::new());
+        let ahead = Arc::new(Ahead::default());
         Ok(Self {
             store,
             path,
@@ -290,6 +329,10 @@ impl RemoteObject {
     /// open when they hold it (the same identity; then also written to the disk cache),
     /// else like a blob (disk cache, then the server).
     pub fn read_page(&self, offset: u64, len: u32, crc: u32) -> Result<Vec<u8>, RemoteError> {
+        if self.known(offset, u64::from(len)).is_none() {
+            // A read-ahead on its way with this page: wait for it rather than ask twice.
+            self.ahead.wait_for(offset, offset + u64::from(len), AHEAD_WAIT);
+        }
         if let Some(bytes) = self.known(offset, u64::from(len)) {
             // Kept in the disk cache as well, for an open while the server is down.
             if let Some(c) = &self.cache
@@ -307,7 +350,7 @@ impl RemoteObject {
     /// identity).
     fn known(&self, offset: u64, len: u64) -> Option<&[u8]> {
         let end = offset.checked_add(len)?;
-        let ahead = self.ahead.get().and_then(|(at, b)| slice_at(b, *at, offset, end));
+        let ahead = self.ahead.bytes.get().and_then(|(at, b)| slice_at(b, *at, offset, end));
         self.cached_meta
             .as_deref()
             .and_then(|m| slice_at(m, 0, offset, end))
@@ -322,7 +365,7 @@ impl RemoteObject {
     /// pages are then read when wanted). Does nothing offline, past the object, or when
     /// the disk cache already holds the page at `range.start`.
     pub fn read_ahead(&self, range: Range<u64>, page_bytes: u64) {
-        if self.offline || range.end > self.size || range.is_empty() || self.ahead.get().is_some() {
+        if self.offline || range.end > self.size || range.is_empty() || self.ahead.bytes.get().is_some() {
             return;
         }
         if self.cache.as_ref().is_some_and(|c| c.contains(range.start)) {
@@ -333,7 +376,14 @@ impl RemoteObject {
         let (store, path, etag) = (self.store.clone(), self.path.clone(), self.etag.clone());
         let (counters, ahead, cache) = (self.counters.clone(), self.ahead.clone(), self.cache.clone());
         let start = range.start;
+        match self.ahead.pending.lock() {
+            Ok(mut p) if p.is_none() => *p = Some(range.clone()),
+            // One read-ahead at a time.
+            _ => return,
+        }
+        let ended = AheadEnded(ahead.clone());
         self.runtime.spawn(async move {
+            let _ended = ended;
             counters.requests.fetch_add(1, Ordering::Relaxed);
             let options = GetOptions {
                 range: Some(GetRange::Bounded(range.clone())),
@@ -354,7 +404,7 @@ impl RemoteObject {
                             c.put(start + i as u64 * page_bytes.max(1), page);
                         }
                     }
-                    let _ = ahead.set((start, bytes.to_vec()));
+                    let _ = ahead.bytes.set((start, bytes.to_vec()));
                 }
                 Ok(short) => tracing::warn!(
                     "reading the index ahead: {} of {} bytes",
