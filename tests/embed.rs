@@ -342,4 +342,129 @@ fn fs_main(in: VsOut) -> @location(0) vec4<f32> {{
         let big = render(ctx, &pipe, &mut [&mut vt], &[1]);
         compare_golden_psnr("pool-grown", SIZE, &big, &before, 60.0);
     }
+
+    /// An engine that owns its bind groups and submissions (as Bevy's materials and
+    /// render world do): the virtual texture's resources inside the engine's own group
+    /// next to a binding of its own (`vt_bindings_at`), the frame begun in one
+    /// submission, drawn in a second and ended (`end_detached`) in a third. The frames
+    /// are those of the plain embedding.
+    #[test]
+    fn an_engines_own_bind_group_and_submissions_render_the_same_frames() {
+        use tessera::shaders::{vt_bindings_at, vt_layout_entries};
+        let ctx = gpu();
+        let dir = tempfile::tempdir().unwrap();
+        let (atlas_a, _) = atlases(dir.path());
+        let config = VtConfig { pool_mib: 8, ..VtConfig::default() };
+        let mut plain = VirtualTextures::new(ctx, atlas_a.clone(), config.clone()).unwrap();
+        let src = shader(
+            VT_WGSL,
+            "vt_sample_grad(ua * 0.25, dpdx(ua) * 0.25, dpdy(ua) * 0.25, in.pos)",
+            "vec4<f32>(0.5)",
+        );
+        let pipe = pipeline(ctx, src, &[None, Some(plain.bind_group_layout())]);
+        let expected = render(ctx, &pipe, &mut [&mut plain], &[1]);
+
+        let mut vt = VirtualTextures::new(ctx, atlas_a, config).unwrap();
+        let layer = vt.layer(0).unwrap();
+        let device = &ctx.device;
+        // The engine's own binding 0 (a tint of 1) and the virtual texture at 10..16.
+        let mut entries = vec![wgpu::BindGroupLayoutEntry {
+            binding: 0,
+            visibility: wgpu::ShaderStages::FRAGMENT,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Uniform,
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        }];
+        entries.extend(vt_layout_entries(vt.page_table_storage(), 10));
+        let layout = device
+            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: None, entries: &entries });
+        let tint = device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: 16,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        ctx.queue.write_buffer(&tint, 0, &[1.0f32; 4].map(f32::to_le_bytes).concat());
+        let r = vt.binding_resources(layer).clone();
+        let page_table = match &r.page_table {
+            tessera::PageTableResource::Buffer(b) => b.as_entire_binding(),
+            tessera::PageTableResource::Texture(v) => wgpu::BindingResource::TextureView(v),
+        };
+        let views = [10 + 3, 10 + 5, 10 + 6].into_iter().zip(&r.pools);
+        let mut group_entries = vec![
+            wgpu::BindGroupEntry { binding: 0, resource: tint.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 10, resource: r.params.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 11, resource: page_table },
+            wgpu::BindGroupEntry { binding: 12, resource: r.feedback.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 14, resource: wgpu::BindingResource::Sampler(&r.sampler) },
+        ];
+        group_entries.extend(views.map(|(binding, v)| wgpu::BindGroupEntry {
+            binding,
+            resource: wgpu::BindingResource::TextureView(v),
+        }));
+        let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &layout,
+            entries: &group_entries,
+        });
+        let prefix =
+            format!("{}\n@group(0) @binding(0) var<uniform> tint: vec4<f32>;", vt_bindings_at("0", 10));
+        let own = pipeline(
+            ctx,
+            shader(
+                &prefix,
+                "tint * vt_sample_grad(ua * 0.25, dpdx(ua) * 0.25, dpdy(ua) * 0.25, in.pos)",
+                "vec4<f32>(0.5)",
+            ),
+            &[Some(&layout)],
+        );
+        let target = OffscreenTarget::new(device, SIZE.0, SIZE.1);
+        let mut ended = 0;
+        for _ in 0..60 {
+            // Submission 1: the streaming decisions, uploads and the feedback clear.
+            let mut first = device.create_command_encoder(&Default::default());
+            let frame = vt.begin(ctx, &mut first).detach();
+            ctx.queue.submit([first.finish()]);
+            // Submission 2: the engine's pass, recorded elsewhere.
+            let mut draw = device.create_command_encoder(&Default::default());
+            {
+                let mut pass = draw.begin_render_pass(&wgpu::RenderPassDescriptor {
+                    color_attachments: &[Some(wgpu::RenderPassColorAttachment {
+                        view: &target.color_view,
+                        depth_slice: None,
+                        resolve_target: None,
+                        ops: wgpu::Operations::default(),
+                    })],
+                    ..Default::default()
+                });
+                pass.set_pipeline(&own);
+                pass.set_bind_group(0, &group, &[]);
+                pass.draw(0..3, 0..1);
+            }
+            target.copy_out(&mut draw);
+            ctx.queue.submit([draw.finish()]);
+            // Submission 3: the feedback readback.
+            let mut last = device.create_command_encoder(&Default::default());
+            let stats = vt.end_detached(frame, &mut last);
+            ctx.queue.submit([last.finish()]);
+            vt.submitted();
+            ended += 1;
+            let _ = stats;
+            ctx.wait_idle().unwrap();
+            if vt.fully_resident() {
+                break;
+            }
+        }
+        assert!(vt.fully_resident(), "never fully resident after {ended} frames");
+        // A corner at 4x magnification needs mip-0 tiles, which only feedback brings.
+        assert!(
+            vt.stats().loader.completed > 0 && vt.resident_fraction() == Some(1.0),
+            "nothing was streamed"
+        );
+        let actual = target.read(ctx).unwrap();
+        compare_golden_psnr("own-bind-group", SIZE, &actual, &expected, 60.0);
+    }
 }

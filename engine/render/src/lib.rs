@@ -163,10 +163,11 @@ pub mod staging;
 pub use context::{GpuContext, OPTIONAL_FEATURES};
 pub use error::RenderError;
 pub use lost::DeviceLost;
-pub use page_table::PageTableStorage;
+pub use page_table::{PageTableResource, PageTableStorage};
+pub use params::BindingResources;
 pub use tessera_core as core;
 pub use tessera_core::stream::stats::StreamFrame;
-pub use vt::{VirtualTextures, VtConfig, VtFrame, VtLayer};
+pub use vt::{DetachedFrame, VirtualTextures, VtConfig, VtFrame, VtLayer};
 /// The wgpu this crate is built against: use it for your own device and pipelines, so
 /// that the versions always match.
 pub use wgpu;

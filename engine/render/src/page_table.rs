@@ -12,6 +12,15 @@ use tessera_core::stream::streamer::PageTableWrite;
 /// Entries per row of the texture storage: entry `i` is texel `(i % ROW, i / ROW)`.
 pub const PAGE_TABLE_ROW: u32 = 4096;
 
+/// The page table's GPU resource ([`PageTableStorage`] says which).
+#[derive(Clone, Debug)]
+pub enum PageTableResource {
+    /// A read-only storage buffer of `u32`.
+    Buffer(wgpu::Buffer),
+    /// A view of the `R32Uint` texture.
+    Texture(wgpu::TextureView),
+}
+
 /// Where the page table lives on the GPU.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub enum PageTableStorage {
@@ -139,6 +148,14 @@ impl PageTableBuffer {
     }
 
     /// The page table as a bind-group resource.
+    /// The page table as an owned handle.
+    pub fn resource(&self) -> PageTableResource {
+        match &self.store {
+            Store::Buffer(buffer) => PageTableResource::Buffer(buffer.clone()),
+            Store::Texture(_, view) => PageTableResource::Texture(view.clone()),
+        }
+    }
+
     pub fn binding(&self) -> wgpu::BindingResource<'_> {
         match &self.store {
             Store::Buffer(buffer) => buffer.as_entire_binding(),

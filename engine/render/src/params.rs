@@ -135,6 +135,26 @@ pub struct LayerBinding {
     pub buffer: wgpu::Buffer,
     /// Group 1 of `vt.wgsl` for this layer.
     pub bind_group: wgpu::BindGroup,
+    /// What `bind_group` binds, for engines that build bind groups of their own.
+    pub resources: BindingResources,
+}
+
+/// The resources behind one layer's `vt.wgsl` bindings, in binding order (handles:
+/// cloning them is cheap). [`crate::VirtualTextures::binding_resources`] gives them to
+/// engines that put the virtual texture into a bind group of their own, such as a
+/// material's ([`layout_entries`] and [`crate::shaders::vt_bindings_at`]).
+#[derive(Clone, Debug)]
+pub struct BindingResources {
+    /// Binding 0: the layer's parameter block (a uniform buffer).
+    pub params: wgpu::Buffer,
+    /// Binding 1: the page table.
+    pub page_table: crate::page_table::PageTableResource,
+    /// Binding 2: the feedback bitset (a read-write storage buffer).
+    pub feedback: wgpu::Buffer,
+    /// Bindings 3, 5 and 6: pools 0, 1 and 2 (a layer the atlas lacks repeats pool 0).
+    pub pools: [wgpu::TextureView; 3],
+    /// Binding 4: the pool sampler.
+    pub sampler: wgpu::Sampler,
 }
 
 impl LayerBinding {
@@ -171,7 +191,14 @@ impl LayerBinding {
                 wgpu::BindGroupEntry { binding: 6, resource: view(2) },
             ],
         });
-        Self { params, buffer, bind_group }
+        let resources = BindingResources {
+            params: buffer.clone(),
+            page_table: resources.page_table.resource(),
+            feedback: resources.feedback.clone(),
+            pools: [0, 1, 2].map(|i| pools.get(i).unwrap_or(&pools[0]).view().clone()),
+            sampler: resources.sampler.clone(),
+        };
+        Self { params, buffer, bind_group, resources }
     }
 
     /// Writes the CPU copy of the block to its buffer.
@@ -212,6 +239,20 @@ pub fn bind_group_layout(
     device: &wgpu::Device,
     page_table: crate::page_table::PageTableStorage,
 ) -> wgpu::BindGroupLayout {
+    device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some("tessera vt"),
+        entries: &layout_entries(page_table, 0),
+    })
+}
+
+/// The layout entries of the `vt.wgsl` bindings, numbered from `first` (0 for the
+/// group of its own; see [`crate::shaders::vt_bindings_at`] for bindings inside a
+/// group of yours): the parameter block, the page table, the feedback bitset, pool 0,
+/// the sampler, pools 1 and 2. Fragment stage only.
+pub fn layout_entries(
+    page_table: crate::page_table::PageTableStorage,
+    first: u32,
+) -> [wgpu::BindGroupLayoutEntry; 7] {
     let frag = wgpu::ShaderStages::FRAGMENT;
     let pool_texture = wgpu::BindingType::Texture {
         sample_type: wgpu::TextureSampleType::Float { filterable: true },
@@ -229,17 +270,19 @@ pub fn bind_group_layout(
         min_binding_size: None,
     };
     let sampler = wgpu::BindingType::Sampler(wgpu::SamplerBindingType::Filtering);
-    let entry = |binding, ty| wgpu::BindGroupLayoutEntry { binding, visibility: frag, ty, count: None };
-    device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-        label: Some("tessera vt"),
-        entries: &[
-            entry(0, uniform),
-            entry(1, page_table.binding_type()),
-            entry(2, storage(false)),
-            entry(3, pool_texture),
-            entry(4, sampler),
-            entry(5, pool_texture),
-            entry(6, pool_texture),
-        ],
-    })
+    let entry = |binding, ty| wgpu::BindGroupLayoutEntry {
+        binding: first + binding,
+        visibility: frag,
+        ty,
+        count: None,
+    };
+    [
+        entry(0, uniform),
+        entry(1, page_table.binding_type()),
+        entry(2, storage(false)),
+        entry(3, pool_texture),
+        entry(4, sampler),
+        entry(5, pool_texture),
+        entry(6, pool_texture),
+    ]
 }

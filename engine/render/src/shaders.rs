@@ -19,6 +19,25 @@ pub const VT_WGSL: &str = include_str!("../shaders/vt.wgsl");
 /// The bind group [`VT_WGSL`] declares.
 pub const VT_GROUP: u32 = 1;
 
+/// The layout entries that go with [`vt_bindings_at`] (bindings `first..first + 7`).
+pub use crate::params::layout_entries as vt_layout_entries;
+
+/// [`VT_WGSL`] with its bindings moved into a bind group of the caller's, such as a
+/// material's: `@group(group) @binding(first + i)` for binding `i` of
+/// [`crate::params::layout_entries`]. `group` is pasted as written, so it may be a
+/// number or a constant expression of the shading language in use (Bevy's WESL
+/// materials write `constants::MATERIAL_BIND_GROUP`).
+pub fn vt_bindings_at(group: &str, first: u32) -> String {
+    let mut out = VT_WGSL.to_owned();
+    for binding in 0..7 {
+        out = out.replace(
+            &format!("@group({VT_GROUP}) @binding({binding})"),
+            &format!("@group({group}) @binding({})", first + binding),
+        );
+    }
+    out
+}
+
 /// [`VT_WGSL`] at bind group `group` with its names taken from `name`: every identifier
 /// `vt_x` becomes `name_x`, `vt` becomes `name`, and the struct names `VtX` become
 /// `NameX` (`name` in UpperCamelCase). For example `vt_module(2, "detail")` declares

@@ -589,6 +589,18 @@ impl VirtualTextures {
         &self.layers[layer.index].bind_group
     }
 
+    /// The resources behind `layer`'s bindings, for an engine that binds them in a bind
+    /// group of its own (a material's), laid out by [`crate::params::layout_entries`]
+    /// for the shader of [`crate::shaders::vt_bindings_at`]. They change when the pool
+    /// is resized ([`VirtualTextures::set_pool_mib`]): build such bind groups again then.
+    ///
+    /// # Panics
+    /// Like [`VirtualTextures::bind_group`], for a layer of other virtual textures.
+    pub fn binding_resources(&self, layer: VtLayer) -> &crate::params::BindingResources {
+        assert!(layer.owner == self.id, "VtLayer {} belongs to other virtual textures", layer.index);
+        &self.layers[layer.index].resources
+    }
+
     /// Whether the atlas is stacked: its layers share tile ids, residency and one
     /// page table, each in its own pool.
     pub fn is_stacked(&self) -> bool {
@@ -862,6 +874,75 @@ impl VtFrame<'_> {
             Some(lost) => Err(lost.into()),
             None => Ok(self.stats),
         }
+    }
+}
+
+impl<'a> VtFrame<'a> {
+    /// Releases the borrow of the virtual textures, for engines that record the frame's
+    /// passes in one stage and submit them in another (a render graph, Bevy's render
+    /// world): the feedback clear recorded by `begin` must be submitted before the
+    /// passes that sample, and [`VirtualTextures::end_detached`] recorded and submitted
+    /// after them, then [`VirtualTextures::submitted`] called. The returned token
+    /// pairs the two ends: dropping it without `end_detached` warns like a dropped
+    /// frame.
+    pub fn detach(mut self) -> DetachedFrame {
+        self.finished = true;
+        DetachedFrame { number: self.number, stats: std::mem::take(&mut self.stats), ended: false }
+    }
+}
+
+/// A frame begun by [`VirtualTextures::begin`] and [`VtFrame::detach`]ed: the
+/// virtual textures are free to use until [`VirtualTextures::end_detached`] takes it
+/// back after the frame's passes.
+#[must_use = "pass it to VirtualTextures::end_detached after the passes, or this frame's feedback is lost"]
+#[derive(Debug)]
+pub struct DetachedFrame {
+    number: u64,
+    stats: StreamFrame,
+    ended: bool,
+}
+
+impl DetachedFrame {
+    /// This frame's number.
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+
+    /// What streaming did before this frame.
+    pub fn stats(&self) -> &StreamFrame {
+        &self.stats
+    }
+}
+
+impl Drop for DetachedFrame {
+    fn drop(&mut self) {
+        if !self.ended {
+            tracing::warn!(
+                frame = self.number,
+                "a DetachedFrame was dropped without end_detached: its feedback is lost"
+            );
+        }
+    }
+}
+
+impl VirtualTextures {
+    /// Ends a [`DetachedFrame`] after its passes were recorded: records the feedback
+    /// readback into `encoder`, which the caller submits after those passes and then
+    /// calls [`VirtualTextures::submitted`]. Returns the frame's statistics.
+    pub fn end_detached(
+        &mut self,
+        mut frame: DetachedFrame,
+        encoder: &mut wgpu::CommandEncoder,
+    ) -> StreamFrame {
+        self.feedback.end(encoder, frame.number);
+        frame.ended = true;
+        std::mem::take(&mut frame.stats)
+    }
+
+    /// Starts mapping the readback recorded by [`VirtualTextures::end_detached`]
+    /// (never waited on): call it once the encoder holding it was submitted.
+    pub fn submitted(&mut self) {
+        self.feedback.after_submit();
     }
 }
 
