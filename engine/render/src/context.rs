@@ -119,6 +119,26 @@ impl GpuContext {
         device: &wgpu::Device,
         queue: &wgpu::Queue,
     ) -> Result<Self, RenderError> {
+        Self::wrap(adapter, device, queue, true)
+    }
+
+    /// Like [`GpuContext::from_parts`], but leaves the device's lost callback and
+    /// uncaptured-error handler to the host, for engines that install their own (Bevy
+    /// does): [`GpuContext::lost`] then stays `None`, and the host reports a lost device.
+    pub fn from_host_parts(
+        adapter: &wgpu::Adapter,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+    ) -> Result<Self, RenderError> {
+        Self::wrap(adapter, device, queue, false)
+    }
+
+    fn wrap(
+        adapter: &wgpu::Adapter,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        install: bool,
+    ) -> Result<Self, RenderError> {
         let info = adapter.get_info();
         let downlevel = adapter.get_downlevel_capabilities();
         if !downlevel.flags.contains(wgpu::DownlevelFlags::FRAGMENT_WRITABLE_STORAGE)
@@ -136,7 +156,7 @@ impl GpuContext {
             adapter = %info.name, backend = ?info.backend, driver = %info.driver, driver_info = %info.driver_info,
             features = ?(features & OPTIONAL_FEATURES), "GPU adapter chosen"
         );
-        let lost = LostState::install(device);
+        let lost = if install { LostState::install(device) } else { Arc::new(LostState::default()) };
         Ok(Self {
             instance: None,
             adapter: adapter.clone(),

@@ -1,0 +1,529 @@
+//! Tessera's streaming virtual textures in Bevy.
+//!
+//! Add [`TesseraPlugin`], then give meshes a [`TesseraMaterial`]: Bevy's
+//! `StandardMaterial` (lit by Bevy) whose base colour comes from a baked atlas
+//! (`tessera bake photo.jpg -o photo.tsa`), streamed through a fixed VRAM pool on
+//! Bevy's own device:
+//!
+//! ```no_run
+//! use bevy::prelude::*;
+//! use bevy_tessera::{TesseraMaterial, TesseraPlugin, VirtualTexture};
+//!
+//! fn setup(
+//!     mut commands: Commands,
+//!     mut meshes: ResMut<Assets<Mesh>>,
+//!     mut materials: ResMut<Assets<TesseraMaterial>>,
+//! ) {
+//!     commands.spawn((
+//!         Mesh3d(meshes.add(Plane3d::default().mesh().size(8.0, 8.0))),
+//!         MeshMaterial3d(materials.add(VirtualTexture::material("photo.tsa"))),
+//!     ));
+//! }
+//! # let _ = App::new().add_plugins(TesseraPlugin::default()).add_systems(Startup, setup);
+//! ```
+//!
+//! Each frame, in Bevy's render world: the plugin begins every atlas' frame (feedback
+//! collected without waiting, the streamer's decisions, uploads and page-table writes,
+//! the feedback bitset cleared) before Bevy's passes, and records the feedback readback
+//! after them. [`TesseraStats`] (a resource) and [`FullyResident`] (a message) report
+//! back to the main world.
+//!
+//! Your own materials can sample a virtual texture too: the WESL module `tessera::vt`
+//! ([`VT_SHADER`]) declares `vt_sample(uv, frag_coord)` on bindings 100 to 106 of the
+//! material bind group; bind them with [`VirtualTexture`] as a `MaterialExtension`.
+//!
+//! An atlas that cannot be opened (missing, corrupted, a newer format) is reported once
+//! in Bevy's log, and its meshes keep their `StandardMaterial` colour.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bevy::asset::uuid_handle;
+use bevy::ecs::system::SystemParamItem;
+use bevy::ecs::system::lifetimeless::SRes;
+use bevy::pbr::{ExtendedMaterial, MaterialExtension};
+use bevy::prelude::*;
+use bevy::render::render_resource::{
+    AsBindGroup, AsBindGroupError, BindGroupBuilder, BindGroupLayout, BindGroupLayoutEntry, BindingType,
+    BufferBindingType, BufferInitDescriptor, BufferUsages, SamplerBindingType, ShaderStages, TextureViewDimension,
+    UnpreparedBindingResource,
+};
+use bevy::render::renderer::{
+    RenderAdapter, RenderDevice, RenderGraph, RenderGraphSystems, RenderQueue,
+};
+use bevy::render::{Extract, ExtractSchedule, Render, RenderApp, RenderSystems};
+use bevy::shader::{Shader, ShaderRef};
+use crossbeam_channel::{Receiver, Sender};
+use tessera::core::Atlas;
+use tessera::core::format::atlas::Wrap;
+use tessera::core::scene::scene_bake::PackedMaterial;
+use tessera::{DetachedFrame, GpuContext, PageTableStorage, VirtualTextures, VtConfig, wgpu};
+
+/// The first binding of the virtual texture in the material bind group (Bevy leaves
+/// 0 to 99 to the base material).
+pub const FIRST_BINDING: u32 = 100;
+
+/// The binding of [`TesseraMaterial`]'s [`Region`] block, after the virtual texture's.
+pub const REGION_BINDING: u32 = FIRST_BINDING + 7;
+
+/// The `tessera::vt` WESL module: `vt_sample`, `vt_sample_grad`, `vt_sample_layers`
+/// (see Tessera's `vt.wgsl`) and `vt_enabled()` (false for an atlas that failed to
+/// open), on bindings [`FIRST_BINDING`].. of the material bind group.
+pub const VT_SHADER: Handle<Shader> = uuid_handle!("7f1c9a52-3b0e-4f4e-9d1a-6a54c2f0e911");
+
+/// The fragment shader of [`TesseraMaterial`].
+pub const MATERIAL_SHADER: Handle<Shader> = uuid_handle!("0c2b8f63-81d4-4a7e-b5e2-93a0d61c4f27");
+
+/// Bevy's `StandardMaterial` with its base colour streamed from a virtual texture.
+pub type TesseraMaterial = ExtendedMaterial<StandardMaterial, VirtualTexture>;
+
+/// The virtual texture of a material: a baked atlas (a path, or an `http(s)://` or
+/// `s3://` URL when Tessera is built with remote atlases), sampled over the mesh's UVs
+/// (0..1 across the whole texture).
+#[derive(Asset, TypePath, Clone, Debug, PartialEq)]
+pub struct VirtualTexture {
+    /// Where the atlas is.
+    pub atlas: String,
+    /// The part of the atlas the mesh's UVs span: the whole texture by default, or a
+    /// material's rectangle of a scene atlas (`tessera bake --gltf`).
+    pub region: Region,
+}
+
+/// The part of an atlas a material samples, and how.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Region {
+    /// Origin and size in the atlas' uv (0..1).
+    pub rect: [f32; 4],
+    /// Its size in texels (UVs clamp to the texel centres inside it).
+    pub texels: [f32; 2],
+    /// Whether UVs repeat inside the rectangle along u and v (else they clamp).
+    pub wrap: [bool; 2],
+    /// The finest level of detail (0 = mip 0) that still has whole tiles of this
+    /// rectangle; limits blur from neighbours in a packed atlas.
+    pub max_lod: f32,
+    /// Layer 1 of a stacked atlas holds this material's normal map (tangent space).
+    pub normal_map: bool,
+    /// The normal map's X and Y scale.
+    pub normal_scale: f32,
+    /// Whether the material samples the atlas at all (an untextured material of a
+    /// scene keeps its constant factors).
+    pub sampled: bool,
+}
+
+impl Default for Region {
+    /// The whole texture, clamped at its edges.
+    fn default() -> Self {
+        Self { rect: [0.0, 0.0, 1.0, 1.0], texels: [1e9; 2], wrap: [false; 2], max_lod: 32.0, normal_map: false, normal_scale: 1.0, sampled: true }
+    }
+}
+
+impl Region {
+    /// The uniform block of `material.wesl`'s `TesseraRegion` (12 floats, padded to 16).
+    fn block(&self, layers: usize) -> [f32; 16] {
+        let [x, y, w, h] = self.rect;
+        let flag = |b: bool| if b { 1.0 } else { 0.0 };
+        [
+            x, y, w, h,
+            self.texels[0], self.texels[1], flag(self.wrap[0]), flag(self.wrap[1]),
+            self.max_lod, layers as f32, flag(self.normal_map), self.normal_scale,
+            flag(self.sampled), 0.0, 0.0, 0.0,
+        ]
+    }
+
+    /// The region of a material of a scene atlas, from the manifest `tessera bake
+    /// --gltf` writes beside it (`size`: the atlas' mip-0 width and height).
+    pub fn from_packed(m: &PackedMaterial, size: (u32, u32)) -> Self {
+        let (w, h) = (size.0.max(1) as f32, size.1.max(1) as f32);
+        let repeat = |wrap: Wrap| wrap == Wrap::Repeat;
+        match m.rect {
+            Some([x, y, rw, rh]) => Self {
+                rect: [x as f32 / w, y as f32 / h, rw as f32 / w, rh as f32 / h],
+                texels: [rw as f32, rh as f32],
+                wrap: [repeat(m.wrap[0]), repeat(m.wrap[1])],
+                max_lod: m.max_mip as f32,
+                normal_map: m.has_normal_map,
+                normal_scale: m.normal_scale,
+                sampled: true,
+            },
+            None => Self { sampled: false, ..Self::default() },
+        }
+    }
+}
+
+/// The [`TesseraMaterial`] of material `m` of a scene atlas at `atlas` (`size`: its
+/// mip-0 width and height): the glTF factors on a `StandardMaterial` (alpha mask and
+/// double-sidedness included), its textures from the atlas.
+pub fn scene_material(atlas: &str, m: &PackedMaterial, size: (u32, u32)) -> TesseraMaterial {
+    let [r, g, b, a] = m.base_color_factor;
+    ExtendedMaterial {
+        base: StandardMaterial {
+            base_color: Color::linear_rgba(r, g, b, a),
+            metallic: m.metallic_factor,
+            perceptual_roughness: m.roughness_factor,
+            alpha_mode: m.alpha_cutoff.map_or(AlphaMode::Opaque, AlphaMode::Mask),
+            ..default()
+        },
+        extension: VirtualTexture { atlas: atlas.to_owned(), region: Region::from_packed(m, size) },
+    }
+}
+
+impl VirtualTexture {
+    /// The virtual texture of the atlas at `atlas`, over the whole texture.
+    pub fn new(atlas: impl Into<String>) -> Self {
+        Self { atlas: atlas.into(), region: Region::default() }
+    }
+
+    /// A white, fully rough [`TesseraMaterial`] showing the atlas at `atlas`.
+    pub fn material(atlas: impl Into<String>) -> TesseraMaterial {
+        ExtendedMaterial {
+            base: StandardMaterial { perceptual_roughness: 1.0, ..default() },
+            extension: Self::new(atlas),
+        }
+    }
+}
+
+impl MaterialExtension for VirtualTexture {
+    fn fragment_shader() -> ShaderRef {
+        ShaderRef::Handle(MATERIAL_SHADER)
+    }
+}
+
+impl AsBindGroup for VirtualTexture {
+    type Data = ();
+    type Param = SRes<VtRenderState>;
+
+    fn label() -> &'static str {
+        "tessera_virtual_texture"
+    }
+
+    fn bind_group_data(&self) -> Self::Data {}
+
+    fn build_bind_group(
+        &self,
+        _layout: &BindGroupLayout,
+        render_device: &RenderDevice,
+        state: &mut SystemParamItem<'_, '_, Self::Param>,
+        _force_no_bindless: bool,
+        output: &mut BindGroupBuilder,
+    ) -> Result<(), AsBindGroupError> {
+        let (resources, layers) = match state.atlases.get(&self.atlas) {
+            Some(Streamed::Open(s)) => {
+                let layer = s.vt.layer(0).ok_or(AsBindGroupError::RetryNextUpdate)?;
+                let layers = if s.vt.is_stacked() { s.vt.atlas().layers().len() } else { 1 };
+                (s.vt.binding_resources(layer).clone(), layers)
+            }
+            Some(Streamed::Failed) => (state.fallback.clone().ok_or(AsBindGroupError::RetryNextUpdate)?, 0),
+            // Not opened yet (it is, before the next frame's materials are prepared).
+            None => return Err(AsBindGroupError::RetryNextUpdate),
+        };
+        let page_table = match resources.page_table {
+            tessera::PageTableResource::Buffer(b) => b,
+            // The plugin asks for buffer page tables (the layout is static).
+            tessera::PageTableResource::Texture(_) => return Err(AsBindGroupError::RetryNextUpdate),
+        };
+        let view = |v: &wgpu::TextureView| UnpreparedBindingResource::TextureView(TextureViewDimension::D2, v.clone().into());
+        let b = FIRST_BINDING;
+        output.push((b, UnpreparedBindingResource::Buffer(resources.params.into())));
+        output.push((b + 1, UnpreparedBindingResource::Buffer(page_table.into())));
+        output.push((b + 2, UnpreparedBindingResource::Buffer(resources.feedback.into())));
+        output.push((b + 3, view(&resources.pools[0])));
+        output.push((b + 4, UnpreparedBindingResource::Sampler(SamplerBindingType::Filtering, resources.sampler.into())));
+        output.push((b + 5, view(&resources.pools[1])));
+        output.push((b + 6, view(&resources.pools[2])));
+        let region = render_device.create_buffer_with_data(&BufferInitDescriptor {
+            label: Some("tessera region"),
+            contents: &self.region.block(layers).map(f32::to_le_bytes).concat(),
+            usage: BufferUsages::UNIFORM,
+        });
+        output.push((REGION_BINDING, UnpreparedBindingResource::Buffer(region)));
+        Ok(())
+    }
+
+    fn bind_group_layout_entries(_render_device: &RenderDevice, _force_no_bindless: bool) -> Vec<BindGroupLayoutEntry>
+    where
+        Self: Sized,
+    {
+        let mut entries = tessera::shaders::vt_layout_entries(PageTableStorage::Buffer, FIRST_BINDING).to_vec();
+        entries.push(BindGroupLayoutEntry {
+            binding: REGION_BINDING,
+            visibility: ShaderStages::FRAGMENT,
+            ty: BindingType::Buffer { ty: BufferBindingType::Uniform, has_dynamic_offset: false, min_binding_size: None },
+            count: None,
+        });
+        entries
+    }
+}
+
+/// Adds [`TesseraMaterial`], the `tessera::vt` shader module, streaming in the render
+/// world, [`TesseraStats`] and [`FullyResident`].
+#[derive(Clone, Debug, Default)]
+pub struct TesseraPlugin {
+    /// The configuration of every atlas' virtual textures (pool size, host cache,
+    /// loader threads, upload budget...). The page table is always a storage buffer.
+    pub config: VtConfig,
+}
+
+impl Plugin for TesseraPlugin {
+    fn build(&self, app: &mut App) {
+        let mut shaders = app.world_mut().resource_mut::<Assets<Shader>>();
+        let vt = format!(
+            "{}\n// False for an atlas that failed to open (its parameter block is empty).\nfn vt_enabled() -> bool {{ return vt.size.x > 0.0; }}\n",
+            tessera::shaders::vt_bindings_at("constants::MATERIAL_BIND_GROUP", FIRST_BINDING)
+        );
+        let _ = shaders.insert(VT_SHADER.id(), Shader::from_wesl(vt, "embedded://tessera/vt.wesl"));
+        let _ = shaders.insert(
+            MATERIAL_SHADER.id(),
+            Shader::from_wesl(include_str!("material.wesl"), "embedded://bevy_tessera/material.wesl"),
+        );
+        app.add_plugins(MaterialPlugin::<TesseraMaterial>::default());
+        let (sender, receiver) = crossbeam_channel::unbounded();
+        app.init_resource::<TesseraStats>()
+            .add_message::<FullyResident>()
+            .insert_resource(StatsInbox(receiver))
+            .add_systems(PreUpdate, receive_stats);
+        let mut config = self.config.clone();
+        config.page_table = PageTableStorage::Buffer;
+        let Some(render_app) = app.get_sub_app_mut(RenderApp) else {
+            warn!("TesseraPlugin: no render app (RenderPlugin missing): virtual textures are off");
+            return;
+        };
+        render_app
+            .insert_resource(VtRenderState {
+                config,
+                ctx: None,
+                atlases: HashMap::new(),
+                wanted: Vec::new(),
+                fallback: None,
+                sender,
+            })
+            .add_systems(ExtractSchedule, extract_atlases)
+            .add_systems(Render, open_atlases.after(RenderSystems::ExtractCommands).before(RenderSystems::PrepareAssets))
+            .add_systems(RenderGraph, begin_frames.in_set(RenderGraphSystems::Begin))
+            .add_systems(RenderGraph, end_frames.in_set(RenderGraphSystems::Finish));
+    }
+}
+
+/// Streaming statistics of every atlas, updated each frame in the main world.
+#[derive(Resource, Clone, Debug, Default)]
+pub struct TesseraStats {
+    /// Per atlas (by location): the last frame's figures.
+    pub atlases: HashMap<String, AtlasStats>,
+    /// Atlases that could not be opened, with the reason (also in Bevy's log); their
+    /// meshes show the material's own colour.
+    pub failed: HashMap<String, String>,
+}
+
+/// What the render world tells the main world.
+enum Report {
+    Stats(String, AtlasStats),
+    Failed(String, String),
+}
+
+/// One atlas' streaming figures after a frame.
+#[derive(Clone, Debug, Default)]
+pub struct AtlasStats {
+    /// The render-world frame number of these figures (Tessera's own count).
+    pub frame: u64,
+    /// The fraction of the tiles the last feedback asked for that are resident in
+    /// VRAM; `None` before the first feedback.
+    pub resident_fraction: Option<f64>,
+    /// What streaming did in this frame (uploads, misses, VRAM and host tiers...).
+    pub stream: tessera::StreamFrame,
+    /// Tiles in the VRAM pool: used and total slots.
+    pub vram_slots: (u64, u64),
+    /// Tiles in the host cache and its bytes.
+    pub host_tiles: (u64, u64),
+}
+
+/// Sent each time an atlas becomes fully resident (everything the view wants is in
+/// VRAM at the wanted detail) after something it wanted was missing.
+#[derive(Message, Clone, Debug, PartialEq, Eq)]
+pub struct FullyResident {
+    /// The atlas' location.
+    pub atlas: String,
+    /// The render-world frame at which it happened.
+    pub frame: u64,
+}
+
+#[derive(Resource)]
+struct StatsInbox(Receiver<Report>);
+
+fn receive_stats(inbox: Res<StatsInbox>, mut stats: ResMut<TesseraStats>, mut resident: MessageWriter<FullyResident>) {
+    for report in inbox.0.try_iter() {
+        let (atlas, new) = match report {
+            Report::Stats(atlas, new) => (atlas, new),
+            Report::Failed(atlas, why) => {
+                stats.failed.insert(atlas, why);
+                continue;
+            }
+        };
+        if new.stream.became_fully_resident {
+            resident.write(FullyResident { atlas: atlas.clone(), frame: new.frame });
+        }
+        stats.atlases.insert(atlas, new);
+    }
+}
+
+/// The render world's virtual textures, one per atlas in use.
+#[derive(Resource)]
+pub struct VtRenderState {
+    config: VtConfig,
+    ctx: Option<GpuContext>,
+    atlases: HashMap<String, Streamed>,
+    /// Atlases the materials name, from the main world.
+    wanted: Vec<String>,
+    /// Resources bound for atlases that failed to open: an empty parameter block.
+    fallback: Option<tessera::BindingResources>,
+    sender: Sender<Report>,
+}
+
+enum Streamed {
+    Open(Box<Streaming>),
+    Failed,
+}
+
+struct Streaming {
+    vt: VirtualTextures,
+    frame: Option<DetachedFrame>,
+}
+
+fn extract_atlases(materials: Extract<Res<Assets<TesseraMaterial>>>, mut state: ResMut<VtRenderState>) {
+    state.wanted.clear();
+    for (_, m) in materials.iter() {
+        if !state.wanted.contains(&m.extension.atlas) {
+            state.wanted.push(m.extension.atlas.clone());
+        }
+    }
+}
+
+fn open_atlases(
+    mut state: ResMut<VtRenderState>,
+    device: Res<RenderDevice>,
+    queue: Res<RenderQueue>,
+    adapter: Res<RenderAdapter>,
+) {
+    let state = &mut *state;
+    if state.wanted.iter().all(|a| state.atlases.contains_key(a)) {
+        return;
+    }
+    if state.ctx.is_none() {
+        match GpuContext::from_host_parts(&adapter, device.wgpu_device(), &queue) {
+            Ok(ctx) => state.ctx = Some(ctx),
+            Err(e) => {
+                error!("Tessera cannot stream on this GPU: {e}");
+                state.fallback = Some(fallback_resources(device.wgpu_device()));
+                for a in &state.wanted {
+                    let _ = state.sender.send(Report::Failed(a.clone(), e.to_string()));
+                    state.atlases.insert(a.clone(), Streamed::Failed);
+                }
+            }
+        }
+    }
+    for location in state.wanted.clone() {
+        if state.atlases.contains_key(&location) {
+            continue;
+        }
+        let opened = match &state.ctx {
+            Some(ctx) => open_one(ctx, &location, &state.config),
+            None => Err("no GPU context".to_owned()),
+        };
+        let entry = match opened {
+            Ok(vt) => Streamed::Open(Box::new(Streaming { vt, frame: None })),
+            Err(e) => {
+                error!("Tessera atlas {location}: {e}; its meshes keep their material colour");
+                let _ = state.sender.send(Report::Failed(location.clone(), e));
+                if state.fallback.is_none() {
+                    state.fallback = Some(fallback_resources(device.wgpu_device()));
+                }
+                Streamed::Failed
+            }
+        };
+        state.atlases.insert(location, entry);
+    }
+}
+
+fn open_one(ctx: &GpuContext, location: &str, config: &VtConfig) -> Result<VirtualTextures, String> {
+    let atlas = Atlas::open(location).map_err(|e| e.to_string())?;
+    VirtualTextures::new(ctx, Arc::new(atlas), config.clone()).map_err(|e| e.to_string())
+}
+
+/// Bindings for an atlas that failed to open: a zeroed parameter block (so
+/// `vt_enabled()` is false), a one-entry page table and feedback, a 1x1 pool.
+fn fallback_resources(device: &wgpu::Device) -> tessera::BindingResources {
+    let buffer = |size: u64, usage: wgpu::BufferUsages| {
+        device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tessera fallback"),
+            size,
+            usage,
+            mapped_at_creation: false,
+        })
+    };
+    let params_size = std::mem::size_of::<tessera::params::VtParams>() as u64;
+    let texture = device.create_texture(&wgpu::TextureDescriptor {
+        label: Some("tessera fallback pool"),
+        size: wgpu::Extent3d { width: 1, height: 1, depth_or_array_layers: 1 },
+        mip_level_count: 1,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: wgpu::TextureFormat::Rgba8UnormSrgb,
+        usage: wgpu::TextureUsages::TEXTURE_BINDING,
+        view_formats: &[],
+    });
+    let view = texture.create_view(&Default::default());
+    tessera::BindingResources {
+        params: buffer(params_size, wgpu::BufferUsages::UNIFORM),
+        page_table: tessera::PageTableResource::Buffer(buffer(16, wgpu::BufferUsages::STORAGE)),
+        feedback: buffer(16, wgpu::BufferUsages::STORAGE),
+        pools: [view.clone(), view.clone(), view],
+        sampler: device.create_sampler(&Default::default()),
+    }
+}
+
+/// Before Bevy's passes: every atlas' streaming decisions, uploads and page-table
+/// writes, and its feedback cleared, in a submission of its own.
+fn begin_frames(mut state: ResMut<VtRenderState>) {
+    let state = &mut *state;
+    let Some(ctx) = &state.ctx else { return };
+    for streamed in state.atlases.values_mut() {
+        let Streamed::Open(s) = streamed else { continue };
+        if let Some(stale) = s.frame.take() {
+            // The previous frame never reached `end_frames` (a frame Bevy skipped).
+            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            let _ = s.vt.end_detached(stale, &mut encoder);
+            ctx.queue.submit([encoder.finish()]);
+            s.vt.submitted();
+        }
+        let mut encoder = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("tessera begin"),
+        });
+        s.frame = Some(s.vt.begin(ctx, &mut encoder).detach());
+        ctx.queue.submit([encoder.finish()]);
+    }
+}
+
+/// After Bevy's passes were submitted: the feedback readback, mapped without waiting,
+/// and the statistics sent to the main world.
+fn end_frames(mut state: ResMut<VtRenderState>) {
+    let state = &mut *state;
+    let Some(ctx) = &state.ctx else { return };
+    for (location, streamed) in &mut state.atlases {
+        let Streamed::Open(s) = streamed else { continue };
+        let Some(frame) = s.frame.take() else { continue };
+        let number = frame.number();
+        let mut encoder = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("tessera end"),
+        });
+        let stream = s.vt.end_detached(frame, &mut encoder);
+        ctx.queue.submit([encoder.finish()]);
+        s.vt.submitted();
+        let snapshot = s.vt.stats();
+        let stats = AtlasStats {
+            frame: number,
+            resident_fraction: s.vt.resident_fraction(),
+            stream,
+            vram_slots: (snapshot.vram_counters.slots_used, snapshot.vram_counters.slots_total),
+            host_tiles: (snapshot.host_cache.tiles, snapshot.host_cache.bytes),
+        };
+        let _ = state.sender.send(Report::Stats(location.clone(), stats));
+    }
+}

@@ -1,0 +1,280 @@
+//! The plugin in a headless Bevy app on the test machine's GPU (lavapipe in CI): a
+//! plane streamed through `TesseraMaterial` converges to Bevy's own `StandardMaterial`
+//! with the whole texture resident, and an atlas that cannot be opened leaves its
+//! mesh in the material's colour.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use bevy::camera::RenderTarget;
+use bevy::camera::visibility::RenderLayers;
+use bevy::core_pipeline::tonemapping::Tonemapping;
+use bevy::prelude::*;
+use bevy::render::gpu_readback::{Readback, ReadbackComplete};
+use bevy::render::render_resource::{TextureFormat, TextureUsages};
+use bevy_tessera::{FullyResident, TesseraMaterial, TesseraPlugin, TesseraStats, VirtualTexture};
+use tessera::VtConfig;
+use tessera::core::bake::source::ImageSource;
+use tessera::core::bake::{BakeInput, BakeOptions, bake};
+use tessera::core::format::codec::Codec;
+use tessera::core::progress::NoProgress;
+
+/// The render target's side in pixels.
+const SIZE: u32 = 256;
+/// The texture's side in texels: the camera shows a quarter of the plane's width, so
+/// one texel per pixel (mip 0, which only streaming brings).
+const TEXTURE: u32 = 1024;
+
+/// A texture with detail at every scale: rings, a checker of 16-texel cells and a
+/// colour ramp, so a blurry mip or a misplaced tile shows.
+fn texture() -> Vec<u8> {
+    let mut rgba = Vec::with_capacity((TEXTURE * TEXTURE * 4) as usize);
+    for y in 0..TEXTURE {
+        for x in 0..TEXTURE {
+            let (fx, fy) = (x as f32 / TEXTURE as f32, y as f32 / TEXTURE as f32);
+            let r = ((fx - 0.5).hypot(fy - 0.5) * 60.0).sin() * 0.5 + 0.5;
+            let check = ((x / 16) + (y / 16)) % 2;
+            rgba.extend_from_slice(&[
+                (r * 255.0) as u8,
+                (fx * 200.0) as u8 + 40 * check as u8,
+                (fy * 255.0) as u8,
+                255,
+            ]);
+        }
+    }
+    rgba
+}
+
+fn bake_texture(dir: &Path) -> PathBuf {
+    let atlas = dir.join("texture.tsa");
+    let input = BakeInput::new("texture", ImageSource::from_rgba(TEXTURE, TEXTURE, texture()));
+    bake(vec![input], &atlas, &BakeOptions { codec: Codec::Lz4, ..BakeOptions::default() }, &NoProgress).unwrap();
+    atlas
+}
+
+/// Frames read back by the cameras, by render layer.
+#[derive(Resource, Clone, Default)]
+struct Captured(Arc<Mutex<Vec<(usize, Vec<u8>)>>>);
+
+/// An app with the plugin and nothing on screen yet; `finish` and `cleanup` done.
+fn app() -> App {
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        let dir = std::env::temp_dir().join("tessera-xdg");
+        let _ = std::fs::create_dir_all(&dir);
+        // SAFETY: set before Bevy starts any thread of this test.
+        unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
+    }
+    let mut app = App::new();
+    app.add_plugins(DefaultPlugins.build().disable::<bevy::log::LogPlugin>())
+        .add_plugins(TesseraPlugin { config: VtConfig { pool_mib: 16, ..VtConfig::default() } })
+        .insert_resource(ClearColor(Color::BLACK))
+        .init_resource::<Captured>();
+    app.finish();
+    app.cleanup();
+    app
+}
+
+/// A camera looking straight down at the plane's centre, showing a quarter of its
+/// width, into an image of its own, on render layer `layer`.
+fn camera(world: &mut World, layer: usize) -> Handle<Image> {
+    let mut image = Image::new_target_texture(SIZE, SIZE, TextureFormat::Rgba8UnormSrgb, None);
+    image.texture_descriptor.usage |= TextureUsages::COPY_SRC;
+    let handle = world.resource_mut::<Assets<Image>>().add(image);
+    world.spawn((
+        Camera3d::default(),
+        RenderTarget::Image(handle.clone().into()),
+        Tonemapping::None,
+        Projection::Orthographic(OrthographicProjection {
+            scaling_mode: bevy::camera::ScalingMode::Fixed { width: 1.0, height: 1.0 },
+            ..OrthographicProjection::default_3d()
+        }),
+        Transform::from_xyz(0.0, 5.0, 0.0).looking_at(Vec3::ZERO, Vec3::NEG_Z),
+        RenderLayers::layer(layer),
+    ));
+    handle
+}
+
+fn light(world: &mut World) {
+    world.spawn((
+        DirectionalLight { illuminance: 8000.0, shadow_maps_enabled: false, ..default() },
+        Transform::from_xyz(1.0, 3.0, 2.0).looking_at(Vec3::ZERO, Vec3::Y),
+        RenderLayers::from_layers(&[1, 2]),
+    ));
+}
+
+/// A 4x4 plane at the origin.
+fn plane(world: &mut World) -> Handle<Mesh> {
+    world.resource_mut::<Assets<Mesh>>().add(Plane3d::default().mesh().size(4.0, 4.0))
+}
+
+/// Reads `image` back (after the next frames) into [`Captured`] under `layer`.
+fn read_back(world: &mut World, image: Handle<Image>, layer: usize) {
+    let captured = world.resource::<Captured>().clone();
+    world.spawn(Readback::texture(image)).observe(move |event: On<ReadbackComplete>| {
+        let mut frames = captured.0.lock().unwrap();
+        frames.retain(|(l, _)| *l != layer);
+        frames.push((layer, event.data.clone()));
+    });
+}
+
+fn frame_of(app: &App, layer: usize) -> Option<Vec<u8>> {
+    let frames = app.world().resource::<Captured>().0.lock().unwrap().clone();
+    frames.into_iter().find(|(l, _)| *l == layer).map(|(_, f)| f)
+}
+
+fn psnr(a: &[u8], b: &[u8]) -> f64 {
+    tessera::core::compare::compare(a, b).psnr_db
+}
+
+fn write_failure(name: &str, actual: &[u8], expected: &[u8]) -> PathBuf {
+    let dir = std::env::temp_dir().join("bevy_tessera-failures").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let save = |file: &str, px: Vec<u8>| image::RgbaImage::from_raw(SIZE, SIZE, px).unwrap().save(dir.join(file)).unwrap();
+    save("actual.png", actual.to_vec());
+    save("expected.png", expected.to_vec());
+    let diff = actual
+        .chunks(4)
+        .zip(expected.chunks(4))
+        .flat_map(|(a, e)| {
+            let d = |i: usize| (a[i] as i32 - e[i] as i32).unsigned_abs().min(255) as u8 * 4;
+            [d(0), d(1), d(2), 255]
+        })
+        .collect();
+    save("diff.png", diff);
+    dir
+}
+
+/// The streamed plane converges to the same plane drawn by `StandardMaterial` with the
+/// texture fully resident (PSNR at least 35 dB), after a first frame that is blurry
+/// (only the coarse mips are resident), and `FullyResident` and the statistics say so.
+#[test]
+fn streamed_plane_converges_to_the_standard_material() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = bake_texture(dir.path());
+    let mut app = app();
+    let world = app.world_mut();
+    let streamed_image = camera(world, 1);
+    let reference_image = camera(world, 2);
+    light(world);
+    let mesh = plane(world);
+    let vt = world.resource_mut::<Assets<TesseraMaterial>>().add(VirtualTexture::material(atlas.to_string_lossy()));
+    world.spawn((Mesh3d(mesh.clone()), MeshMaterial3d(vt), RenderLayers::layer(1)));
+    let mut reference = Image::new(
+        bevy::render::render_resource::Extent3d { width: TEXTURE, height: TEXTURE, depth_or_array_layers: 1 },
+        bevy::render::render_resource::TextureDimension::D2,
+        texture(),
+        TextureFormat::Rgba8UnormSrgb,
+        bevy::asset::RenderAssetUsages::RENDER_WORLD,
+    );
+    reference.sampler = bevy::image::ImageSampler::linear();
+    let reference = world.resource_mut::<Assets<Image>>().add(reference);
+    let standard = world.resource_mut::<Assets<StandardMaterial>>().add(StandardMaterial {
+        base_color_texture: Some(reference),
+        perceptual_roughness: 1.0,
+        ..default()
+    });
+    world.spawn((Mesh3d(mesh), MeshMaterial3d(standard), RenderLayers::layer(2)));
+
+    // The first frames: the plane is drawn from the coarse mips.
+    for _ in 0..3 {
+        app.update();
+    }
+    read_back(app.world_mut(), streamed_image.clone(), 1);
+    read_back(app.world_mut(), reference_image.clone(), 2);
+    let mut first = None;
+    let mut resident_at = None;
+    let mut messages = Vec::new();
+    for frame in 0..200 {
+        app.update();
+        let world = app.world_mut();
+        messages.extend(world.resource_mut::<Messages<FullyResident>>().drain());
+        // The first frame that shows the plane (pipelines compile in the background).
+        if first.is_none() {
+            first = frame_of(&app, 1).filter(|f| f.chunks(4).any(|p| p[..3] != [0, 0, 0]));
+        }
+        let stats = app.world().resource::<TesseraStats>();
+        assert!(stats.failed.is_empty(), "{:?}", stats.failed);
+        let fraction = stats.atlases.values().next().and_then(|s| s.resident_fraction);
+        if fraction == Some(1.0) && resident_at.is_none() {
+            resident_at = Some(frame);
+        }
+        if resident_at.is_some_and(|r| frame > r + 4) {
+            break;
+        }
+    }
+    let resident_at = resident_at.expect("the plane never became fully resident in 200 frames");
+    let stats = app.world().resource::<TesseraStats>().clone();
+    let atlas_stats = stats.atlases.values().next().unwrap();
+    assert!(atlas_stats.vram_slots.0 > 8, "few tiles resident: {:?}", atlas_stats.vram_slots);
+    assert_eq!(messages.len(), 1, "one FullyResident: {messages:?}");
+    // Two more frames for the last readbacks.
+    for _ in 0..3 {
+        app.update();
+    }
+    let streamed = frame_of(&app, 1).expect("no streamed frame read back");
+    let expected = frame_of(&app, 2).expect("no reference frame read back");
+    assert_eq!(streamed.len(), (SIZE * SIZE * 4) as usize);
+    let db = psnr(&streamed, &expected);
+    if db < 35.0 {
+        let dir = write_failure("converged", &streamed, &expected);
+        panic!("converged frame {resident_at}: PSNR {db:.1} dB < 35 against StandardMaterial; PNGs in {}", dir.display());
+    }
+    // Not vacuous: the view is textured, and the first frame was blurrier.
+    let distinct: std::collections::HashSet<&[u8]> = streamed.chunks(4).collect();
+    assert!(distinct.len() > 500, "a nearly uniform frame: {} colours", distinct.len());
+    let first = first.expect("no first frame");
+    let first_db = psnr(&first, &expected);
+    eprintln!("fully resident at frame {resident_at}: PSNR {db:.1} dB against StandardMaterial (first drawn frame {first_db:.1} dB)");
+    if std::env::var_os("BEVY_TESSERA_KEEP").is_some() {
+        eprintln!("frames kept in {}", write_failure("kept", &streamed, &expected).display());
+        write_failure("kept-first", &first, &expected);
+    }
+    assert!(first_db < db - 3.0, "the first frame was already sharp");
+}
+
+/// An atlas that does not exist, and one whose bytes are not an atlas: the app keeps
+/// running, the meshes show their material colour (red), and the statistics name both.
+#[test]
+fn a_missing_or_corrupted_atlas_leaves_the_material_colour() {
+    let dir = tempfile::tempdir().unwrap();
+    let corrupted = dir.path().join("corrupted.tsa");
+    std::fs::write(&corrupted, b"TSA1 this is not an atlas at all, only bytes").unwrap();
+    let missing = dir.path().join("missing.tsa");
+    let mut app = app();
+    let world = app.world_mut();
+    let image = camera(world, 1);
+    light(world);
+    let mesh = plane(world);
+    // Two quads 0.4 wide at x = -0.25 and 0.25, in a view 1 wide.
+    for (atlas, x) in [(&missing, -0.25), (&corrupted, 0.25)] {
+        let mut m = VirtualTexture::material(atlas.to_string_lossy());
+        m.base.base_color = Color::srgb(1.0, 0.0, 0.0);
+        m.base.unlit = true;
+        let m = world.resource_mut::<Assets<TesseraMaterial>>().add(m);
+        world.spawn((
+            Mesh3d(mesh.clone()),
+            MeshMaterial3d(m),
+            Transform::from_xyz(x, 0.0, 0.0).with_scale(Vec3::new(0.1, 1.0, 0.1)),
+            RenderLayers::layer(1),
+        ));
+    }
+    for _ in 0..3 {
+        app.update();
+    }
+    read_back(app.world_mut(), image, 1);
+    for _ in 0..5 {
+        app.update();
+    }
+    let stats = app.world().resource::<TesseraStats>();
+    assert_eq!(stats.failed.len(), 2, "{:?}", stats.failed);
+    let why = &stats.failed[&missing.to_string_lossy().to_string()];
+    assert!(why.contains("missing.tsa"), "{why}");
+    assert!(stats.failed.contains_key(&corrupted.to_string_lossy().to_string()));
+    let frame = frame_of(&app, 1).expect("no frame read back");
+    let pixel = |x: u32, y: u32| &frame[((y * SIZE + x) * 4) as usize..][..4];
+    let is_red = |p: &[u8]| p[0] > 200 && p[1] < 40 && p[2] < 40;
+    // The quads' centres are at a quarter and three quarters of the width.
+    let (left, right, middle) = (pixel(SIZE / 4, SIZE / 2), pixel(3 * SIZE / 4, SIZE / 2), pixel(SIZE / 2, SIZE / 2));
+    assert!(is_red(left) && is_red(right), "the quads are not red: {left:?} {right:?}");
+    assert_eq!(&middle[..3], &[0, 0, 0], "between the quads: the clear colour");
+}
