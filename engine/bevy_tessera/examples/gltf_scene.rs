@@ -55,7 +55,7 @@ fn prepare(gltf: Option<PathBuf>) -> Result<Level, Box<dyn std::error::Error>> {
     let (scene, atlas) = match gltf {
         None => {
             let data = tessera::core::bake::source::data_dir();
-            let prepared = catalog::prepare("dungeon", &data, &cache, Codec::Basis, false, &progress)?;
+            let prepared = catalog::prepare("dungeon", &data, &cache, Codec::Lz4, false, &progress)?;
             let scene = prepared.scene.ok_or("the dungeon catalog entry has no scene")?;
             (scene, prepared.atlas)
         }
@@ -65,7 +65,7 @@ fn prepare(gltf: Option<PathBuf>) -> Result<Level, Box<dyn std::error::Error>> {
             let atlas = cache.join("scenes").join(format!("{stem}-bevy.tsa"));
             if !is_baked(&atlas) {
                 std::fs::create_dir_all(cache.join("scenes"))?;
-                bake_scene(&scene, &atlas, &BakeOptions { codec: Codec::Basis, ..BakeOptions::default() }, &progress)?;
+                bake_scene(&scene, &atlas, &BakeOptions { codec: Codec::Lz4, ..BakeOptions::default() }, &progress)?;
             }
             (scene, atlas)
         }

@@ -52,7 +52,7 @@ fn bake_texture(dir: &Path) -> PathBuf {
     atlas
 }
 
-/// Frames read back by the cameras, by render layer.
+/// Frames read back by the cameras, in order, with their render layer.
 #[derive(Resource, Clone, Default)]
 struct Captured(Arc<Mutex<Vec<(usize, Vec<u8>)>>>);
 
@@ -111,15 +111,42 @@ fn plane(world: &mut World) -> Handle<Mesh> {
 fn read_back(world: &mut World, image: Handle<Image>, layer: usize) {
     let captured = world.resource::<Captured>().clone();
     world.spawn(Readback::texture(image)).observe(move |event: On<ReadbackComplete>| {
-        let mut frames = captured.0.lock().unwrap();
-        frames.retain(|(l, _)| *l != layer);
-        frames.push((layer, event.data.clone()));
+        captured.0.lock().unwrap().push((layer, event.data.clone()));
     });
 }
 
+/// The last frame read back from `layer`.
 fn frame_of(app: &App, layer: usize) -> Option<Vec<u8>> {
-    let frames = app.world().resource::<Captured>().0.lock().unwrap().clone();
-    frames.into_iter().find(|(l, _)| *l == layer).map(|(_, f)| f)
+    let frames = app.world().resource::<Captured>().0.lock().unwrap();
+    frames.iter().rev().find(|(l, _)| *l == layer).map(|(_, f)| f.clone())
+}
+
+/// The first frame read back from `layer` that shows anything (pipelines compile in
+/// the background: the first frames are the clear colour only).
+fn first_drawn(app: &App, layer: usize) -> Option<Vec<u8>> {
+    let frames = app.world().resource::<Captured>().0.lock().unwrap();
+    frames.iter().find(|(l, f)| *l == layer && f.chunks(4).any(|p| p[..3] != [0, 0, 0])).map(|(_, f)| f.clone())
+}
+
+/// Compares `actual` with `tests/golden/{name}.png` (PSNR at least `min_db`), writing
+/// actual, expected and diff PNGs when it differs; `TESSERA_UPDATE_GOLDEN=1` rewrites
+/// the golden image instead.
+fn golden(name: &str, actual: &[u8], min_db: f64) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.png"));
+    if std::env::var_os("TESSERA_UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        image::RgbaImage::from_raw(SIZE, SIZE, actual.to_vec()).unwrap().save(&path).unwrap();
+        return;
+    }
+    let expected = image::open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (TESSERA_UPDATE_GOLDEN=1 writes it)", path.display()))
+        .into_rgba8()
+        .into_raw();
+    let db = psnr(actual, &expected);
+    if db < min_db {
+        let dir = write_failure(name, actual, &expected);
+        panic!("{name}: PSNR {db:.1} dB < {min_db} against {}; PNGs in {}", path.display(), dir.display());
+    }
 }
 
 fn psnr(a: &[u8], b: &[u8]) -> f64 {
@@ -175,23 +202,16 @@ fn streamed_plane_converges_to_the_standard_material() {
     });
     world.spawn((Mesh3d(mesh), MeshMaterial3d(standard), RenderLayers::layer(2)));
 
-    // The first frames: the plane is drawn from the coarse mips.
-    for _ in 0..3 {
-        app.update();
-    }
-    read_back(app.world_mut(), streamed_image.clone(), 1);
-    read_back(app.world_mut(), reference_image.clone(), 2);
-    let mut first = None;
+    // Every frame is read back from the start: the first one that shows the plane
+    // has only the coarse mips (feedback comes from drawing).
+    read_back(app.world_mut(), streamed_image, 1);
+    read_back(app.world_mut(), reference_image, 2);
     let mut resident_at = None;
     let mut messages = Vec::new();
     for frame in 0..200 {
         app.update();
         let world = app.world_mut();
         messages.extend(world.resource_mut::<Messages<FullyResident>>().drain());
-        // The first frame that shows the plane (pipelines compile in the background).
-        if first.is_none() {
-            first = frame_of(&app, 1).filter(|f| f.chunks(4).any(|p| p[..3] != [0, 0, 0]));
-        }
         let stats = app.world().resource::<TesseraStats>();
         assert!(stats.failed.is_empty(), "{:?}", stats.failed);
         let fraction = stats.atlases.values().next().and_then(|s| s.resident_fraction);
@@ -222,7 +242,7 @@ fn streamed_plane_converges_to_the_standard_material() {
     // Not vacuous: the view is textured, and the first frame was blurrier.
     let distinct: std::collections::HashSet<&[u8]> = streamed.chunks(4).collect();
     assert!(distinct.len() > 500, "a nearly uniform frame: {} colours", distinct.len());
-    let first = first.expect("no first frame");
+    let first = first_drawn(&app, 1).expect("the plane was never drawn");
     let first_db = psnr(&first, &expected);
     eprintln!("fully resident at frame {resident_at}: PSNR {db:.1} dB against StandardMaterial (first drawn frame {first_db:.1} dB)");
     if std::env::var_os("BEVY_TESSERA_KEEP").is_some() {
@@ -230,6 +250,8 @@ fn streamed_plane_converges_to_the_standard_material() {
         write_failure("kept-first", &first, &expected);
     }
     assert!(first_db < db - 3.0, "the first frame was already sharp");
+    golden("plane-first", &first, 35.0);
+    golden("plane-converged", &streamed, 40.0);
 }
 
 /// An atlas that does not exist, and one whose bytes are not an atlas: the app keeps

@@ -9,23 +9,23 @@ use bevy_tessera::TesseraStats;
 /// A camera flown with WASD (Q/E down and up, Shift faster) while the right mouse
 /// button turns it.
 #[derive(Component, Default)]
-pub struct Fly {
+pub(crate) struct Fly {
     /// Metres per second.
-    pub speed: f32,
+    pub(crate) speed: f32,
     yaw: f32,
     pitch: f32,
 }
 
 impl Fly {
     /// A fly camera at `speed` metres per second, facing like `transform`.
-    pub fn new(speed: f32, transform: &Transform) -> Self {
+    pub(crate) fn new(speed: f32, transform: &Transform) -> Self {
         let (yaw, pitch, _) = transform.rotation.to_euler(EulerRot::YXZ);
         Self { speed, yaw, pitch }
     }
 }
 
 /// Moves and turns [`Fly`] cameras.
-pub fn fly(
+pub(crate) fn fly(
     time: Res<Time>,
     keys: Res<ButtonInput<KeyCode>>,
     buttons: Res<ButtonInput<MouseButton>>,
@@ -52,10 +52,10 @@ pub fn fly(
 /// 0.20 (0.43) is built on egui 0.36, and `tessera-egui` on egui 0.37, so the two
 /// cannot share one egui context.
 #[derive(Component)]
-pub struct StatsPanel;
+pub(crate) struct StatsPanel;
 
 /// Spawns the [`StatsPanel`].
-pub fn spawn_panel(mut commands: Commands) {
+pub(crate) fn spawn_panel(mut commands: Commands) {
     commands.spawn((
         Text::new("Tessera: waiting for the first frame"),
         TextFont { font_size: FontSize::Px(14.0), ..default() },
@@ -66,7 +66,7 @@ pub fn spawn_panel(mut commands: Commands) {
 }
 
 /// Writes the residency of every atlas into the [`StatsPanel`].
-pub fn show_stats(stats: Res<TesseraStats>, mut panel: Query<&mut Text, With<StatsPanel>>) {
+pub(crate) fn show_stats(stats: Res<TesseraStats>, mut panel: Query<&mut Text, With<StatsPanel>>) {
     if !stats.is_changed() {
         return;
     }
@@ -95,7 +95,7 @@ pub fn show_stats(stats: Res<TesseraStats>, mut panel: Query<&mut Text, With<Sta
 
 /// Bake progress printed as whole percents on one line.
 #[derive(Default)]
-pub struct Percent {
+pub(crate) struct Percent {
     length: AtomicU64,
     done: AtomicU64,
     shown: AtomicU64,
