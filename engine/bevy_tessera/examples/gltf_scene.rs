@@ -19,6 +19,7 @@ use bevy_tessera::{TesseraPlugin, scene_material};
 use tessera::VtConfig;
 use tessera::core::bake::BakeOptions;
 use tessera::core::format::codec::Codec;
+use tessera::core::scene::camera::{CameraPath, Shot};
 use tessera::core::scene::catalog;
 use tessera::core::scene::material_scene::{MaterialScene, load_gltf};
 use tessera::core::scene::scene_bake::{SceneManifest, bake_scene};
@@ -44,7 +45,7 @@ fn main() -> AppExit {
         .add_plugins(TesseraPlugin { config: VtConfig { pool_mib: 64, ..VtConfig::default() } })
         .insert_resource(level)
         .add_systems(Startup, (setup, common::spawn_panel))
-        .add_systems(Update, (common::fly, common::show_stats))
+        .add_systems(Update, (common::fly, common::show_stats, common::unattended))
         .run()
 }
 
@@ -86,8 +87,20 @@ fn setup(
 ) {
     let atlas = level.atlas.to_string_lossy().into_owned();
     let size = (level.manifest.width, level.manifest.height);
-    let handles: Vec<_> =
-        level.manifest.materials.iter().map(|m| materials.add(scene_material(&atlas, m, size))).collect();
+    let handles: Vec<_> = level
+        .manifest
+        .materials
+        .iter()
+        .zip(&level.scene.materials)
+        .map(|(packed, gltf)| {
+            let mut m = scene_material(&atlas, packed, size);
+            // Drawn from both sides like Tessera's own scene renderer; lit from the
+            // side seen when the glTF says so.
+            m.base.cull_mode = None;
+            m.base.double_sided = gltf.double_sided;
+            materials.add(m)
+        })
+        .collect();
     for part in &level.scene.meshes {
         let v = &part.mesh.vertices;
         let mut mesh = Mesh::new(PrimitiveTopology::TriangleList, RenderAssetUsages::RENDER_WORLD);
@@ -105,10 +118,12 @@ fn setup(
         Transform::default().looking_to(sun, Vec3::Y),
     ));
     commands.insert_resource(GlobalAmbientLight { brightness: 400.0, ..default() });
+    // The start of Tessera's `walk` preset for the level (eye height above the floor,
+    // along its longer axis).
     let (min, max) = (Vec3::from_array(level.scene.bounds_min.to_array()), Vec3::from_array(level.scene.bounds_max.to_array()));
-    let centre = (min + max) * 0.5;
-    let eye = Vec3::new(centre.x, min.y + (max.y - min.y) * 0.35, centre.z + (max.z - min.z) * 0.25);
-    let transform = Transform::from_translation(eye).looking_at(centre.with_y(eye.y * 0.8), Vec3::Y);
+    let start = CameraPath::for_scene(None, Some(&level.scene), Shot::Tour).map(|p| p.camera_at(0)).unwrap_or_default();
+    let eye = Vec3::from_array(start.position.to_array());
+    let transform = Transform::from_translation(eye).looking_at(Vec3::from_array(start.target.to_array()), Vec3::Y);
     let speed = (max - min).length() * 0.05;
     commands.spawn((Camera3d::default(), Tonemapping::AcesFitted, transform, common::Fly::new(speed.max(1.0), &transform)));
 }

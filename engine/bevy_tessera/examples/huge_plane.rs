@@ -35,7 +35,7 @@ fn main() -> AppExit {
         .add_plugins(TesseraPlugin { config: VtConfig { pool_mib: 64, ..VtConfig::default() } })
         .insert_resource(AtlasPath(atlas))
         .add_systems(Startup, (setup, common::spawn_panel))
-        .add_systems(Update, (common::fly, common::show_stats))
+        .add_systems(Update, (common::fly, common::show_stats, common::unattended))
         .run()
 }
 
