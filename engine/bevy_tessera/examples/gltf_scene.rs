@@ -62,11 +62,17 @@ fn prepare(gltf: Option<PathBuf>) -> Result<Level, Box<dyn std::error::Error>> {
         }
         Some(path) => {
             let scene = load_gltf(&path)?;
-            let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "scene".into());
+            let stem =
+                path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "scene".into());
             let atlas = cache.join("scenes").join(format!("{stem}-bevy.tsa"));
             if !is_baked(&atlas) {
                 std::fs::create_dir_all(cache.join("scenes"))?;
-                bake_scene(&scene, &atlas, &BakeOptions { codec: Codec::Lz4, ..BakeOptions::default() }, &progress)?;
+                bake_scene(
+                    &scene,
+                    &atlas,
+                    &BakeOptions { codec: Codec::Lz4, ..BakeOptions::default() },
+                    &progress,
+                )?;
             }
             (scene, atlas)
         }
@@ -112,7 +118,10 @@ fn setup(
         commands.spawn((Mesh3d(meshes.add(mesh)), MeshMaterial3d(material.clone())));
     }
     // Tessera's glam and Bevy's may be different releases: convert through arrays.
-    let sun = level.scene.sun_direction.map_or(Vec3::new(-0.4, -1.0, -0.3).normalize(), |d| Vec3::from_array(d.to_array()));
+    let sun = level
+        .scene
+        .sun_direction
+        .map_or(Vec3::new(-0.4, -1.0, -0.3).normalize(), |d| Vec3::from_array(d.to_array()));
     commands.spawn((
         DirectionalLight { illuminance: 6_000.0, shadow_maps_enabled: true, ..default() },
         Transform::default().looking_to(sun, Vec3::Y),
@@ -120,10 +129,21 @@ fn setup(
     commands.insert_resource(GlobalAmbientLight { brightness: 400.0, ..default() });
     // The start of Tessera's `walk` preset for the level (eye height above the floor,
     // along its longer axis).
-    let (min, max) = (Vec3::from_array(level.scene.bounds_min.to_array()), Vec3::from_array(level.scene.bounds_max.to_array()));
-    let start = CameraPath::for_scene(None, Some(&level.scene), Shot::Tour).map(|p| p.camera_at(0)).unwrap_or_default();
+    let (min, max) = (
+        Vec3::from_array(level.scene.bounds_min.to_array()),
+        Vec3::from_array(level.scene.bounds_max.to_array()),
+    );
+    let start = CameraPath::for_scene(None, Some(&level.scene), Shot::Tour)
+        .map(|p| p.camera_at(0))
+        .unwrap_or_default();
     let eye = Vec3::from_array(start.position.to_array());
-    let transform = Transform::from_translation(eye).looking_at(Vec3::from_array(start.target.to_array()), Vec3::Y);
+    let transform =
+        Transform::from_translation(eye).looking_at(Vec3::from_array(start.target.to_array()), Vec3::Y);
     let speed = (max - min).length() * 0.05;
-    commands.spawn((Camera3d::default(), Tonemapping::AcesFitted, transform, common::Fly::new(speed.max(1.0), &transform)));
+    commands.spawn((
+        Camera3d::default(),
+        Tonemapping::AcesFitted,
+        transform,
+        common::Fly::new(speed.max(1.0), &transform),
+    ));
 }

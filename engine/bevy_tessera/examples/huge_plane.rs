@@ -12,8 +12,8 @@ use bevy::core_pipeline::tonemapping::Tonemapping;
 use bevy::prelude::*;
 use bevy_tessera::{TesseraMaterial, TesseraPlugin, VirtualTexture};
 use tessera::VtConfig;
-use tessera::core::format::codec::Codec;
 use tessera::core::bake::source::data_dir;
+use tessera::core::format::codec::Codec;
 use tessera::core::scene::catalog;
 
 #[derive(Resource)]
@@ -49,7 +49,10 @@ fn prepare() -> Result<String, Box<dyn std::error::Error>> {
     let prepared = match missing {
         None => catalog::prepare("stress", &data, &cache, Codec::Lz4, false, &progress)?,
         Some(p) => {
-            eprintln!("{} is missing (assets/fetch-data.sh fetches it): a generated 16384x16384 texture instead", p.display());
+            eprintln!(
+                "{} is missing (assets/fetch-data.sh fetches it): a generated 16384x16384 texture instead",
+                p.display()
+            );
             catalog::prepare_builtin(&cache, (16384, 16384), false, &progress)?
         }
     };
@@ -71,5 +74,10 @@ fn setup(
         Transform::from_xyz(3.0, 10.0, 4.0).looking_at(Vec3::ZERO, Vec3::Y),
     ));
     let transform = Transform::from_xyz(0.0, 4.0, 30.0).looking_at(Vec3::new(0.0, 0.0, 10.0), Vec3::Y);
-    commands.spawn((Camera3d::default(), Tonemapping::AcesFitted, transform, common::Fly::new(8.0, &transform)));
+    commands.spawn((
+        Camera3d::default(),
+        Tonemapping::AcesFitted,
+        transform,
+        common::Fly::new(8.0, &transform),
+    ));
 }

@@ -45,12 +45,10 @@ use bevy::pbr::{ExtendedMaterial, MaterialExtension};
 use bevy::prelude::*;
 use bevy::render::render_resource::{
     AsBindGroup, AsBindGroupError, BindGroupBuilder, BindGroupLayout, BindGroupLayoutEntry, BindingType,
-    BufferBindingType, BufferInitDescriptor, BufferUsages, SamplerBindingType, ShaderStages, TextureViewDimension,
-    UnpreparedBindingResource,
+    BufferBindingType, BufferInitDescriptor, BufferUsages, SamplerBindingType, ShaderStages,
+    TextureViewDimension, UnpreparedBindingResource,
 };
-use bevy::render::renderer::{
-    RenderAdapter, RenderDevice, RenderGraph, RenderGraphSystems, RenderQueue,
-};
+use bevy::render::renderer::{RenderAdapter, RenderDevice, RenderGraph, RenderGraphSystems, RenderQueue};
 use bevy::render::{Extract, ExtractSchedule, Render, RenderApp, RenderSystems};
 use bevy::shader::{Shader, ShaderRef};
 use crossbeam_channel::{Receiver, Sender};
@@ -78,8 +76,8 @@ pub const MATERIAL_SHADER: Handle<Shader> = uuid_handle!("0c2b8f63-81d4-4a7e-b5e
 pub type TesseraMaterial = ExtendedMaterial<StandardMaterial, VirtualTexture>;
 
 /// The virtual texture of a material: a baked atlas (a path, or an `http(s)://` or
-/// `s3://` URL when Tessera is built with remote atlases), sampled over the mesh's UVs
-/// (0..1 across the whole texture).
+/// `s3://` URL with the `remote` feature, on by default), sampled over the mesh's UVs
+/// (0..1 across the whole texture, or a [`Region`] of it).
 #[derive(Asset, TypePath, Clone, Debug, PartialEq)]
 pub struct VirtualTexture {
     /// Where the atlas is.
@@ -113,7 +111,15 @@ pub struct Region {
 impl Default for Region {
     /// The whole texture, clamped at its edges.
     fn default() -> Self {
-        Self { rect: [0.0, 0.0, 1.0, 1.0], texels: [1e9; 2], wrap: [false; 2], max_lod: 32.0, normal_map: false, normal_scale: 1.0, sampled: true }
+        Self {
+            rect: [0.0, 0.0, 1.0, 1.0],
+            texels: [1e9; 2],
+            wrap: [false; 2],
+            max_lod: 32.0,
+            normal_map: false,
+            normal_scale: 1.0,
+            sampled: true,
+        }
     }
 }
 
@@ -123,10 +129,22 @@ impl Region {
         let [x, y, w, h] = self.rect;
         let flag = |b: bool| if b { 1.0 } else { 0.0 };
         [
-            x, y, w, h,
-            self.texels[0], self.texels[1], flag(self.wrap[0]), flag(self.wrap[1]),
-            self.max_lod, layers as f32, flag(self.normal_map), self.normal_scale,
-            flag(self.sampled), 0.0, 0.0, 0.0,
+            x,
+            y,
+            w,
+            h,
+            self.texels[0],
+            self.texels[1],
+            flag(self.wrap[0]),
+            flag(self.wrap[1]),
+            self.max_lod,
+            layers as f32,
+            flag(self.normal_map),
+            self.normal_scale,
+            flag(self.sampled),
+            0.0,
+            0.0,
+            0.0,
         ]
     }
 
@@ -221,13 +239,18 @@ impl AsBindGroup for VirtualTexture {
             // The plugin asks for buffer page tables (the layout is static).
             tessera::PageTableResource::Texture(_) => return Err(AsBindGroupError::RetryNextUpdate),
         };
-        let view = |v: &wgpu::TextureView| UnpreparedBindingResource::TextureView(TextureViewDimension::D2, v.clone().into());
+        let view = |v: &wgpu::TextureView| {
+            UnpreparedBindingResource::TextureView(TextureViewDimension::D2, v.clone().into())
+        };
         let b = FIRST_BINDING;
         output.push((b, UnpreparedBindingResource::Buffer(resources.params.into())));
         output.push((b + 1, UnpreparedBindingResource::Buffer(page_table.into())));
         output.push((b + 2, UnpreparedBindingResource::Buffer(resources.feedback.into())));
         output.push((b + 3, view(&resources.pools[0])));
-        output.push((b + 4, UnpreparedBindingResource::Sampler(SamplerBindingType::Filtering, resources.sampler.into())));
+        output.push((
+            b + 4,
+            UnpreparedBindingResource::Sampler(SamplerBindingType::Filtering, resources.sampler.into()),
+        ));
         output.push((b + 5, view(&resources.pools[1])));
         output.push((b + 6, view(&resources.pools[2])));
         let region = render_device.create_buffer_with_data(&BufferInitDescriptor {
@@ -239,15 +262,23 @@ impl AsBindGroup for VirtualTexture {
         Ok(())
     }
 
-    fn bind_group_layout_entries(_render_device: &RenderDevice, _force_no_bindless: bool) -> Vec<BindGroupLayoutEntry>
+    fn bind_group_layout_entries(
+        _render_device: &RenderDevice,
+        _force_no_bindless: bool,
+    ) -> Vec<BindGroupLayoutEntry>
     where
         Self: Sized,
     {
-        let mut entries = tessera::shaders::vt_layout_entries(PageTableStorage::Buffer, FIRST_BINDING).to_vec();
+        let mut entries =
+            tessera::shaders::vt_layout_entries(PageTableStorage::Buffer, FIRST_BINDING).to_vec();
         entries.push(BindGroupLayoutEntry {
             binding: REGION_BINDING,
             visibility: ShaderStages::FRAGMENT,
-            ty: BindingType::Buffer { ty: BufferBindingType::Uniform, has_dynamic_offset: false, min_binding_size: None },
+            ty: BindingType::Buffer {
+                ty: BufferBindingType::Uniform,
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
             count: None,
         });
         entries
@@ -297,7 +328,10 @@ impl Plugin for TesseraPlugin {
                 sender,
             })
             .add_systems(ExtractSchedule, extract_atlases)
-            .add_systems(Render, open_atlases.after(RenderSystems::ExtractCommands).before(RenderSystems::PrepareAssets))
+            .add_systems(
+                Render,
+                open_atlases.after(RenderSystems::ExtractCommands).before(RenderSystems::PrepareAssets),
+            )
             .add_systems(RenderGraph, begin_frames.in_set(RenderGraphSystems::Begin))
             .add_systems(RenderGraph, end_frames.in_set(RenderGraphSystems::Finish));
     }
@@ -315,7 +349,7 @@ pub struct TesseraStats {
 
 /// What the render world tells the main world.
 enum Report {
-    Stats(String, AtlasStats),
+    Stats(String, Box<AtlasStats>),
     Failed(String, String),
 }
 
@@ -348,10 +382,14 @@ pub struct FullyResident {
 #[derive(Resource)]
 struct StatsInbox(Receiver<Report>);
 
-fn receive_stats(inbox: Res<StatsInbox>, mut stats: ResMut<TesseraStats>, mut resident: MessageWriter<FullyResident>) {
+fn receive_stats(
+    inbox: Res<StatsInbox>,
+    mut stats: ResMut<TesseraStats>,
+    mut resident: MessageWriter<FullyResident>,
+) {
     for report in inbox.0.try_iter() {
         let (atlas, new) = match report {
-            Report::Stats(atlas, new) => (atlas, new),
+            Report::Stats(atlas, new) => (atlas, *new),
             Report::Failed(atlas, why) => {
                 stats.failed.insert(atlas, why);
                 continue;
@@ -493,9 +531,9 @@ fn begin_frames(mut state: ResMut<VtRenderState>) {
             ctx.queue.submit([encoder.finish()]);
             s.vt.submitted();
         }
-        let mut encoder = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some("tessera begin"),
-        });
+        let mut encoder = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera begin") });
         s.frame = Some(s.vt.begin(ctx, &mut encoder).detach());
         ctx.queue.submit([encoder.finish()]);
     }
@@ -510,9 +548,8 @@ fn end_frames(mut state: ResMut<VtRenderState>) {
         let Streamed::Open(s) = streamed else { continue };
         let Some(frame) = s.frame.take() else { continue };
         let number = frame.number();
-        let mut encoder = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some("tessera end"),
-        });
+        let mut encoder =
+            ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera end") });
         let stream = s.vt.end_detached(frame, &mut encoder);
         ctx.queue.submit([encoder.finish()]);
         s.vt.submitted();
@@ -524,6 +561,6 @@ fn end_frames(mut state: ResMut<VtRenderState>) {
             vram_slots: (snapshot.vram_counters.slots_used, snapshot.vram_counters.slots_total),
             host_tiles: (snapshot.host_cache.tiles, snapshot.host_cache.bytes),
         };
-        let _ = state.sender.send(Report::Stats(location.clone(), stats));
+        let _ = state.sender.send(Report::Stats(location.clone(), Box::new(stats)));
     }
 }

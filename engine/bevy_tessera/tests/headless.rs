@@ -3,6 +3,8 @@
 //! with the whole texture resident, and an atlas that cannot be opened leaves its
 //! mesh in the material's colour.
 
+#![allow(clippy::unwrap_used)] // Tests fail loudly by design.
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -48,13 +50,17 @@ fn texture() -> Vec<u8> {
 fn bake_texture(dir: &Path) -> PathBuf {
     let atlas = dir.join("texture.tsa");
     let input = BakeInput::new("texture", ImageSource::from_rgba(TEXTURE, TEXTURE, texture()));
-    bake(vec![input], &atlas, &BakeOptions { codec: Codec::Lz4, ..BakeOptions::default() }, &NoProgress).unwrap();
+    bake(vec![input], &atlas, &BakeOptions { codec: Codec::Lz4, ..BakeOptions::default() }, &NoProgress)
+        .unwrap();
     atlas
 }
 
-/// Frames read back by the cameras, in order, with their render layer.
+/// One frame read back: the render layer of its camera and its RGBA8 pixels.
+type Frame = (usize, Vec<u8>);
+
+/// Frames read back by the cameras, in order.
 #[derive(Resource, Clone, Default)]
-struct Captured(Arc<Mutex<Vec<(usize, Vec<u8>)>>>);
+struct Captured(Arc<Mutex<Vec<Frame>>>);
 
 /// An app with the plugin and nothing on screen yet; `finish` and `cleanup` done.
 fn app() -> App {
@@ -125,7 +131,10 @@ fn frame_of(app: &App, layer: usize) -> Option<Vec<u8>> {
 /// the background: the first frames are the clear colour only).
 fn first_drawn(app: &App, layer: usize) -> Option<Vec<u8>> {
     let frames = app.world().resource::<Captured>().0.lock().unwrap();
-    frames.iter().find(|(l, f)| *l == layer && f.chunks(4).any(|p| p[..3] != [0, 0, 0])).map(|(_, f)| f.clone())
+    frames
+        .iter()
+        .find(|(l, f)| *l == layer && f.chunks(4).any(|p| p[..3] != [0, 0, 0]))
+        .map(|(_, f)| f.clone())
 }
 
 /// Compares `actual` with `tests/golden/{name}.png` (PSNR at least `min_db`), writing
@@ -156,7 +165,9 @@ fn psnr(a: &[u8], b: &[u8]) -> f64 {
 fn write_failure(name: &str, actual: &[u8], expected: &[u8]) -> PathBuf {
     let dir = std::env::temp_dir().join("bevy_tessera-failures").join(name);
     std::fs::create_dir_all(&dir).unwrap();
-    let save = |file: &str, px: Vec<u8>| image::RgbaImage::from_raw(SIZE, SIZE, px).unwrap().save(dir.join(file)).unwrap();
+    let save = |file: &str, px: Vec<u8>| {
+        image::RgbaImage::from_raw(SIZE, SIZE, px).unwrap().save(dir.join(file)).unwrap()
+    };
     save("actual.png", actual.to_vec());
     save("expected.png", expected.to_vec());
     let diff = actual
@@ -184,7 +195,9 @@ fn streamed_plane_converges_to_the_standard_material() {
     let reference_image = camera(world, 2);
     light(world);
     let mesh = plane(world);
-    let vt = world.resource_mut::<Assets<TesseraMaterial>>().add(VirtualTexture::material(atlas.to_string_lossy()));
+    let vt = world
+        .resource_mut::<Assets<TesseraMaterial>>()
+        .add(VirtualTexture::material(atlas.to_string_lossy()));
     world.spawn((Mesh3d(mesh.clone()), MeshMaterial3d(vt), RenderLayers::layer(1)));
     let mut reference = Image::new(
         bevy::render::render_resource::Extent3d { width: TEXTURE, height: TEXTURE, depth_or_array_layers: 1 },
@@ -237,14 +250,19 @@ fn streamed_plane_converges_to_the_standard_material() {
     let db = psnr(&streamed, &expected);
     if db < 35.0 {
         let dir = write_failure("converged", &streamed, &expected);
-        panic!("converged frame {resident_at}: PSNR {db:.1} dB < 35 against StandardMaterial; PNGs in {}", dir.display());
+        panic!(
+            "converged frame {resident_at}: PSNR {db:.1} dB < 35 against StandardMaterial; PNGs in {}",
+            dir.display()
+        );
     }
     // Not vacuous: the view is textured, and the first frame was blurrier.
     let distinct: std::collections::HashSet<&[u8]> = streamed.chunks(4).collect();
     assert!(distinct.len() > 500, "a nearly uniform frame: {} colours", distinct.len());
     let first = first_drawn(&app, 1).expect("the plane was never drawn");
     let first_db = psnr(&first, &expected);
-    eprintln!("fully resident at frame {resident_at}: PSNR {db:.1} dB against StandardMaterial (first drawn frame {first_db:.1} dB)");
+    eprintln!(
+        "fully resident at frame {resident_at}: PSNR {db:.1} dB against StandardMaterial (first drawn frame {first_db:.1} dB)"
+    );
     if std::env::var_os("BEVY_TESSERA_KEEP").is_some() {
         eprintln!("frames kept in {}", write_failure("kept", &streamed, &expected).display());
         write_failure("kept-first", &first, &expected);
@@ -296,7 +314,8 @@ fn a_missing_or_corrupted_atlas_leaves_the_material_colour() {
     let pixel = |x: u32, y: u32| &frame[((y * SIZE + x) * 4) as usize..][..4];
     let is_red = |p: &[u8]| p[0] > 200 && p[1] < 40 && p[2] < 40;
     // The quads' centres are at a quarter and three quarters of the width.
-    let (left, right, middle) = (pixel(SIZE / 4, SIZE / 2), pixel(3 * SIZE / 4, SIZE / 2), pixel(SIZE / 2, SIZE / 2));
+    let (left, right, middle) =
+        (pixel(SIZE / 4, SIZE / 2), pixel(3 * SIZE / 4, SIZE / 2), pixel(SIZE / 2, SIZE / 2));
     assert!(is_red(left) && is_red(right), "the quads are not red: {left:?} {right:?}");
     assert_eq!(&middle[..3], &[0, 0, 0], "between the quads: the clear colour");
 }

@@ -38,8 +38,14 @@ pub(crate) fn fly(
             fly.pitch = (fly.pitch - motion.delta.y * 0.003).clamp(-1.55, 1.55);
             transform.rotation = Quat::from_euler(EulerRot::YXZ, fly.yaw, fly.pitch, 0.0);
         }
-        let axis = |plus: KeyCode, minus: KeyCode| keys.pressed(plus) as i32 as f32 - keys.pressed(minus) as i32 as f32;
-        let local = Vec3::new(axis(KeyCode::KeyD, KeyCode::KeyA), axis(KeyCode::KeyE, KeyCode::KeyQ), -axis(KeyCode::KeyW, KeyCode::KeyS));
+        let axis = |plus: KeyCode, minus: KeyCode| {
+            keys.pressed(plus) as i32 as f32 - keys.pressed(minus) as i32 as f32
+        };
+        let local = Vec3::new(
+            axis(KeyCode::KeyD, KeyCode::KeyA),
+            axis(KeyCode::KeyE, KeyCode::KeyQ),
+            -axis(KeyCode::KeyW, KeyCode::KeyS),
+        );
         let boost = if keys.pressed(KeyCode::ShiftLeft) { 5.0 } else { 1.0 };
         let step = transform.rotation * local * fly.speed * boost * time.delta_secs();
         transform.translation += step;
@@ -122,12 +128,15 @@ impl tessera::core::progress::Progress for Percent {
 /// For unattended runs: `BEVY_TESSERA_FRAMES=N` exits after N frames, and
 /// `BEVY_TESSERA_SCREENSHOT=file.png` saves the window's last frames first.
 pub(crate) fn unattended(mut commands: Commands, mut frames: Local<u32>, mut exit: MessageWriter<AppExit>) {
-    let Some(limit) = std::env::var("BEVY_TESSERA_FRAMES").ok().and_then(|n| n.parse::<u32>().ok()) else { return };
+    let Some(limit) = std::env::var("BEVY_TESSERA_FRAMES").ok().and_then(|n| n.parse::<u32>().ok()) else {
+        return;
+    };
     *frames += 1;
     if *frames + 5 == limit
         && let Some(path) = std::env::var_os("BEVY_TESSERA_SCREENSHOT")
     {
-        commands.spawn(bevy::render::view::screenshot::Screenshot::primary_window())
+        commands
+            .spawn(bevy::render::view::screenshot::Screenshot::primary_window())
             .observe(bevy::render::view::screenshot::save_to_disk(std::path::PathBuf::from(path)));
     }
     if *frames >= limit {
