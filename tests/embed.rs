@@ -329,7 +329,11 @@ fn fs_main(in: VsOut) -> @location(0) vec4<f32> {{
         let slots = vt.stats().vram_counters.slots_total;
         let reads = vt.stats().loader.completed;
         let hits = vt.stats().host_cache.hits;
+        let bytes = vt.gpu_bytes();
+        let pool = vt.pool().bytes();
+        assert!(pool > 14 << 20 && bytes > pool && bytes < pool + (2 << 20), "pool {pool}, in all {bytes}");
         vt.set_pool_mib(ctx, 2).unwrap();
+        assert!(vt.gpu_bytes() + (13 << 20) < bytes, "{} after shrinking from {bytes}", vt.gpu_bytes());
         assert!(vt.stats().vram_counters.slots_total < slots / 4, "the pool did not shrink");
         assert_eq!(vt.config().pool_mib, 2);
         let small = render(ctx, &pipe, &mut [&mut vt], &[1]);

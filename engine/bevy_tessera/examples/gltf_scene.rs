@@ -5,35 +5,45 @@
 //! the dungeon level that `assets/fetch-data.sh --dungeon` downloads. The atlas and
 //! its manifest (which rectangle of the atlas each material uses) are baked once into
 //! Tessera's cache folder. Fly with WASD, Q/E and the right mouse button; Shift is
-//! faster.
+//! faster. R switches between the streamed textures and the same texels fully resident
+//! in Bevy's own `StandardMaterial`, to compare.
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
-use bevy::asset::RenderAssetUsages;
 use bevy::core_pipeline::tonemapping::Tonemapping;
-use bevy::mesh::{Indices, PrimitiveTopology};
 use bevy::prelude::*;
-use bevy_tessera::{TesseraPlugin, scene_material};
+use bevy_tessera::TesseraPlugin;
+use bevy_tessera::scene::{BakedScene, camera_transform, resident_materials, scene_mesh, streamed_materials};
 use tessera::VtConfig;
-use tessera::core::bake::BakeOptions;
 use tessera::core::format::codec::Codec;
 use tessera::core::scene::camera::{CameraPath, Shot};
 use tessera::core::scene::catalog;
-use tessera::core::scene::material_scene::{MaterialScene, load_gltf};
-use tessera::core::scene::scene_bake::{SceneManifest, bake_scene};
 
 /// The level, its atlas and its manifest.
 #[derive(Resource)]
-struct Level {
-    scene: MaterialScene,
-    atlas: PathBuf,
-    manifest: SceneManifest,
+struct Level(BakedScene);
+
+/// Which copy of the level an entity belongs to.
+#[derive(Component, Clone, Copy, Debug, PartialEq, Eq)]
+enum Copy {
+    /// Textures streamed through the plugin.
+    Streamed,
+    /// The same texels fully resident in `StandardMaterial`s.
+    Resident,
 }
 
 fn main() -> AppExit {
-    let level = match prepare(std::env::args().nth(1).map(PathBuf::from)) {
+    let progress = common::Percent::default();
+    let level = match std::env::args_os().nth(1) {
+        None => BakedScene::catalog("dungeon", Codec::Lz4, &progress),
+        Some(path) => BakedScene::gltf(
+            std::path::Path::new(&path),
+            &catalog::cache_dir().join("scenes"),
+            Codec::Lz4,
+            &progress,
+        ),
+    };
+    let level = match level {
         Ok(level) => level,
         Err(e) => {
             eprintln!("gltf_scene: {e}");
@@ -43,79 +53,53 @@ fn main() -> AppExit {
     App::new()
         .add_plugins(DefaultPlugins)
         .add_plugins(TesseraPlugin { config: VtConfig { pool_mib: 64, ..VtConfig::default() } })
-        .insert_resource(level)
+        .insert_resource(Level(level))
         .add_systems(Startup, (setup, common::spawn_panel))
-        .add_systems(Update, (common::fly, common::show_stats, common::unattended))
+        .add_systems(Update, (common::fly, common::show_stats, common::unattended, switch))
         .run()
-}
-
-/// Loads the level and bakes its atlas when there is none or it is stale.
-fn prepare(gltf: Option<PathBuf>) -> Result<Level, Box<dyn std::error::Error>> {
-    let progress = common::Percent::default();
-    let cache = catalog::cache_dir();
-    let (scene, atlas) = match gltf {
-        None => {
-            let data = tessera::core::bake::source::data_dir();
-            let prepared = catalog::prepare("dungeon", &data, &cache, Codec::Lz4, false, &progress)?;
-            let scene = prepared.scene.ok_or("the dungeon catalog entry has no scene")?;
-            (scene, prepared.atlas)
-        }
-        Some(path) => {
-            let scene = load_gltf(&path)?;
-            let stem =
-                path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "scene".into());
-            let atlas = cache.join("scenes").join(format!("{stem}-bevy.tsa"));
-            if !is_baked(&atlas) {
-                std::fs::create_dir_all(cache.join("scenes"))?;
-                bake_scene(
-                    &scene,
-                    &atlas,
-                    &BakeOptions { codec: Codec::Lz4, ..BakeOptions::default() },
-                    &progress,
-                )?;
-            }
-            (scene, atlas)
-        }
-    };
-    let manifest = SceneManifest::load(&SceneManifest::path_for(&atlas))?;
-    Ok(Level { scene, atlas, manifest })
-}
-
-fn is_baked(atlas: &Path) -> bool {
-    atlas.is_file() && SceneManifest::path_for(atlas).is_file()
 }
 
 fn setup(
     mut commands: Commands,
     level: Res<Level>,
     mut meshes: ResMut<Assets<Mesh>>,
-    mut materials: ResMut<Assets<bevy_tessera::TesseraMaterial>>,
+    mut streamed: ResMut<Assets<bevy_tessera::TesseraMaterial>>,
+    mut standard: ResMut<Assets<StandardMaterial>>,
+    mut images: ResMut<Assets<Image>>,
 ) {
-    let atlas = level.atlas.to_string_lossy().into_owned();
-    let size = (level.manifest.width, level.manifest.height);
-    let handles: Vec<_> = level
-        .manifest
-        .materials
-        .iter()
-        .zip(&level.scene.materials)
-        .map(|(packed, gltf)| {
-            let mut m = scene_material(&atlas, packed, size);
-            // Drawn from both sides like Tessera's own scene renderer; lit from the
-            // side seen when the glTF says so.
-            m.base.cull_mode = None;
-            m.base.double_sided = gltf.double_sided;
-            materials.add(m)
-        })
+    let level = &level.0;
+    let vt: Vec<_> = streamed_materials(&level.location(), &level.manifest, &level.scene)
+        .into_iter()
+        .map(|m| streamed.add(m))
         .collect();
+    // The resident copy, hidden until R: the atlas' own texels in Bevy images.
+    let resident = tessera::core::Atlas::open(&level.atlas)
+        .and_then(|atlas| resident_materials(&atlas, &level.manifest, &level.scene, &mut images));
+    let resident: Vec<_> = match resident {
+        Ok(r) => r.into_iter().map(|m| standard.add(m)).collect(),
+        Err(e) => {
+            warn!("no resident copy to compare with: {e}");
+            Vec::new()
+        }
+    };
     for part in &level.scene.meshes {
-        let v = &part.mesh.vertices;
-        let mut mesh = Mesh::new(PrimitiveTopology::TriangleList, RenderAssetUsages::RENDER_WORLD);
-        mesh.insert_attribute(Mesh::ATTRIBUTE_POSITION, v.iter().map(|v| v.position).collect::<Vec<_>>());
-        mesh.insert_attribute(Mesh::ATTRIBUTE_NORMAL, v.iter().map(|v| v.normal).collect::<Vec<_>>());
-        mesh.insert_attribute(Mesh::ATTRIBUTE_UV_0, v.iter().map(|v| v.uv).collect::<Vec<_>>());
-        mesh.insert_indices(Indices::U32(part.mesh.indices.clone()));
-        let Some(material) = handles.get(part.material) else { continue };
-        commands.spawn((Mesh3d(meshes.add(mesh)), MeshMaterial3d(material.clone())));
+        let mesh = scene_mesh(&part.mesh);
+        if let Some(m) = vt.get(part.material) {
+            commands.spawn((Mesh3d(meshes.add(mesh.clone())), MeshMaterial3d(m.clone()), Copy::Streamed));
+        }
+        if let Some(m) = resident.get(part.material) {
+            // Bevy's normal maps need tangents.
+            let mesh = mesh.with_generated_tangents().unwrap_or_else(|e| {
+                warn!("{}: no tangents ({e}); its normal map is not applied", part.name);
+                scene_mesh(&part.mesh)
+            });
+            commands.spawn((
+                Mesh3d(meshes.add(mesh)),
+                MeshMaterial3d(m.clone()),
+                Copy::Resident,
+                Visibility::Hidden,
+            ));
+        }
     }
     // Tessera's glam and Bevy's may be different releases: convert through arrays.
     let sun = level
@@ -129,21 +113,36 @@ fn setup(
     commands.insert_resource(GlobalAmbientLight { brightness: 400.0, ..default() });
     // The start of Tessera's `walk` preset for the level (eye height above the floor,
     // along its longer axis).
-    let (min, max) = (
-        Vec3::from_array(level.scene.bounds_min.to_array()),
-        Vec3::from_array(level.scene.bounds_max.to_array()),
-    );
     let start = CameraPath::for_scene(None, Some(&level.scene), Shot::Tour)
         .map(|p| p.camera_at(0))
         .unwrap_or_default();
-    let eye = Vec3::from_array(start.position.to_array());
-    let transform =
-        Transform::from_translation(eye).looking_at(Vec3::from_array(start.target.to_array()), Vec3::Y);
-    let speed = (max - min).length() * 0.05;
+    let (transform, projection) = camera_transform(&start);
+    let size = Vec3::from_array((level.scene.bounds_max - level.scene.bounds_min).to_array());
     commands.spawn((
         Camera3d::default(),
         Tonemapping::AcesFitted,
         transform,
-        common::Fly::new(speed.max(1.0), &transform),
+        projection,
+        common::Fly::new((size.length() * 0.05).max(1.0), &transform),
     ));
+}
+
+/// R shows the other copy of the level.
+fn switch(keys: Res<ButtonInput<KeyCode>>, mut parts: Query<(&Copy, &mut Visibility)>) {
+    if !keys.just_pressed(KeyCode::KeyR) {
+        return;
+    }
+    let mut shown = None;
+    for (copy, mut visibility) in &mut parts {
+        *visibility =
+            if *visibility == Visibility::Hidden { Visibility::Inherited } else { Visibility::Hidden };
+        if *visibility == Visibility::Inherited {
+            shown = Some(*copy);
+        }
+    }
+    match shown {
+        Some(Copy::Streamed) => info!("textures streamed through Tessera"),
+        Some(Copy::Resident) => info!("textures fully resident in Bevy's StandardMaterial"),
+        None => {}
+    }
 }

@@ -38,6 +38,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+pub mod scene;
+
 use bevy::asset::uuid_handle;
 use bevy::ecs::system::SystemParamItem;
 use bevy::ecs::system::lifetimeless::SRes;
@@ -367,6 +369,8 @@ pub struct AtlasStats {
     pub vram_slots: (u64, u64),
     /// Tiles in the host cache and its bytes.
     pub host_tiles: (u64, u64),
+    /// Bytes of GPU memory the atlas' virtual texture takes (pool, page table, feedback).
+    pub gpu_bytes: u64,
 }
 
 /// Sent each time an atlas becomes fully resident (everything the view wants is in
@@ -560,6 +564,7 @@ fn end_frames(mut state: ResMut<VtRenderState>) {
             stream,
             vram_slots: (snapshot.vram_counters.slots_used, snapshot.vram_counters.slots_total),
             host_tiles: (snapshot.host_cache.tiles, snapshot.host_cache.bytes),
+            gpu_bytes: s.vt.gpu_bytes(),
         };
         let _ = state.sender.send(Report::Stats(location.clone(), Box::new(stats)));
     }

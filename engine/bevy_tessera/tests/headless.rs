@@ -1,7 +1,8 @@
 //! The plugin in a headless Bevy app on the test machine's GPU (lavapipe in CI): a
 //! plane streamed through `TesseraMaterial` converges to Bevy's own `StandardMaterial`
 //! with the whole texture resident, and an atlas that cannot be opened leaves its
-//! mesh in the material's colour.
+//! mesh in the material's colour; the `gltf_scene` level converges to the same level
+//! drawn by `StandardMaterial`.
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly by design.
 
@@ -14,12 +15,14 @@ use bevy::core_pipeline::tonemapping::Tonemapping;
 use bevy::prelude::*;
 use bevy::render::gpu_readback::{Readback, ReadbackComplete};
 use bevy::render::render_resource::{TextureFormat, TextureUsages};
+use bevy_tessera::scene::{BakedScene, camera_transform, resident_materials, scene_mesh, streamed_materials};
 use bevy_tessera::{FullyResident, TesseraMaterial, TesseraPlugin, TesseraStats, VirtualTexture};
 use tessera::VtConfig;
 use tessera::core::bake::source::ImageSource;
 use tessera::core::bake::{BakeInput, BakeOptions, bake};
 use tessera::core::format::codec::Codec;
 use tessera::core::progress::NoProgress;
+use tessera::core::scene::camera::{CameraPath, Shot};
 
 /// The render target's side in pixels.
 const SIZE: u32 = 256;
@@ -64,6 +67,11 @@ struct Captured(Arc<Mutex<Vec<Frame>>>);
 
 /// An app with the plugin and nothing on screen yet; `finish` and `cleanup` done.
 fn app() -> App {
+    app_with(VtConfig { pool_mib: 16, ..VtConfig::default() })
+}
+
+/// [`app`] with the plugin's configuration `config`.
+fn app_with(config: VtConfig) -> App {
     if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
         let dir = std::env::temp_dir().join("tessera-xdg");
         let _ = std::fs::create_dir_all(&dir);
@@ -72,7 +80,7 @@ fn app() -> App {
     }
     let mut app = App::new();
     app.add_plugins(DefaultPlugins.build().disable::<bevy::log::LogPlugin>())
-        .add_plugins(TesseraPlugin { config: VtConfig { pool_mib: 16, ..VtConfig::default() } })
+        .add_plugins(TesseraPlugin { config })
         .insert_resource(ClearColor(Color::BLACK))
         .init_resource::<Captured>();
     app.finish();
@@ -141,10 +149,15 @@ fn first_drawn(app: &App, layer: usize) -> Option<Vec<u8>> {
 /// actual, expected and diff PNGs when it differs; `TESSERA_UPDATE_GOLDEN=1` rewrites
 /// the golden image instead.
 fn golden(name: &str, actual: &[u8], min_db: f64) {
+    golden_sized(name, actual, (SIZE, SIZE), min_db);
+}
+
+/// [`golden`] for a frame of `size` pixels.
+fn golden_sized(name: &str, actual: &[u8], size: (u32, u32), min_db: f64) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.png"));
     if std::env::var_os("TESSERA_UPDATE_GOLDEN").is_some() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        image::RgbaImage::from_raw(SIZE, SIZE, actual.to_vec()).unwrap().save(&path).unwrap();
+        image::RgbaImage::from_raw(size.0, size.1, actual.to_vec()).unwrap().save(&path).unwrap();
         return;
     }
     let expected = image::open(&path)
@@ -153,7 +166,7 @@ fn golden(name: &str, actual: &[u8], min_db: f64) {
         .into_raw();
     let db = psnr(actual, &expected);
     if db < min_db {
-        let dir = write_failure(name, actual, &expected);
+        let dir = write_failure_sized(name, actual, &expected, size);
         panic!("{name}: PSNR {db:.1} dB < {min_db} against {}; PNGs in {}", path.display(), dir.display());
     }
 }
@@ -163,10 +176,15 @@ fn psnr(a: &[u8], b: &[u8]) -> f64 {
 }
 
 fn write_failure(name: &str, actual: &[u8], expected: &[u8]) -> PathBuf {
+    write_failure_sized(name, actual, expected, (SIZE, SIZE))
+}
+
+/// Writes actual, expected and diff PNGs of frames of `size` pixels; returns their folder.
+fn write_failure_sized(name: &str, actual: &[u8], expected: &[u8], size: (u32, u32)) -> PathBuf {
     let dir = std::env::temp_dir().join("bevy_tessera-failures").join(name);
     std::fs::create_dir_all(&dir).unwrap();
     let save = |file: &str, px: Vec<u8>| {
-        image::RgbaImage::from_raw(SIZE, SIZE, px).unwrap().save(dir.join(file)).unwrap()
+        image::RgbaImage::from_raw(size.0, size.1, px).unwrap().save(dir.join(file)).unwrap()
     };
     save("actual.png", actual.to_vec());
     save("expected.png", expected.to_vec());
@@ -174,7 +192,7 @@ fn write_failure(name: &str, actual: &[u8], expected: &[u8]) -> PathBuf {
         .chunks(4)
         .zip(expected.chunks(4))
         .flat_map(|(a, e)| {
-            let d = |i: usize| (a[i] as i32 - e[i] as i32).unsigned_abs().min(255) as u8 * 4;
+            let d = |i: usize| ((a[i] as i32 - e[i] as i32).unsigned_abs() * 4).min(255) as u8;
             [d(0), d(1), d(2), 255]
         })
         .collect();
@@ -318,4 +336,125 @@ fn a_missing_or_corrupted_atlas_leaves_the_material_colour() {
         (pixel(SIZE / 4, SIZE / 2), pixel(3 * SIZE / 4, SIZE / 2), pixel(SIZE / 2, SIZE / 2));
     assert!(is_red(left) && is_red(right), "the quads are not red: {left:?} {right:?}");
     assert_eq!(&middle[..3], &[0, 0, 0], "between the quads: the clear colour");
+}
+
+/// The dungeon view's frame size: 16:9.
+const SCENE_SIZE: (u32, u32) = (320, 180);
+
+/// A perspective camera at Tessera's walk start of `level` (what the `gltf_scene`
+/// example opens on), into an image of its own, on render layer `layer`.
+fn scene_camera(world: &mut World, level: &BakedScene, layer: usize) -> Handle<Image> {
+    let mut image =
+        Image::new_target_texture(SCENE_SIZE.0, SCENE_SIZE.1, TextureFormat::Rgba8UnormSrgb, None);
+    image.texture_descriptor.usage |= TextureUsages::COPY_SRC;
+    let handle = world.resource_mut::<Assets<Image>>().add(image);
+    let start = CameraPath::for_scene(None, Some(&level.scene), Shot::Tour).unwrap().camera_at(0);
+    let (transform, projection) = camera_transform(&start);
+    world.spawn((
+        Camera3d::default(),
+        RenderTarget::Image(handle.clone().into()),
+        Tonemapping::None,
+        transform,
+        projection,
+        RenderLayers::layer(layer),
+    ));
+    handle
+}
+
+/// The `gltf_scene` example's view of the real dungeon level (CC0, fetched by
+/// `assets/fetch-data.sh --dungeon`; `scripts/test` sets `TESSERA_DATA`), streamed from
+/// its stacked atlas (albedo, normal and roughness-metal, LZ4), converges to the same
+/// level drawn by Bevy's own `StandardMaterial` (normal maps on generated tangents)
+/// with the atlas' texels fully resident: PSNR at least 35 dB, golden images of the
+/// first drawn frame (visibly blurrier) and the converged one.
+#[test]
+fn gltf_scene_converges_to_the_standard_material() {
+    let level = BakedScene::catalog("dungeon", Codec::Lz4, &NoProgress)
+        .unwrap_or_else(|e| panic!("the dungeon level: {e}"));
+    let mut app = app_with(VtConfig { pool_mib: 64, ..VtConfig::default() });
+    let world = app.world_mut();
+    let streamed_image = scene_camera(world, &level, 1);
+    let reference_image = scene_camera(world, &level, 2);
+    let sun = level
+        .scene
+        .sun_direction
+        .map_or(Vec3::new(-0.4, -1.0, -0.3).normalize(), |d| Vec3::from_array(d.to_array()));
+    world.spawn((
+        DirectionalLight { illuminance: 6_000.0, shadow_maps_enabled: false, ..default() },
+        Transform::default().looking_to(sun, Vec3::Y),
+        RenderLayers::from_layers(&[1, 2]),
+    ));
+    world.insert_resource(GlobalAmbientLight { brightness: 400.0, ..default() });
+    let streamed: Vec<_> = streamed_materials(&level.location(), &level.manifest, &level.scene)
+        .into_iter()
+        .map(|m| world.resource_mut::<Assets<TesseraMaterial>>().add(m))
+        .collect();
+    let atlas = tessera::core::Atlas::open(&level.atlas).unwrap();
+    let resident = world
+        .resource_scope(|_, mut images: Mut<Assets<Image>>| {
+            resident_materials(&atlas, &level.manifest, &level.scene, &mut images)
+        })
+        .unwrap();
+    let resident: Vec<_> =
+        resident.into_iter().map(|m| world.resource_mut::<Assets<StandardMaterial>>().add(m)).collect();
+    for part in &level.scene.meshes {
+        let mesh = scene_mesh(&part.mesh);
+        let tangents = mesh.clone().with_generated_tangents().unwrap();
+        let (mesh, tangents) = (
+            world.resource_mut::<Assets<Mesh>>().add(mesh),
+            world.resource_mut::<Assets<Mesh>>().add(tangents),
+        );
+        world.spawn((Mesh3d(mesh), MeshMaterial3d(streamed[part.material].clone()), RenderLayers::layer(1)));
+        world.spawn((
+            Mesh3d(tangents),
+            MeshMaterial3d(resident[part.material].clone()),
+            RenderLayers::layer(2),
+        ));
+    }
+    read_back(app.world_mut(), streamed_image, 1);
+    read_back(app.world_mut(), reference_image, 2);
+    // Converged: drawn (the pipelines compile in the background, and until the level
+    // is drawn its feedback wants nothing), then fully resident with nothing uploaded
+    // for 8 frames in a row.
+    let (mut resident_at, mut quiet) = (None, 0);
+    for frame in 0..400 {
+        app.update();
+        let stats = app.world().resource::<TesseraStats>();
+        assert!(stats.failed.is_empty(), "{:?}", stats.failed);
+        let Some(s) = stats.atlases.values().next() else { continue };
+        let settled = s.resident_fraction == Some(1.0) && s.stream.uploads == 0;
+        quiet = if settled && first_drawn(&app, 1).is_some() { quiet + 1 } else { 0 };
+        if quiet == 1 {
+            resident_at = Some(frame);
+        }
+        if quiet >= 8 {
+            break;
+        }
+    }
+    assert!(quiet >= 8, "the dungeon view did not settle fully resident in 400 frames");
+    let resident_at = resident_at.unwrap();
+    for _ in 0..3 {
+        app.update();
+    }
+    let stats = app.world().resource::<TesseraStats>().clone();
+    let tiles = stats.atlases.values().next().unwrap().vram_slots.0;
+    assert!(tiles > 20, "few tiles resident: {tiles}");
+    let streamed = frame_of(&app, 1).expect("no streamed frame read back");
+    let expected = frame_of(&app, 2).expect("no reference frame read back");
+    let distinct: std::collections::HashSet<&[u8]> = expected.chunks(4).collect();
+    assert!(distinct.len() > 2000, "a nearly uniform reference: {} colours", distinct.len());
+    let db = psnr(&streamed, &expected);
+    let first = first_drawn(&app, 1).expect("the level was never drawn");
+    let first_db = psnr(&first, &expected);
+    eprintln!(
+        "dungeon fully resident at frame {resident_at} ({tiles} tiles): PSNR {db:.1} dB against StandardMaterial (first drawn frame {first_db:.1} dB)"
+    );
+    if db < 35.0 || std::env::var_os("BEVY_TESSERA_KEEP").is_some() {
+        let dir = write_failure_sized("dungeon-converged", &streamed, &expected, SCENE_SIZE);
+        write_failure_sized("dungeon-first", &first, &expected, SCENE_SIZE);
+        assert!(db >= 35.0, "PSNR {db:.1} dB < 35 against StandardMaterial; PNGs in {}", dir.display());
+    }
+    assert!(first_db < db - 3.0, "the first frame was already sharp ({first_db:.1} dB)");
+    golden_sized("dungeon-first", &first, SCENE_SIZE, 40.0);
+    golden_sized("dungeon-converged", &streamed, SCENE_SIZE, 40.0);
 }

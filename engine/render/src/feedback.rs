@@ -215,6 +215,12 @@ impl Feedback {
         (self.words * 4) as u64
     }
 
+    /// Bytes of GPU memory the feedback takes: the bitset, the compacted list and the
+    /// readback ring.
+    pub fn gpu_bytes(&self) -> u64 {
+        self.bitset.size() + self.list.size() + self.ring.iter().map(|s| s.buffer.size()).sum::<u64>()
+    }
+
     /// Frames whose feedback was dropped because every staging buffer was busy.
     pub fn skipped(&self) -> u64 {
         self.skipped

@@ -108,6 +108,15 @@ impl PageTableBuffer {
         Ok(Self { store, entries })
     }
 
+    /// Bytes of GPU memory it takes (4 per entry; the texture storage rounds up to
+    /// whole rows).
+    pub fn bytes(&self) -> u64 {
+        match &self.store {
+            Store::Buffer(buffer) => buffer.size(),
+            Store::Texture(texture, _) => u64::from(texture.width()) * u64::from(texture.height()) * 4,
+        }
+    }
+
     /// Queues the plan's writes; ranges past the end are cut off.
     pub fn write(&self, queue: &wgpu::Queue, writes: &[PageTableWrite]) {
         for w in writes {
@@ -147,7 +156,6 @@ impl PageTableBuffer {
         }
     }
 
-    /// The page table as a bind-group resource.
     /// The page table as an owned handle.
     pub fn resource(&self) -> PageTableResource {
         match &self.store {
@@ -156,6 +164,7 @@ impl PageTableBuffer {
         }
     }
 
+    /// The page table as a bind-group resource.
     pub fn binding(&self) -> wgpu::BindingResource<'_> {
         match &self.store {
             Store::Buffer(buffer) => buffer.as_entire_binding(),

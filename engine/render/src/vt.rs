@@ -649,6 +649,15 @@ impl VirtualTextures {
         self.feedback.bytes()
     }
 
+    /// Bytes of GPU memory these virtual textures take: the tile pools, the page table
+    /// and the feedback buffers (bitset and readback ring). What a fully resident
+    /// texture's mip chain is compared against.
+    pub fn gpu_bytes(&self) -> u64 {
+        self.pools.iter().map(TilePool::bytes).sum::<u64>()
+            + self.page_table.bytes()
+            + self.feedback.gpu_bytes()
+    }
+
     /// Fraction (0 to 1) of the tiles the latest feedback window wants that are resident
     /// themselves (see [`StreamFrame::resident_fraction`]); `None` until the first
     /// feedback arrives (usually two frames after the first [`VtFrame::finish`]): until

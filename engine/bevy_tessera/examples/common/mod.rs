@@ -81,10 +81,11 @@ pub(crate) fn show_stats(stats: Res<TesseraStats>, mut panel: Query<&mut Text, W
         let name = atlas.rsplit('/').next().unwrap_or(atlas);
         let resident = s.resident_fraction.map_or("-".to_owned(), |f| format!("{:.1}%", f * 100.0));
         lines.push(format!(
-            "{name}  frame {}\n  resident (wanted tiles in VRAM) {resident}\n  VRAM pool {} / {} tiles\n  host cache {} tiles, {:.1} MiB\n  uploads {} this frame, misses {}",
+            "{name}  frame {}\n  resident (wanted tiles in VRAM) {resident}\n  VRAM pool {} / {} tiles ({:.1} MiB of GPU memory)\n  host cache {} tiles, {:.1} MiB\n  uploads {} this frame, misses {}",
             s.frame,
             s.vram_slots.0,
             s.vram_slots.1,
+            s.gpu_bytes as f64 / (1 << 20) as f64,
             s.host_tiles.0,
             s.host_tiles.1 as f64 / (1 << 20) as f64,
             s.stream.uploads,

@@ -1,0 +1,314 @@
+//! A glTF scene baked into one stacked atlas (`tessera bake --gltf`), as Bevy meshes and
+//! materials: streamed through [`TesseraMaterial`], or drawn by Bevy's own
+//! `StandardMaterial` with the same texels fully resident (a reference to compare
+//! against, for tests, benchmarks and an A/B switch in a viewer).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use bevy::asset::RenderAssetUsages;
+use bevy::image::{ImageAddressMode, ImageFilterMode, ImageSampler, ImageSamplerDescriptor};
+use bevy::mesh::{Indices, PrimitiveTopology};
+use bevy::prelude::*;
+use bevy::render::render_resource::{Extent3d, TextureDimension, TextureFormat};
+use tessera::core::Atlas;
+use tessera::core::bake::BakeOptions;
+use tessera::core::bake::cache::{BakeCache, BakeKind};
+use tessera::core::format::atlas::{AtlasError, Wrap};
+use tessera::core::format::codec::Codec;
+use tessera::core::format::tile::TileId;
+use tessera::core::progress::Progress;
+use tessera::core::scene::Mesh as SceneMeshData;
+use tessera::core::scene::camera::Camera as SceneCamera;
+use tessera::core::scene::catalog::{self, CatalogError};
+use tessera::core::scene::material_scene::{MaterialScene, SceneError, load_gltf};
+use tessera::core::scene::scene_bake::{PackedMaterial, SceneManifest, bake_scene, scene_bake_key};
+
+use crate::{TesseraMaterial, scene_material};
+
+/// The atlas layers of a scene atlas, in order: albedo, normal, roughness-metal.
+const LAYERS: usize = 3;
+
+/// A glTF scene, the stacked atlas it was baked into and the manifest that says where
+/// each material lies in it.
+pub struct BakedScene {
+    /// Meshes (world space) and materials.
+    pub scene: MaterialScene,
+    /// The atlas file.
+    pub atlas: PathBuf,
+    /// Each material's rectangle of the atlas and its constant factors.
+    pub manifest: SceneManifest,
+}
+
+/// Why a scene could not be loaded or baked.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum BakedSceneError {
+    /// Loading, fetching or baking failed (the message says what to do).
+    Catalog(CatalogError),
+    /// The catalog entry is a texture, not a glTF scene.
+    NotAScene(String),
+}
+
+impl std::fmt::Display for BakedSceneError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Catalog(e) => e.fmt(f),
+            Self::NotAScene(name) => write!(f, "the catalog entry '{name}' is a texture, not a glTF scene"),
+        }
+    }
+}
+
+impl std::error::Error for BakedSceneError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Catalog(e) => Some(e),
+            Self::NotAScene(_) => None,
+        }
+    }
+}
+
+impl From<CatalogError> for BakedSceneError {
+    fn from(e: CatalogError) -> Self {
+        Self::Catalog(e)
+    }
+}
+
+impl From<SceneError> for BakedSceneError {
+    fn from(e: SceneError) -> Self {
+        Self::Catalog(e.into())
+    }
+}
+
+impl BakedScene {
+    /// Scene `name` of Tessera's catalog (`dungeon`) from Tessera's data folder
+    /// (`TESSERA_DATA`, or what `assets/fetch-data.sh` downloads), baked with `codec` into
+    /// Tessera's cache folder unless a current bake is there, as `tessera demo` does.
+    pub fn catalog(name: &str, codec: Codec, progress: &dyn Progress) -> Result<Self, BakedSceneError> {
+        let data = tessera::core::bake::source::data_dir();
+        let prepared = catalog::prepare(name, &data, &catalog::cache_dir(), codec, false, progress)?;
+        let scene = prepared.scene.ok_or_else(|| BakedSceneError::NotAScene(name.to_owned()))?;
+        let manifest = SceneManifest::load(&SceneManifest::path_for(&prepared.atlas))?;
+        Ok(Self { scene, atlas: prepared.atlas, manifest })
+    }
+
+    /// The glTF file at `gltf`, baked with `codec` into `dir` (`<stem>-<codec>.tsa` and its
+    /// manifest) unless a current bake of the same file and options is there.
+    pub fn gltf(
+        gltf: &Path,
+        dir: &Path,
+        codec: Codec,
+        progress: &dyn Progress,
+    ) -> Result<Self, BakedSceneError> {
+        let scene = load_gltf(gltf)?;
+        let stem = gltf.file_stem().map_or_else(|| "scene".into(), |s| s.to_string_lossy().into_owned());
+        std::fs::create_dir_all(dir)
+            .map_err(|source| CatalogError::Io { path: dir.to_path_buf(), source })?;
+        let atlas = dir.join(format!("{stem}-{codec}.tsa"));
+        let opts = BakeOptions { codec, ..BakeOptions::default() };
+        let key = scene_bake_key(BakeKind::Gltf, &scene, &atlas, &opts);
+        let stamp = BakeCache::new(&atlas);
+        if !stamp.is_current(&key) || !SceneManifest::path_for(&atlas).is_file() {
+            bake_scene(&scene, &atlas, &opts, progress)?;
+            if let Err(e) = stamp.record(&key) {
+                warn!("{e}; the next run bakes {} again", atlas.display());
+            }
+        }
+        let manifest = SceneManifest::load(&SceneManifest::path_for(&atlas))?;
+        Ok(Self { scene, atlas, manifest })
+    }
+
+    /// The atlas location as [`crate::VirtualTexture`] takes it.
+    pub fn location(&self) -> String {
+        self.atlas.to_string_lossy().into_owned()
+    }
+}
+
+/// A Tessera scene camera as a Bevy transform and perspective projection.
+pub fn camera_transform(camera: &SceneCamera) -> (Transform, Projection) {
+    // Tessera's glam and Bevy's may be different releases: through arrays.
+    let (position, target, up) = (camera.position.to_array(), camera.target.to_array(), camera.up.to_array());
+    let transform = Transform::from_translation(Vec3::from_array(position))
+        .looking_at(Vec3::from_array(target), Vec3::from_array(up));
+    let projection = Projection::Perspective(PerspectiveProjection {
+        fov: camera.fov_y_degrees.to_radians(),
+        near: camera.near,
+        far: camera.far,
+        ..default()
+    });
+    (transform, projection)
+}
+
+/// A Bevy mesh of a scene primitive: positions, normals and glTF uvs, indexed.
+pub fn scene_mesh(mesh: &SceneMeshData) -> Mesh {
+    let v = &mesh.vertices;
+    let mut out = Mesh::new(PrimitiveTopology::TriangleList, RenderAssetUsages::RENDER_WORLD);
+    out.insert_attribute(Mesh::ATTRIBUTE_POSITION, v.iter().map(|v| v.position).collect::<Vec<_>>());
+    out.insert_attribute(Mesh::ATTRIBUTE_NORMAL, v.iter().map(|v| v.normal).collect::<Vec<_>>());
+    out.insert_attribute(Mesh::ATTRIBUTE_UV_0, v.iter().map(|v| v.uv).collect::<Vec<_>>());
+    out.insert_indices(Indices::U32(mesh.indices.clone()));
+    out
+}
+
+/// One [`TesseraMaterial`] per material of `scene`, streamed from the scene atlas at
+/// `atlas` described by `manifest`. Both faces are drawn (like Tessera's own scene
+/// renderer), lit from the side seen where the glTF says the material is double-sided.
+pub fn streamed_materials(
+    atlas: &str,
+    manifest: &SceneManifest,
+    scene: &MaterialScene,
+) -> Vec<TesseraMaterial> {
+    let size = (manifest.width, manifest.height);
+    manifest
+        .materials
+        .iter()
+        .zip(&scene.materials)
+        .map(|(packed, gltf)| {
+            let mut m = scene_material(atlas, packed, size);
+            m.base.cull_mode = None;
+            m.base.double_sided = gltf.double_sided;
+            m
+        })
+        .collect()
+}
+
+/// One `StandardMaterial` per material of `scene` with its textures fully resident: each
+/// material's rectangle of every layer cut out of the atlas' own mips (down to the
+/// coarsest mip at which the rectangle owns whole tiles, where [`TesseraMaterial`]
+/// stops too) into a mip-mapped Bevy image, sampled trilinearly with the material's
+/// edge rule. What Bevy draws without Tessera, from the very same texels.
+///
+/// Meshes drawn with these need tangents for the normal maps
+/// (`Mesh::generate_tangents`). Reads and decodes every tile the rectangles cover: a
+/// scene atlas is small (a few thousand texels a side).
+pub fn resident_materials(
+    atlas: &Atlas,
+    manifest: &SceneManifest,
+    scene: &MaterialScene,
+    images: &mut Assets<Image>,
+) -> Result<Vec<StandardMaterial>, AtlasError> {
+    if atlas.layers().len() < LAYERS {
+        return Err(AtlasError::Invalid {
+            path: atlas.path().to_path_buf(),
+            what: format!(
+                "layer count for a scene atlas: {} where {LAYERS} are needed (albedo, normal, roughness-metal)",
+                atlas.layers().len()
+            ),
+        });
+    }
+    // Materials sharing a rectangle share its images.
+    let mut cut: HashMap<[u32; 4], [Handle<Image>; LAYERS]> = HashMap::new();
+    let mut out = Vec::with_capacity(manifest.materials.len());
+    for (packed, gltf) in manifest.materials.iter().zip(&scene.materials) {
+        let [r, g, b, a] = packed.base_color_factor;
+        let mut m = StandardMaterial {
+            base_color: Color::linear_rgba(r, g, b, a),
+            metallic: packed.metallic_factor,
+            perceptual_roughness: packed.roughness_factor,
+            alpha_mode: packed.alpha_cutoff.map_or(AlphaMode::Opaque, AlphaMode::Mask),
+            cull_mode: None,
+            double_sided: gltf.double_sided,
+            ..default()
+        };
+        if let Some(rect) = packed.rect {
+            let handles = match cut.get(&rect) {
+                Some(h) => h.clone(),
+                None => {
+                    let mut layer_image = |layer: usize| -> Result<Handle<Image>, AtlasError> {
+                        Ok(images.add(rectangle_image(atlas, layer, rect, packed)?))
+                    };
+                    let h = [layer_image(0)?, layer_image(1)?, layer_image(2)?];
+                    cut.insert(rect, h.clone());
+                    h
+                }
+            };
+            let [albedo, normal, orm] = handles;
+            m.base_color_texture = Some(albedo);
+            m.metallic_roughness_texture = Some(orm);
+            if packed.has_normal_map {
+                m.normal_map_texture = Some(normal);
+            }
+        }
+        out.push(m);
+    }
+    Ok(out)
+}
+
+/// Layer `layer` of the atlas inside `rect` (mip-0 texels), mips 0 to the material's
+/// `max_mip`, as a Bevy image.
+fn rectangle_image(
+    atlas: &Atlas,
+    layer: usize,
+    rect: [u32; 4],
+    m: &PackedMaterial,
+) -> Result<Image, AtlasError> {
+    let lay = atlas.layers()[layer].layout;
+    let (t, b, p) = (lay.tile_size(), lay.border(), lay.padded_tile_size());
+    let [x0, y0, w0, h0] = rect;
+    let levels = (m.max_mip + 1).min(lay.mip_count()).min(32 - w0.max(h0).max(1).leading_zeros());
+    let mut data = Vec::new();
+    for mip in 0..levels {
+        let (x, y, w, h) = (x0 >> mip, y0 >> mip, (w0 >> mip).max(1), (h0 >> mip).max(1));
+        let (mw, mh) = lay.mip_size(mip);
+        if x + w > mw || y + h > mh {
+            return Err(AtlasError::Invalid {
+                path: atlas.path().to_path_buf(),
+                what: format!(
+                    "rectangle of material '{}' in the manifest: {w}x{h} at {x},{y} of mip {mip} lies outside the atlas' {mw}x{mh}",
+                    m.name
+                ),
+            });
+        }
+        let mut level = vec![0u8; w as usize * h as usize * 4];
+        for ty in y / t..(y + h).div_ceil(t) {
+            for tx in x / t..(x + w).div_ceil(t) {
+                let tile = atlas.decode_tile(TileId::new(layer as u16, mip as u8, tx, ty))?;
+                // The tile's interior rows and columns that fall inside the rectangle.
+                let (cx0, cx1) = ((tx * t).max(x), ((tx + 1) * t).min(x + w));
+                let (cy0, cy1) = ((ty * t).max(y), ((ty + 1) * t).min(y + h));
+                for row in cy0..cy1 {
+                    let src = (((row - ty * t + b) * p + (cx0 - tx * t + b)) * 4) as usize;
+                    let dst = (((row - y) * w + (cx0 - x)) * 4) as usize;
+                    let len = ((cx1 - cx0) * 4) as usize;
+                    level[dst..dst + len].copy_from_slice(&tile[src..src + len]);
+                }
+            }
+        }
+        data.extend_from_slice(&level);
+    }
+    let format = if layer == 0 { TextureFormat::Rgba8UnormSrgb } else { TextureFormat::Rgba8Unorm };
+    let mut image = Image::new_uninit(
+        Extent3d { width: w0, height: h0, depth_or_array_layers: 1 },
+        TextureDimension::D2,
+        format,
+        RenderAssetUsages::RENDER_WORLD,
+    );
+    image.data = Some(data);
+    image.texture_descriptor.mip_level_count = levels;
+    let address = |wrap: Wrap| {
+        if wrap == Wrap::Repeat { ImageAddressMode::Repeat } else { ImageAddressMode::ClampToEdge }
+    };
+    image.sampler = ImageSampler::Descriptor(ImageSamplerDescriptor {
+        label: Some(format!("tessera resident {} layer {layer}", m.name)),
+        address_mode_u: address(m.wrap[0]),
+        address_mode_v: address(m.wrap[1]),
+        mag_filter: ImageFilterMode::Linear,
+        min_filter: ImageFilterMode::Linear,
+        mipmap_filter: ImageFilterMode::Linear,
+        ..default()
+    });
+    Ok(image)
+}
+
+/// Bytes of GPU memory the images of `materials` take (each image once, all its mips).
+pub fn resident_bytes(materials: &[StandardMaterial], images: &Assets<Image>) -> u64 {
+    let mut seen = std::collections::HashSet::new();
+    materials
+        .iter()
+        .flat_map(|m| [&m.base_color_texture, &m.normal_map_texture, &m.metallic_roughness_texture])
+        .flatten()
+        .filter(|h| seen.insert(h.id()))
+        .filter_map(|h| images.get(h))
+        .map(|i| i.data.as_ref().map_or(0, |d| d.len() as u64))
+        .sum()
+}
