@@ -13,7 +13,9 @@ mod common;
 use bevy::core_pipeline::tonemapping::Tonemapping;
 use bevy::prelude::*;
 use bevy_tessera::TesseraPlugin;
-use bevy_tessera::scene::{BakedScene, camera_transform, resident_materials, scene_mesh, streamed_materials};
+use bevy_tessera::scene::{
+    BakedScene, camera_transform, resident_bytes, resident_materials, scene_mesh, streamed_materials,
+};
 use tessera::VtConfig;
 use tessera::core::format::codec::Codec;
 use tessera::core::scene::camera::{CameraPath, Shot};
@@ -25,7 +27,7 @@ struct Level(BakedScene);
 
 /// Which copy of the level an entity belongs to.
 #[derive(Component, Clone, Copy, Debug, PartialEq, Eq)]
-enum Copy {
+enum LevelCopy {
     /// Textures streamed through the plugin.
     Streamed,
     /// The same texels fully resident in `StandardMaterial`s.
@@ -76,7 +78,11 @@ fn setup(
     let resident = tessera::core::Atlas::open(&level.atlas)
         .and_then(|atlas| resident_materials(&atlas, &level.manifest, &level.scene, &mut images));
     let resident: Vec<_> = match resident {
-        Ok(r) => r.into_iter().map(|m| standard.add(m)).collect(),
+        Ok(r) => {
+            let mib = resident_bytes(&r, &images) as f64 / (1 << 20) as f64;
+            info!("resident copy (R): {mib:.1} MiB of textures in StandardMaterials");
+            r.into_iter().map(|m| standard.add(m)).collect()
+        }
         Err(e) => {
             warn!("no resident copy to compare with: {e}");
             Vec::new()
@@ -85,7 +91,7 @@ fn setup(
     for part in &level.scene.meshes {
         let mesh = scene_mesh(&part.mesh);
         if let Some(m) = vt.get(part.material) {
-            commands.spawn((Mesh3d(meshes.add(mesh.clone())), MeshMaterial3d(m.clone()), Copy::Streamed));
+            commands.spawn((Mesh3d(meshes.add(mesh.clone())), MeshMaterial3d(m.clone()), LevelCopy::Streamed));
         }
         if let Some(m) = resident.get(part.material) {
             // Bevy's normal maps need tangents.
@@ -96,7 +102,7 @@ fn setup(
             commands.spawn((
                 Mesh3d(meshes.add(mesh)),
                 MeshMaterial3d(m.clone()),
-                Copy::Resident,
+                LevelCopy::Resident,
                 Visibility::Hidden,
             ));
         }
@@ -128,7 +134,7 @@ fn setup(
 }
 
 /// R shows the other copy of the level.
-fn switch(keys: Res<ButtonInput<KeyCode>>, mut parts: Query<(&Copy, &mut Visibility)>) {
+fn switch(keys: Res<ButtonInput<KeyCode>>, mut parts: Query<(&LevelCopy, &mut Visibility)>) {
     if !keys.just_pressed(KeyCode::KeyR) {
         return;
     }
@@ -141,8 +147,8 @@ fn switch(keys: Res<ButtonInput<KeyCode>>, mut parts: Query<(&Copy, &mut Visibil
         }
     }
     match shown {
-        Some(Copy::Streamed) => info!("textures streamed through Tessera"),
-        Some(Copy::Resident) => info!("textures fully resident in Bevy's StandardMaterial"),
+        Some(LevelCopy::Streamed) => info!("textures streamed through Tessera"),
+        Some(LevelCopy::Resident) => info!("textures fully resident in Bevy's StandardMaterial"),
         None => {}
     }
 }

@@ -66,9 +66,11 @@ fn material_uv(uv: vec2<f32>) -> vec2<f32> {
 // attribute needed). glTF's v axis points down the image, normal maps' +Y up.
 fn perturb_normal(n: vec3<f32>, world: vec3<f32>, uv: vec2<f32>, texel: vec3<f32>) -> vec3<f32> {
     let dp1 = dpdx(world);
-    let dp2 = dpdy(world);
+    // The frame below is built for a window y that grows upwards; WGSL's grows
+    // downwards, which would mirror the whole frame (both axes of the normal map).
+    let dp2 = -dpdy(world);
     let duv1 = dpdx(uv);
-    let duv2 = dpdy(uv);
+    let duv2 = -dpdy(uv);
     let dp2perp = cross(dp2, n);
     let dp1perp = cross(n, dp1);
     let t = dp2perp * duv1.x + dp1perp * duv2.x;
