@@ -91,7 +91,11 @@ fn setup(
     for part in &level.scene.meshes {
         let mesh = scene_mesh(&part.mesh);
         if let Some(m) = vt.get(part.material) {
-            commands.spawn((Mesh3d(meshes.add(mesh.clone())), MeshMaterial3d(m.clone()), LevelCopy::Streamed));
+            commands.spawn((
+                Mesh3d(meshes.add(mesh.clone())),
+                MeshMaterial3d(m.clone()),
+                LevelCopy::Streamed,
+            ));
         }
         if let Some(m) = resident.get(part.material) {
             // Bevy's normal maps need tangents.
