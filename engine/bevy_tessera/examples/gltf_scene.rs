@@ -14,7 +14,7 @@ use bevy::core_pipeline::tonemapping::Tonemapping;
 use bevy::prelude::*;
 use bevy_tessera::TesseraPlugin;
 use bevy_tessera::scene::{
-    BakedScene, camera_transform, resident_bytes, resident_materials, scene_mesh, streamed_materials,
+    BakedScene, camera_transform, resident_bytes, resident_materials, scene_mesh, streamed_materials, sun,
 };
 use tessera::VtConfig;
 use tessera::core::format::codec::Codec;
@@ -111,15 +111,7 @@ fn setup(
             ));
         }
     }
-    // Tessera's glam and Bevy's may be different releases: convert through arrays.
-    let sun = level
-        .scene
-        .sun_direction
-        .map_or(Vec3::new(-0.4, -1.0, -0.3).normalize(), |d| Vec3::from_array(d.to_array()));
-    commands.spawn((
-        DirectionalLight { illuminance: 6_000.0, shadow_maps_enabled: true, ..default() },
-        Transform::default().looking_to(sun, Vec3::Y),
-    ));
+    commands.spawn(sun(&level.scene, true));
     commands.insert_resource(GlobalAmbientLight { brightness: 400.0, ..default() });
     // The start of Tessera's `walk` preset for the level (eye height above the floor,
     // along its longer axis).

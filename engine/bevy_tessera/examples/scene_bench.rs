@@ -23,7 +23,7 @@ use bevy::prelude::*;
 use bevy::render::diagnostic::RenderDiagnosticsPlugin;
 use bevy::render::render_resource::TextureFormat;
 use bevy_tessera::scene::{
-    BakedScene, camera_transform, resident_bytes, resident_materials, scene_mesh, streamed_materials,
+    BakedScene, camera_transform, resident_bytes, resident_materials, scene_mesh, streamed_materials, sun,
 };
 use bevy_tessera::{TesseraPlugin, TesseraStats};
 use tessera::VtConfig;
@@ -147,14 +147,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             projection,
         ))
         .id();
-    let sun = level
-        .scene
-        .sun_direction
-        .map_or(Vec3::new(-0.4, -1.0, -0.3).normalize(), |d| Vec3::from_array(d.to_array()));
-    world.spawn((
-        DirectionalLight { illuminance: 6_000.0, shadow_maps_enabled: true, ..default() },
-        Transform::default().looking_to(sun, Vec3::Y),
-    ));
+    world.spawn(sun(&level.scene, true));
     world.insert_resource(GlobalAmbientLight { brightness: 400.0, ..default() });
 
     let mut resident_texture_bytes = 0;

@@ -139,6 +139,20 @@ pub fn camera_transform(camera: &SceneCamera) -> (Transform, Projection) {
     (transform, projection)
 }
 
+/// The transform of a directional light shining along the scene's sun direction (the
+/// one `tessera bake --gltf` recorded, else from above at a slant), with the sun's
+/// illuminance these examples and tests use (6000 lux) and shadows as asked.
+pub fn sun(scene: &MaterialScene, shadows: bool) -> (DirectionalLight, Transform) {
+    // Tessera's glam and Bevy's may be different releases: through arrays.
+    let direction = scene
+        .sun_direction
+        .map_or(Vec3::new(-0.4, -1.0, -0.3).normalize(), |d| Vec3::from_array(d.to_array()));
+    (
+        DirectionalLight { illuminance: 6_000.0, shadow_maps_enabled: shadows, ..default() },
+        Transform::default().looking_to(direction, Vec3::Y),
+    )
+}
+
 /// A Bevy mesh of a scene primitive: positions, normals and glTF uvs, indexed.
 pub fn scene_mesh(mesh: &SceneMeshData) -> Mesh {
     let v = &mesh.vertices;

@@ -15,7 +15,9 @@ use bevy::core_pipeline::tonemapping::Tonemapping;
 use bevy::prelude::*;
 use bevy::render::gpu_readback::{Readback, ReadbackComplete};
 use bevy::render::render_resource::{TextureFormat, TextureUsages};
-use bevy_tessera::scene::{BakedScene, camera_transform, resident_materials, scene_mesh, streamed_materials};
+use bevy_tessera::scene::{
+    BakedScene, camera_transform, resident_materials, scene_mesh, streamed_materials, sun,
+};
 use bevy_tessera::{FullyResident, TesseraMaterial, TesseraPlugin, TesseraStats, VirtualTexture};
 use tessera::VtConfig;
 use tessera::core::bake::source::ImageSource;
@@ -375,15 +377,7 @@ fn gltf_scene_converges_to_the_standard_material() {
     let world = app.world_mut();
     let streamed_image = scene_camera(world, &level, 1);
     let reference_image = scene_camera(world, &level, 2);
-    let sun = level
-        .scene
-        .sun_direction
-        .map_or(Vec3::new(-0.4, -1.0, -0.3).normalize(), |d| Vec3::from_array(d.to_array()));
-    world.spawn((
-        DirectionalLight { illuminance: 6_000.0, shadow_maps_enabled: false, ..default() },
-        Transform::default().looking_to(sun, Vec3::Y),
-        RenderLayers::from_layers(&[1, 2]),
-    ));
+    world.spawn((sun(&level.scene, false), RenderLayers::from_layers(&[1, 2])));
     world.insert_resource(GlobalAmbientLight { brightness: 400.0, ..default() });
     let streamed: Vec<_> = streamed_materials(&level.location(), &level.manifest, &level.scene)
         .into_iter()
