@@ -16,7 +16,6 @@ use tessera::core::bake::BakeOptions;
 use tessera::core::bake::cache::{BakeCache, BakeKind};
 use tessera::core::format::atlas::{AtlasError, Wrap};
 use tessera::core::format::codec::Codec;
-use tessera::core::format::tile::TileId;
 use tessera::core::progress::Progress;
 use tessera::core::scene::Mesh as SceneMeshData;
 use tessera::core::scene::camera::Camera as SceneCamera;
@@ -257,38 +256,12 @@ fn rectangle_image(
     m: &PackedMaterial,
 ) -> Result<Image, AtlasError> {
     let lay = atlas.layers()[layer].layout;
-    let (t, b, p) = (lay.tile_size(), lay.border(), lay.padded_tile_size());
     let [x0, y0, w0, h0] = rect;
     let levels = (m.max_mip + 1).min(lay.mip_count()).min(32 - w0.max(h0).max(1).leading_zeros());
     let mut data = Vec::new();
     for mip in 0..levels {
-        let (x, y, w, h) = (x0 >> mip, y0 >> mip, (w0 >> mip).max(1), (h0 >> mip).max(1));
-        let (mw, mh) = lay.mip_size(mip);
-        if x + w > mw || y + h > mh {
-            return Err(AtlasError::Invalid {
-                path: atlas.path().to_path_buf(),
-                what: format!(
-                    "rectangle of material '{}' in the manifest: {w}x{h} at {x},{y} of mip {mip} lies outside the atlas' {mw}x{mh}",
-                    m.name
-                ),
-            });
-        }
-        let mut level = vec![0u8; w as usize * h as usize * 4];
-        for ty in y / t..(y + h).div_ceil(t) {
-            for tx in x / t..(x + w).div_ceil(t) {
-                let tile = atlas.decode_tile(TileId::new(layer as u16, mip as u8, tx, ty))?;
-                // The tile's interior rows and columns that fall inside the rectangle.
-                let (cx0, cx1) = ((tx * t).max(x), ((tx + 1) * t).min(x + w));
-                let (cy0, cy1) = ((ty * t).max(y), ((ty + 1) * t).min(y + h));
-                for row in cy0..cy1 {
-                    let src = (((row - ty * t + b) * p + (cx0 - tx * t + b)) * 4) as usize;
-                    let dst = (((row - y) * w + (cx0 - x)) * 4) as usize;
-                    let len = ((cx1 - cx0) * 4) as usize;
-                    level[dst..dst + len].copy_from_slice(&tile[src..src + len]);
-                }
-            }
-        }
-        data.extend_from_slice(&level);
+        let level = [x0 >> mip, y0 >> mip, (w0 >> mip).max(1), (h0 >> mip).max(1)];
+        data.extend_from_slice(&atlas.read_texels(layer as u16, mip, level)?);
     }
     let format = if layer == 0 { TextureFormat::Rgba8UnormSrgb } else { TextureFormat::Rgba8Unorm };
     let mut image = Image::new_uninit(

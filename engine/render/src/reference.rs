@@ -4,7 +4,6 @@
 use bytemuck::{Pod, Zeroable};
 use tessera_core::bake::edge;
 use tessera_core::format::atlas::{Atlas, ColorSpace, LayerInfo, Wrap};
-use tessera_core::format::tile::TileId;
 
 use crate::context::GpuContext;
 use crate::error::RenderError;
@@ -87,24 +86,11 @@ pub fn build(ctx: &GpuContext, atlas: &Atlas, layer: usize) -> Result<ReferenceT
         usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
         view_formats: &[],
     });
-    let (t, b, p) = (lay.tile_size(), lay.border(), lay.padded_tile_size());
     let mut bytes = 0u64;
     for m in 0..mips {
         let (mw, mh) = lay.mip_size(m);
         let (lw, lh) = (bw >> m, bh >> m);
-        let mut img = vec![0u8; mw as usize * mh as usize * 4];
-        let (tx, ty) = lay.tiles_at(m);
-        for y in 0..ty {
-            for x in 0..tx {
-                let tile = atlas.decode_tile(TileId::new(layer as u16, m as u8, x, y))?;
-                for r in 0..t.min(mh - y * t) {
-                    let w = t.min(mw - x * t) as usize * 4;
-                    let src = (((r + b) * p + b) * 4) as usize;
-                    let dst = ((y * t + r) as usize * mw as usize + (x * t) as usize) * 4;
-                    img[dst..dst + w].copy_from_slice(&tile[src..src + w]);
-                }
-            }
-        }
+        let img = atlas.read_texels(layer as u16, m, [0, 0, mw, mh])?;
         // Extend to the padded level size by the layer's edge rule (what the atlas'
         // partial edge tiles hold too).
         let mut level = vec![0u8; lw as usize * lh as usize * 4];

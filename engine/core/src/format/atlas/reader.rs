@@ -667,6 +667,49 @@ impl Atlas {
         })
     }
 
+    /// The payload texels (RGBA8, tile borders left out) of the rectangle `[x, y, w, h]`
+    /// of mip `mip` of layer `layer`, decoded from the tiles covering it: `w × h × 4`
+    /// bytes, row after row.
+    pub fn read_texels(&self, layer: u16, mip: u32, rect: [u32; 4]) -> Result<Vec<u8>, AtlasError> {
+        let invalid = |what: String| AtlasError::Invalid { path: self.path.clone(), what };
+        let lay = self
+            .layers
+            .get(usize::from(layer))
+            .ok_or_else(|| invalid(format!("layer {layer} asked for: the atlas has {}", self.layers.len())))?
+            .layout;
+        let [x, y, w, h] = rect;
+        let (mw, mh) = lay.mip_size(mip);
+        if mip >= lay.mip_count()
+            || x.checked_add(w).is_none_or(|r| r > mw)
+            || y.checked_add(h).is_none_or(|b| b > mh)
+        {
+            return Err(invalid(format!(
+                "texels {w}x{h} at {x},{y} of mip {mip} asked for: layer {layer} has {} mips, this one {mw}x{mh}",
+                lay.mip_count()
+            )));
+        }
+        let (t, b, p) = (lay.tile_size(), lay.border(), lay.padded_tile_size());
+        let mut out = vec![0u8; w as usize * h as usize * 4];
+        if w == 0 || h == 0 {
+            return Ok(out);
+        }
+        for ty in y / t..(y + h).div_ceil(t) {
+            for tx in x / t..(x + w).div_ceil(t) {
+                let tile = self.decode_tile(TileId::new(layer, mip as u8, tx, ty))?;
+                // The tile's interior columns and rows inside the rectangle.
+                let (cx0, cx1) = ((tx * t).max(x), ((tx + 1) * t).min(x + w));
+                let (cy0, cy1) = ((ty * t).max(y), ((ty + 1) * t).min(y + h));
+                let len = ((cx1 - cx0) * 4) as usize;
+                for row in cy0..cy1 {
+                    let src = (((row - ty * t + b) * p + (cx0 - tx * t + b)) * 4) as usize;
+                    let dst = (((row - y) * w + (cx0 - x)) * 4) as usize;
+                    out[dst..dst + len].copy_from_slice(&tile[src..src + len]);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Reads, checks and decodes every tile (in parallel); returns one error per bad
     /// tile, in tile order, and also any non-zero byte in the padding between blobs.
     pub fn verify(&self, progress: &dyn crate::progress::Progress) -> Vec<AtlasError> {
