@@ -16,7 +16,8 @@ use tessera_core::bake::source::{ImageSource, RowSource};
 use tessera_core::format::atlas::ColorSpace;
 use tessera_core::format::codec::{Codec, QUALITY_DEFAULT, TargetFormat};
 
-use measure::{CodecBenchOptions, CodecMeasurement, atlas_path, crop_centre, measure, sample_mip0};
+pub(crate) use measure::crop_centre;
+use measure::{CodecBenchOptions, CodecMeasurement, atlas_path, measure, sample_mip0};
 
 mod measure;
 

@@ -2,6 +2,7 @@
 //! and run the demo.
 
 mod args;
+mod bake_bench;
 mod bench;
 mod capture;
 mod codecs;
@@ -21,7 +22,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use tessera_core::bake::cache::{BakeCache, BakeKey, BakeKind};
-use tessera_core::bake::source::{Generated, ImageSource};
+use tessera_core::bake::grid::GridSource;
+use tessera_core::bake::source::Generated;
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
 use tessera_core::format::atlas::{Atlas, ColorSpace, Wrap};
 use tessera_core::format::codec::Codec;
@@ -69,6 +71,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Measure every codec on real images: bits per texel, PSNR, transcode and streaming throughput.
     Codecs(codecs::CodecsArgs),
+    /// Measure the baker against its ceiling: the encoder alone on the same tiles, and
+    /// the whole bake, for each codec and thread count (tiles/s, efficiency).
+    BakeBench(bake_bench::BakeBenchArgs),
     /// Soak: many frames of random camera cuts through the renderer with a small pool;
     /// prints memory, pool occupancy, loader queue and host cache as a series, exits 1
     /// when one kept rising after the warm-up.
@@ -77,7 +82,8 @@ enum Command {
 
 #[derive(clap::Args)]
 struct BakeArgs {
-    /// Input images (PNG or JPEG); each becomes one layer, in order.
+    /// Input images (PNG or JPEG); each becomes one layer, in order (with --grid, all
+    /// together one).
     inputs: Vec<PathBuf>,
     /// Bake the materials of a glTF scene into one stacked atlas (albedo, normal, ORM
     /// layers) and write SCENE.scene.json, the material rectangles, beside it.
@@ -135,6 +141,15 @@ struct BakeArgs {
     #[arg(long, value_name = "N", default_value_t = tessera_core::format::atlas::VERSION,
           value_parser = clap::value_parser!(u32).range(1..=2))]
     format_version: u32,
+    /// Encoding threads (0: one per core this process may run on).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Stitch the INPUT images into one layer, COLSxROWS of them given row by row (e.g.
+    /// `--grid 4x2 A1.png B1.png C1.png D1.png A2.png B2.png C2.png D2.png`): the images
+    /// of a grid row must be equally high, those of a column equally wide. The layer is
+    /// named after the first image.
+    #[arg(long, value_name = "COLSxROWS", value_parser = parse_size, conflicts_with_all = ["gltf", "globe"])]
+    grid: Option<(u32, u32)>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -199,6 +214,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Codecs(args) => codecs::run(&args),
+        Command::BakeBench(args) => bake_bench::run(&args),
         Command::Soak(args) => soak::run(&args),
     };
     match result {
@@ -236,11 +252,24 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
         return Ok(up_to_date(&args.output));
     }
     let mut inputs = Vec::new();
-    for path in &args.inputs {
-        let source = ImageSource::open(path)?;
+    if let Some((cols, rows)) = args.grid {
+        let images =
+            args.inputs.iter().map(|p| tessera_core::bake::open::open_image(p)).collect::<Result<_, _>>();
+        let grid = GridSource::new(cols, rows, images?).context("--grid")?;
+        inputs.push(BakeInput {
+            name: args.inputs.first().map_or_else(|| "grid".into(), |p| layer_name(p)),
+            source: Box::new(grid),
+            wrap,
+            color,
+            codec: None,
+            regions: Vec::new(),
+        });
+    }
+    for path in args.inputs.iter().filter(|_| args.grid.is_none()) {
+        let source = tessera_core::bake::open::open_image(path)?;
         inputs.push(BakeInput {
             name: layer_name(path),
-            source: Box::new(source),
+            source,
             wrap,
             color,
             codec: None,
@@ -258,7 +287,7 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
         });
     }
     let opts = bake_options(args);
-    let bar = Bar::new(0);
+    let bar = Bar::new("bake", 0);
     let report = bake(inputs, &args.output, &opts, &bar)
         .with_context(|| format!("baking {}", args.output.display()))?;
     bar.clear();
@@ -288,6 +317,7 @@ fn bake_options(args: &BakeArgs) -> BakeOptions {
         scratch_dir: args.scratch_dir.clone(),
         stacked: false,
         format_version: args.format_version,
+        threads: args.threads,
     }
 }
 
@@ -318,7 +348,7 @@ fn run_scene_bake(args: &BakeArgs) -> Result<ExitCode> {
     if stamp.is_current(&key) {
         return Ok(up_to_date(&args.output));
     }
-    let bar = Bar::new(0);
+    let bar = Bar::new("bake", 0);
     let (report, manifest) = bake_scene(&scene, &args.output, &opts, &bar)
         .with_context(|| format!("baking {}", args.output.display()))?;
     bar.clear();
@@ -341,8 +371,8 @@ fn run_scene_bake(args: &BakeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Refuses an output that is a folder or any of `inputs`, or whose stamp or scene manifest
-/// would be: a bake never writes over what it reads.
+/// Refuses an output that is a folder, a device, a FIFO or a socket, or any of `inputs`,
+/// or whose stamp or scene manifest would be: a bake never writes over what it reads.
 fn check_output<'a>(output: &Path, inputs: impl Iterator<Item = &'a Path>) -> Result<()> {
     if output.is_dir() {
         bail!(
@@ -352,6 +382,9 @@ fn check_output<'a>(output: &Path, inputs: impl Iterator<Item = &'a Path>) -> Re
         );
     }
     let outputs = [output.to_path_buf(), BakeCache::stamp_path(output), SceneManifest::path_for(output)];
+    for out in &outputs {
+        tessera_core::bake::overwrite::check_output_file(out)?;
+    }
     tessera_core::bake::overwrite::check_outputs(inputs, &outputs)?;
     Ok(())
 }
@@ -380,6 +413,9 @@ fn bake_key(args: &BakeArgs) -> BakeKey {
     for (w, h) in &args.generate {
         key = key.option("generated", format!("{w}x{h}"));
     }
+    if let Some((cols, rows)) = args.grid {
+        key = key.option("grid", format!("{cols}x{rows}"));
+    }
     key
 }
 
@@ -391,7 +427,7 @@ fn layer_name(path: &Path) -> String {
 fn run_verify(path: &Path) -> Result<ExitCode> {
     args::atlas_file(path)?;
     let atlas = Atlas::open(path)?;
-    let bar = Bar::new(atlas.tile_count());
+    let bar = Bar::new("verify", atlas.tile_count());
     tessera_core::Progress::set_message(&bar, "verifying");
     let errors = atlas.verify(&bar);
     bar.clear();

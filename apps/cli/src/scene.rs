@@ -21,7 +21,7 @@ pub(crate) fn open(
     rebake: bool,
 ) -> Result<(PathBuf, Option<Arc<MaterialScene>>)> {
     let cache = catalog::cache_dir();
-    let bar = Bar::new(0);
+    let bar = Bar::new("bake", 0);
     let prepared: PreparedScene = if name == "builtin" {
         catalog::prepare_builtin(&cache, builtin, rebake, &bar)
             .with_context(|| format!("preparing the built-in {}x{} texture", builtin.0, builtin.1))?

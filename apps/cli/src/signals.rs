@@ -1,18 +1,22 @@
-//! SIGINT and SIGTERM: delete this process's temporary files, then exit with the
-//! conventional status (128 + the signal's number), so an interrupted bake leaves nothing.
+//! SIGINT, SIGTERM, SIGHUP and SIGQUIT: delete this process's temporary files, then exit
+//! with the conventional status (128 + the signal's number), so an interrupted bake leaves
+//! nothing. (SIGPIPE is ignored, as in every Rust program: a write to a closed pipe is an
+//! error that unwinds normally, and dropping the writers deletes their files. SIGKILL
+//! cannot be caught: spilled levels have no name to leave, and the next bake beside the
+//! same output sweeps the atlas's temporary file.)
 
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-/// Starts the thread that waits for SIGINT and SIGTERM. Without it (when the handler
+/// Starts the thread that waits for SIGINT, SIGTERM, SIGHUP and SIGQUIT. Without it (when the handler
 /// cannot be installed) the signals keep their default action; a later bake still sweeps
 /// what the killed one left.
 pub(crate) fn install() {
-    let mut signals = match Signals::new([SIGINT, SIGTERM]) {
+    let mut signals = match Signals::new([SIGINT, SIGTERM, SIGHUP, SIGQUIT]) {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(
-                "cannot handle SIGINT/SIGTERM ({e}); an interrupted bake may leave temporary files"
+                "cannot handle SIGINT/SIGTERM/SIGHUP/SIGQUIT ({e}); an interrupted bake may leave temporary files"
             );
             return;
         }

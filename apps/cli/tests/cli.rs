@@ -280,3 +280,80 @@ fn demo_report_leads_with_the_pool_share_of_the_resident_size() {
     assert!(scale["no_reference"].is_null(), "a 4096² reference fits every GPU: {scale}");
     assert!(report.contains("PSNR"), "{report}");
 }
+
+/// The `job: done/total tiles` counts of the progress lines of `job` in `err`.
+fn progress_counts(err: &str, job: &str) -> Vec<(u64, u64)> {
+    err.lines()
+        .filter_map(|l| l.strip_prefix(&format!("{job}: ")))
+        .filter_map(|rest| {
+            let (done, total) = rest.split(' ').next()?.split_once('/')?;
+            Some((done.parse().ok()?, total.parse().ok()?))
+        })
+        .collect()
+}
+
+/// A bake whose stderr is not a terminal still says how far it is: lines of progress whose
+/// counts never go down, the last at 100%; and so does `verify`.
+#[test]
+fn a_piped_bake_prints_progress_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = dir.path().join("g.tsa");
+    let run = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .env("TESSERA_PROGRESS_SECONDS", "0.01")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        stderr(&o)
+    };
+    for (job, err) in [
+        ("bake", run(&["bake", "--generate", "4096x4096", "-o", atlas.to_str().unwrap()])),
+        ("verify", run(&["verify", atlas.to_str().unwrap()])),
+    ] {
+        let counts = progress_counts(&err, job);
+        assert!(counts.len() >= 2, "want progress lines of {job}, got: {err}");
+        assert!(counts.windows(2).all(|w| w[0].0 <= w[1].0), "{job}: counts go down: {counts:?}");
+        let (done, total) = *counts.last().unwrap();
+        assert!(done == total && total > 0, "{job}: last line short of the total: {counts:?}");
+        let last = err.lines().rfind(|l| l.starts_with(&format!("{job}: "))).unwrap();
+        assert!(last.contains("(100.0%)") && last.contains("tiles/s"), "{last}");
+        assert_eq!(err.matches("(100.0%)").count(), 1, "one line at 100%: {err}");
+        assert!(!err.contains('\u{1b}'), "terminal codes in a piped log: {err:?}");
+    }
+}
+
+/// `bake --grid 2x2` stitches four PNGs into one layer of their joint size; a wrong count
+/// or mismatched sizes are one-line errors naming what is wrong.
+#[test]
+fn grid_of_pngs_bakes_as_one_layer() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    // Columns 150 and 90 wide, rows 100 and 70 high.
+    let names = ["A1.png", "B1.png", "A2.png", "B2.png"];
+    for (name, (w, h)) in names.iter().zip([(150, 100), (90, 100), (150, 70), (90, 70)]) {
+        image::RgbImage::from_fn(w, h, |x, y| image::Rgb([x as u8, y as u8, name.as_bytes()[0]]))
+            .save(d(name))
+            .unwrap();
+    }
+    let out = d("grid.tsa");
+    let mut args = vec!["bake".to_string(), "--grid".into(), "2x2".into()];
+    args.extend(names.iter().map(|n| d(n)));
+    args.extend(["-o".into(), out.clone()]);
+    let o = tessera(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("baked 1 layer(s)"), "{}", stdout(&o));
+    let o = tessera(&["inspect", &out, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["layers"].as_array().unwrap().len(), 1);
+    assert_eq!((j["layers"][0]["width"].as_u64(), j["layers"][0]["height"].as_u64()), (Some(240), Some(170)));
+    assert_eq!(j["layers"][0]["name"], "A1");
+    assert!(tessera(&["verify", &out]).status.success());
+
+    let o =
+        tessera(&["bake", "--grid", "2x2", &d("A1.png"), &d("B1.png"), &d("A2.png"), "-o", &d("three.tsa")]);
+    assert_clean_failure(&o, "2x2 grid", "needs 4 images, 3 given");
+    let o = tessera(&["bake", "--grid", "2x1", &d("A1.png"), &d("A2.png"), "-o", &d("bad.tsa")]);
+    assert_clean_failure(&o, "A2.png", "equal heights");
+}

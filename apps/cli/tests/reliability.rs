@@ -115,9 +115,9 @@ fn cut_images_are_errors_naming_the_file() {
     }
 }
 
-/// A PNG signature, an IHDR of `w × h` RGBA8, an empty IDAT and IEND: enough for a
-/// decoder to say how large the image is, in 57 bytes.
-fn png_header(path: &Path, w: u32, h: u32) {
+/// A PNG signature, an IHDR of `w × h` RGBA8 (Adam7-interlaced when `adam7`), an empty
+/// IDAT and IEND: enough for a decoder to say how large the image is, in 57 bytes.
+fn png_header(path: &Path, w: u32, h: u32, adam7: bool) {
     let chunk = |b: &mut Vec<u8>, kind: &[u8], data: &[u8]| {
         b.extend_from_slice(&(data.len() as u32).to_be_bytes());
         let start = b.len();
@@ -129,7 +129,7 @@ fn png_header(path: &Path, w: u32, h: u32) {
     let mut b = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a];
     let mut ihdr = w.to_be_bytes().to_vec();
     ihdr.extend_from_slice(&h.to_be_bytes());
-    ihdr.extend_from_slice(&[8, 6, 0, 0, 0]);
+    ihdr.extend_from_slice(&[8, 6, 0, 0, u8::from(adam7)]);
     chunk(&mut b, b"IHDR", &ihdr);
     chunk(&mut b, b"IDAT", &[]);
     chunk(&mut b, b"IEND", &[]);
@@ -139,21 +139,43 @@ fn png_header(path: &Path, w: u32, h: u32) {
 #[test]
 fn max_memory_refuses_vast_images_before_decoding() {
     let dir = tempfile::tempdir().unwrap();
-    let png = dir.path().join("vast.png");
-    png_header(&png, 20000, 20000);
     let out = dir.path().join("vast.tsa");
+    // Decoded whole: an interlaced PNG, and a JPEG (SOI, then a frame header of 20000²
+    // with three components).
+    let png = dir.path().join("vast.png");
+    png_header(&png, 20000, 20000, true);
+    let jpg = dir.path().join("vast.jpg");
+    let sof = [0xFF, 0xC0, 0, 17, 8, 0x4E, 0x20, 0x4E, 0x20, 3, 1, 0x22, 0, 2, 0x11, 1, 3, 0x11, 1];
+    std::fs::write(&jpg, [&[0xFF, 0xD8][..], &sof, &[0xFF, 0xD9]].concat()).unwrap();
+    for (image, name) in [(&png, "vast.png"), (&jpg, "vast.jpg")] {
+        let o = tessera(&["bake", s(image), "-o", s(&out), "--max-memory", "256MiB"]);
+        assert_clean_failure(&o, name, "limit of 256 mib");
+        assert!(stderr(&o).contains("20000x20000") && stderr(&o).contains("--max-memory"), "{}", stderr(&o));
+        // With room enough the check passes, and the (missing) pixel data is what fails.
+        let o = tessera(&["bake", s(image), "-o", s(&out), "--max-memory", "8GiB"]);
+        assert!(!o.status.success());
+        assert!(!stderr(&o).contains("memory"), "8 GiB is enough: {}", stderr(&o));
+    }
+    // A PNG read row by row needs a few hundred of its rows, well within the limit.
+    png_header(&png, 20000, 20000, false);
     let o = tessera(&["bake", s(&png), "-o", s(&out), "--max-memory", "256MiB"]);
-    assert_clean_failure(&o, "vast.png", "limit of 256 mib");
-    assert!(stderr(&o).contains("20000x20000") && stderr(&o).contains("--max-memory"), "{}", stderr(&o));
-    // With room enough the check passes, and the (empty) pixel data is what fails.
-    let o = tessera(&["bake", s(&png), "-o", s(&out), "--max-memory", "8GiB"]);
     assert!(!o.status.success());
-    assert!(!stderr(&o).contains("memory"), "8 GiB is enough: {}", stderr(&o));
+    assert!(!stderr(&o).contains("memory") && stderr(&o).contains("corrupt"), "{}", stderr(&o));
     assert_refused(&tessera(&["bake", s(&png), "-o", s(&out), "--max-memory", "lots"]), "lots", "size");
 }
 
-/// Starts a bake of `side`² that spills a mip level to disk, and waits until both its
-/// temporary files exist.
+/// How many spilled mip levels (`.tessera-level-*`) process `pid` holds open: their
+/// names are deleted as soon as they are open, so only `/proc` shows them.
+fn open_scratch_levels(pid: u32) -> usize {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return 0 };
+    fds.flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter(|target| target.to_string_lossy().contains(".tessera-level-"))
+        .count()
+}
+
+/// Starts a bake of `side`² that spills a mip level to disk, and waits until its atlas's
+/// temporary file exists and its spilled level is open.
 fn start_big_bake(dir: &Path) -> std::process::Child {
     let out = dir.join("big.tsa");
     let child = Command::new(env!("CARGO_BIN_EXE_tessera"))
@@ -163,11 +185,12 @@ fn start_big_bake(dir: &Path) -> std::process::Child {
         .spawn()
         .unwrap();
     let start = Instant::now();
-    while temp_files(dir).len() < 2 {
+    while temp_files(dir).is_empty() || open_scratch_levels(child.id()) == 0 {
         assert!(
             start.elapsed() < Duration::from_secs(60),
-            "no temporary files after 60 s: {:?}",
-            temp_files(dir)
+            "no temporary files after 60 s: {:?}, {} spilled level(s) open",
+            temp_files(dir),
+            open_scratch_levels(child.id())
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -176,9 +199,11 @@ fn start_big_bake(dir: &Path) -> std::process::Child {
 
 #[test]
 fn a_signalled_bake_leaves_no_temporary_file() {
-    for (signal, code) in [("TERM", 143), ("INT", 130)] {
+    for (signal, code) in [("TERM", 143), ("INT", 130), ("HUP", 129), ("QUIT", 131)] {
         let dir = tempfile::tempdir().unwrap();
         let child = start_big_bake(dir.path());
+        // The spilled level has no name left to delete, whatever happens next.
+        assert_eq!(temp_files(dir.path()).len(), 1, "{:?}", temp_files(dir.path()));
         let sent =
             Command::new("kill").args([&format!("-{signal}"), &child.id().to_string()]).status().unwrap();
         assert!(sent.success());
@@ -195,8 +220,10 @@ fn the_next_bake_sweeps_what_a_killed_one_left() {
     let mut child = start_big_bake(dir.path());
     child.kill().unwrap(); // SIGKILL: nothing can clean up.
     child.wait().unwrap();
+    // Only the atlas's temporary file: the spilled level's name was deleted when it opened.
     let left = temp_files(dir.path());
-    assert_eq!(left.len(), 2, "{left:?}");
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left[0].starts_with(".big.tsa."), "{left:?}");
     let out = dir.path().join("big.tsa");
     let o = Command::new(env!("CARGO_BIN_EXE_tessera"))
         .args(["bake", "--generate", "256x256", "-o", s(&out)])
@@ -209,6 +236,95 @@ fn the_next_bake_sweeps_what_a_killed_one_left() {
     let err = stderr(&o);
     assert!(err.contains("removed") && err.contains(&left[0]), "{err}");
     assert!(!err.contains('\u{1b}'), "ANSI codes in a piped log: {err:?}");
+}
+
+/// Runs `tessera args` with stdin closed; fails the test if it runs 20 s (a hang).
+fn tessera_within(args: &[&str]) -> (Output, Duration) {
+    let start = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(20) {
+            child.kill().unwrap();
+            let o = child.wait_with_output().unwrap();
+            panic!("tessera {args:?} hung for 20 s; stderr: {}", stderr(&o));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (child.wait_with_output().unwrap(), start.elapsed())
+}
+
+/// Asserts that `tessera args` failed cleanly at once, naming `name` and saying `what`.
+fn assert_refused_at_once(args: &[&str], name: &str, what: &str) {
+    let (o, took) = tessera_within(args);
+    println!("tessera {args:?}: refused in {:.3} s", took.as_secs_f64());
+    assert_clean_failure(&o, name, what);
+    // Well under a second when idle; generous for a loaded CI machine.
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
+/// A FIFO made with `mkfifo`.
+fn mkfifo(path: &Path) {
+    assert!(Command::new("mkfifo").arg(path).status().unwrap().success(), "mkfifo {}", path.display());
+}
+
+/// The identity of a device node: what it is, its device number and its inode.
+fn node(path: &str) -> (bool, u64, u64) {
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    let m = std::fs::symlink_metadata(path).unwrap();
+    (m.file_type().is_char_device(), m.rdev(), m.ino())
+}
+
+#[test]
+fn inputs_that_are_not_regular_files_are_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o.tsa");
+    let fifo = dir.path().join("pipe.png");
+    mkfifo(&fifo);
+    let link = dir.path().join("zero.png");
+    std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+    // Opened, the FIFO would block for a writer and /dev/zero would read without end.
+    assert_refused_at_once(&["bake", s(&fifo), "-o", s(&out)], "pipe.png", "is a fifo (named pipe)");
+    assert_refused_at_once(&["bake", "/dev/zero", "-o", s(&out)], "/dev/zero", "is a character device");
+    assert_refused_at_once(&["bake", "/dev/null", "-o", s(&out)], "/dev/null", "is a character device");
+    assert_refused_at_once(&["bake", s(&link), "-o", s(&out)], "zero.png", "is a character device");
+    assert_refused_at_once(&["bake", s(dir.path()), "-o", s(&out)], s(dir.path()), "is a directory");
+    assert_refused_at_once(&["bake", "--globe", s(&fifo), "-o", s(&out)], "pipe.png", "fifo");
+    assert_refused_at_once(&["bake", "--gltf", "/dev/zero", "-o", s(&out)], "/dev/zero", "character device");
+    assert!(!out.exists());
+    assert!(temp_files(dir.path()).is_empty(), "{:?}", temp_files(dir.path()));
+}
+
+#[test]
+fn outputs_that_are_not_regular_files_are_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // An input whose header reads but whose body does not: were an output not refused
+    // first, the bake would fail at decoding, before replacing anything.
+    let png = dir.path().join("x.png");
+    noisy(256, 256).save(&png).unwrap();
+    let bytes = std::fs::read(&png).unwrap();
+    let cut = dir.path().join("cut.png");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let fifo = dir.path().join("pipe.tsa");
+    mkfifo(&fifo);
+    assert_refused_at_once(&["bake", s(&cut), "-o", s(&fifo)], "pipe.tsa", "it is a fifo (named pipe)");
+    assert!(std::os::unix::fs::FileTypeExt::is_fifo(&std::fs::symlink_metadata(&fifo).unwrap().file_type()));
+    let null = node("/dev/null");
+    assert!(null.0, "/dev/null is not a character device here");
+    assert_refused_at_once(&["bake", s(&cut), "-o", "/dev/null"], "/dev/null", "it is a character device");
+    assert_eq!(node("/dev/null"), null, "/dev/null was replaced");
+    // A stamp path that is not a file is refused as well.
+    let stamp_fifo = dir.path().join("s.tsa.bake");
+    mkfifo(&stamp_fifo);
+    let atlas = dir.path().join("s.tsa");
+    assert_refused_at_once(&["bake", "--generate", "64x64", "-o", s(&atlas)], "s.tsa.bake", "fifo");
+    assert!(!atlas.exists());
+    assert!(temp_files(dir.path()).is_empty(), "{:?}", temp_files(dir.path()));
 }
 
 #[test]

@@ -65,7 +65,7 @@ pub mod temp_files;
 pub use format::atlas::{Atlas, AtlasError, LayerInfo};
 pub use format::codec::Codec;
 pub use format::tile::{TextureLayout, TileId};
-pub use progress::{NoProgress, Progress, ProgressCounter};
+pub use progress::{LogProgress, NoProgress, Progress, ProgressCounter};
 pub use stream::atlas_loader::{AtlasLoader, StackedLoader};
 pub use stream::host_cache::HostCache;
 pub use stream::loader::{LoadOutcome, LoadResult, LoaderPool, LoaderThreads, TileLoader};

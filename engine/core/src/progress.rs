@@ -1,8 +1,9 @@
 //! Progress reporting for long jobs (bakes, atlas checks) without tying the core to a
 //! terminal library: callers pass a [`Progress`], apps adapt it to their own display.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 /// Receives the progress of a long job: how many steps there are, how many are done and
 /// which stage it is in. Called from worker threads, hence `Send + Sync`.
@@ -83,9 +84,242 @@ impl Progress for ProgressCounter {
     }
 }
 
+/// How often [`LogProgress`] writes a line unless told otherwise.
+pub const DEFAULT_LOG_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Progress written as a line of text every few seconds ([`DEFAULT_LOG_INTERVAL`]) and
+/// once more when every step is done, through `tracing::info!` unless
+/// [`LogProgress::with_sink`] sends it elsewhere: for a long job whose output goes to a
+/// log, where a progress bar would show nothing for minutes. A line reads
+/// `bake: 1234/5678 tiles (21.7%), 312.4 tiles/s, ETA 14 s [layer mip 2]` (see
+/// [`progress_line`]); the counts it prints never go down. [`Progress::inc`] stays cheap
+/// enough for every tile: an atomic add and one read of the clock, a line formatted only
+/// when one is due.
+pub struct LogProgress {
+    job: String,
+    interval_ns: u64,
+    start: Instant,
+    done: AtomicU64,
+    total: AtomicU64,
+    /// Nanoseconds after `start` when the next line is due.
+    next_due_ns: AtomicU64,
+    /// Set once the line at 100% is out: no line follows it.
+    complete: AtomicBool,
+    stage: Mutex<String>,
+    /// The steps done that the last line said; held while a line is written.
+    printed: Mutex<u64>,
+    sink: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+impl LogProgress {
+    /// Progress of `job` (the line's first word, e.g. `bake`), a line every
+    /// [`DEFAULT_LOG_INTERVAL`] through `tracing::info!`.
+    pub fn new(job: impl Into<String>) -> Self {
+        Self {
+            job: job.into(),
+            interval_ns: DEFAULT_LOG_INTERVAL.as_nanos() as u64,
+            start: Instant::now(),
+            done: AtomicU64::new(0),
+            total: AtomicU64::new(0),
+            next_due_ns: AtomicU64::new(DEFAULT_LOG_INTERVAL.as_nanos() as u64),
+            complete: AtomicBool::new(false),
+            stage: Mutex::new(String::new()),
+            printed: Mutex::new(0),
+            sink: Box::new(|line| tracing::info!("{line}")),
+        }
+    }
+
+    /// A line every `interval` instead (zero: one at every step).
+    pub fn with_interval(mut self, interval: Duration) -> Self {
+        self.interval_ns = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
+        *self.next_due_ns.get_mut() = self.interval_ns;
+        self
+    }
+
+    /// Sends each line to `sink` instead of `tracing::info!` (e.g. straight to stderr).
+    pub fn with_sink(mut self, sink: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.sink = Box::new(sink);
+        self
+    }
+
+    /// Writes a line now (unless the line at 100% is already out), saying at least as many
+    /// steps done as the line before it.
+    fn emit(&self) {
+        let mut printed = self.printed.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.complete.load(Ordering::Relaxed) {
+            return;
+        }
+        let done = self.done.load(Ordering::Relaxed).max(*printed);
+        let total = self.total.load(Ordering::Relaxed);
+        if total > 0 && done >= total {
+            self.complete.store(true, Ordering::Relaxed);
+        }
+        *printed = done;
+        let stage = self.stage.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        (self.sink)(&progress_line(&self.job, done, total, self.start.elapsed(), &stage));
+    }
+}
+
+impl std::fmt::Debug for LogProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogProgress")
+            .field("job", &self.job)
+            .field("interval_ns", &self.interval_ns)
+            .field("done", &self.done)
+            .field("total", &self.total)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Progress for LogProgress {
+    fn set_length(&self, n: u64) {
+        self.total.store(n, Ordering::Relaxed);
+    }
+
+    fn inc(&self, n: u64) {
+        let done = self.done.fetch_add(n, Ordering::Relaxed).saturating_add(n);
+        if self.complete.load(Ordering::Relaxed) {
+            return;
+        }
+        let total = self.total.load(Ordering::Relaxed);
+        let now = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let due = self.next_due_ns.load(Ordering::Relaxed);
+        let last = total > 0 && done >= total;
+        // One thread wins the due line; the others carry on.
+        if last
+            || (now >= due
+                && self
+                    .next_due_ns
+                    .compare_exchange(
+                        due,
+                        now.saturating_add(self.interval_ns),
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok())
+        {
+            self.emit();
+        }
+    }
+
+    fn set_message(&self, message: &str) {
+        message.clone_into(&mut self.stage.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+
+    /// Writes the last line, unless the line at 100% is already out or no step was done
+    /// (a job that found nothing to do).
+    fn finish(&self) {
+        if self.done.load(Ordering::Relaxed) > 0 {
+            self.emit();
+        }
+    }
+}
+
+/// A line of progress of `job`: `bake: 1234/5678 tiles (21.7%), 312.4 tiles/s, ETA 14 s
+/// [layer mip 2]`; at the end `… (100.0%), 312.4 tiles/s, done in 18 s`; without a length
+/// (`total` 0) only the count and the rate. The percentage is rounded down, so it says
+/// 100% only when every tile is done; the stage in brackets only when there is one.
+pub fn progress_line(job: &str, done: u64, total: u64, elapsed: Duration, stage: &str) -> String {
+    let secs = elapsed.as_secs_f64();
+    let rate = if secs > 0.0 { done as f64 / secs } else { 0.0 };
+    let mut line = if total == 0 {
+        format!("{job}: {done} tiles, {rate:.1} tiles/s")
+    } else {
+        let tenths = u128::from(done.min(total)) * 1000 / u128::from(total);
+        let mut line =
+            format!("{job}: {done}/{total} tiles ({}.{}%), {rate:.1} tiles/s", tenths / 10, tenths % 10);
+        if done >= total {
+            line.push_str(&format!(", done in {}", short_duration(secs)));
+        } else if rate > 0.0 {
+            line.push_str(&format!(", ETA {}", short_duration((total - done) as f64 / rate)));
+        }
+        line
+    };
+    if !stage.is_empty() {
+        line.push_str(&format!(" [{stage}]"));
+    }
+    line
+}
+
+/// `secs` as `14 s`, `3 min 05 s` or `2 h 07 min`.
+fn short_duration(secs: f64) -> String {
+    let s = secs.round() as u64;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min {:02} s", s / 60, s % 60),
+        _ => format!("{} h {:02} min", s / 3600, s % 3600 / 60),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_progress_line_says_count_rate_eta_and_stage() {
+        let t = Duration::from_secs(4);
+        assert_eq!(
+            progress_line("bake", 1234, 5678, t, "layer mip 2"),
+            "bake: 1234/5678 tiles (21.7%), 308.5 tiles/s, ETA 14 s [layer mip 2]"
+        );
+        assert_eq!(
+            progress_line("bake", 5678, 5678, t, ""),
+            "bake: 5678/5678 tiles (100.0%), 1419.5 tiles/s, done in 4 s"
+        );
+        // Rounded down: 100% only at the end.
+        assert!(progress_line("verify", 9999, 10000, t, "").contains("(99.9%)"));
+        assert_eq!(progress_line("bake", 12, 0, t, ""), "bake: 12 tiles, 3.0 tiles/s");
+        assert_eq!(progress_line("bake", 0, 10, Duration::ZERO, ""), "bake: 0/10 tiles (0.0%), 0.0 tiles/s");
+        assert_eq!(short_duration(185.0), "3 min 05 s");
+        assert_eq!(short_duration(7620.0), "2 h 07 min");
+    }
+
+    /// Parses the steps done out of a line.
+    fn done_in(line: &str) -> u64 {
+        let count = line.split(": ").nth(1).and_then(|r| r.split([' ', '/']).next());
+        count.and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("no count in {line:?}"))
+    }
+
+    #[test]
+    fn log_lines_are_monotone_and_end_at_100_percent() {
+        let lines = std::sync::Arc::new(Mutex::new(Vec::<String>::new()));
+        let sink = lines.clone();
+        let p = LogProgress::new("bake")
+            .with_interval(Duration::ZERO)
+            .with_sink(move |l| sink.lock().unwrap().push(l.to_owned()));
+        p.set_length(4000);
+        p.set_message("g mip 0");
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| (0..1000).for_each(|_| p.inc(1)));
+            }
+        });
+        p.finish();
+        let lines = lines.lock().unwrap();
+        assert!(lines.len() > 1, "{lines:?}");
+        let counts: Vec<u64> = lines.iter().map(|l| done_in(l)).collect();
+        assert!(counts.windows(2).all(|w| w[0] <= w[1]), "not monotone: {counts:?}");
+        let last = lines.last().unwrap();
+        assert!(last.contains("4000/4000 tiles (100.0%)") && last.ends_with("[g mip 0]"), "{last}");
+        assert_eq!(lines.iter().filter(|l| l.contains("100.0%")).count(), 1, "one final line");
+    }
+
+    #[test]
+    fn log_lines_wait_for_their_interval() {
+        let lines = std::sync::Arc::new(Mutex::new(Vec::<String>::new()));
+        let sink = lines.clone();
+        let p = LogProgress::new("verify")
+            .with_interval(Duration::from_secs(3600))
+            .with_sink(move |l| sink.lock().unwrap().push(l.to_owned()));
+        p.set_length(10);
+        (0..9).for_each(|_| p.inc(1));
+        assert!(lines.lock().unwrap().is_empty(), "no line before the interval");
+        p.inc(1);
+        p.finish();
+        let lines = lines.lock().unwrap();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].starts_with("verify: 10/10 tiles (100.0%)"), "{lines:?}");
+    }
 
     #[test]
     fn counter_counts_across_threads() {

@@ -5,15 +5,15 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::Instant;
 
-use rayon::prelude::*;
+use crossbeam_channel::{Receiver, Sender};
 use serde::{Deserialize, Serialize};
 
-use crate::bake::source::{ImageFile, LevelStore, RowSource, SourceError, TEXEL_BYTES};
+use crate::bake::filter::downsample;
+use crate::bake::source::{LevelStore, RowSource, SourceError, TEXEL_BYTES};
 use crate::format::atlas::{AtlasError, AtlasWriter, ColorSpace, LayerInfo, Wrap};
-use crate::format::codec::{Codec, CodecError, EncodeOptions, QUALITY_DEFAULT};
+use crate::format::codec::{Codec, CodecError, EncodeOptions, Encoded, QUALITY_DEFAULT};
 use crate::format::tile::{LayoutError, TextureLayout};
 use crate::progress::Progress;
 
@@ -38,9 +38,15 @@ impl BakeInput {
     /// A layer named `name` from `source`, with the defaults of an image: clamped at the
     /// edges, sRGB colour, the bake's codec, no regions. Change a field to change one.
     pub fn new(name: impl Into<String>, source: impl RowSource + 'static) -> Self {
+        Self::boxed(name, Box::new(source))
+    }
+
+    /// [`BakeInput::new`] for a source already boxed (e.g. by
+    /// [`open_image`](crate::bake::open::open_image)).
+    pub fn boxed(name: impl Into<String>, source: Box<dyn RowSource>) -> Self {
         Self {
             name: name.into(),
-            source: Box::new(source),
+            source,
             wrap: Wrap::Clamp,
             color: ColorSpace::Srgb,
             codec: None,
@@ -48,14 +54,14 @@ impl BakeInput {
         }
     }
 
-    /// A layer from the image file (PNG or JPEG) at `path`, named after its file stem,
-    /// with the defaults of [`BakeInput::new`]. Only the header is read now; the texels
-    /// are decoded when the bake reads them ([`ImageFile`]), so
+    /// A layer from the image file at `path` ([`open_image`](crate::bake::open::open_image)),
+    /// named after its file stem, with the defaults of [`BakeInput::new`]. Only the header
+    /// is read now; the texels are read when the bake reads them, so
     /// [`bake_if_stale`](crate::bake::bake_if_stale) of a current bake never decodes it.
     pub fn from_image(path: impl AsRef<Path>) -> Result<Self, SourceError> {
         let path = path.as_ref();
         let name = path.file_stem().map_or_else(|| "image".into(), |s| s.to_string_lossy().into_owned());
-        Ok(Self::new(name, ImageFile::open(path)?))
+        Ok(Self::boxed(name, crate::bake::open::open_image(path)?))
     }
 }
 
@@ -124,6 +130,9 @@ pub struct BakeOptions {
     /// The atlas format version written: [`crate::format::atlas::VERSION`] (2: paged
     /// index, tiles coarse mips first along a Morton curve, made for range reads) or 1.
     pub format_version: u32,
+    /// Encoding threads; 0 (the default) takes one per core this process may run on.
+    /// Reading, filtering and writing run on two more threads that mostly wait.
+    pub threads: usize,
 }
 
 impl Default for BakeOptions {
@@ -137,6 +146,7 @@ impl Default for BakeOptions {
             scratch_dir: None,
             stacked: false,
             format_version: crate::format::atlas::VERSION,
+            threads: 0,
         }
     }
 }
@@ -320,29 +330,75 @@ pub fn bake(
     let flags = if opts.stacked { crate::format::atlas::FLAG_STACKED } else { 0 };
     let mut writer = AtlasWriter::create_with_flags(out, layers.clone(), flags)?;
     writer.set_format_version(opts.format_version)?;
+    let threads = bake_threads(opts);
     let mut reports = Vec::with_capacity(inputs.len());
     for (input, layer) in inputs.iter().zip(&layers) {
         let encode = EncodeOptions { color: layer.color, ..encode_opts };
-        reports.push(bake_layer(input, layer, layer.codec, &encode, &scratch, &mut writer, progress)?);
+        reports.push(bake_layer(
+            input,
+            layer,
+            layer.codec,
+            &encode,
+            &scratch,
+            threads,
+            &mut writer,
+            progress,
+        )?);
     }
     let file_bytes = writer.finish()?;
     Ok(BakeReport { layers: reports, file_bytes, seconds: start.elapsed().as_secs_f64() })
 }
 
+/// Tiles read and queued for encoding but not yet written, per encoding thread: enough
+/// to keep every thread busy across tiles of uneven cost (a Basis tile takes 2–3× longer
+/// on detailed imagery) and across band and mip boundaries, few enough that memory stays
+/// small (a 136² RGBA8 tile is 74 KB: 16 threads hold about 10 MB).
+const QUEUED_TILES_PER_THREAD: usize = 8;
+
+/// What the reading thread hands to the writing thread, in storage order.
+enum Planned {
+    /// The tiles from here on belong to mip `mip`; repeat keys start afresh.
+    Mip(u32),
+    /// One tile: how the plan treats it and, unless it is a copy, its encoding in progress.
+    Tile { mip: u32, tx: u32, ty: u32, keyed: Keyed, encoded: Option<Receiver<Result<Encoded, CodecError>>> },
+}
+
+/// One tile for an encoding thread: its bordered texels and where the result goes.
+struct EncodeJob {
+    texels: Vec<u8>,
+    done: Sender<Result<Encoded, CodecError>>,
+}
+
+/// The number of encoding threads a bake with `opts` uses.
+pub fn bake_threads(opts: &BakeOptions) -> usize {
+    match opts.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+}
+
+/// Bakes one layer as a pipeline of three stages, so that no core waits for another's
+/// slowest tile: this thread reads bands of rows, cuts tiles and filters the next mip
+/// level; `threads` encoding threads take tiles in reading order, one at a time; a writing
+/// thread appends the results to the atlas in storage order. A bounded queue between
+/// reading and writing ([`QUEUED_TILES_PER_THREAD`]) keeps memory fixed. (The first
+/// baker encoded each row of tiles in parallel and waited for its slowest tile before
+/// reading the next: 56% of 16 cores.)
+#[allow(clippy::too_many_arguments)]
 fn bake_layer(
     input: &BakeInput,
     layer: &LayerInfo,
     codec: Codec,
     encode: &EncodeOptions,
     scratch: &Path,
+    threads: usize,
     writer: &mut AtlasWriter,
     progress: &dyn Progress,
 ) -> Result<LayerReport, BakeError> {
-    let read_err = |source| BakeError::Read { name: input.name.clone(), source };
     let layout = layer.layout;
-    let (t, b, p) = (layout.tile_size(), layout.border(), layout.padded_tile_size());
+    let p = layout.padded_tile_size();
     let raw_len = (p * p) as usize * TEXEL_BYTES;
-    let mut report = LayerReport {
+    let report = LayerReport {
         name: layer.name.clone(),
         width: layout.width(),
         height: layout.height(),
@@ -352,11 +408,138 @@ fn bake_layer(
         stored_bytes: 0,
         raw_bytes: layout.tile_count() * raw_len as u64,
     };
+    let threads = threads.max(1);
+    let (plan_tx, plan_rx) = crossbeam_channel::bounded::<Planned>(threads * QUEUED_TILES_PER_THREAD);
+    let (job_tx, job_rx) = crossbeam_channel::unbounded::<EncodeJob>();
+    let encode = *encode;
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            let jobs = job_rx.clone();
+            s.spawn(move || {
+                for job in jobs {
+                    // The writer may have given up (an error): then nobody waits for it.
+                    let _ = job.done.send(codec.encode(&job.texels, p, &encode));
+                }
+            });
+        }
+        drop(job_rx);
+        let writing = s.spawn(move || write_layer(plan_rx, input, raw_len, report, writer, progress));
+        // Dropping the senders on every way out ends the encoding threads and the writer.
+        let read = read_layer(input, layer, scratch, &plan_tx, &job_tx);
+        drop((plan_tx, job_tx));
+        let written = writing.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        // A reading error explains a writer that stopped early; a writing error stops the reader.
+        read.and(written)
+    })
+}
+
+/// The writing stage of [`bake_layer`]: takes planned tiles in storage order, waits for
+/// each one's encoding and appends it (or a copy of the first tile of its repeat key).
+fn write_layer(
+    plan: Receiver<Planned>,
+    input: &BakeInput,
+    raw_len: usize,
+    mut report: LayerReport,
+    writer: &mut AtlasWriter,
+    progress: &dyn Progress,
+) -> Result<LayerReport, BakeError> {
+    let name = &input.name;
+    // A tile the plan lost track of: a bug here, never a reason to write a short atlas.
+    let internal = |mip: u32, tx: u32, ty: u32| BakeError::Read {
+        name: name.clone(),
+        source: std::io::Error::other(format!("mip {mip} tile ({tx}, {ty}): no blob planned for it")),
+    };
+    let lost = || BakeError::Read {
+        name: name.clone(),
+        source: std::io::Error::other("an encoding thread stopped before finishing its tile"),
+    };
+    // The first tile of each repeat key on the current mip, by its number in storage order.
+    let mut firsts: HashMap<u64, usize> = HashMap::new();
+    for item in plan {
+        let (mip, tx, ty, keyed, encoded) = match item {
+            Planned::Mip(mip) => {
+                firsts.clear();
+                progress.set_message(&format!("{name} mip {mip}"));
+                continue;
+            }
+            Planned::Tile { mip, tx, ty, keyed, encoded } => (mip, tx, ty, keyed, encoded),
+        };
+        let enc = match encoded {
+            Some(rx) => Some(
+                rx.recv()
+                    .map_err(|_| lost())?
+                    .map_err(|source| BakeError::Encode { name: name.clone(), source })?,
+            ),
+            None => None,
+        };
+        let index = writer.tiles_written();
+        match (keyed, enc) {
+            (Keyed::Copy(k), None) => {
+                // The first of the key was pushed before: in an earlier row, or earlier in this one.
+                let first = firsts.get(&k).copied().ok_or_else(|| internal(mip, tx, ty))?;
+                writer.push_copy(first)?;
+                report.shared_tiles += 1;
+            }
+            (Keyed::Check(k), Some(enc)) => {
+                let first = firsts.get(&k).copied().ok_or_else(|| internal(mip, tx, ty))?;
+                let same = writer.entry(first).is_some_and(|e| {
+                    e.length as usize == enc.data.len() && e.crc32 == crc32fast::hash(&enc.data)
+                });
+                if !same {
+                    return Err(BakeError::Read {
+                        name: name.clone(),
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!(
+                                "mip {mip} tile ({tx}, {ty}) differs from tile {first} of the same source \
+                                 tile key: the source's tile keys are wrong"
+                            ),
+                        ),
+                    });
+                }
+                writer.push_copy(first)?;
+                report.shared_tiles += 1;
+            }
+            (Keyed::First(_) | Keyed::Alone, Some(enc)) => {
+                if let Keyed::First(k) = keyed {
+                    firsts.insert(k, index);
+                }
+                let shared = writer.shared_tiles();
+                writer.push_tile(&enc.data, enc.codec, raw_len as u32)?;
+                if writer.shared_tiles() == shared {
+                    report.stored_bytes += enc.data.len() as u64;
+                } else {
+                    report.shared_tiles += 1;
+                }
+            }
+            _ => return Err(internal(mip, tx, ty)),
+        }
+        progress.inc(1);
+    }
+    Ok(report)
+}
+
+/// The reading stage of [`bake_layer`]: reads each mip level band by band (a row of
+/// tiles with their borders), cuts the tiles, queues their encoding and plans their
+/// writing in storage order, and filters the band into the next level. Returns early,
+/// without error, when the writer has stopped (it reports why).
+fn read_layer(
+    input: &BakeInput,
+    layer: &LayerInfo,
+    scratch: &Path,
+    plan: &Sender<Planned>,
+    jobs: &Sender<EncodeJob>,
+) -> Result<(), BakeError> {
+    let read_err = |source| BakeError::Read { name: input.name.clone(), source };
+    let layout = layer.layout;
+    let (t, b, p) = (layout.tile_size(), layout.border(), layout.padded_tile_size());
     let mut stored: Option<LevelStore> = None;
     // A level the source supplies itself replaces the filtered one (see `RowSource::mip_level`).
     let supplied = |mip: u32| (mip > 0).then(|| input.source.mip_level(mip, layer.color)).flatten();
     for mip in 0..layout.mip_count() {
-        progress.set_message(&format!("{} mip {mip}", layer.name));
+        if plan.send(Planned::Mip(mip)).is_err() {
+            return Ok(());
+        }
         let (w, h) = layout.mip_size(mip);
         let level: &dyn RowSource = match (supplied(mip), &stored) {
             (Some(l), _) => {
@@ -387,24 +570,20 @@ fn bake_layer(
             .enumerate()
             .filter_map(|(i, r)| Some((r.at_mip(&rects, i, mip, t)?, r.wrap)))
             .collect();
-        let mut repeats: HashMap<u64, KeyState> = HashMap::new();
-        // A tile the plan lost track of: a bug here, never a reason to write a short atlas.
-        let internal = |mip: u32, tx: usize, ty: u32| BakeError::Read {
-            name: input.name.clone(),
-            source: std::io::Error::other(format!("mip {mip} tile ({tx}, {ty}): no blob planned for it")),
-        };
+        // Tiles planned per source tile key on this mip.
+        let mut repeats: HashMap<u64, u32> = HashMap::new();
         let mut band = Vec::new();
         for ty in 0..tiles_y {
             let y0 = ty * t;
             // Tiles the source says repeat: the first of a key is encoded and stored, the
             // second encoded again to check the promise, the others copied unread.
-            let plan: Vec<Keyed> = (0..tiles_x)
-                .map(|tx| match input.source.tile_key(mip, t, b, tx, y0 / t) {
+            let keyed: Vec<Keyed> = (0..tiles_x)
+                .map(|tx| match input.source.tile_key(mip, t, b, tx, ty) {
                     None => Keyed::Alone,
                     Some(k) => {
-                        let n = repeats.entry(k).or_insert(KeyState { first: None, planned: 0 });
-                        n.planned = n.planned.saturating_add(1);
-                        match n.planned {
+                        let n = repeats.entry(k).or_insert(0);
+                        *n = n.saturating_add(1);
+                        match *n {
                             1 => Keyed::First(k),
                             2 => Keyed::Check(k),
                             _ => Keyed::Copy(k),
@@ -412,12 +591,13 @@ fn bake_layer(
                     }
                 })
                 .collect();
-            let encoded: Vec<u32> =
-                (0..tiles_x).filter(|&tx| !matches!(plan[tx as usize], Keyed::Copy(_))).collect();
-            // Each tile's source rows and columns: its region's rule inside a region, else the layer's.
-            let maps: Vec<(Vec<u32>, Vec<u32>)> = encoded
-                .iter()
-                .map(|&tx| {
+            // Each read tile's source rows and columns: its region's rule inside a region,
+            // else the layer's.
+            let maps: Vec<Option<(Vec<u32>, Vec<u32>)>> = (0..tiles_x)
+                .map(|tx| {
+                    if matches!(keyed[tx as usize], Keyed::Copy(_)) {
+                        return None;
+                    }
                     let x0 = tx * t;
                     let region = regions.iter().find(|([rx, ry, rw, rh], _)| {
                         (*rx..rx + rw).contains(&x0) && (*ry..ry + rh).contains(&y0)
@@ -437,12 +617,12 @@ fn bake_layer(
                         Some(([rx, ry, rw, rh], wr)) => (Some((*rx, *rw, wr[0])), Some((*ry, *rh, wr[1]))),
                         None => (None, None),
                     };
-                    (axis(y0, h, layer.wrap, ry), axis(x0, w, layer.wrap, rx))
+                    Some((axis(y0, h, layer.wrap, ry), axis(x0, w, layer.wrap, rx)))
                 })
                 .collect();
             // The union of the rows any tile of this row needs, read once each (coalesced),
             // and the payload rows the next level is filtered from.
-            let mut rows: Vec<u32> = maps.iter().flat_map(|(r, _)| r.iter().copied()).collect();
+            let mut rows: Vec<u32> = maps.iter().flatten().flat_map(|(r, _)| r.iter().copied()).collect();
             if next.is_some() {
                 rows.extend(y0..y0 + (h - y0).min(t));
             }
@@ -453,65 +633,22 @@ fn bake_layer(
                 read_mapped_rows(level, &rows, &mut band, row_bytes).map_err(read_err)?;
             }
             let slot = |y: u32| rows.binary_search(&y).unwrap_or(0);
-            // One tile per rayon task; a Basis encoder uses only its calling thread.
-            let blobs: Vec<_> = maps
-                .par_iter()
-                .map(|(tile_rows, cols)| {
-                    let slots: Vec<usize> = tile_rows.iter().map(|&y| slot(y)).collect();
-                    codec.encode(&cut_tile(&band, row_bytes, &slots, cols), p, encode)
-                })
-                .collect::<Result<_, _>>()
-                .map_err(|source| BakeError::Encode { name: input.name.clone(), source })?;
-            let mut blobs = blobs.iter();
-            for (tx, keyed) in plan.iter().enumerate() {
-                let first_of = |k: &u64| repeats.get(k).and_then(|s| s.first);
-                let index = writer.tiles_written();
-                match keyed {
-                    Keyed::Copy(k) => {
-                        // The first of the key was pushed before: in an earlier row, or
-                        // earlier in this one.
-                        let first = first_of(k).ok_or_else(|| internal(mip, tx, ty))?;
-                        writer.push_copy(first)?;
-                        report.shared_tiles += 1;
-                        continue;
-                    }
-                    Keyed::Check(k) => {
-                        let (Some(enc), Some(first)) = (blobs.next(), first_of(k)) else {
-                            return Err(internal(mip, tx, ty));
-                        };
-                        let same = writer.entry(first).is_some_and(|e| {
-                            e.length as usize == enc.data.len() && e.crc32 == crc32fast::hash(&enc.data)
-                        });
-                        if !same {
-                            return Err(BakeError::Read {
-                                name: input.name.clone(),
-                                source: std::io::Error::new(
-                                    std::io::ErrorKind::InvalidData,
-                                    format!(
-                                        "mip {mip} tile ({tx}, {ty}) differs from tile {first} of the same \
-                                         source tile key: the source's tile keys are wrong"
-                                    ),
-                                ),
-                            });
+            for (tx, (keyed, map)) in keyed.into_iter().zip(&maps).enumerate() {
+                let encoded = match map {
+                    Some((tile_rows, cols)) => {
+                        let slots: Vec<usize> = tile_rows.iter().map(|&y| slot(y)).collect();
+                        let (done, result) = crossbeam_channel::bounded(1);
+                        let texels = cut_tile(&band, row_bytes, &slots, cols);
+                        if jobs.send(EncodeJob { texels, done }).is_err() {
+                            return Ok(());
                         }
-                        writer.push_copy(first)?;
-                        report.shared_tiles += 1;
-                        continue;
+                        Some(result)
                     }
-                    Keyed::First(k) => {
-                        if let Some(s) = repeats.get_mut(k) {
-                            s.first = Some(index);
-                        }
-                    }
-                    Keyed::Alone => {}
-                }
-                let enc = blobs.next().ok_or_else(|| internal(mip, tx, ty))?;
-                let shared = writer.shared_tiles();
-                writer.push_tile(&enc.data, enc.codec, raw_len as u32)?;
-                if writer.shared_tiles() == shared {
-                    report.stored_bytes += enc.data.len() as u64;
-                } else {
-                    report.shared_tiles += 1;
+                    None => None,
+                };
+                // Blocks while the queue is full: the writer drains it in order.
+                if plan.send(Planned::Tile { mip, tx: tx as u32, ty, keyed, encoded }).is_err() {
+                    return Ok(());
                 }
             }
             if let Some(next) = &mut next {
@@ -522,11 +659,10 @@ fn bake_layer(
                 let out = downsample(payload, w, mip, layout.width(), y0, layout.height(), layer.color);
                 next.append_rows(&out).map_err(read_err)?;
             }
-            progress.inc(u64::from(tiles_x));
         }
         stored = next;
     }
-    Ok(report)
+    Ok(())
 }
 
 /// What the baker does with one tile of a row, by its source tile key.
@@ -540,14 +676,6 @@ enum Keyed {
     Check(u64),
     /// Any later one: stored as a copy of the first, unread.
     Copy(u64),
-}
-
-/// A source tile key seen on the current mip.
-struct KeyState {
-    /// The first tile of the key, by its number in storage order, once pushed.
-    first: Option<usize>,
-    /// Tiles of the key planned so far.
-    planned: u32,
 }
 
 /// Maps a possibly out-of-range coordinate into `[0, n)` by clamping or wrapping.
@@ -601,150 +729,9 @@ fn cut_tile(band: &[u8], row_bytes: usize, slots: &[usize], cols: &[u32]) -> Vec
     out
 }
 
-/// How many mip-0 texels texel `j` of mip `mip` covers along a side of `full` texels.
-fn coverage(j: u32, mip: u32, full: u32) -> f32 {
-    let start = u64::from(j) << mip;
-    ((u64::from(j + 1) << mip).min(u64::from(full)) - start) as f32
-}
-
-fn srgb_to_linear_lut() -> &'static [f32; 256] {
-    static LUT: OnceLock<[f32; 256]> = OnceLock::new();
-    LUT.get_or_init(|| {
-        std::array::from_fn(|i| {
-            let c = i as f32 / 255.0;
-            if c <= 0.04045 { c / 12.92 } else { ((c + 0.055) / 1.055).powf(2.4) }
-        })
-    })
-}
-
-const LINEAR_STEPS: usize = 1 << 14;
-
-fn linear_to_srgb_lut() -> &'static [u8] {
-    static LUT: OnceLock<Vec<u8>> = OnceLock::new();
-    LUT.get_or_init(|| {
-        (0..LINEAR_STEPS)
-            .map(|i| {
-                let l = i as f32 / (LINEAR_STEPS - 1) as f32;
-                let c = if l <= 0.003_130_8 { l * 12.92 } else { 1.055 * l.powf(1.0 / 2.4) - 0.055 };
-                (c * 255.0 + 0.5).clamp(0.0, 255.0) as u8
-            })
-            .collect()
-    })
-}
-
-/// Converts one linear-light value in `[0, 1]` to an sRGB byte.
-pub fn linear_to_srgb(l: f32) -> u8 {
-    linear_to_srgb_lut()[(l.clamp(0.0, 1.0) * (LINEAR_STEPS - 1) as f32 + 0.5) as usize]
-}
-
-/// Converts one sRGB byte to linear light.
-pub fn srgb_to_linear(c: u8) -> f32 {
-    srgb_to_linear_lut()[c as usize]
-}
-
-/// Halves a band of rows of mip `mip` (width `w`, first row `y0`) into rows of mip
-/// `mip + 1`, weighting each source texel by the mip-0 area it covers (so odd sizes
-/// are exact), in linear light for sRGB, colour weighted by alpha.
-pub(crate) fn downsample(
-    rows: &[u8],
-    w: u32,
-    mip: u32,
-    full_w: u32,
-    y0: u32,
-    full_h: u32,
-    color: ColorSpace,
-) -> Vec<u8> {
-    let row_bytes = w as usize * TEXEL_BYTES;
-    let n_rows = rows.len() / row_bytes;
-    let out_w = w.div_ceil(2);
-    let out_rows = n_rows.div_ceil(2);
-    let mut out = vec![0u8; out_rows * out_w as usize * TEXEL_BYTES];
-    let to_lin = |c: u8| match color {
-        ColorSpace::Srgb => srgb_to_linear(c),
-        ColorSpace::Linear => f32::from(c) / 255.0,
-    };
-    let from_lin = |l: f32| match color {
-        ColorSpace::Srgb => linear_to_srgb(l),
-        ColorSpace::Linear => (l * 255.0 + 0.5).clamp(0.0, 255.0) as u8,
-    };
-    out.par_chunks_mut(out_w as usize * TEXEL_BYTES).enumerate().for_each(|(oy, dst)| {
-        let sy = 2 * oy;
-        let ys: [(usize, f32); 2] = [
-            (sy, coverage(y0 + sy as u32, mip, full_h)),
-            (sy + 1, if sy + 1 < n_rows { coverage(y0 + sy as u32 + 1, mip, full_h) } else { 0.0 }),
-        ];
-        for ox in 0..out_w as usize {
-            let sx = 2 * ox;
-            let xs: [(usize, f32); 2] = [
-                (sx, coverage(sx as u32, mip, full_w)),
-                (sx + 1, if sx + 1 < w as usize { coverage(sx as u32 + 1, mip, full_w) } else { 0.0 }),
-            ];
-            let (mut wsum, mut asum) = (0.0f32, 0.0f32);
-            let (mut c_alpha, mut c_plain) = ([0.0f32; 3], [0.0f32; 3]);
-            for &(ry, wy) in &ys {
-                for &(cx, wx) in &xs {
-                    let wgt = wx * wy;
-                    if wgt == 0.0 {
-                        continue;
-                    }
-                    let s = ry * row_bytes + cx * TEXEL_BYTES;
-                    let a = f32::from(rows[s + 3]) / 255.0;
-                    for k in 0..3 {
-                        let l = to_lin(rows[s + k]);
-                        c_alpha[k] += l * a * wgt;
-                        c_plain[k] += l * wgt;
-                    }
-                    wsum += wgt;
-                    asum += a * wgt;
-                }
-            }
-            let px = &mut dst[ox * TEXEL_BYTES..(ox + 1) * TEXEL_BYTES];
-            for k in 0..3 {
-                px[k] = from_lin(if asum > 0.0 { c_alpha[k] / asum } else { c_plain[k] / wsum });
-            }
-            px[3] = (asum / wsum * 255.0 + 0.5).clamp(0.0, 255.0) as u8;
-        }
-    });
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn srgb_round_trip_is_exact() {
-        for c in 0..=255u8 {
-            assert_eq!(linear_to_srgb(srgb_to_linear(c)), c);
-        }
-    }
-
-    #[test]
-    fn downsample_is_linear_light_and_keeps_alpha() {
-        // Black and white average to sRGB 188 in linear light, not 128.
-        let rows = [0, 0, 0, 255, 255, 255, 255, 255];
-        let out = downsample(&rows, 2, 0, 2, 0, 1, ColorSpace::Srgb);
-        assert_eq!(out, vec![188, 188, 188, 255]);
-        let out = downsample(&rows, 2, 0, 2, 0, 1, ColorSpace::Linear);
-        assert_eq!(out, vec![128, 128, 128, 255]);
-        // A transparent texel does not darken its opaque neighbour's colour.
-        let rows = [0, 0, 0, 0, 200, 100, 50, 255];
-        let out = downsample(&rows, 2, 0, 2, 0, 1, ColorSpace::Srgb);
-        assert_eq!(out, vec![200, 100, 50, 128]);
-    }
-
-    #[test]
-    fn odd_sizes_weight_by_coverage() {
-        // Width 3 at mip 0: texel 2 pairs with nothing and maps alone.
-        let rows = [10, 10, 10, 255, 10, 10, 10, 255, 90, 90, 90, 255];
-        let out = downsample(&rows, 3, 0, 3, 0, 1, ColorSpace::Linear);
-        assert_eq!(out, vec![10, 10, 10, 255, 90, 90, 90, 255]);
-        // Mip 1 of a width-5 texture: texels cover 2, 2, 1 mip-0 texels.
-        assert_eq!(coverage(2, 1, 5), 1.0);
-        let rows = [0, 0, 0, 255, 0, 0, 0, 255, 255, 255, 255, 255];
-        let out = downsample(&rows, 3, 1, 5, 0, 1, ColorSpace::Linear);
-        assert_eq!(&out[4..], &[255, 255, 255, 255]);
-    }
 
     #[test]
     fn a_bake_sweeps_temporary_files_of_dead_processes_only() {
@@ -774,6 +761,85 @@ mod tests {
         assert!(!stale_atlas.exists() && !stale_level.exists(), "a dead process's files are swept");
         assert!(live_atlas.exists(), "a live process's temporary file stays");
         assert!(other.exists(), "another output's temporary file stays");
+    }
+
+    /// Every position a bake reported, in order.
+    #[derive(Default)]
+    struct Recorder {
+        length: std::sync::atomic::AtomicU64,
+        seen: std::sync::Mutex<Vec<u64>>,
+    }
+
+    impl Progress for Recorder {
+        fn set_length(&self, n: u64) {
+            self.length.store(n, std::sync::atomic::Ordering::Relaxed);
+        }
+        fn inc(&self, n: u64) {
+            let mut seen = self.seen.lock().unwrap();
+            let last = seen.last().copied().unwrap_or(0);
+            seen.push(last + n);
+        }
+    }
+
+    fn generated(w: u32, h: u32) -> BakeInput {
+        BakeInput::new("g", crate::bake::source::Generated::with_cell(w, h, 32))
+    }
+
+    #[test]
+    fn the_pipeline_writes_the_same_atlas_whatever_the_thread_count() {
+        let dir = tempfile::tempdir().unwrap();
+        for (codec, (w, h)) in [(Codec::Lz4, (700, 450)), (Codec::Etc1s, (200, 140))] {
+            let mut files = Vec::new();
+            for threads in [1, 3, 8] {
+                let out = dir.path().join(format!("{codec}-{threads}.tsa"));
+                let opts = BakeOptions { tile_size: 32, codec, threads, ..BakeOptions::default() };
+                let progress = Recorder::default();
+                let report = bake(vec![generated(w, h)], &out, &opts, &progress).unwrap();
+                let seen = progress.seen.lock().unwrap().clone();
+                let total = progress.length.load(std::sync::atomic::Ordering::Relaxed);
+                assert_eq!(total, report.layers[0].tiles);
+                assert!(seen.windows(2).all(|p| p[0] < p[1]), "progress is monotone");
+                assert_eq!(seen.last().copied(), Some(total), "progress reaches every tile");
+                files.push(std::fs::read(&out).unwrap());
+            }
+            assert!(
+                files.windows(2).all(|f| f[0] == f[1]),
+                "{codec}: the atlases differ between thread counts"
+            );
+        }
+    }
+
+    /// A source whose rows from `fail_from` on cannot be read.
+    struct Failing {
+        inner: crate::bake::source::Generated,
+        fail_from: u32,
+    }
+
+    impl RowSource for Failing {
+        fn size(&self) -> (u32, u32) {
+            self.inner.size()
+        }
+        fn read_rows(&self, y0: u32, out: &mut [u8]) -> std::io::Result<()> {
+            let rows = (out.len() / (self.size().0 as usize * TEXEL_BYTES)) as u32;
+            if y0 + rows > self.fail_from {
+                return Err(std::io::Error::other(format!("row {} is unreadable", self.fail_from)));
+            }
+            self.inner.read_rows(y0, out)
+        }
+    }
+
+    #[test]
+    fn a_read_error_midway_stops_every_stage_and_leaves_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("failed.tsa");
+        let source = Failing { inner: crate::bake::source::Generated::new(512, 512), fail_from: 300 };
+        let opts = BakeOptions { tile_size: 32, threads: 4, ..BakeOptions::default() };
+        let err = bake(vec![BakeInput::new("f", source)], &out, &opts, &crate::progress::NoProgress)
+            .err()
+            .expect("the bake fails");
+        assert!(err.to_string().contains("row 300 is unreadable"), "{err}");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "nothing is left behind: {left:?}");
     }
 
     #[test]

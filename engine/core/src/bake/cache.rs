@@ -332,8 +332,14 @@ fn identify(path: &Path) -> Result<String, BakeCacheError> {
     let meta = std::fs::metadata(&canonical).map_err(err)?;
     let mtime = meta.modified().map_err(err)?;
     let ns = mtime.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let crc = if meta.len() <= HASH_MAX_BYTES {
-        format!("{:08x}", crc32fast::hash(&std::fs::read(&canonical).map_err(err)?))
+    // Only a regular file is read (a FIFO would block, a device never end), and never
+    // more than the limit, should it grow meanwhile.
+    let crc = if meta.is_file() && meta.len() <= HASH_MAX_BYTES {
+        let mut bytes = Vec::new();
+        let file = std::fs::File::open(&canonical).map_err(err)?;
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, HASH_MAX_BYTES + 1), &mut bytes)
+            .map_err(err)?;
+        format!("{:08x}", crc32fast::hash(&bytes))
     } else {
         "-".to_string()
     };

@@ -5,10 +5,19 @@
 
 mod baker;
 pub mod cache;
+mod filter;
+pub mod grid;
+pub mod input_file;
+pub mod jpeg_file;
 pub mod mosaic;
+pub mod open;
 pub mod overwrite;
 pub mod pack;
+pub mod png_rows;
+mod rgba;
 pub mod source;
+pub mod tiff;
 
 pub use baker::*;
 pub use cache::{BakeOutcome, bake_if_stale};
+pub use filter::{linear_to_srgb, srgb_to_linear};

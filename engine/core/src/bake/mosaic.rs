@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
+use crate::bake::Region;
+use crate::bake::filter::downsample;
 use crate::bake::source::{RowSource, SourceError, TEXEL_BYTES, decode_image};
-use crate::bake::{Region, downsample};
 use crate::format::atlas::{ColorSpace, Wrap};
 use crate::format::tile::MAX_VIRTUAL_SIDE;
 

@@ -1,6 +1,7 @@
 //! The rule that a bake never writes over one of its own inputs: outputs are compared
 //! with inputs as files (same device and inode, so hard links and symlinks count) and as
-//! canonical paths (for files that do not exist yet).
+//! canonical paths (for files that do not exist yet); and the rule that an output is a
+//! regular file or nothing yet, never a device, FIFO, socket or folder.
 
 use std::path::{Path, PathBuf};
 
@@ -36,6 +37,31 @@ where
         }
     }
     Ok(())
+}
+
+/// A bake output path that exists and is not a regular file: writing the atlas beside it
+/// and renaming it over the path would replace a device node, a FIFO or a socket.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+#[error("refusing to write {path}: it is {kind}, not a regular file; give the path of a file to write")]
+pub struct NotAFileError {
+    /// The output path as given.
+    pub path: PathBuf,
+    /// What it is ("a character device", "a FIFO (named pipe)", "a directory").
+    pub kind: &'static str,
+}
+
+/// Fails when `output` exists and is not a regular file (a symbolic link counts as what
+/// it points to). Only metadata is read: nothing is opened. A path that cannot be looked
+/// up is left to the write to report.
+pub fn check_output_file(output: &Path) -> Result<(), NotAFileError> {
+    let kind = crate::bake::input_file::target_metadata(output)
+        .ok()
+        .and_then(|m| crate::bake::input_file::special_kind(m.file_type()));
+    match kind {
+        Some(kind) => Err(NotAFileError { path: output.to_path_buf(), kind }),
+        None => Ok(()),
+    }
 }
 
 /// What makes two paths the same file.
@@ -91,5 +117,24 @@ mod tests {
         // Neither exists: the canonical paths decide.
         let err = check_outputs([d.join("new.png")], [d.join("sub/../new.png")]).expect_err("same path");
         assert!(err.to_string().contains("new.png"), "{err}");
+    }
+
+    #[test]
+    fn an_output_is_a_regular_file_or_nothing_yet() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let d = dir.path();
+        std::fs::write(d.join("old.tsa"), b"atlas").expect("write");
+        std::os::unix::fs::symlink(d.join("old.tsa"), d.join("link.tsa")).expect("symlink");
+        std::os::unix::fs::symlink(d.join("none.tsa"), d.join("dangling.tsa")).expect("symlink");
+        for ok in ["old.tsa", "link.tsa", "new.tsa", "dangling.tsa"] {
+            assert!(check_output_file(&d.join(ok)).is_ok(), "{ok}");
+        }
+        let fifo = d.join("pipe.tsa");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo").success());
+        for (bad, kind) in [(fifo, "FIFO"), (d.to_path_buf(), "directory"), ("/dev/null".into(), "device")] {
+            let err = check_output_file(&bad).expect_err("not a file");
+            let text = err.to_string();
+            assert!(text.contains(&*bad.to_string_lossy()) && text.contains(kind), "{text}");
+        }
     }
 }

@@ -95,7 +95,7 @@ pub enum SourceError {
         source: std::io::Error,
     },
     /// The file is not an image format this build reads.
-    #[error("{path}: unsupported image format ({reason}); supported: PNG, JPEG")]
+    #[error("{path}: unsupported image format ({reason}); supported: PNG, JPEG, TIFF")]
     Unsupported {
         /// The input path.
         path: PathBuf,
@@ -141,6 +141,30 @@ pub enum SourceError {
     Directory {
         /// The input path.
         path: PathBuf,
+    },
+    /// The path is neither a regular file nor a folder (a FIFO, a socket, a device): it is
+    /// refused from its metadata, without being opened.
+    #[error("{path}: is {kind}, not a regular file")]
+    NotRegular {
+        /// The input path.
+        path: PathBuf,
+        /// What it is instead ("a FIFO (named pipe)", "a character device").
+        kind: &'static str,
+    },
+    /// The file is longer than the memory that reading it may take.
+    #[error(
+        "{path}: reading this file of {size} needs more memory than the limit of {limit} \
+         (raise the limit to read it, e.g. `tessera bake --max-memory`)",
+        size = if *bytes > *limit { format!("over {}", human_bytes(*limit)) } else { human_bytes(*bytes) },
+        limit = human_bytes(*limit)
+    )]
+    FileOverMemory {
+        /// The input path.
+        path: PathBuf,
+        /// Its length as found (when it grew while being read, the bytes read so far).
+        bytes: u64,
+        /// The limit in force.
+        limit: u64,
     },
     /// The file ends before its image data does.
     #[error("{path}: truncated or corrupt image: {reason}")]
@@ -244,13 +268,7 @@ pub(crate) fn decode_image(path: &Path) -> Result<image::DynamicImage, SourceErr
 
 fn decode_with_limit(path: &Path, max_bytes: u64) -> Result<image::DynamicImage, SourceError> {
     let p = path.to_path_buf();
-    let meta = std::fs::metadata(path).map_err(|source| match source.kind() {
-        std::io::ErrorKind::NotFound => SourceError::Missing { path: p.clone() },
-        _ => SourceError::Io { path: p.clone(), source },
-    })?;
-    if meta.is_dir() {
-        return Err(SourceError::Directory { path: p });
-    }
+    let meta = crate::bake::input_file::check_input(path)?;
     // The compressed file is read whole: it is small beside the pixels it decodes to.
     let file_bytes = meta.len();
     if file_bytes > max_bytes {
@@ -262,7 +280,7 @@ fn decode_with_limit(path: &Path, max_bytes: u64) -> Result<image::DynamicImage,
             .unwrap_or((0, 0));
         return Err(SourceError::OverMemory { path: p, width, height, needed: file_bytes, limit: max_bytes });
     }
-    let bytes = std::fs::read(path).map_err(|source| SourceError::Io { path: p.clone(), source })?;
+    let bytes = crate::bake::input_file::read_input(path, max_bytes)?;
     decode_bytes_with_limit(path, &bytes, max_bytes)
 }
 
@@ -321,7 +339,7 @@ pub(crate) fn decode_bytes_with_limit(
 /// Whether a JPEG stream is whole: its segments, the entropy-coded data of every scan and
 /// the end-of-image marker are all there. The decoder fills what is missing with grey
 /// and reports nothing, so a cut file is found here. Bytes after the end marker are allowed.
-fn jpeg_complete(b: &[u8]) -> Result<(), String> {
+pub(crate) fn jpeg_complete(b: &[u8]) -> Result<(), String> {
     const CUT: &str = "the file ends before the end-of-image marker (cut short?)";
     if !b.starts_with(&[0xFF, 0xD8]) {
         return Err("no start-of-image marker".into());
@@ -372,28 +390,13 @@ fn jpeg_complete(b: &[u8]) -> Result<(), String> {
     }
 }
 
-/// Whether a PNG's palette chunk, if any, holds whole RGB entries, 1 to 256 of them. The
-/// `png` decoder (0.18) panics expanding a palette of another length (found by fuzzing,
-/// `engine/core/tests/fuzz/image/`), so such a file is refused before it is decoded.
-/// Only the chunk layout is read; a file cut short is left to the decoder to report.
+/// Whether a PNG in memory has a palette the `png` decoder takes without panicking
+/// ([`palette_valid`](crate::bake::png_rows::palette_valid)).
 fn png_palette_valid(b: &[u8]) -> Result<(), String> {
-    let mut at = 8usize;
-    while let Some(head) = at.checked_add(8).and_then(|end| b.get(at..end)) {
-        let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
-        match &head[4..8] {
-            b"PLTE" if len == 0 || !len.is_multiple_of(3) || len > 3 * 256 => {
-                return Err(format!("palette chunk of {len} bytes (not 1 to 256 RGB entries)"));
-            }
-            b"IEND" => break,
-            _ => {}
-        }
-        // Length, type, data and CRC.
-        at = at.saturating_add(12).saturating_add(len);
-    }
-    Ok(())
+    crate::bake::png_rows::palette_valid(&mut std::io::Cursor::new(b))
 }
 
-fn check_size(path: &Path, width: u32, height: u32) -> Result<(), SourceError> {
+pub(crate) fn check_size(path: &Path, width: u32, height: u32) -> Result<(), SourceError> {
     if width == 0 || height == 0 {
         return Err(SourceError::Empty { path: path.to_path_buf(), width, height });
     }
@@ -410,7 +413,14 @@ fn check_size(path: &Path, width: u32, height: u32) -> Result<(), SourceError> {
     Ok(())
 }
 
-fn classify(path: &Path, e: image::ImageError) -> SourceError {
+/// Opens the input file at `path` for reading, once
+/// [`check_input`](crate::bake::input_file::check_input) says it is a regular file.
+pub(crate) fn open_input(path: &Path) -> Result<File, SourceError> {
+    crate::bake::input_file::check_input(path)?;
+    File::open(path).map_err(|source| SourceError::Io { path: path.to_path_buf(), source })
+}
+
+pub(crate) fn classify(path: &Path, e: image::ImageError) -> SourceError {
     let p = path.to_path_buf();
     match e {
         image::ImageError::Unsupported(u) => SourceError::Unsupported { path: p, reason: u.to_string() },
@@ -453,13 +463,7 @@ impl ImageFile {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, SourceError> {
         let path = path.as_ref();
         let p = path.to_path_buf();
-        let meta = std::fs::metadata(path).map_err(|source| match source.kind() {
-            std::io::ErrorKind::NotFound => SourceError::Missing { path: p.clone() },
-            _ => SourceError::Io { path: p.clone(), source },
-        })?;
-        if meta.is_dir() {
-            return Err(SourceError::Directory { path: p });
-        }
+        crate::bake::input_file::check_input(path)?;
         let reader = image::ImageReader::open(path)
             .and_then(|r| r.with_guessed_format())
             .map_err(|source| SourceError::Io { path: p.clone(), source })?;
@@ -506,7 +510,7 @@ impl RowSource for ImageFile {
     }
 }
 
-fn out_of_range(y0: u32) -> std::io::Error {
+pub(crate) fn out_of_range(y0: u32) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("rows from {y0} lie outside the image"))
 }
 
@@ -619,8 +623,10 @@ fn label_pixel(cx: u32, cy: u32, lx: u32, ly: u32) -> Option<bool> {
 }
 
 /// A mip level produced while baking: in memory when small, otherwise in a
-/// scratch file next to the output that is deleted when the level is dropped (and
-/// listed in [`crate::temp_files`] meanwhile).
+/// scratch file next to the output whose name is deleted as soon as it is open, so the
+/// space comes back when the level is dropped or the process ends, however it ends (where
+/// the file system cannot delete an open file, the name stays, listed in
+/// [`crate::temp_files`], until the level is dropped).
 pub struct LevelStore {
     width: u32,
     height: u32,
@@ -629,10 +635,10 @@ pub struct LevelStore {
 
 enum Backing {
     Memory(Vec<u8>),
-    /// `_path` deletes the file when the level is dropped.
+    /// `_path`, when the name could not be deleted at once, deletes it on drop.
     File {
         file: File,
-        _path: TempPath,
+        _path: Option<TempPath>,
         written: u64,
     },
 }
@@ -652,8 +658,17 @@ impl LevelStore {
         } else {
             let seq = SCRATCH_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let name = temp_files::temp_name(SCRATCH_PREFIX, &format!("-{width}x{height}-{seq}"));
-            let path = TempPath::new(scratch_dir.join(name));
+            let mut path = TempPath::new(scratch_dir.join(name));
             let file = File::options().read(true).write(true).create_new(true).open(path.path())?;
+            // The level is reached through `file` only: without a name, even a killed
+            // process leaves nothing behind.
+            let path = match std::fs::remove_file(path.path()) {
+                Ok(()) => {
+                    path.keep();
+                    None
+                }
+                Err(_) => Some(path),
+            };
             Backing::File { file, _path: path, written: 0 }
         };
         Ok(Self { width, height, backing })
@@ -822,6 +837,7 @@ mod tests {
         let h = (IN_MEMORY_LEVEL_BYTES / (u64::from(w) * 4) + 1) as u32;
         let mut s = LevelStore::new(w, h, dir.path()).unwrap();
         assert!(matches!(s.backing, Backing::File { .. }));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "scratch file unlinked while open");
         let row: Vec<u8> = (0..w * 4).map(|i| i as u8).collect();
         s.append_rows(&row).unwrap();
         let mut out = vec![0u8; row.len()];

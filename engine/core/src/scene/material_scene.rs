@@ -204,6 +204,10 @@ pub enum SceneError {
         /// Which node is wrong and how.
         reason: String,
     },
+    /// An input file is not a regular file, or is longer than the memory limit
+    /// ([`memory_limit`](crate::bake::source::memory_limit)).
+    #[error(transparent)]
+    Input(#[from] crate::bake::source::SourceError),
     /// Baking the atlas failed.
     #[error(transparent)]
     Bake(#[from] BakeError),
@@ -447,8 +451,19 @@ pub(crate) fn embedded_image_bytes(
 
 /// Checks that an image file exists and that its header can be read.
 pub(crate) fn check_image_file(file: &Path, material: &str) -> Result<(), SceneError> {
-    if !file.is_file() {
-        return Err(SceneError::MissingTexture { image: file.to_path_buf(), material: material.into() });
+    match crate::bake::input_file::check_input(file) {
+        Ok(_) => {}
+        // Refused unopened: a FIFO would block the header read, a device never end it.
+        Err(crate::bake::source::SourceError::NotRegular { kind, .. }) => {
+            return Err(SceneError::BadTexture {
+                image: file.display().to_string(),
+                material: material.into(),
+                reason: format!("it is {kind}, not an image file"),
+            });
+        }
+        Err(_) => {
+            return Err(SceneError::MissingTexture { image: file.to_path_buf(), material: material.into() });
+        }
     }
     image_size(file, material).map(|_| ())
 }
@@ -469,7 +484,7 @@ pub(crate) fn image_size(file: &Path, material: &str) -> Result<(u32, u32), Scen
 }
 
 fn open_document(path: &Path, paths: ScenePaths) -> Result<(gltf::Document, Vec<Vec<u8>>), SceneError> {
-    let bytes = std::fs::read(path).map_err(|source| SceneError::Io { path: path.to_path_buf(), source })?;
+    let bytes = crate::bake::input_file::read_input(path, crate::bake::source::memory_limit())?;
     let bad = |reason: String| SceneError::Gltf { path: path.to_path_buf(), reason };
     check_glb_header(&bytes).map_err(bad)?;
     let gltf::Gltf { document, mut blob } =
@@ -498,7 +513,7 @@ fn open_document(path: &Path, paths: ScenePaths) -> Result<(gltf::Document, Vec<
                 if !file.is_file() {
                     return Err(err(file, "file not found".into()));
                 }
-                std::fs::read(&file).map_err(|e| err(file.clone(), e.to_string()))?
+                crate::bake::input_file::read_input(&file, crate::bake::source::memory_limit())?
             }
         };
         if data.len() < buffer.length() {

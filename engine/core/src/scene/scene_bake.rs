@@ -293,7 +293,7 @@ fn image_bytes(scene: &MaterialScene, image: &ImageRef) -> Result<Vec<u8>, Scene
         ImageRef::Embedded { index, .. } => embedded_image_bytes(&scene.source, *index, scene.paths),
         ImageRef::File(p) => {
             check_image_path(scene, p)?;
-            std::fs::read(p).map_err(|source| SceneError::Io { path: p.to_path_buf(), source })
+            Ok(crate::bake::input_file::read_input(p, crate::bake::source::memory_limit())?)
         }
     }
 }

@@ -93,6 +93,15 @@ pub enum AtlasError {
         /// What is wrong.
         what: String,
     },
+    /// The destination of a write exists and is not a regular file (a device, a FIFO, a
+    /// socket, a folder): the finished atlas, renamed over it, would replace it.
+    #[error("refusing to write {path}: it is {kind}, not a regular file; give the path of a file to write")]
+    NotAFile {
+        /// The atlas path.
+        path: PathBuf,
+        /// What it is ("a character device", "a FIFO (named pipe)").
+        kind: &'static str,
+    },
     /// A tile id outside every layer was asked for.
     #[error("{path}: {tile} does not exist in this atlas")]
     NoSuchTile {

@@ -98,13 +98,17 @@ impl AtlasWriter {
     }
 
     /// Starts an atlas with header `flags` (e.g. [`FLAG_STACKED`]); unknown flag bits and
-    /// stacked layers whose layouts differ are rejected.
+    /// stacked layers whose layouts differ are rejected, and so is a destination that
+    /// exists and is not a regular file (see
+    /// [`check_output_file`](crate::bake::overwrite::check_output_file)).
     pub fn create_with_flags(
         dest: impl AsRef<Path>,
         mut layers: Vec<LayerInfo>,
         flags: u32,
     ) -> Result<Self, AtlasError> {
         let dest = dest.as_ref().to_path_buf();
+        crate::bake::overwrite::check_output_file(&dest)
+            .map_err(|e| AtlasError::NotAFile { path: e.path, kind: e.kind })?;
         if layers.is_empty() || layers.len() > MAX_LAYERS as usize {
             return Err(AtlasError::Invalid { path: dest, what: format!("layer count {}", layers.len()) });
         }
@@ -438,6 +442,32 @@ mod tests {
         assert_eq!(atlas.entry(TileId::new(0, 1, 0, 0)).unwrap().offset, atlas.entry_at(0).unwrap().offset);
         assert!(atlas.verify(&crate::progress::NoProgress).is_empty());
         assert_eq!(atlas.stored_bytes(), 2048);
+    }
+
+    /// Renaming the finished atlas over a device node or a FIFO would replace it.
+    #[test]
+    fn only_a_regular_file_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let layer = LayerInfo {
+            name: "c".into(),
+            layout: TextureLayout::new(16, 16, 16, 0).unwrap(),
+            codec: Codec::Raw,
+            wrap: Wrap::Clamp,
+            color: ColorSpace::Linear,
+            first_tile: 0,
+        };
+        let fifo = dir.path().join("pipe.tsa");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        for dest in [Path::new("/dev/null"), &fifo, dir.path()] {
+            let err = AtlasWriter::create(dest, vec![layer.clone()]).err().expect("not a regular file");
+            assert!(matches!(err, AtlasError::NotAFile { .. }), "{err}");
+            assert!(err.to_string().contains(&*dest.to_string_lossy()), "{err}");
+        }
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file");
+        let link = dir.path().join("link.tsa");
+        std::fs::write(dir.path().join("old.tsa"), b"old").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("old.tsa"), &link).unwrap();
+        assert!(AtlasWriter::create(&link, vec![layer]).is_ok());
     }
 
     #[test]
