@@ -835,8 +835,7 @@ mod tests {
         let source = Failing { inner: crate::bake::source::Generated::new(512, 512), fail_from: 300 };
         let opts = BakeOptions { tile_size: 32, threads: 4, ..BakeOptions::default() };
         let err = bake(vec![BakeInput::new("f", source)], &out, &opts, &crate::progress::NoProgress)
-            .err()
-            .expect("the bake fails");
+            .expect_err("the bake fails");
         assert!(err.to_string().contains("row 300 is unreadable"), "{err}");
         let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert!(left.is_empty(), "nothing is left behind: {left:?}");
