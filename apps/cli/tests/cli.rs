@@ -357,3 +357,38 @@ fn grid_of_pngs_bakes_as_one_layer() {
     let o = tessera(&["bake", "--grid", "2x1", &d("A1.png"), &d("A2.png"), "-o", &d("bad.tsa")]);
     assert_clean_failure(&o, "A2.png", "equal heights");
 }
+
+#[test]
+fn bake_bench_reports_the_bake_against_the_encoder_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    let o = tessera(&[
+        "bake-bench",
+        "--generate",
+        "600x300",
+        "--codecs",
+        "lz4,raw",
+        "--threads",
+        "1,2",
+        "--json",
+        json.to_str().unwrap(),
+        "--work-dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let runs = j["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4, "two codecs x two thread counts: {j}");
+    // 600x300 in 128-texel tiles: 5x3 + 3x2 + 2x1 + 1 over four mips.
+    assert_eq!(j["tiles"], 24);
+    for run in runs {
+        let (enc, bake) =
+            (run["encode_only_tiles_per_s"].as_f64().unwrap(), run["bake_tiles_per_s"].as_f64().unwrap());
+        assert!(enc > 0.0 && bake > 0.0, "{run}");
+        let of_ceiling = run["bake_of_ceiling"].as_f64().unwrap();
+        assert!((of_ceiling - bake / enc).abs() < 1e-9, "{run}");
+    }
+    assert!(stdout(&o).contains("of ceiling"), "{}", stdout(&o));
+    let o = tessera(&["bake-bench", "--generate", "64x64", "--threads", "0"]);
+    assert!(!o.status.success() && stderr(&o).contains("thread counts start at 1"), "{}", stderr(&o));
+}

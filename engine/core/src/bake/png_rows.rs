@@ -547,8 +547,10 @@ mod tests {
                 let path = e.unwrap().path();
                 (path.display().to_string(), std::fs::read(path).unwrap())
             });
+        // TIFF seeds have no whole decode to compare with (`fuzz::image` reads them).
         let seeds = crate::fuzz::seeds::seeds(crate::fuzz::Target::Image).unwrap();
-        for (name, bytes) in seeds.into_iter().chain(crashers) {
+        let seeds = seeds.into_iter().filter(|(name, _)| !name.ends_with(".tif"));
+        for (name, bytes) in seeds.chain(crashers) {
             let mut flipped = bytes.clone();
             flipped.iter_mut().enumerate().skip(1).filter(|(i, _)| i % 97 == 0).for_each(|(_, b)| *b ^= 0x5a);
             let half = bytes[..bytes.len() / 2].to_vec();

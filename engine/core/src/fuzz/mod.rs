@@ -19,7 +19,9 @@ pub mod seeds;
 use std::hint::black_box;
 use std::path::Path;
 
-use crate::bake::source::decode_bytes_with_limit;
+use crate::bake::open::open_image;
+use crate::bake::source::{RowSource, TEXEL_BYTES, decode_bytes_with_limit};
+use crate::bake::tiff::TiffSource;
 use crate::format::atlas::{Atlas, ENTRY_BYTES, HEADER_BYTES, LAYER_BYTES, ROOT_FIXED_BYTES};
 use crate::format::basis::{self, BasisMode, DataCheck};
 use crate::format::codec::TargetFormat;
@@ -231,17 +233,62 @@ pub fn camera(data: &[u8]) -> Summary {
     s
 }
 
-/// Image source: `data` is an image file (PNG or JPEG). Decodes it as the baker decodes
-/// its inputs, under [`MEMORY_LIMIT`], and converts it to RGBA8; asserts the RGBA8 size.
+/// Image source: `data` is an image file (PNG, JPEG or TIFF). Decodes it as the baker
+/// decodes its inputs, under [`MEMORY_LIMIT`], and converts it to RGBA8; asserts the RGBA8
+/// size. Then reads it again through the bake's own source for that format
+/// ([`open_image`](crate::bake::open::open_image): PNG row by row, JPEG in its own layout,
+/// TIFF chunk by chunk) in overlapping bands, and asserts that where both read the image
+/// they give the same texels.
 pub fn image(data: &[u8]) -> Summary {
     let mut s = Summary::default();
-    let Some(img) = s.record(decode_bytes_with_limit(Path::new("<fuzz input>"), data, MEMORY_LIMIT)) else {
-        return s;
+    // TIFF has only the bake's reader (this build's `image` has no TIFF decoder).
+    let is_tiff = [b"II*\0", b"MM\0*", b"II+\0", b"MM\0+"].iter().any(|m| data.starts_with(*m));
+    let whole = if is_tiff {
+        None
+    } else {
+        s.record(decode_bytes_with_limit(Path::new("<fuzz input>"), data, MEMORY_LIMIT)).map(|img| {
+            let (w, h) = (img.width(), img.height());
+            let rgba = img.into_rgba8();
+            assert_eq!(rgba.len() as u64, u64::from(w) * u64::from(h) * 4, "RGBA8 size of a {w}x{h} image");
+            (w, h, rgba.into_raw())
+        })
     };
+    s.accepted = whole.is_some();
+    // Other formats were refused above, or are larger than the limit: nothing to stream.
+    if whole.is_none() && !is_tiff {
+        return s;
+    }
+    let Some(path) = scratch::write("image", data, None) else { return s };
+    let source: Option<Box<dyn RowSource>> = if is_tiff {
+        s.record(TiffSource::open_with_limit(&path, MEMORY_LIMIT)).map(|t| Box::new(t) as Box<dyn RowSource>)
+    } else {
+        s.record(open_image(&path))
+    };
+    let Some(source) = source else { return s };
+    let (w, h) = source.size();
+    if u64::from(w) * u64::from(h) * 4 > MEMORY_LIMIT {
+        return s;
+    }
     s.accepted = true;
-    let (w, h) = (img.width(), img.height());
-    let rgba = img.into_rgba8();
-    assert_eq!(rgba.len() as u64, u64::from(w) * u64::from(h) * 4, "RGBA8 size of a {w}x{h} image");
+    let row = w as usize * TEXEL_BYTES;
+    let mut streamed = vec![0u8; row * h as usize];
+    // Bands of 136 rows, each starting 8 rows above the last one's end, as the baker reads.
+    let mut y0 = 0u32;
+    while y0 < h {
+        let rows = 136.min(h - y0);
+        let at = y0 as usize * row;
+        if s.record(source.read_rows(y0, &mut streamed[at..at + rows as usize * row])).is_none() {
+            return s;
+        }
+        if y0 + rows == h {
+            break;
+        }
+        y0 += rows.saturating_sub(8).max(1);
+    }
+    if let Some((ww, wh, texels)) = whole {
+        assert_eq!((w, h), (ww, wh), "the streaming source and the whole decode disagree on the size");
+        assert!(streamed == texels, "the streaming source's {w}x{h} texels differ from the whole decode's");
+    }
     s
 }
 

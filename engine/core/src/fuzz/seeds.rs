@@ -485,5 +485,45 @@ fn image_seeds() -> Vec<Seed> {
     let palette4 = [(b"PLTE", palette[..12].to_vec())];
     seeds.push(("palette2.png".into(), png_raw(w, h, 2, 3, &pack(2, |x, y| ((x + y) % 4) as u8), &palette4)));
     seeds.push(("grey1.png".into(), png_raw(w, h, 1, 0, &pack(1, |x, y| ((x ^ y) & 1) as u8), &[])));
+    seeds.extend(tiff_seeds(&rgb));
     seeds
+}
+
+/// TIFF seeds for the bake's chunk-by-chunk reader: classic and BigTIFF, 8-bit RGB in
+/// strips of 4 rows (LZW, Deflate with the horizontal predictor) and 16-bit grey.
+fn tiff_seeds(rgb: &image::RgbImage) -> Vec<Seed> {
+    use ::tiff::encoder::{Compression, DeflateLevel, Predictor, TiffEncoder, colortype};
+    let (w, h) = rgb.dimensions();
+    let grey16: Vec<u16> = rgb.pixels().map(|p| u16::from(p[1]) * 257).collect();
+    let mut out = Vec::new();
+    for (name, big, compression, predictor) in [
+        ("rgb8-lzw.tif", false, Compression::Lzw, Predictor::None),
+        ("rgb8-deflate-big.tif", true, Compression::Deflate(DeflateLevel::Fast), Predictor::Horizontal),
+    ] {
+        let mut file = std::io::Cursor::new(Vec::new());
+        let written = if big {
+            TiffEncoder::new_big(&mut file).and_then(|e| {
+                let mut e = e.with_compression(compression).with_predictor(predictor);
+                let mut img = e.new_image::<colortype::RGB8>(w, h)?;
+                img.rows_per_strip(4)?;
+                img.write_data(rgb.as_raw())
+            })
+        } else {
+            TiffEncoder::new(&mut file).and_then(|e| {
+                let mut e = e.with_compression(compression).with_predictor(predictor);
+                let mut img = e.new_image::<colortype::RGB8>(w, h)?;
+                img.rows_per_strip(4)?;
+                img.write_data(rgb.as_raw())
+            })
+        };
+        if written.is_ok() {
+            out.push((name.into(), file.into_inner()));
+        }
+    }
+    let mut file = std::io::Cursor::new(Vec::new());
+    if TiffEncoder::new(&mut file).and_then(|mut e| e.write_image::<colortype::Gray16>(w, h, &grey16)).is_ok()
+    {
+        out.push(("grey16.tif".into(), file.into_inner()));
+    }
+    out
 }
