@@ -65,7 +65,7 @@ impl BasisMode {
         }
     }
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             BasisMode::Etc1s => "etc1s",
             BasisMode::Uastc => "uastc",
@@ -388,6 +388,12 @@ pub fn transcode(
     Ok(out)
 }
 
+/// Whether the CRC-16 over a `.basis` file's data (after the header) matches the header's.
+pub(crate) fn data_crc_matches(blob: &[u8]) -> bool {
+    let len = HEADER_LEN as usize;
+    blob.len() >= len && read_le(blob, field::DATA_CRC16) == Some(u32::from(crc16(&blob[len..])))
+}
+
 /// Size of the packed `.basis` file header.
 const HEADER_LEN: u64 = 77;
 /// Size of one packed `.basis` slice descriptor.
@@ -414,6 +420,7 @@ mod field {
     pub(super) const HEADER_SIZE: (usize, usize) = (4, 2);
     pub(super) const HEADER_CRC16: (usize, usize) = (6, 2);
     pub(super) const DATA_SIZE: (usize, usize) = (8, 4);
+    pub(super) const DATA_CRC16: (usize, usize) = (12, 2);
     pub(super) const TOTAL_SLICES: (usize, usize) = (14, 3);
     pub(super) const TOTAL_IMAGES: (usize, usize) = (17, 3);
     pub(super) const TEX_FORMAT: (usize, usize) = (20, 1);

@@ -3,6 +3,7 @@
 
 pub mod atlas;
 pub mod basis;
+pub mod basis_rust;
 pub mod codec;
 pub mod codec_types;
 pub mod color;
