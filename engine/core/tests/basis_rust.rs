@@ -115,3 +115,25 @@ fn damaged_tiles_are_errors_of_both_transcoders() {
         );
     }
 }
+
+#[test]
+fn the_process_wide_choice_sends_atlas_tiles_through_the_rust_transcoder() {
+    use tessera_core::format::codec::{
+        BasisTranscoder, Codec, basis_transcoder, set_basis_transcoder, transcode,
+    };
+    let tile = &real_tiles("bmng.jpg", 1)[0];
+    let blob = basis::encode(tile, SIDE, BasisMode::Etc1s, &EncodeOptions::default()).unwrap();
+    let raw_len = (SIDE * SIDE * 4) as usize;
+    // This test binary's other tests call the transcoders directly, so the choice made
+    // here affects no other test.
+    set_basis_transcoder(BasisTranscoder::Rust);
+    assert_eq!(basis_transcoder(), BasisTranscoder::Rust);
+    let through_codec = transcode(Codec::Etc1s, &blob, raw_len, SIDE, TargetFormat::Bc7).unwrap();
+    let direct =
+        basis_rust::transcode(&blob, BasisMode::Etc1s, SIDE, TargetFormat::Bc7, DataCheck::Crc16).unwrap();
+    assert_eq!(through_codec, direct);
+    // A damaged tile is a codec error through this path too.
+    assert!(transcode(Codec::Etc1s, &blob[..blob.len() - 9], raw_len, SIDE, TargetFormat::Bc7).is_err());
+    set_basis_transcoder(BasisTranscoder::Cpp);
+    assert_eq!(basis_transcoder(), BasisTranscoder::Cpp);
+}

@@ -198,11 +198,65 @@ fn transcode_with(
     match codec {
         Codec::Raw | Codec::Lz4 if target == TargetFormat::Rgba8 => codec.decode(blob, raw_len),
         Codec::Raw | Codec::Lz4 => Err(CodecError::Unsupported { codec, target }),
-        Codec::Etc1s => basis::transcode(blob, BasisMode::Etc1s, padded_side, target, check),
-        Codec::Uastc => basis::transcode(blob, BasisMode::Uastc, padded_side, target, check),
+        Codec::Etc1s => basis_transcode(blob, BasisMode::Etc1s, padded_side, target, check),
+        Codec::Uastc => basis_transcode(blob, BasisMode::Uastc, padded_side, target, check),
         Codec::UastcLz4 => {
-            basis::transcode(&lz4_unwrap(blob, raw_len)?, BasisMode::Uastc, padded_side, target, check)
+            basis_transcode(&lz4_unwrap(blob, raw_len)?, BasisMode::Uastc, padded_side, target, check)
         }
+    }
+}
+
+/// Which Basis Universal transcoder turns tiles into pool formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BasisTranscoder {
+    /// The reference C++ transcoder (the `basis-universal` crate), with its assertion guard.
+    Cpp,
+    /// The pure-Rust port (`basisu` 0.1.0, [`crate::format::basis_rust`]): memory-safe,
+    /// byte for byte the C++ output on every mode and format tested but ETC1S to BC1,
+    /// where a few blocks differ (BENCHMARKS.md "Transcoders").
+    Rust,
+}
+
+/// 0: not chosen yet (the environment decides on first use), 1: C++, 2: Rust.
+static BASIS_TRANSCODER: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Chooses the Basis transcoder for this whole process (default: [`BasisTranscoder::Cpp`],
+/// or [`BasisTranscoder::Rust`] when the environment variable `TESSERA_TRANSCODER` is `rust`).
+pub fn set_basis_transcoder(transcoder: BasisTranscoder) {
+    let code = match transcoder {
+        BasisTranscoder::Cpp => 1,
+        BasisTranscoder::Rust => 2,
+    };
+    BASIS_TRANSCODER.store(code, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The Basis transcoder in use (see [`set_basis_transcoder`]).
+pub fn basis_transcoder() -> BasisTranscoder {
+    match BASIS_TRANSCODER.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => BasisTranscoder::Cpp,
+        2 => BasisTranscoder::Rust,
+        _ => {
+            let chosen = match std::env::var("TESSERA_TRANSCODER").as_deref() {
+                Ok("rust") => BasisTranscoder::Rust,
+                _ => BasisTranscoder::Cpp,
+            };
+            set_basis_transcoder(chosen);
+            chosen
+        }
+    }
+}
+
+fn basis_transcode(
+    blob: &[u8],
+    mode: BasisMode,
+    side: u32,
+    target: TargetFormat,
+    check: DataCheck,
+) -> Result<Vec<u8>, CodecError> {
+    match basis_transcoder() {
+        BasisTranscoder::Cpp => basis::transcode(blob, mode, side, target, check),
+        BasisTranscoder::Rust => crate::format::basis_rust::transcode(blob, mode, side, target, check),
     }
 }
 
