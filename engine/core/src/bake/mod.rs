@@ -5,6 +5,7 @@
 
 mod baker;
 pub mod cache;
+pub mod dds;
 mod filter;
 pub mod grid;
 pub mod input_file;

@@ -16,6 +16,10 @@ pub fn open_image(path: &Path) -> Result<Box<dyn RowSource>, SourceError> {
     if crate::bake::tiff::is_tiff_file(path) {
         return Ok(Box::new(crate::bake::tiff::TiffSource::open(path)?));
     }
+    // DDS (BC1-BC5, BC7, 32-bit texels): one row of blocks at a time.
+    if crate::bake::dds::is_dds_file(path) {
+        return Ok(Box::new(crate::bake::dds::DdsSource::open(path)?));
+    }
     // PNG row by row (an interlaced one is decoded whole, below).
     if starts_with(path, b"\x89PNG\r\n\x1a\n")
         && let Some(rows) = crate::bake::png_rows::PngRows::open(path)?
