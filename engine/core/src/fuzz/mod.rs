@@ -19,6 +19,7 @@ pub mod seeds;
 use std::hint::black_box;
 use std::path::Path;
 
+use crate::bake::dds::DdsSource;
 use crate::bake::open::open_image;
 use crate::bake::source::{RowSource, TEXEL_BYTES, decode_bytes_with_limit};
 use crate::bake::tiff::TiffSource;
@@ -242,17 +243,18 @@ pub fn camera(data: &[u8]) -> Summary {
     s
 }
 
-/// Image source: `data` is an image file (PNG, JPEG or TIFF). Decodes it as the baker
+/// Image source: `data` is an image file (PNG, JPEG, TIFF or DDS). Decodes it as the baker
 /// decodes its inputs, under [`MEMORY_LIMIT`], and converts it to RGBA8; asserts the RGBA8
 /// size. Then reads it again through the bake's own source for that format
 /// ([`open_image`](crate::bake::open::open_image): PNG row by row, JPEG in its own layout,
-/// TIFF chunk by chunk) in overlapping bands, and asserts that where both read the image
+/// TIFF chunk by chunk, DDS block row by block row) in overlapping bands, and asserts that where both read the image
 /// they give the same texels.
 pub fn image(data: &[u8]) -> Summary {
     let mut s = Summary::default();
-    // TIFF has only the bake's reader (this build's `image` has no TIFF decoder).
+    // TIFF and DDS have only the bake's readers (this build's `image` decodes neither).
     let is_tiff = [b"II*\0", b"MM\0*", b"II+\0", b"MM\0+"].iter().any(|m| data.starts_with(*m));
-    let whole = if is_tiff {
+    let is_dds = data.starts_with(b"DDS ");
+    let whole = if is_tiff || is_dds {
         None
     } else {
         s.record(decode_bytes_with_limit(Path::new("<fuzz input>"), data, MEMORY_LIMIT)).map(|img| {
@@ -264,12 +266,14 @@ pub fn image(data: &[u8]) -> Summary {
     };
     s.accepted = whole.is_some();
     // Other formats were refused above, or are larger than the limit: nothing to stream.
-    if whole.is_none() && !is_tiff {
+    if whole.is_none() && !is_tiff && !is_dds {
         return s;
     }
     let Some(path) = scratch::write("image", data, None) else { return s };
     let source: Option<Box<dyn RowSource>> = if is_tiff {
         s.record(TiffSource::open_with_limit(&path, MEMORY_LIMIT)).map(|t| Box::new(t) as Box<dyn RowSource>)
+    } else if is_dds {
+        s.record(DdsSource::open(&path)).map(|d| Box::new(d) as Box<dyn RowSource>)
     } else {
         s.record(open_image(&path))
     };

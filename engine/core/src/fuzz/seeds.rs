@@ -486,7 +486,38 @@ fn image_seeds() -> Vec<Seed> {
     seeds.push(("palette2.png".into(), png_raw(w, h, 2, 3, &pack(2, |x, y| ((x + y) % 4) as u8), &palette4)));
     seeds.push(("grey1.png".into(), png_raw(w, h, 1, 0, &pack(1, |x, y| ((x ^ y) & 1) as u8), &[])));
     seeds.extend(tiff_seeds(&rgb));
+    seeds.extend(dds_seeds());
     seeds
+}
+
+/// DDS seeds for the bake's block-row reader: BC1 (legacy `DXT1`, 12×9: partial blocks),
+/// BC7 and BGRA8 (DX10 headers).
+fn dds_seeds() -> Vec<Seed> {
+    let dds = |w: u32, h: u32, four_cc: &[u8; 4], dxgi: Option<u32>, data: &[u8]| -> Vec<u8> {
+        let mut f = b"DDS ".to_vec();
+        let words =
+            |f: &mut Vec<u8>, vs: &[u32]| vs.iter().for_each(|v| f.extend_from_slice(&v.to_le_bytes()));
+        words(&mut f, &[124, 0x1 | 0x2 | 0x4 | 0x1000, h, w, 0, 1, 1]);
+        words(&mut f, &[0; 11]);
+        words(&mut f, &[32, 0x4]);
+        f.extend_from_slice(if dxgi.is_some() { b"DX10" } else { four_cc });
+        words(&mut f, &[0; 5]);
+        words(&mut f, &[0x1000, 0, 0, 0, 0]);
+        if let Some(code) = dxgi {
+            words(&mut f, &[code, 3, 0, 1, 0]);
+        }
+        f.extend_from_slice(data);
+        f
+    };
+    let bytes =
+        |n: usize, k: u8| -> Vec<u8> { (0..n).map(|i| (i as u8).wrapping_mul(37).wrapping_add(k)).collect() };
+    // BC7 blocks in mode 6 (first byte 0x40): one subset, RGBA endpoints.
+    let bc7: Vec<u8> = bytes(4 * 16, 5).chunks(16).flat_map(|b| [&[0x40u8][..], &b[1..]].concat()).collect();
+    vec![
+        ("bc1.dds".into(), dds(12, 9, b"DXT1", None, &bytes(3 * 3 * 8, 1))),
+        ("bc7.dds".into(), dds(8, 8, b"DX10", Some(98), &bc7)),
+        ("bgra8.dds".into(), dds(5, 3, b"DX10", Some(87), &bytes(5 * 3 * 4, 9))),
+    ]
 }
 
 /// TIFF seeds for the bake's chunk-by-chunk reader: classic and BigTIFF, 8-bit RGB in
