@@ -10,6 +10,7 @@ mod filter;
 pub mod grid;
 pub mod input_file;
 pub mod jpeg_file;
+pub mod ktx2;
 pub mod mosaic;
 pub mod open;
 pub mod overwrite;

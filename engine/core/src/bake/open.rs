@@ -16,6 +16,10 @@ pub fn open_image(path: &Path) -> Result<Box<dyn RowSource>, SourceError> {
     if crate::bake::tiff::is_tiff_file(path) {
         return Ok(Box::new(crate::bake::tiff::TiffSource::open(path)?));
     }
+    // KTX2 (Basis ETC1S / UASTC through the Rust transcoder, or RGBA8): the top level.
+    if crate::bake::ktx2::is_ktx2_file(path) {
+        return Ok(Box::new(crate::bake::ktx2::Ktx2Source::open(path)?));
+    }
     // DDS (BC1-BC5, BC7, 32-bit texels): one row of blocks at a time.
     if crate::bake::dds::is_dds_file(path) {
         return Ok(Box::new(crate::bake::dds::DdsSource::open(path)?));

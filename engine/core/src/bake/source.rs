@@ -95,7 +95,7 @@ pub enum SourceError {
         source: std::io::Error,
     },
     /// The file is not an image format this build reads.
-    #[error("{path}: unsupported image format ({reason}); supported: PNG, JPEG, TIFF, DDS")]
+    #[error("{path}: unsupported image format ({reason}); supported: PNG, JPEG, TIFF, DDS, KTX2")]
     Unsupported {
         /// The input path.
         path: PathBuf,

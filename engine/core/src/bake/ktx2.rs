@@ -1,0 +1,280 @@
+//! KTX2 inputs for a bake (issue 28): Basis Universal payloads (ETC1S / BasisLZ, UASTC,
+//! UASTC + Zstandard) transcoded to RGBA8 by the pure-Rust `basisu` transcoder, and
+//! uncompressed RGBA8 levels. The top mip level is read; the baker filters its own
+//! pyramid. The whole level is decoded once, on the first read, under the memory limit
+//! ([`memory_limit`]): game textures are small beside the images the row sources serve.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use crate::bake::input_file::read_input;
+use crate::bake::source::{
+    RowSource, SourceError, SourceOrigin, TEXEL_BYTES, check_size, memory_limit, out_of_range,
+};
+
+/// The KTX2 file identifier.
+const IDENTIFIER: [u8; 12] = [0xAB, 0x4B, 0x54, 0x58, 0x20, 0x32, 0x30, 0xBB, 0x0D, 0x0A, 0x1A, 0x0A];
+/// `VK_FORMAT_R8G8B8A8_UNORM` and `VK_FORMAT_R8G8B8A8_SRGB`.
+const VK_RGBA8: [u32; 2] = [37, 43];
+/// DFD transfer function `KHR_DF_TRANSFER_SRGB`.
+const TRANSFER_SRGB: u8 = 2;
+
+/// Whether the file at `path` starts with the KTX2 identifier.
+pub fn is_ktx2_file(path: &Path) -> bool {
+    let mut head = [0u8; 12];
+    std::fs::File::open(path)
+        .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut head, 0))
+        .is_ok()
+        && head == IDENTIFIER
+}
+
+/// A KTX2 texture whose header has been read; its top level is decoded on the first read.
+pub struct Ktx2Source {
+    path: PathBuf,
+    width: u32,
+    height: u32,
+    srgb: bool,
+    decoded: OnceLock<Result<Vec<u8>, String>>,
+}
+
+impl Ktx2Source {
+    /// Reads and checks the header of the KTX2 file at `path`: a 2D texture (no cube map,
+    /// array or volume), of a size the engine takes, whose RGBA8 top level fits the memory
+    /// limit. Its payload is decoded at the first read.
+    pub fn open(path: &Path) -> Result<Self, SourceError> {
+        let p = path.to_path_buf();
+        let head = read_head(path)?;
+        let unsupported = |reason: String| SourceError::Unsupported { path: p.clone(), reason };
+        if head.len() < 80 || head[..12] != IDENTIFIER {
+            return Err(unsupported("not a KTX2 file (identifier)".into()));
+        }
+        // vkFormat, typeSize, pixelWidth, pixelHeight, pixelDepth, layerCount, faceCount,
+        // levelCount, supercompressionScheme.
+        let field = |i: usize| le32(&head, 12 + 4 * i);
+        let (vk_format, width, height, depth) = (field(0), field(2), field(3), field(4));
+        let (layers, faces, scheme) = (field(5), field(6), field(8));
+        if depth > 0 || layers > 1 || faces != 1 {
+            return Err(unsupported(format!(
+                "a KTX2 texture of depth {depth}, {layers} layers and {faces} faces; only 2D textures bake"
+            )));
+        }
+        if vk_format != 0 && !(VK_RGBA8.contains(&vk_format) && scheme == 0) {
+            return Err(unsupported(format!(
+                "KTX2 vkFormat {vk_format} with supercompression {scheme} (supported: Basis ETC1S / UASTC, \
+                 uncompressed RGBA8)"
+            )));
+        }
+        check_size(path, width, height)?;
+        let needed = u64::from(width) * u64::from(height) * TEXEL_BYTES as u64;
+        if needed > memory_limit() {
+            return Err(SourceError::OverMemory { path: p, width, height, needed, limit: memory_limit() });
+        }
+        let dfd = le32(&head, 48) as usize;
+        let transfer = head.get(dfd + 14).copied();
+        let srgb = if vk_format == 0 { transfer == Some(TRANSFER_SRGB) } else { vk_format == VK_RGBA8[1] };
+        Ok(Self { path: p, width, height, srgb, decoded: OnceLock::new() })
+    }
+
+    /// Whether the texels are sRGB-encoded colour (the data format descriptor's transfer
+    /// function, or the vkFormat), rather than linear data such as a normal map.
+    pub fn srgb(&self) -> bool {
+        self.srgb
+    }
+
+    /// The top level as RGBA8, decoding it on the first call.
+    fn texels(&self) -> std::io::Result<&[u8]> {
+        let decoded = self.decoded.get_or_init(|| decode(&self.path, self.width, self.height));
+        match decoded {
+            Ok(texels) => Ok(texels),
+            Err(message) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, message.clone())),
+        }
+    }
+}
+
+/// The first 4 KiB of the file (header, level index and data format descriptor).
+fn read_head(path: &Path) -> Result<Vec<u8>, SourceError> {
+    use std::io::Read as _;
+    let io = |source| SourceError::Io { path: path.to_path_buf(), source };
+    let mut head = Vec::new();
+    std::fs::File::open(path).map_err(io)?.take(4096).read_to_end(&mut head).map_err(io)?;
+    Ok(head)
+}
+
+/// Decodes the top level of the KTX2 at `path` to `width × height` RGBA8.
+fn decode(path: &Path, width: u32, height: u32) -> Result<Vec<u8>, String> {
+    let name = path.display();
+    let bytes = read_input(path, memory_limit()).map_err(|e| e.to_string())?;
+    let vk_format = le32(&bytes, 12);
+    let expected = width as usize * height as usize * TEXEL_BYTES;
+    if vk_format != 0 {
+        // Uncompressed RGBA8: level 0's byte range from the level index.
+        let (offset, length) = (le64(&bytes, 80), le64(&bytes, 88));
+        let range = usize::try_from(offset).ok().zip(usize::try_from(length).ok());
+        return match range.and_then(|(o, l)| bytes.get(o..o.checked_add(l)?)) {
+            Some(level) if level.len() == expected => Ok(level.to_vec()),
+            Some(level) => Err(format!(
+                "{name}: level 0 holds {} bytes, a {width}x{height} RGBA8 level {expected}",
+                level.len()
+            )),
+            None => Err(format!("{name}: truncated: level 0 lies outside the file")),
+        };
+    }
+    let run = || -> Result<Vec<u8>, String> {
+        let tex = basisu::Transcoder::new(&bytes)
+            .map_err(|e| format!("{name}: not a readable Basis KTX2: {e:?}"))?;
+        if tex.base_dimensions() != (width, height) {
+            return Err(format!(
+                "{name}: the transcoder reads {:?}, the header says {width}x{height}",
+                tex.base_dimensions()
+            ));
+        }
+        let out = tex
+            .transcode(0, basisu::TargetFormat::Rgba32, basisu::DecodeFlags::NONE)
+            .map_err(|e| format!("{name}: cannot transcode level 0: {e:?}"))?;
+        if out.len() != expected {
+            return Err(format!("{name}: level 0 transcoded to {} bytes, expected {expected}", out.len()));
+        }
+        Ok(out)
+    };
+    catch_unwind(AssertUnwindSafe(run))
+        .unwrap_or_else(|_| Err(format!("{name}: the transcoder failed on its contents")))
+}
+
+impl RowSource for Ktx2Source {
+    fn size(&self) -> (u32, u32) {
+        (self.width, self.height)
+    }
+
+    fn read_rows(&self, y0: u32, out: &mut [u8]) -> std::io::Result<()> {
+        let start = y0 as usize * self.width as usize * TEXEL_BYTES;
+        let texels = self.texels()?;
+        let src = start
+            .checked_add(out.len())
+            .and_then(|end| texels.get(start..end))
+            .ok_or_else(|| out_of_range(y0))?;
+        out.copy_from_slice(src);
+        Ok(())
+    }
+
+    fn origin(&self) -> Option<SourceOrigin> {
+        Some(SourceOrigin::File(self.path.clone()))
+    }
+}
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4).map_or(0, |v| u32::from_le_bytes([v[0], v[1], v[2], v[3]]))
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 8).map_or(0, |v| u64::from_le_bytes(v.try_into().unwrap_or([0; 8])))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::format::basis::{self, BasisMode};
+    use crate::format::codec::EncodeOptions;
+
+    /// A KTX2 file of one `w × h` level: `vk_format` 0 with a UASTC data format
+    /// descriptor (transfer function `transfer`), or an RGBA8 vkFormat; `faces` faces.
+    fn ktx2(w: u32, h: u32, vk_format: u32, transfer: u8, faces: u32, level: &[u8]) -> Vec<u8> {
+        let mut f = IDENTIFIER.to_vec();
+        let words =
+            |f: &mut Vec<u8>, vs: &[u32]| vs.iter().for_each(|v| f.extend_from_slice(&v.to_le_bytes()));
+        let (dfd_offset, dfd_len) = (80 + 24, 44u32);
+        let level_offset = u64::from(dfd_offset + dfd_len).next_multiple_of(16);
+        words(&mut f, &[vk_format, 1, w, h, 0, 0, faces, 1, 0]);
+        words(&mut f, &[dfd_offset, dfd_len, 0, 0]);
+        f.extend_from_slice(&0u64.to_le_bytes());
+        f.extend_from_slice(&0u64.to_le_bytes());
+        for v in [level_offset, level.len() as u64, level.len() as u64] {
+            f.extend_from_slice(&v.to_le_bytes());
+        }
+        // Data format descriptor: total size, block header (version 2, 40 bytes), UASTC
+        // colour model 166, BT.709 primaries, the transfer function, 4×4 blocks of 16 bytes,
+        // one RGBA sample of 128 bits.
+        let model = u32::from(166u8) | 1 << 8 | u32::from(transfer) << 16;
+        words(&mut f, &[44, 0, 2 | 40 << 16, model, 3 | 3 << 8, 16, 0, 127 << 16 | 3 << 24, 0, 0, u32::MAX]);
+        f.resize(level_offset as usize, 0);
+        f.extend_from_slice(level);
+        f
+    }
+
+    /// The raw UASTC blocks of a one-image `.basis` file (its one slice).
+    fn uastc_blocks(basis_file: &[u8]) -> Vec<u8> {
+        let desc = le32(basis_file, 65) as usize;
+        let (offset, size) = (le32(basis_file, desc + 13) as usize, le32(basis_file, desc + 17) as usize);
+        basis_file[offset..offset + size].to_vec()
+    }
+
+    fn noisy(side: u32) -> Vec<u8> {
+        (0..side * side * 4).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 13) as u8 / 2 + (i % 97) as u8).collect()
+    }
+
+    #[test]
+    fn uastc_ktx2_transcodes_to_the_texels_of_its_basis_twin() {
+        let dir = tempfile::tempdir().unwrap();
+        let side = 64;
+        let texels = noisy(side);
+        let basis_file = basis::encode(&texels, side, BasisMode::Uastc, &EncodeOptions::default()).unwrap();
+        let want = crate::format::basis::transcode(
+            &basis_file,
+            BasisMode::Uastc,
+            side,
+            crate::format::codec::TargetFormat::Rgba8,
+            crate::format::basis::DataCheck::Crc16,
+        )
+        .unwrap();
+        for (transfer, srgb) in [(2u8, true), (1, false)] {
+            let path = dir.path().join(format!("t{transfer}.ktx2"));
+            std::fs::write(&path, ktx2(side, side, 0, transfer, 1, &uastc_blocks(&basis_file))).unwrap();
+            let src = crate::bake::open::open_image(&path).unwrap();
+            assert_eq!(src.size(), (side, side));
+            let mut out = vec![0u8; want.len()];
+            src.read_rows(0, &mut out).unwrap();
+            assert_eq!(out, want, "the KTX2 UASTC level decodes like the same blocks in a .basis file");
+            assert_eq!(Ktx2Source::open(&path).unwrap().srgb(), srgb);
+        }
+    }
+
+    #[test]
+    fn rgba8_ktx2_reads_its_texels() {
+        let dir = tempfile::tempdir().unwrap();
+        let texels = noisy(16);
+        let path = dir.path().join("rgba.ktx2");
+        std::fs::write(&path, ktx2(16, 16, VK_RGBA8[1], 2, 1, &texels)).unwrap();
+        let src = Ktx2Source::open(&path).unwrap();
+        assert!(src.srgb());
+        let mut out = vec![0u8; texels.len()];
+        src.read_rows(0, &mut out).unwrap();
+        assert_eq!(out, texels);
+    }
+
+    #[test]
+    fn bad_ktx2_files_are_errors_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.ktx2");
+        let blocks = vec![0u8; 16 * 16];
+        std::fs::write(&path, ktx2(16, 16, 0, 2, 6, &blocks)).unwrap();
+        let e = Ktx2Source::open(&path).err().unwrap().to_string();
+        assert!(e.contains("bad.ktx2") && e.contains("6 faces"), "{e}");
+        std::fs::write(&path, ktx2(16, 16, 44, 2, 1, &blocks)).unwrap();
+        let e = Ktx2Source::open(&path).err().unwrap().to_string();
+        assert!(e.contains("vkFormat 44"), "{e}");
+        // Cut short: the header reads, the level does not.
+        let whole = ktx2(16, 16, 0, 2, 1, &blocks);
+        std::fs::write(&path, &whole[..whole.len() - 100]).unwrap();
+        let src = Ktx2Source::open(&path).unwrap();
+        let mut out = vec![0u8; 16 * 16 * 4];
+        let e = src.read_rows(0, &mut out).unwrap_err().to_string();
+        assert!(e.contains("bad.ktx2"), "{e}");
+        let mut rgba = ktx2(16, 16, VK_RGBA8[0], 1, 1, &noisy(16));
+        rgba.truncate(rgba.len() - 10);
+        std::fs::write(&path, rgba).unwrap();
+        let e = Ktx2Source::open(&path).unwrap().read_rows(0, &mut out).unwrap_err().to_string();
+        assert!(e.contains("truncated"), "{e}");
+    }
+}
