@@ -211,7 +211,9 @@ mod tests {
     }
 
     fn noisy(side: u32) -> Vec<u8> {
-        (0..side * side * 4).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 13) as u8 / 2 + (i % 97) as u8).collect()
+        (0..side * side * 4)
+            .map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 13) as u8 / 2 + (i % 97) as u8)
+            .collect()
     }
 
     #[test]
