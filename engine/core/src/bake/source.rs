@@ -400,7 +400,8 @@ pub(crate) fn check_size(path: &Path, width: u32, height: u32) -> Result<(), Sou
     if width == 0 || height == 0 {
         return Err(SourceError::Empty { path: path.to_path_buf(), width, height });
     }
-    let bytes = u64::from(width) * u64::from(height) * TEXEL_BYTES as u64;
+    // Saturating: a forged header's sides near 2^32 overflow even a u64 (found by fuzzing).
+    let bytes = (u64::from(width) * u64::from(height)).saturating_mul(TEXEL_BYTES as u64);
     if width > MAX_VIRTUAL_SIDE || height > MAX_VIRTUAL_SIDE || bytes > MAX_DECODED_BYTES {
         return Err(SourceError::TooLarge {
             path: path.to_path_buf(),
