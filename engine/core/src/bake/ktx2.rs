@@ -107,6 +107,16 @@ fn decode(path: &Path, width: u32, height: u32) -> Result<Vec<u8>, String> {
     let bytes = read_input(path, memory_limit()).map_err(|e| e.to_string())?;
     let vk_format = le32(&bytes, 12);
     let expected = width as usize * height as usize * TEXEL_BYTES;
+    // Every level's byte range inside the file, checked here: basisu 0.1.0 adds offset and
+    // length unchecked (an overflow panic on a forged index, found by fuzzing).
+    let levels = le32(&bytes, 40).max(1) as usize;
+    for level in 0..levels {
+        let at = 80 + 24 * level;
+        let end = le64(&bytes, at).checked_add(le64(&bytes, at + 8));
+        if at + 24 > bytes.len() || end.is_none_or(|e| e > bytes.len() as u64) {
+            return Err(format!("{name}: truncated or corrupt: level {level} lies outside the file"));
+        }
+    }
     if vk_format != 0 {
         // Uncompressed RGBA8: level 0's byte range from the level index.
         let (offset, length) = (le64(&bytes, 80), le64(&bytes, 88));
@@ -170,6 +180,38 @@ fn le64(b: &[u8], at: usize) -> u64 {
     b.get(at..at + 8).map_or(0, |v| u64::from_le_bytes(v.try_into().unwrap_or([0; 8])))
 }
 
+/// A KTX2 file of one `w × h` level, for tests and fuzz seeds: `vk_format` 0 with a UASTC data format
+/// descriptor (transfer function `transfer`), or an RGBA8 vkFormat; `faces` faces.
+pub(crate) fn ktx2_file(w: u32, h: u32, vk_format: u32, transfer: u8, faces: u32, level: &[u8]) -> Vec<u8> {
+    let mut f = IDENTIFIER.to_vec();
+    let words = |f: &mut Vec<u8>, vs: &[u32]| vs.iter().for_each(|v| f.extend_from_slice(&v.to_le_bytes()));
+    let (dfd_offset, dfd_len) = (80 + 24, 44u32);
+    let level_offset = u64::from(dfd_offset + dfd_len).next_multiple_of(16);
+    words(&mut f, &[vk_format, 1, w, h, 0, 0, faces, 1, 0]);
+    words(&mut f, &[dfd_offset, dfd_len, 0, 0]);
+    f.extend_from_slice(&0u64.to_le_bytes());
+    f.extend_from_slice(&0u64.to_le_bytes());
+    for v in [level_offset, level.len() as u64, level.len() as u64] {
+        f.extend_from_slice(&v.to_le_bytes());
+    }
+    // Data format descriptor: total size, block header (version 2, 40 bytes), UASTC
+    // colour model 166, BT.709 primaries, the transfer function, 4×4 blocks of 16 bytes,
+    // one RGBA sample of 128 bits.
+    let model = u32::from(166u8) | 1 << 8 | u32::from(transfer) << 16;
+    words(&mut f, &[44, 0, 2 | 40 << 16, model, 3 | 3 << 8, 16, 0, 127 << 16 | 3 << 24, 0, 0, u32::MAX]);
+    f.resize(level_offset as usize, 0);
+    f.extend_from_slice(level);
+    f
+}
+
+/// The raw UASTC blocks of a one-image `.basis` file (its first slice), for tests and
+/// fuzz seeds; `None` when the file is too short for what its header says.
+pub(crate) fn uastc_blocks(basis_file: &[u8]) -> Option<Vec<u8>> {
+    let desc = le32(basis_file, 65) as usize;
+    let (offset, size) = (le32(basis_file, desc + 13) as usize, le32(basis_file, desc + 17) as usize);
+    basis_file.get(offset..offset.checked_add(size)?).map(<[u8]>::to_vec)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -177,38 +219,6 @@ mod tests {
     use super::*;
     use crate::format::basis::{self, BasisMode};
     use crate::format::codec::EncodeOptions;
-
-    /// A KTX2 file of one `w × h` level: `vk_format` 0 with a UASTC data format
-    /// descriptor (transfer function `transfer`), or an RGBA8 vkFormat; `faces` faces.
-    fn ktx2(w: u32, h: u32, vk_format: u32, transfer: u8, faces: u32, level: &[u8]) -> Vec<u8> {
-        let mut f = IDENTIFIER.to_vec();
-        let words =
-            |f: &mut Vec<u8>, vs: &[u32]| vs.iter().for_each(|v| f.extend_from_slice(&v.to_le_bytes()));
-        let (dfd_offset, dfd_len) = (80 + 24, 44u32);
-        let level_offset = u64::from(dfd_offset + dfd_len).next_multiple_of(16);
-        words(&mut f, &[vk_format, 1, w, h, 0, 0, faces, 1, 0]);
-        words(&mut f, &[dfd_offset, dfd_len, 0, 0]);
-        f.extend_from_slice(&0u64.to_le_bytes());
-        f.extend_from_slice(&0u64.to_le_bytes());
-        for v in [level_offset, level.len() as u64, level.len() as u64] {
-            f.extend_from_slice(&v.to_le_bytes());
-        }
-        // Data format descriptor: total size, block header (version 2, 40 bytes), UASTC
-        // colour model 166, BT.709 primaries, the transfer function, 4×4 blocks of 16 bytes,
-        // one RGBA sample of 128 bits.
-        let model = u32::from(166u8) | 1 << 8 | u32::from(transfer) << 16;
-        words(&mut f, &[44, 0, 2 | 40 << 16, model, 3 | 3 << 8, 16, 0, 127 << 16 | 3 << 24, 0, 0, u32::MAX]);
-        f.resize(level_offset as usize, 0);
-        f.extend_from_slice(level);
-        f
-    }
-
-    /// The raw UASTC blocks of a one-image `.basis` file (its one slice).
-    fn uastc_blocks(basis_file: &[u8]) -> Vec<u8> {
-        let desc = le32(basis_file, 65) as usize;
-        let (offset, size) = (le32(basis_file, desc + 13) as usize, le32(basis_file, desc + 17) as usize);
-        basis_file[offset..offset + size].to_vec()
-    }
 
     fn noisy(side: u32) -> Vec<u8> {
         (0..side * side * 4)
@@ -232,7 +242,8 @@ mod tests {
         .unwrap();
         for (transfer, srgb) in [(2u8, true), (1, false)] {
             let path = dir.path().join(format!("t{transfer}.ktx2"));
-            std::fs::write(&path, ktx2(side, side, 0, transfer, 1, &uastc_blocks(&basis_file))).unwrap();
+            std::fs::write(&path, ktx2_file(side, side, 0, transfer, 1, &uastc_blocks(&basis_file).unwrap()))
+                .unwrap();
             let src = crate::bake::open::open_image(&path).unwrap();
             assert_eq!(src.size(), (side, side));
             let mut out = vec![0u8; want.len()];
@@ -247,7 +258,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let texels = noisy(16);
         let path = dir.path().join("rgba.ktx2");
-        std::fs::write(&path, ktx2(16, 16, VK_RGBA8[1], 2, 1, &texels)).unwrap();
+        std::fs::write(&path, ktx2_file(16, 16, VK_RGBA8[1], 2, 1, &texels)).unwrap();
         let src = Ktx2Source::open(&path).unwrap();
         assert!(src.srgb());
         let mut out = vec![0u8; texels.len()];
@@ -260,20 +271,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bad.ktx2");
         let blocks = vec![0u8; 16 * 16];
-        std::fs::write(&path, ktx2(16, 16, 0, 2, 6, &blocks)).unwrap();
+        std::fs::write(&path, ktx2_file(16, 16, 0, 2, 6, &blocks)).unwrap();
         let e = Ktx2Source::open(&path).err().unwrap().to_string();
         assert!(e.contains("bad.ktx2") && e.contains("6 faces"), "{e}");
-        std::fs::write(&path, ktx2(16, 16, 44, 2, 1, &blocks)).unwrap();
+        std::fs::write(&path, ktx2_file(16, 16, 44, 2, 1, &blocks)).unwrap();
         let e = Ktx2Source::open(&path).err().unwrap().to_string();
         assert!(e.contains("vkFormat 44"), "{e}");
         // Cut short: the header reads, the level does not.
-        let whole = ktx2(16, 16, 0, 2, 1, &blocks);
+        let whole = ktx2_file(16, 16, 0, 2, 1, &blocks);
         std::fs::write(&path, &whole[..whole.len() - 100]).unwrap();
         let src = Ktx2Source::open(&path).unwrap();
         let mut out = vec![0u8; 16 * 16 * 4];
         let e = src.read_rows(0, &mut out).unwrap_err().to_string();
         assert!(e.contains("bad.ktx2"), "{e}");
-        let mut rgba = ktx2(16, 16, VK_RGBA8[0], 1, 1, &noisy(16));
+        let mut rgba = ktx2_file(16, 16, VK_RGBA8[0], 1, 1, &noisy(16));
         rgba.truncate(rgba.len() - 10);
         std::fs::write(&path, rgba).unwrap();
         let e = Ktx2Source::open(&path).unwrap().read_rows(0, &mut out).unwrap_err().to_string();

@@ -20,8 +20,9 @@ use std::hint::black_box;
 use std::path::Path;
 
 use crate::bake::dds::DdsSource;
+use crate::bake::ktx2::Ktx2Source;
 use crate::bake::open::open_image;
-use crate::bake::source::{RowSource, TEXEL_BYTES, decode_bytes_with_limit};
+use crate::bake::source::{RowSource, SourceError, TEXEL_BYTES, decode_bytes_with_limit};
 use crate::bake::tiff::TiffSource;
 use crate::format::atlas::{Atlas, ENTRY_BYTES, HEADER_BYTES, LAYER_BYTES, ROOT_FIXED_BYTES};
 use crate::format::basis::{self, BasisMode, DataCheck};
@@ -243,18 +244,19 @@ pub fn camera(data: &[u8]) -> Summary {
     s
 }
 
-/// Image source: `data` is an image file (PNG, JPEG, TIFF or DDS). Decodes it as the baker
+/// Image source: `data` is an image file (PNG, JPEG, TIFF, DDS or KTX2). Decodes it as the baker
 /// decodes its inputs, under [`MEMORY_LIMIT`], and converts it to RGBA8; asserts the RGBA8
 /// size. Then reads it again through the bake's own source for that format
 /// ([`open_image`](crate::bake::open::open_image): PNG row by row, JPEG in its own layout,
-/// TIFF chunk by chunk, DDS block row by block row) in overlapping bands, and asserts that where both read the image
+/// TIFF chunk by chunk, DDS block row by block row, KTX2 through the Rust transcoder) in overlapping bands, and asserts that where both read the image
 /// they give the same texels.
 pub fn image(data: &[u8]) -> Summary {
     let mut s = Summary::default();
     // TIFF and DDS have only the bake's readers (this build's `image` decodes neither).
     let is_tiff = [b"II*\0", b"MM\0*", b"II+\0", b"MM\0+"].iter().any(|m| data.starts_with(*m));
     let is_dds = data.starts_with(b"DDS ");
-    let whole = if is_tiff || is_dds {
+    let is_ktx2 = data.starts_with(&[0xAB, 0x4B, 0x54, 0x58, 0x20, 0x32, 0x30, 0xBB]);
+    let whole = if is_tiff || is_dds || is_ktx2 {
         None
     } else {
         s.record(decode_bytes_with_limit(Path::new("<fuzz input>"), data, MEMORY_LIMIT)).map(|img| {
@@ -266,7 +268,7 @@ pub fn image(data: &[u8]) -> Summary {
     };
     s.accepted = whole.is_some();
     // Other formats were refused above, or are larger than the limit: nothing to stream.
-    if whole.is_none() && !is_tiff && !is_dds {
+    if whole.is_none() && !is_tiff && !is_dds && !is_ktx2 {
         return s;
     }
     let Some(path) = scratch::write("image", data, None) else { return s };
@@ -274,6 +276,16 @@ pub fn image(data: &[u8]) -> Summary {
         s.record(TiffSource::open_with_limit(&path, MEMORY_LIMIT)).map(|t| Box::new(t) as Box<dyn RowSource>)
     } else if is_dds {
         s.record(DdsSource::open(&path)).map(|d| Box::new(d) as Box<dyn RowSource>)
+    } else if is_ktx2 {
+        // Under the harness's memory limit, not the process's: the level is decoded whole.
+        let opened = Ktx2Source::open(&path);
+        match opened {
+            Ok(k) if u64::from(k.size().0) * u64::from(k.size().1) * 4 <= MEMORY_LIMIT => {
+                s.record(Ok::<_, SourceError>(Box::new(k) as Box<dyn RowSource>))
+            }
+            Ok(_) => None,
+            Err(e) => s.record(Err::<Box<dyn RowSource>, _>(e)),
+        }
     } else {
         s.record(open_image(&path))
     };

@@ -487,7 +487,32 @@ fn image_seeds() -> Vec<Seed> {
     seeds.push(("grey1.png".into(), png_raw(w, h, 1, 0, &pack(1, |x, y| ((x ^ y) & 1) as u8), &[])));
     seeds.extend(tiff_seeds(&rgb));
     seeds.extend(dds_seeds());
+    seeds.extend(ktx2_seeds(&rgb));
     seeds
+}
+
+/// KTX2 seeds for the Rust transcoder's reader: the UASTC blocks of an 8×8 crop of `rgb`
+/// (sRGB transfer function) and an uncompressed RGBA8 level of 12×8.
+fn ktx2_seeds(rgb: &image::RgbImage) -> Vec<Seed> {
+    use crate::bake::ktx2::{ktx2_file, uastc_blocks};
+    use crate::format::basis::{BasisMode, encode};
+    let texels = |w: u32, h: u32| -> Vec<u8> {
+        (0..h)
+            .flat_map(|y| {
+                (0..w).flat_map(move |x| {
+                    let p = rgb.get_pixel(x % rgb.width(), y % rgb.height());
+                    [p[0], p[1], p[2], 255]
+                })
+            })
+            .collect()
+    };
+    let mut out = vec![("rgba8.ktx2".to_string(), ktx2_file(12, 8, 43, 2, 1, &texels(12, 8)))];
+    let blocks =
+        encode(&texels(8, 8), 8, BasisMode::Uastc, &Default::default()).ok().and_then(|f| uastc_blocks(&f));
+    if let Some(blocks) = blocks {
+        out.push(("uastc.ktx2".into(), ktx2_file(8, 8, 0, 2, 1, &blocks)));
+    }
+    out
 }
 
 /// DDS seeds for the bake's block-row reader: BC1 (legacy `DXT1`, 12×9: partial blocks),
