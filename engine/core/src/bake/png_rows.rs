@@ -561,11 +561,18 @@ mod tests {
                 std::fs::write(&path, &input).unwrap();
                 let Ok(source) = crate::bake::open::open_image(&path) else { continue };
                 let (w, h) = source.size();
-                let mut texels = vec![0u8; (w * h * 4) as usize];
+                let len = w as usize * h as usize * 4;
+                if len > 64 << 20 {
+                    continue;
+                }
+                let mut texels = vec![0u8; len];
                 let read = source.read_rows(0, &mut texels);
-                if what == "whole" {
+                // Where the whole decode reads the file too, both give the same texels.
+                if what == "whole"
+                    && let Ok(img) = ImageSource::open(&path)
+                {
                     read.unwrap_or_else(|e| panic!("{name}: {e}"));
-                    assert_eq!(texels, ImageSource::open(&path).unwrap().texels(), "{name}");
+                    assert_eq!(texels, img.texels(), "{name}");
                 }
             }
         }
