@@ -27,12 +27,6 @@ enum Format {
     Texels { order: [usize; 3], alpha: Option<usize> },
 }
 
-/// Whether the file at `path` starts like a DDS (`"DDS "`).
-pub fn is_dds_file(path: &Path) -> bool {
-    let mut head = [0u8; 4];
-    File::open(path).and_then(|f| f.read_exact_at(&mut head, 0)).is_ok() && &head == MAGIC
-}
-
 /// A DDS texture read row of blocks by row of blocks.
 pub struct DdsSource {
     path: PathBuf,

@@ -14,20 +14,12 @@ use crate::bake::source::{
 };
 
 /// The KTX2 file identifier.
-const IDENTIFIER: [u8; 12] = [0xAB, 0x4B, 0x54, 0x58, 0x20, 0x32, 0x30, 0xBB, 0x0D, 0x0A, 0x1A, 0x0A];
+pub(crate) const IDENTIFIER: [u8; 12] =
+    [0xAB, 0x4B, 0x54, 0x58, 0x20, 0x32, 0x30, 0xBB, 0x0D, 0x0A, 0x1A, 0x0A];
 /// `VK_FORMAT_R8G8B8A8_UNORM` and `VK_FORMAT_R8G8B8A8_SRGB`.
 const VK_RGBA8: [u32; 2] = [37, 43];
 /// DFD transfer function `KHR_DF_TRANSFER_SRGB`.
 const TRANSFER_SRGB: u8 = 2;
-
-/// Whether the file at `path` starts with the KTX2 identifier.
-pub fn is_ktx2_file(path: &Path) -> bool {
-    let mut head = [0u8; 12];
-    std::fs::File::open(path)
-        .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut head, 0))
-        .is_ok()
-        && head == IDENTIFIER
-}
 
 /// A KTX2 texture whose header has been read; its top level is decoded on the first read.
 pub struct Ktx2Source {

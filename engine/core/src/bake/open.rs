@@ -1,9 +1,39 @@
 //! Opening an input image file for a bake by what its bytes say it is: the one place
 //! that picks a reader, so the CLI, the viewer and library users get the same sources.
 
+use std::io::Read as _;
 use std::path::Path;
 
 use crate::bake::source::{ImageFile, RowSource, SourceError};
+
+/// What an input file is, by its first bytes ([`sniff`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// TIFF or BigTIFF, either byte order.
+    Tiff,
+    /// KTX 2.0.
+    Ktx2,
+    /// DirectDraw Surface.
+    Dds,
+    /// PNG.
+    Png,
+    /// JPEG.
+    Jpeg,
+    /// Anything else: left to the `image` crate's own detection.
+    Other,
+}
+
+/// The kind of file whose first bytes are `head` (16 bytes are enough).
+pub(crate) fn sniff(head: &[u8]) -> Kind {
+    match head {
+        [b'I', b'I', b'*' | b'+', 0, ..] | [b'M', b'M', 0, b'*' | b'+', ..] => Kind::Tiff,
+        _ if head.starts_with(&crate::bake::ktx2::IDENTIFIER) => Kind::Ktx2,
+        _ if head.starts_with(b"DDS ") => Kind::Dds,
+        _ if head.starts_with(b"\x89PNG\r\n\x1a\n") => Kind::Png,
+        [0xFF, 0xD8, 0xFF, ..] => Kind::Jpeg,
+        _ => Kind::Other,
+    }
+}
 
 /// Opens the image at `path` as a source that reads only the rows a bake asks for where
 /// its format allows it. Only the header is read now; a corrupt body fails at the bake.
@@ -12,34 +42,24 @@ use crate::bake::source::{ImageFile, RowSource, SourceError};
 pub fn open_image(path: &Path) -> Result<Box<dyn RowSource>, SourceError> {
     // Before any reader opens it: a FIFO would block the open, a device read without end.
     crate::bake::input_file::check_input(path)?;
-    // TIFF and BigTIFF (`II*\0`, `MM\0*`, `II+\0`, `MM\0+`): strip by strip or tile by tile.
-    if crate::bake::tiff::is_tiff_file(path) {
-        return Ok(Box::new(crate::bake::tiff::TiffSource::open(path)?));
-    }
-    // KTX2 (Basis ETC1S / UASTC through the Rust transcoder, or RGBA8): the top level.
-    if crate::bake::ktx2::is_ktx2_file(path) {
-        return Ok(Box::new(crate::bake::ktx2::Ktx2Source::open(path)?));
-    }
-    // DDS (BC1-BC5, BC7, 32-bit texels): one row of blocks at a time.
-    if crate::bake::dds::is_dds_file(path) {
-        return Ok(Box::new(crate::bake::dds::DdsSource::open(path)?));
-    }
-    // PNG row by row (an interlaced one is decoded whole, below).
-    if starts_with(path, b"\x89PNG\r\n\x1a\n")
-        && let Some(rows) = crate::bake::png_rows::PngRows::open(path)?
-    {
-        return Ok(Box::new(rows));
-    }
-    // JPEG decoded once into its own pixel layout, in a scratch file when large.
-    if starts_with(path, &[0xFF, 0xD8, 0xFF]) {
-        return Ok(Box::new(crate::bake::jpeg_file::JpegFile::open(path)?));
-    }
-    Ok(Box::new(ImageFile::open(path)?))
-}
-
-/// Whether the file at `path` begins with `magic` (false when it cannot be read).
-fn starts_with(path: &Path, magic: &[u8]) -> bool {
-    let mut head = vec![0u8; magic.len()];
-    std::fs::File::open(path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head)).is_ok()
-        && head == magic
+    let mut head = Vec::with_capacity(16);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(16).read_to_end(&mut head))
+        .map_err(|source| SourceError::Io { path: path.to_path_buf(), source })?;
+    Ok(match sniff(&head) {
+        // Strip by strip or tile by tile.
+        Kind::Tiff => Box::new(crate::bake::tiff::TiffSource::open(path)?),
+        // Basis ETC1S / UASTC through the Rust transcoder, or RGBA8: the top level.
+        Kind::Ktx2 => Box::new(crate::bake::ktx2::Ktx2Source::open(path)?),
+        // BC1-BC5, BC7, 32-bit texels: one row of blocks at a time.
+        Kind::Dds => Box::new(crate::bake::dds::DdsSource::open(path)?),
+        // Row by row; an interlaced PNG is decoded whole.
+        Kind::Png => match crate::bake::png_rows::PngRows::open(path)? {
+            Some(rows) => Box::new(rows),
+            None => Box::new(ImageFile::open(path)?),
+        },
+        // Decoded once into its own pixel layout, in a scratch file when large.
+        Kind::Jpeg => Box::new(crate::bake::jpeg_file::JpegFile::open(path)?),
+        Kind::Other => Box::new(ImageFile::open(path)?),
+    })
 }

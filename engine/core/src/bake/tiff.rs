@@ -2,7 +2,7 @@
 //! so that a bake holds one row of chunks of a huge scan at a time, never the whole image.
 
 use std::fs::File;
-use std::io::{self, BufReader, ErrorKind, Read};
+use std::io::{self, BufReader, ErrorKind};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
@@ -21,14 +21,6 @@ use crate::bake::source::{
 const KEEP_ROWS: u32 = 32;
 
 type Reader = BufReader<File>;
-
-/// Whether the file at `path` starts like a TIFF or a BigTIFF, either byte order. A file
-/// that cannot be read is not one (its opener reports why).
-pub(crate) fn is_tiff_file(path: &Path) -> bool {
-    let mut head = [0u8; 4];
-    File::open(path).and_then(|mut f| f.read_exact(&mut head)).is_ok()
-        && matches!(&head, b"II*\0" | b"MM\0*" | b"II+\0" | b"MM\0+")
-}
 
 /// A TIFF or BigTIFF image whose header and first image directory were read at open and
 /// whose strips or tiles are decoded only when a bake reads rows they cover.

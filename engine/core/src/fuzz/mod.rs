@@ -21,7 +21,7 @@ use std::path::Path;
 
 use crate::bake::dds::DdsSource;
 use crate::bake::ktx2::Ktx2Source;
-use crate::bake::open::open_image;
+use crate::bake::open::{Kind, open_image};
 use crate::bake::source::{RowSource, SourceError, TEXEL_BYTES, decode_bytes_with_limit};
 use crate::bake::tiff::TiffSource;
 use crate::format::atlas::{Atlas, ENTRY_BYTES, HEADER_BYTES, LAYER_BYTES, ROOT_FIXED_BYTES};
@@ -253,9 +253,8 @@ pub fn camera(data: &[u8]) -> Summary {
 pub fn image(data: &[u8]) -> Summary {
     let mut s = Summary::default();
     // TIFF and DDS have only the bake's readers (this build's `image` decodes neither).
-    let is_tiff = [b"II*\0", b"MM\0*", b"II+\0", b"MM\0+"].iter().any(|m| data.starts_with(*m));
-    let is_dds = data.starts_with(b"DDS ");
-    let is_ktx2 = data.starts_with(&[0xAB, 0x4B, 0x54, 0x58, 0x20, 0x32, 0x30, 0xBB]);
+    let kind = crate::bake::open::sniff(data);
+    let (is_tiff, is_dds, is_ktx2) = (kind == Kind::Tiff, kind == Kind::Dds, kind == Kind::Ktx2);
     let whole = if is_tiff || is_dds || is_ktx2 {
         None
     } else {
