@@ -82,7 +82,7 @@ enum Command {
 
 #[derive(clap::Args)]
 struct BakeArgs {
-    /// Input images (PNG or JPEG); each becomes one layer, in order (with --grid, all
+    /// Input images (PNG, JPEG, TIFF / BigTIFF, DDS, KTX2); each becomes one layer, in order (with --grid, all
     /// together one).
     inputs: Vec<PathBuf>,
     /// Bake the materials of a glTF scene into one stacked atlas (albedo, normal, ORM
