@@ -127,8 +127,10 @@ struct BakeArgs {
     #[arg(long, value_enum, default_value_t = WrapArg::Clamp)]
     wrap: WrapArg,
     /// How input texels are encoded: sRGB colour (filtered in linear light) or linear data.
-    #[arg(long, value_enum, default_value_t = ColorArg::Srgb)]
-    color: ColorArg,
+    /// Default: what the file tags (a KTX2's data format descriptor, a DDS's DX10 format),
+    /// else sRGB. Asking for the other space than a file tags is refused.
+    #[arg(long, value_enum)]
+    color: Option<ColorArg>,
     /// Folder for large intermediate mip levels (default: the output's folder).
     #[arg(long)]
     scratch_dir: Option<PathBuf>,
@@ -240,9 +242,12 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
         WrapArg::Clamp => Wrap::Clamp,
         WrapArg::Repeat => Wrap::Repeat,
     };
-    let color = match args.color {
+    let asked = args.color.map(|c| match c {
         ColorArg::Srgb => ColorSpace::Srgb,
         ColorArg::Linear => ColorSpace::Linear,
+    });
+    let color_of = |source: &dyn tessera_core::bake::source::RowSource, what: &Path| {
+        layer_color(asked, source.color_space(), what)
     };
     tessera_core::bake::source::set_memory_limit(args.max_memory);
     check_output(&args.output, args.inputs.iter().map(PathBuf::as_path))?;
@@ -256,6 +261,7 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
         let images =
             args.inputs.iter().map(|p| tessera_core::bake::open::open_image(p)).collect::<Result<_, _>>();
         let grid = GridSource::new(cols, rows, images?).context("--grid")?;
+        let color = color_of(&grid, Path::new("the grid"))?;
         inputs.push(BakeInput {
             name: args.inputs.first().map_or_else(|| "grid".into(), |p| layer_name(p)),
             source: Box::new(grid),
@@ -267,6 +273,7 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
     }
     for path in args.inputs.iter().filter(|_| args.grid.is_none()) {
         let source = tessera_core::bake::open::open_image(path)?;
+        let color = color_of(source.as_ref(), path)?;
         inputs.push(BakeInput {
             name: layer_name(path),
             source,
@@ -281,7 +288,7 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
             name: format!("generated-{w}x{h}"),
             source: Box::new(Generated::new(w, h)),
             wrap,
-            color: ColorSpace::Srgb,
+            color: asked.unwrap_or(ColorSpace::Srgb),
             codec: None,
             regions: Vec::new(),
         });
@@ -408,7 +415,8 @@ fn bake_key(args: &BakeArgs) -> BakeKey {
     let mut key = BakeKey::new(BakeKind::Layers)
         .bake_options(&bake_options(args))
         .option("wrap", args.wrap as u8)
-        .option("color", args.color as u8)
+        // The file's own tag when none is asked for: the inputs' contents are in the key.
+        .option("color", args.color.map_or(u8::MAX, |c| c as u8))
         .inputs(&args.inputs);
     for (w, h) in &args.generate {
         key = key.option("generated", format!("{w}x{h}"));
@@ -417,6 +425,28 @@ fn bake_key(args: &BakeArgs) -> BakeKey {
         key = key.option("grid", format!("{cols}x{rows}"));
     }
     key
+}
+
+/// The colour space of a layer read from `what`: the one `asked` for, which must agree with
+/// the one the file tags (`tagged`) where it tags one; else the tag; else sRGB.
+fn layer_color(asked: Option<ColorSpace>, tagged: Option<ColorSpace>, what: &Path) -> Result<ColorSpace> {
+    let name = |c: ColorSpace| match c {
+        ColorSpace::Srgb => "srgb",
+        ColorSpace::Linear => "linear",
+    };
+    match (asked, tagged) {
+        (Some(a), Some(t)) if a != t => bail!(
+            "{}: --color {} asked for, but the file tags its texels {}: a {} texture baked as {} would \
+             be filtered and sampled wrongly (leave --color out to take the file's tag)",
+            what.display(),
+            name(a),
+            name(t),
+            name(t),
+            name(a)
+        ),
+        (Some(c), _) | (None, Some(c)) => Ok(c),
+        (None, None) => Ok(ColorSpace::Srgb),
+    }
 }
 
 /// The layer name for an input path: its file stem.

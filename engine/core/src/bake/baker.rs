@@ -36,7 +36,8 @@ pub struct BakeInput {
 
 impl BakeInput {
     /// A layer named `name` from `source`, with the defaults of an image: clamped at the
-    /// edges, sRGB colour, the bake's codec, no regions. Change a field to change one.
+    /// edges, the colour space the source tags ([`RowSource::color_space`]) or else sRGB
+    /// colour, the bake's codec, no regions. Change a field to change one.
     pub fn new(name: impl Into<String>, source: impl RowSource + 'static) -> Self {
         Self::boxed(name, Box::new(source))
     }
@@ -46,9 +47,9 @@ impl BakeInput {
     pub fn boxed(name: impl Into<String>, source: Box<dyn RowSource>) -> Self {
         Self {
             name: name.into(),
-            source,
             wrap: Wrap::Clamp,
-            color: ColorSpace::Srgb,
+            color: source.color_space().unwrap_or(ColorSpace::Srgb),
+            source,
             codec: None,
             regions: Vec::new(),
         }

@@ -10,6 +10,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 
 use crate::bake::source::{RowSource, SourceError, SourceOrigin, TEXEL_BYTES, check_size, out_of_range};
+use crate::format::atlas::ColorSpace;
 
 /// `"DDS "`.
 const MAGIC: &[u8; 4] = b"DDS ";
@@ -225,6 +226,10 @@ impl RowSource for DdsSource {
 
     fn origin(&self) -> Option<SourceOrigin> {
         Some(SourceOrigin::File(self.path.clone()))
+    }
+
+    fn color_space(&self) -> Option<ColorSpace> {
+        self.srgb.map(|s| if s { ColorSpace::Srgb } else { ColorSpace::Linear })
     }
 }
 

@@ -4,6 +4,7 @@
 //! the stitched rows, so the bake has no seams at the images' edges.
 
 use crate::bake::source::{RowSource, SourceOrigin, TEXEL_BYTES};
+use crate::format::atlas::ColorSpace;
 use crate::format::tile::MAX_VIRTUAL_SIDE;
 
 /// Why images cannot form a grid.
@@ -72,6 +73,21 @@ pub enum GridError {
         /// Largest side of a layer.
         max: u32,
     },
+    /// Two images tag their texels with different colour spaces (e.g. an sRGB and a
+    /// linear KTX2): one layer has one.
+    #[error(
+        "{image} is tagged {found:?} but {first} is tagged {expected:?}: the images of a grid share one colour space"
+    )]
+    ColorSpace {
+        /// The offending image.
+        image: String,
+        /// Its colour space.
+        found: ColorSpace,
+        /// The first image that tags one.
+        first: String,
+        /// That image's colour space.
+        expected: ColorSpace,
+    },
 }
 
 /// `cols × rows` images read as one: image `r * cols + c` (row-major: A1 B1 C1 D1, A2 …)
@@ -118,6 +134,17 @@ impl GridSource {
                     width_first,
                     col: col_first as u32 + 1,
                 });
+            }
+        }
+        let tagged = images.iter().enumerate().filter_map(|(i, im)| Some((i, im.color_space()?)));
+        let mut first_tag: Option<(usize, ColorSpace)> = None;
+        for (i, found) in tagged {
+            match first_tag {
+                None => first_tag = Some((i, found)),
+                Some((f, expected)) if expected != found => {
+                    return Err(GridError::ColorSpace { image: name(i), found, first: name(f), expected });
+                }
+                Some(_) => {}
             }
         }
         let edges = |sizes: Vec<u32>| -> Vec<u64> {
@@ -188,6 +215,10 @@ impl RowSource for GridSource {
             }
         }
         Ok(())
+    }
+
+    fn color_space(&self) -> Option<ColorSpace> {
+        self.images.iter().find_map(|image| image.color_space())
     }
 }
 

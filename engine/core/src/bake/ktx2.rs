@@ -12,6 +12,7 @@ use crate::bake::input_file::read_input;
 use crate::bake::source::{
     RowSource, SourceError, SourceOrigin, TEXEL_BYTES, check_size, memory_limit, out_of_range,
 };
+use crate::format::atlas::ColorSpace;
 
 /// The KTX2 file identifier.
 pub(crate) const IDENTIFIER: [u8; 12] =
@@ -35,8 +36,45 @@ impl Ktx2Source {
     /// array or volume), of a size the engine takes, whose RGBA8 top level fits the memory
     /// limit. Its payload is decoded at the first read.
     pub fn open(path: &Path) -> Result<Self, SourceError> {
-        let p = path.to_path_buf();
         let head = read_head(path)?;
+        let Header { width, height, srgb } = Header::parse(path, &head)?;
+        Ok(Self { path: path.to_path_buf(), width, height, srgb, decoded: OnceLock::new() })
+    }
+
+    /// Whether the texels are sRGB-encoded colour (the data format descriptor's transfer
+    /// function, or the vkFormat), rather than linear data such as a normal map.
+    pub fn srgb(&self) -> bool {
+        self.srgb
+    }
+
+    /// The top level as RGBA8, decoding it on the first call.
+    fn texels(&self) -> std::io::Result<&[u8]> {
+        let decoded = self.decoded.get_or_init(|| {
+            let bytes = read_input(&self.path, memory_limit()).map_err(|e| e.to_string())?;
+            decode(&self.path, &bytes, self.width, self.height)
+        });
+        match decoded {
+            Ok(texels) => Ok(texels),
+            Err(message) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, message.clone())),
+        }
+    }
+}
+
+/// What a KTX2 header says of the texture a bake reads.
+pub(crate) struct Header {
+    /// Width of the top level.
+    pub(crate) width: u32,
+    /// Height of the top level.
+    pub(crate) height: u32,
+    /// Whether the texels are tagged sRGB colour.
+    pub(crate) srgb: bool,
+}
+
+impl Header {
+    /// Reads and checks the header at the start of `head` (the file's first bytes, its data
+    /// format descriptor included), `path` naming it in errors.
+    pub(crate) fn parse(path: &Path, head: &[u8]) -> Result<Self, SourceError> {
+        let p = path.to_path_buf();
         let unsupported = |reason: String| SourceError::Unsupported { path: p.clone(), reason };
         if head.len() < 80 || head[..12] != IDENTIFIER {
             return Err(unsupported("not a KTX2 file (identifier)".into()));
@@ -65,23 +103,17 @@ impl Ktx2Source {
         let dfd = le32(&head, 48) as usize;
         let transfer = head.get(dfd + 14).copied();
         let srgb = if vk_format == 0 { transfer == Some(TRANSFER_SRGB) } else { vk_format == VK_RGBA8[1] };
-        Ok(Self { path: p, width, height, srgb, decoded: OnceLock::new() })
+        Ok(Self { width, height, srgb })
     }
+}
 
-    /// Whether the texels are sRGB-encoded colour (the data format descriptor's transfer
-    /// function, or the vkFormat), rather than linear data such as a normal map.
-    pub fn srgb(&self) -> bool {
-        self.srgb
-    }
-
-    /// The top level as RGBA8, decoding it on the first call.
-    fn texels(&self) -> std::io::Result<&[u8]> {
-        let decoded = self.decoded.get_or_init(|| decode(&self.path, self.width, self.height));
-        match decoded {
-            Ok(texels) => Ok(texels),
-            Err(message) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, message.clone())),
-        }
-    }
+/// A whole KTX2 file held in memory (e.g. a glTF's embedded `image/ktx2`), `path` naming
+/// it in errors: its header, and its top level decoded to RGBA8.
+pub(crate) fn decode_bytes(path: &Path, bytes: &[u8]) -> Result<(Header, Vec<u8>), SourceError> {
+    let header = Header::parse(path, bytes)?;
+    let texels = decode(path, bytes, header.width, header.height)
+        .map_err(|reason| SourceError::Unsupported { path: path.to_path_buf(), reason })?;
+    Ok((header, texels))
 }
 
 /// The first 4 KiB of the file (header, level index and data format descriptor).
@@ -93,10 +125,10 @@ fn read_head(path: &Path) -> Result<Vec<u8>, SourceError> {
     Ok(head)
 }
 
-/// Decodes the top level of the KTX2 at `path` to `width × height` RGBA8.
-fn decode(path: &Path, width: u32, height: u32) -> Result<Vec<u8>, String> {
+/// Decodes the top level of the KTX2 file `bytes` (read from `path`) to `width × height`
+/// RGBA8.
+fn decode(path: &Path, bytes: &[u8], width: u32, height: u32) -> Result<Vec<u8>, String> {
     let name = path.display();
-    let bytes = read_input(path, memory_limit()).map_err(|e| e.to_string())?;
     let vk_format = le32(&bytes, 12);
     let expected = width as usize * height as usize * TEXEL_BYTES;
     // Every level's byte range inside the file, checked here: basisu 0.1.0 adds offset and
@@ -123,7 +155,7 @@ fn decode(path: &Path, width: u32, height: u32) -> Result<Vec<u8>, String> {
         };
     }
     let run = || -> Result<Vec<u8>, String> {
-        let tex = basisu::Transcoder::new(&bytes)
+        let tex = basisu::Transcoder::new(bytes)
             .map_err(|e| format!("{name}: not a readable Basis KTX2: {e:?}"))?;
         if tex.base_dimensions() != (width, height) {
             return Err(format!(
@@ -162,6 +194,10 @@ impl RowSource for Ktx2Source {
     fn origin(&self) -> Option<SourceOrigin> {
         Some(SourceOrigin::File(self.path.clone()))
     }
+
+    fn color_space(&self) -> Option<ColorSpace> {
+        Some(if self.srgb { ColorSpace::Srgb } else { ColorSpace::Linear })
+    }
 }
 
 fn le32(b: &[u8], at: usize) -> u32 {
@@ -170,6 +206,79 @@ fn le32(b: &[u8], at: usize) -> u32 {
 
 fn le64(b: &[u8], at: usize) -> u64 {
     b.get(at..at + 8).map_or(0, |v| u64::from_le_bytes(v.try_into().unwrap_or([0; 8])))
+}
+
+/// Encodes `width × height` RGBA8 texels into a KTX2 file of one level with the Basis
+/// Universal encoder: ETC1S in BasisLZ supercompression, or UASTC without
+/// supercompression, the data format descriptor tagging `opts.color` (sRGB colour or
+/// linear data). Such a file bakes like any image ([`Ktx2Source`]) and is what glTF's
+/// `KHR_texture_basisu` references.
+pub fn encode_ktx2(
+    rgba: &[u8],
+    width: u32,
+    height: u32,
+    mode: crate::format::basis::BasisMode,
+    opts: &crate::format::codec::EncodeOptions,
+) -> Result<Vec<u8>, crate::format::codec::CodecError> {
+    use crate::format::basis::{BasisMode, basis_parts, encode_image};
+    let file = encode_image(rgba, width, height, mode, opts)?;
+    let broken =
+        || crate::format::codec::CodecError::Encode("the encoder's .basis file does not parse".into());
+    let parts = basis_parts(&file).ok_or_else(broken)?;
+    let transfer = match opts.color {
+        ColorSpace::Srgb => TRANSFER_SRGB,
+        ColorSpace::Linear => 1,
+    };
+    Ok(match mode {
+        BasisMode::Uastc => {
+            ktx2_file(width, height, 0, transfer, 1, parts.slices.first().ok_or_else(broken)?)
+        }
+        BasisMode::Etc1s => etc1s_ktx2(width, height, transfer, &parts),
+    })
+}
+
+/// A BasisLZ (ETC1S) KTX2 of one level from the parts of a `.basis` file.
+fn etc1s_ktx2(w: u32, h: u32, transfer: u8, parts: &crate::format::basis::BasisParts<'_>) -> Vec<u8> {
+    let words = |f: &mut Vec<u8>, vs: &[u32]| vs.iter().for_each(|v| f.extend_from_slice(&v.to_le_bytes()));
+    let alpha = parts.slices.len() > 1;
+    // Data format descriptor: ETC1S colour model 163, BT.709 primaries, one sample of 64
+    // bits for colour (channel 0: RGB), one for alpha (channel 15: AAA) when present.
+    let samples: &[u32] = if alpha { &[0, 15] } else { &[0] };
+    let dfd_len = 4 + 24 + 16 * samples.len() as u32;
+    let mut dfd = Vec::new();
+    let model = 163 | 1 << 8 | u32::from(transfer) << 16;
+    words(&mut dfd, &[dfd_len, 0, 2 | (dfd_len - 4) << 16, model, 3 | 3 << 8, 0, 0]);
+    for (i, &channel) in samples.iter().enumerate() {
+        words(&mut dfd, &[(64 * i as u32) | 63 << 16 | channel << 24, 0, 0, u32::MAX]);
+    }
+    // Supercompression global data: counts and lengths, one image descriptor (the slices'
+    // places in the level), then the codebooks and tables.
+    let [endpoints, selectors, tables] = parts.codebooks;
+    let rgb_len = parts.slices[0].len() as u32;
+    let alpha_len = parts.slices.get(1).map_or(0, |s| s.len() as u32);
+    let mut sgd = Vec::new();
+    sgd.extend_from_slice(&parts.counts.0.to_le_bytes());
+    sgd.extend_from_slice(&parts.counts.1.to_le_bytes());
+    words(&mut sgd, &[endpoints.len() as u32, selectors.len() as u32, tables.len() as u32, 0]);
+    words(&mut sgd, &[0, 0, rgb_len, if alpha { rgb_len } else { 0 }, alpha_len]);
+    for part in [endpoints, selectors, tables] {
+        sgd.extend_from_slice(part);
+    }
+    let level: Vec<u8> = parts.slices.concat();
+    let dfd_offset = 80 + 24u32;
+    let sgd_offset = u64::from(dfd_offset + dfd_len).next_multiple_of(8);
+    let level_offset = sgd_offset + sgd.len() as u64;
+    let mut f = IDENTIFIER.to_vec();
+    words(&mut f, &[0, 1, w, h, 0, 0, 1, 1, 1]);
+    words(&mut f, &[dfd_offset, dfd_len, 0, 0]);
+    for v in [sgd_offset, sgd.len() as u64, level_offset, level.len() as u64, 0] {
+        f.extend_from_slice(&v.to_le_bytes());
+    }
+    f.extend_from_slice(&dfd);
+    f.resize(sgd_offset as usize, 0);
+    f.extend_from_slice(&sgd);
+    f.extend_from_slice(&level);
+    f
 }
 
 /// A KTX2 file of one `w × h` level, for tests and fuzz seeds: `vk_format` 0 with a UASTC data format
@@ -209,6 +318,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use crate::bake::open::open_image;
     use crate::format::basis::{self, BasisMode};
     use crate::format::codec::EncodeOptions;
 
@@ -243,6 +353,56 @@ mod tests {
             assert_eq!(out, want, "the KTX2 UASTC level decodes like the same blocks in a .basis file");
             assert_eq!(Ktx2Source::open(&path).unwrap().srgb(), srgb);
         }
+    }
+
+    #[test]
+    fn encoded_ktx2_files_decode_like_their_basis_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let (w, h) = (96u32, 64u32);
+        let mut texels: Vec<u8> =
+            (0..w * h * 4).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+        for mode in [BasisMode::Etc1s, BasisMode::Uastc] {
+            for (alpha, color) in [(false, ColorSpace::Srgb), (true, ColorSpace::Linear)] {
+                for (i, t) in texels.chunks_exact_mut(4).enumerate() {
+                    t[3] = if alpha { (i % 256) as u8 } else { 255 };
+                }
+                let opts = EncodeOptions { color, ..EncodeOptions::default() };
+                let basis_file = basis::encode_image(&texels, w, h, mode, &opts).unwrap();
+                let want = basisu::Transcoder::new(&basis_file)
+                    .unwrap()
+                    .transcode(0, basisu::TargetFormat::Rgba32, basisu::DecodeFlags::NONE)
+                    .unwrap();
+                let path = dir.path().join(format!("{}-{alpha}.ktx2", mode.name()));
+                std::fs::write(&path, encode_ktx2(&texels, w, h, mode, &opts).unwrap()).unwrap();
+                let src = Ktx2Source::open(&path).unwrap();
+                assert_eq!(src.size(), (w, h));
+                assert_eq!(src.color_space(), Some(color), "{path:?}");
+                let mut out = vec![0u8; want.len()];
+                src.read_rows(0, &mut out).unwrap();
+                assert_eq!(out, want, "{}: the KTX2 holds the .basis file's image", path.display());
+            }
+        }
+        // A square ETC1S one against the C++ transcoder of its .basis twin.
+        let side = 64;
+        let texels = noisy(side);
+        let basis_file = basis::encode(&texels, side, BasisMode::Etc1s, &EncodeOptions::default()).unwrap();
+        let want = basis::transcode(
+            &basis_file,
+            BasisMode::Etc1s,
+            side,
+            crate::format::codec::TargetFormat::Rgba8,
+            basis::DataCheck::Crc16,
+        )
+        .unwrap();
+        let path = dir.path().join("square.ktx2");
+        std::fs::write(
+            &path,
+            encode_ktx2(&texels, side, side, BasisMode::Etc1s, &EncodeOptions::default()).unwrap(),
+        )
+        .unwrap();
+        let mut out = vec![0u8; want.len()];
+        open_image(&path).unwrap().read_rows(0, &mut out).unwrap();
+        assert_eq!(out, want);
     }
 
     #[test]

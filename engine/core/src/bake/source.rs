@@ -62,6 +62,13 @@ pub trait RowSource: Send + Sync {
     fn origin(&self) -> Option<SourceOrigin> {
         None
     }
+    /// The colour space the file itself tags its texels with, when it says (a KTX2's data
+    /// format descriptor, a DDS's DX10 format): a bake takes it as the layer's colour
+    /// space and refuses a different one asked for. Default: `None`, the file does not
+    /// say (PNG, JPEG, TIFF), and the layer is sRGB colour unless told otherwise.
+    fn color_space(&self) -> Option<ColorSpace> {
+        None
+    }
 }
 
 /// Where a [`RowSource`]'s texels come from, as far as the bake cache needs to know to

@@ -87,13 +87,26 @@ pub fn init() {
 /// Encodes a `side × side` RGBA8 tile (`rgba`) into one `.basis` file with one image
 /// and no mipmaps, on the calling thread only.
 pub fn encode(rgba: &[u8], side: u32, mode: BasisMode, opts: &EncodeOptions) -> Result<Vec<u8>, CodecError> {
-    let expected = side as usize * side as usize * 4;
-    if side == 0 || rgba.len() != expected {
+    encode_image(rgba, side, side, mode, opts)
+}
+
+/// [`encode`] for a `width × height` RGBA8 image: one `.basis` file of one image, one
+/// level (e.g. a texture for a KTX2, [`crate::bake::ktx2::encode_ktx2`]).
+pub fn encode_image(
+    rgba: &[u8],
+    width: u32,
+    height: u32,
+    mode: BasisMode,
+    opts: &EncodeOptions,
+) -> Result<Vec<u8>, CodecError> {
+    let expected = width as usize * height as usize * 4;
+    if width == 0 || height == 0 || rgba.len() != expected {
         return Err(CodecError::Length { expected, found: rgba.len() });
     }
+    let side = width.max(height);
     if side > basis_universal::IMAGE_DIMENSION_MAX {
         return Err(CodecError::Options(format!(
-            "tile side {side} exceeds Basis's {}",
+            "image side {side} exceeds Basis's {}",
             basis_universal::IMAGE_DIMENSION_MAX
         )));
     }
@@ -124,7 +137,7 @@ pub fn encode(rgba: &[u8], side: u32, mode: BasisMode, opts: &EncodeOptions) -> 
             params.set_rdo_uastc(opts.uastc_rdo);
         }
     }
-    params.source_image_mut(0).init(rgba, side, side, 4);
+    params.source_image_mut(0).init(rgba, width, height, 4);
     // One job-pool thread in total: the caller's. Tiles are parallelised by the caller.
     let mut compressor = Compressor::new(1);
     // SAFETY: the parameters are all set through the crate's setters with values in
@@ -448,6 +461,39 @@ mod field {
     pub(super) const SLICE_BLOCKS_Y: (usize, usize) = (11, 2);
     pub(super) const SLICE_FILE_OFS: (usize, usize) = (13, 4);
     pub(super) const SLICE_FILE_SIZE: (usize, usize) = (17, 4);
+}
+
+/// The parts of a one-image `.basis` file a KTX2 holds: the ETC1S codebooks and Huffman
+/// tables (empty for UASTC) and the colour and alpha slices' data.
+pub(crate) struct BasisParts<'a> {
+    /// Number of ETC1S endpoints and selectors.
+    pub(crate) counts: (u16, u16),
+    /// ETC1S endpoint codebook, selector codebook and Huffman tables.
+    pub(crate) codebooks: [&'a [u8]; 3],
+    /// The colour slice's data, then the alpha slice's (ETC1S with alpha only).
+    pub(crate) slices: Vec<&'a [u8]>,
+}
+
+/// Splits a `.basis` file made by [`encode_image`] into [`BasisParts`]; `None` when a
+/// region lies outside the file.
+pub(crate) fn basis_parts(file: &[u8]) -> Option<BasisParts<'_>> {
+    let h = |f| read_le(file, f).map(|v| v as usize);
+    let region = |ofs: usize, size: usize| file.get(ofs..ofs.checked_add(size)?);
+    let codebooks = [
+        region(h(field::ENDPOINT_CB_OFS)?, h(field::ENDPOINT_CB_SIZE)?)?,
+        region(h(field::SELECTOR_CB_OFS)?, h(field::SELECTOR_CB_SIZE)?)?,
+        region(h(field::TABLES_OFS)?, h(field::TABLES_SIZE)?)?,
+    ];
+    let desc_ofs = h(field::SLICE_DESC_OFS)?;
+    let slices = (0..h(field::TOTAL_SLICES)?)
+        .map(|k| {
+            let desc = region(desc_ofs + k * SLICE_DESC_LEN as usize, SLICE_DESC_LEN as usize)?;
+            let d = |f| read_le(desc, f).map(|v| v as usize);
+            region(d(field::SLICE_FILE_OFS)?, d(field::SLICE_FILE_SIZE)?)
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let counts = (h(field::TOTAL_ENDPOINTS)? as u16, h(field::TOTAL_SELECTORS)? as u16);
+    Some(BasisParts { counts, codebooks, slices })
 }
 
 /// A little-endian field of 1 to 4 bytes at `(offset, size)` of `bytes`; `None` when

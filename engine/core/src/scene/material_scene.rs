@@ -240,7 +240,7 @@ pub fn load_gltf_with(path: &Path, paths: ScenePaths) -> Result<MaterialScene, S
     check_node_forest(path, &doc)?;
     let mut materials = Vec::with_capacity(doc.materials().len());
     for (i, m) in doc.materials().enumerate() {
-        materials.push(material(path, paths, i, &m)?);
+        materials.push(material(path, paths, &doc, i, &m)?);
     }
     for m in &materials {
         for t in [&m.base_color, &m.normal, &m.metallic_roughness].into_iter().flatten() {
@@ -468,13 +468,21 @@ pub(crate) fn check_image_file(file: &Path, material: &str) -> Result<(), SceneE
     image_size(file, material).map(|_| ())
 }
 
-/// The size of an image file, from its header.
+/// The size of an image file (PNG, JPEG, KTX2…), from its header.
 pub(crate) fn image_size(file: &Path, material: &str) -> Result<(u32, u32), SceneError> {
     let bad = |reason: String| SceneError::BadTexture {
         image: file.display().to_string(),
         material: material.into(),
         reason,
     };
+    let mut head = Vec::new();
+    std::fs::File::open(file)
+        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 4096), &mut head))
+        .map_err(|e| bad(e.to_string()))?;
+    if head.starts_with(&crate::bake::ktx2::IDENTIFIER) {
+        let h = crate::bake::ktx2::Header::parse(file, &head).map_err(|e| bad(e.to_string()))?;
+        return Ok((h.width, h.height));
+    }
     image::ImageReader::open(file)
         .map_err(|e| bad(e.to_string()))?
         .with_guessed_format()
@@ -489,8 +497,10 @@ fn open_document(path: &Path, paths: ScenePaths) -> Result<(gltf::Document, Vec<
     check_glb_header(&bytes).map_err(bad)?;
     let gltf::Gltf { document, mut blob } =
         gltf::Gltf::from_slice_without_validation(&bytes).map_err(|e| bad(e.to_string()))?;
-    let json = document.into_json();
+    let mut json = document.into_json();
     check_before_validation(&json).map_err(bad)?;
+    // Required extensions this loader reads; the `gltf` crate refuses any others.
+    json.extensions_required.retain(|e| e != KHR_TEXTURE_BASISU);
     let document = gltf::Document::from_json(json).map_err(|e| bad(e.to_string()))?;
     let mut buffers = Vec::new();
     for buffer in document.buffers() {
@@ -562,6 +572,20 @@ fn check_before_validation(json: &gltf::json::Root) -> Result<(), String> {
             }
         }
     }
+    for (i, texture) in json.textures.iter().enumerate() {
+        let basisu = basisu_source(texture.extensions.as_ref().map(|e| &e.others));
+        let plain = Some(texture.source.value()).filter(|&s| s != u32::MAX as usize);
+        match (basisu, plain) {
+            (Some(Err(reason)), _) => return Err(format!("texture {i}: {KHR_TEXTURE_BASISU}: {reason}")),
+            (Some(Ok(s)), _) | (None, Some(s)) if s >= json.images.len() => {
+                return Err(format!("texture {i}: image {s} does not exist ({} images)", json.images.len()));
+            }
+            (None, None) => {
+                return Err(format!("texture {i} has no image (no source, no {KHR_TEXTURE_BASISU})"));
+            }
+            _ => {}
+        }
+    }
     for (i, image) in json.images.iter().enumerate() {
         match (&image.buffer_view, &image.mime_type, &image.uri) {
             (Some(view), Some(_), _) if view.value() < json.buffer_views.len() => {}
@@ -577,6 +601,23 @@ fn check_before_validation(json: &gltf::json::Root) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The glTF extension that gives a texture a KTX2 (Basis Universal) image.
+pub const KHR_TEXTURE_BASISU: &str = "KHR_texture_basisu";
+
+/// The image index a texture's `KHR_texture_basisu` extension names (`None` without the
+/// extension; an error when it is there without a whole-number `source`).
+fn basisu_source(
+    extensions: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> Option<Result<usize, String>> {
+    let ext = extensions?.get(KHR_TEXTURE_BASISU)?;
+    Some(
+        ext.get("source")
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|s| usize::try_from(s).ok())
+            .ok_or_else(|| format!("'source' must be an image index, found {ext}")),
+    )
 }
 
 /// The folder a glTF's relative URIs are resolved against.
@@ -687,6 +728,7 @@ fn uri_scheme(uri: &str) -> Option<&str> {
 fn material(
     path: &Path,
     paths: ScenePaths,
+    doc: &gltf::Document,
     index: usize,
     m: &gltf::Material,
 ) -> Result<Material, SceneError> {
@@ -699,7 +741,7 @@ fn material(
                 path.display()
             );
         }
-        texture_ref(path, paths, &t)
+        texture_ref(path, paths, doc, &t)
     };
     Ok(Material {
         name: name.clone(),
@@ -721,7 +763,12 @@ fn material(
     })
 }
 
-fn texture_ref(path: &Path, paths: ScenePaths, t: &gltf::Texture) -> Result<TextureRef, SceneError> {
+fn texture_ref(
+    path: &Path,
+    paths: ScenePaths,
+    doc: &gltf::Document,
+    t: &gltf::Texture,
+) -> Result<TextureRef, SceneError> {
     static MIRROR_WARNED: AtomicBool = AtomicBool::new(false);
     let wrap = |w: gltf::texture::WrappingMode| match w {
         gltf::texture::WrappingMode::ClampToEdge => Wrap::Clamp,
@@ -734,7 +781,18 @@ fn texture_ref(path: &Path, paths: ScenePaths, t: &gltf::Texture) -> Result<Text
         }
     };
     let sampler = t.sampler();
-    let img = t.source();
+    // A KTX2 image (Basis Universal) when the texture has one: a client that reads
+    // KHR_texture_basisu uses it rather than the PNG / JPEG fallback, as the extension
+    // asks. Both indices were checked before validation.
+    let index = match basisu_source(t.extensions()) {
+        Some(Ok(index)) => index,
+        _ => t.source().map(|i| i.index()).unwrap_or(usize::MAX),
+    };
+    let bad = || SceneError::Gltf {
+        path: path.to_path_buf(),
+        reason: format!("texture {} has no usable image", t.index()),
+    };
+    let img = doc.images().nth(index).ok_or_else(bad)?;
     let image = match img.source() {
         gltf::image::Source::Uri { uri, .. } if !uri.starts_with("data:") => {
             ImageRef::File(resolve_uri(path, uri, &format!("image {}", img.index()), paths)?)

@@ -25,6 +25,9 @@ use crate::scene::material_scene::{
 /// (linear), glTF metallic-roughness texture (linear: G roughness, B metallic).
 pub const SCENE_LAYERS: [&str; 3] = ["albedo", "normal", "orm"];
 
+/// What the glTF texture of each of [`SCENE_LAYERS`] is, for messages.
+const LAYER_ROLES: [&str; 3] = ["base colour", "normal map", "metallic-roughness"];
+
 /// Version of the manifest format written by [`bake_scene`].
 pub const MANIFEST_VERSION: u32 = 1;
 
@@ -217,7 +220,8 @@ pub fn bake_scene(
                     let texels = match decoded.get(&k) {
                         Some(t) => t.clone(),
                         None => {
-                            let t = Arc::new(decode_resized(scene, image, material, rect[2], rect[3])?);
+                            let t =
+                                Arc::new(decode_resized(scene, image, material, layer, rect[2], rect[3])?);
                             decoded.insert(k, t.clone());
                             t
                         }
@@ -317,6 +321,12 @@ fn image_dimensions(
         }
         ImageRef::Embedded { .. } => {
             let bytes = image_bytes(scene, image)?;
+            if bytes.starts_with(&crate::bake::ktx2::IDENTIFIER) {
+                let name = std::path::PathBuf::from(image.to_string());
+                let h =
+                    crate::bake::ktx2::Header::parse(&name, &bytes).map_err(|e| bad(image, material, e))?;
+                return Ok((h.width, h.height));
+            }
             image::ImageReader::new(std::io::Cursor::new(bytes))
                 .with_guessed_format()
                 .map_err(|e| bad(image, material, e))?
@@ -326,11 +336,14 @@ fn image_dimensions(
     }
 }
 
-/// Decodes an image to RGBA8 at `w × h` (resampled when its own size differs).
+/// Decodes an image of layer `layer` ([`SCENE_LAYERS`]) to RGBA8 at `w × h` (resampled
+/// when its own size differs). A KTX2 image must tag the layer's colour space (sRGB base
+/// colour; linear normal and metallic-roughness data), as `KHR_texture_basisu` asks.
 fn decode_resized(
     scene: &MaterialScene,
     image: &ImageRef,
     material: &str,
+    layer: usize,
     w: u32,
     h: u32,
 ) -> Result<Vec<u8>, SceneError> {
@@ -342,8 +355,29 @@ fn decode_resized(
     let bytes = image_bytes(scene, image)?;
     // The same memory limit and cut-file checks as a baked image file.
     let name = std::path::PathBuf::from(image.to_string());
-    let rgba =
-        crate::bake::source::decode_bytes(&name, &bytes).map_err(|e| bad(image, material, e))?.into_rgba8();
+    let rgba = if bytes.starts_with(&crate::bake::ktx2::IDENTIFIER) {
+        let (header, texels) =
+            crate::bake::ktx2::decode_bytes(&name, &bytes).map_err(|e| bad(image, material, e))?;
+        let want_srgb = layer == 0;
+        if header.srgb != want_srgb {
+            let (tagged, role, wanted) = match want_srgb {
+                true => ("linear", "a base colour texture", "sRGB"),
+                false => ("sRGB", &*format!("a {} texture", LAYER_ROLES[layer]), "linear"),
+            };
+            return Err(bad(
+                image,
+                material,
+                format!(
+                    "the KTX2 tags its texels {tagged} (data format descriptor), but {role} must be {wanted} \
+                     (KHR_texture_basisu); re-encode it with the right transfer function"
+                ),
+            ));
+        }
+        image::RgbaImage::from_raw(header.width, header.height, texels)
+            .ok_or_else(|| bad(image, material, "decoded KTX2 level has the wrong size"))?
+    } else {
+        crate::bake::source::decode_bytes(&name, &bytes).map_err(|e| bad(image, material, e))?.into_rgba8()
+    };
     let rgba = if rgba.dimensions() == (w, h) {
         rgba
     } else {
