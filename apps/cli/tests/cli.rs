@@ -392,3 +392,24 @@ fn bake_bench_reports_the_bake_against_the_encoder_alone() {
     let o = tessera(&["bake-bench", "--generate", "64x64", "--threads", "0"]);
     assert!(!o.status.success() && stderr(&o).contains("thread counts start at 1"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_ktx2_bakes_in_the_colour_space_it_tags() {
+    use tessera_core::format::atlas::ColorSpace;
+    use tessera_core::format::basis::BasisMode;
+    use tessera_core::format::codec::EncodeOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let d = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let texels: Vec<u8> = (0..64u32 * 64 * 4).map(|i| (i * 7 % 251) as u8 | 1).collect();
+    let opts = EncodeOptions { color: ColorSpace::Linear, ..EncodeOptions::default() };
+    let ktx2 = tessera_core::bake::ktx2::encode_ktx2(&texels, 64, 64, BasisMode::Uastc, &opts).unwrap();
+    std::fs::write(d("normal.ktx2"), ktx2).unwrap();
+    let o = tessera(&["bake", &d("normal.ktx2"), "-o", &d("n.tsa")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = tessera(&["inspect", &d("n.tsa"), "--json"]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["layers"][0]["color"], "linear", "{j}");
+    let o = tessera(&["bake", &d("normal.ktx2"), "--color", "srgb", "-o", &d("wrong.tsa")]);
+    assert_clean_failure(&o, "normal.ktx2", "tags its texels linear");
+    assert!(!dir.path().join("wrong.tsa").exists());
+}

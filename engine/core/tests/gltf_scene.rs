@@ -6,9 +6,11 @@
 use std::path::{Path, PathBuf};
 
 use glam::Vec3;
+use image::GenericImageView as _;
 use serde_json::{Value, json};
 use tessera_core::NoProgress;
 use tessera_core::bake::BakeOptions;
+use tessera_core::compare::compare;
 use tessera_core::format::atlas::{Atlas, Wrap};
 use tessera_core::format::codec::Codec;
 use tessera_core::format::tile::TileId;
@@ -458,4 +460,120 @@ fn a_cut_jpeg_texture_fails_the_scene_bake() {
     let err = bake_scene(&scene, &out, &opts, &NoProgress).unwrap_err().to_string();
     assert!(err.contains("cut.jpg") && err.contains("truncated"), "{err}");
     assert!(!out.exists(), "no atlas is written from a cut texture");
+}
+
+/// A `side²` crop of the Blue Marble fetched by `assets/fetch-data.sh`.
+fn photo(side: u32) -> image::RgbaImage {
+    let path = tessera_core::bake::source::data_dir().join("bmng.jpg");
+    assert!(path.exists(), "{} is missing: run assets/fetch-data.sh (scripts/test does)", path.display());
+    image::open(&path).unwrap().to_rgba8().view(2600, 600, side, side).to_image()
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut s = String::new();
+    for c in bytes.chunks(3) {
+        let v = c.iter().enumerate().fold(0u32, |v, (i, &b)| v | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            s.push(if i <= c.len() { ABC[(v >> (18 - 6 * i) & 63) as usize] as char } else { '=' });
+        }
+    }
+    s
+}
+
+/// Mip 0 of the albedo layer's first rectangle of the scene glTF at `path`, baked losslessly.
+fn baked_albedo(path: &Path, side: u32) -> Result<Vec<u8>, SceneError> {
+    let scene = load_gltf(path)?;
+    let out = path.with_extension("tsa");
+    let opts = BakeOptions { tile_size: 64, codec: Codec::Lz4, ..BakeOptions::default() };
+    let (_, manifest) = bake_scene(&scene, &out, &opts, &NoProgress)?;
+    let rect = manifest.materials[0].rect.unwrap();
+    assert_eq!(rect[2..], [side, side]);
+    Ok(Atlas::open(&out).unwrap().read_texels(0, 0, [rect[0], rect[1], side, side]).unwrap())
+}
+
+#[test]
+fn khr_texture_basisu_scenes_bake_from_their_ktx2_images() {
+    use tessera_core::bake::ktx2::encode_ktx2;
+    use tessera_core::format::atlas::ColorSpace;
+    use tessera_core::format::basis::BasisMode;
+    use tessera_core::format::codec::EncodeOptions;
+
+    let dir = tempfile::tempdir().unwrap();
+    let side = 128;
+    let img = photo(side);
+    img.save(dir.path().join("albedo.png")).unwrap();
+    let ktx2 = |mode, color| {
+        encode_ktx2(img.as_raw(), side, side, mode, &EncodeOptions { color, ..EncodeOptions::default() })
+            .unwrap()
+    };
+    std::fs::write(dir.path().join("albedo-uastc.ktx2"), ktx2(BasisMode::Uastc, ColorSpace::Srgb)).unwrap();
+    std::fs::write(dir.path().join("albedo-etc1s.ktx2"), ktx2(BasisMode::Etc1s, ColorSpace::Srgb)).unwrap();
+    std::fs::write(dir.path().join("normal.ktx2"), ktx2(BasisMode::Uastc, ColorSpace::Linear)).unwrap();
+    let sub = |name: &str| {
+        let d = dir.path().join(name);
+        std::fs::create_dir(&d).unwrap();
+        for f in ["albedo.png", "albedo-uastc.ktx2", "albedo-etc1s.ktx2", "normal.ktx2"] {
+            std::fs::copy(dir.path().join(f), d.join(f)).unwrap();
+        }
+        d
+    };
+    let materials = json!([{"name": "m", "pbrMetallicRoughness": {"baseColorTexture": {"index": 0}},
+                            "normalTexture": {"index": 1}}]);
+    let images = json!([{"uri": "albedo.png"}, {"uri": "albedo-uastc.ktx2"}, {"uri": "normal.ktx2"},
+                        {"uri": "albedo-etc1s.ktx2"}]);
+    let basisu = |source: usize| json!({"KHR_texture_basisu": {"source": source}});
+    let write = |d: &Path, textures: Value, required: bool| {
+        let path =
+            write_gltf(d, json!([{"mesh": 0}, {}]), materials.clone(), images.clone(), textures, json!([]));
+        edit_gltf(&path, |v| {
+            v["extensionsUsed"].as_array_mut().unwrap().push(json!("KHR_texture_basisu"));
+            if required {
+                v["extensionsRequired"].as_array_mut().unwrap().push(json!("KHR_texture_basisu"));
+            }
+        });
+        path
+    };
+
+    // The PNG alone: the reference.
+    let png = write(&sub("png"), json!([{"source": 0}, {"extensions": basisu(2)}]), false);
+    let reference = baked_albedo(&png, side).unwrap();
+    // With a PNG fallback, the KTX2 image is the one used.
+    let d = sub("fallback");
+    let fallback =
+        write(&d, json!([{"source": 0, "extensions": basisu(1)}, {"extensions": basisu(2)}]), false);
+    let scene = load_gltf(&fallback).unwrap();
+    let albedo = &scene.materials[0].base_color.as_ref().unwrap().image;
+    assert_eq!(*albedo, ImageRef::File(d.join("albedo-uastc.ktx2")));
+    let uastc = compare(&baked_albedo(&fallback, side).unwrap(), &reference).psnr_db;
+    // KTX2 only, the extension required: UASTC and ETC1S.
+    let only = write(&sub("only"), json!([{"extensions": basisu(3)}, {"extensions": basisu(2)}]), true);
+    let etc1s = compare(&baked_albedo(&only, side).unwrap(), &reference).psnr_db;
+    // Stated floors for this photograph: UASTC 40 dB, ETC1S 30 dB.
+    eprintln!("KTX2 albedo against the PNG: UASTC {uastc:.1} dB, ETC1S {etc1s:.1} dB");
+    assert!(uastc > 40.0 && etc1s > 30.0, "UASTC {uastc:.1} dB, ETC1S {etc1s:.1} dB against the PNG");
+
+    // Embedded in a data URI.
+    let d = sub("embedded");
+    let data =
+        format!("data:image/ktx2;base64,{}", base64(&std::fs::read(d.join("albedo-uastc.ktx2")).unwrap()));
+    let embedded = write(&d, json!([{"extensions": basisu(1)}, {"extensions": basisu(2)}]), true);
+    edit_gltf(&embedded, |v| v["images"][1] = json!({"uri": data, "mimeType": "image/ktx2"}));
+    let e = compare(&baked_albedo(&embedded, side).unwrap(), &reference).psnr_db;
+    assert!((e - uastc).abs() < 1e-9, "the embedded KTX2 bakes like the file: {e} vs {uastc}");
+
+    // Errors: a normal map tagged sRGB, an image index past the list, an unknown
+    // required extension.
+    let wrong = write(&sub("wrong"), json!([{"extensions": basisu(1)}, {"extensions": basisu(3)}]), true);
+    let err = baked_albedo(&wrong, side).unwrap_err().to_string();
+    assert!(
+        err.contains("albedo-etc1s.ktx2") && err.contains("normal map") && err.contains("linear"),
+        "{err}"
+    );
+    let bad = write(&sub("bad"), json!([{"extensions": basisu(9)}, {"extensions": basisu(2)}]), true);
+    let err = load_gltf(&bad).unwrap_err().to_string();
+    assert!(err.contains("image 9 does not exist"), "{err}");
+    edit_gltf(&only, |v| v["extensionsRequired"].as_array_mut().unwrap().push(json!("EXT_not_known")));
+    let err = load_gltf(&only).unwrap_err().to_string();
+    assert!(err.contains("EXT_not_known"), "{err}");
 }
