@@ -11,7 +11,9 @@ use crossbeam_channel::{Receiver, Sender};
 use serde::{Deserialize, Serialize};
 
 use crate::bake::filter::downsample;
+use crate::bake::shard::{PartManifest, ShardWriter, TileSink, fingerprint};
 use crate::bake::source::{LevelStore, RowSource, SourceError, TEXEL_BYTES};
+use crate::format::atlas::order::StorageOrder;
 use crate::format::atlas::{AtlasError, AtlasWriter, ColorSpace, LayerInfo, Wrap};
 use crate::format::codec::{Codec, CodecError, EncodeOptions, Encoded, QUALITY_DEFAULT};
 use crate::format::tile::{LayoutError, TextureLayout};
@@ -134,6 +136,10 @@ pub struct BakeOptions {
     /// Encoding threads; 0 (the default) takes one per core this process may run on.
     /// Reading, filtering and writing run on two more threads that mostly wait.
     pub threads: usize,
+    /// Bake only this shard's tiles into its part file `OUT.shards/I-of-N.part` instead
+    /// of the atlas ([`crate::bake::shard`]); [`crate::bake::shard::merge_shards`] then
+    /// writes the atlas from all parts. `None` (the default): the whole atlas.
+    pub shard: Option<crate::bake::shard::Shard>,
 }
 
 impl Default for BakeOptions {
@@ -148,6 +154,7 @@ impl Default for BakeOptions {
             stacked: false,
             format_version: crate::format::atlas::VERSION,
             threads: 0,
+            shard: None,
         }
     }
 }
@@ -209,6 +216,9 @@ pub enum BakeError {
     /// Writing the atlas failed.
     #[error(transparent)]
     Atlas(#[from] AtlasError),
+    /// A shard's part could not be written.
+    #[error(transparent)]
+    Shard(#[from] crate::bake::shard::ShardError),
     /// A tile could not be encoded.
     #[error("input '{name}': encoding a tile: {source}")]
     Encode {
@@ -321,7 +331,10 @@ pub fn bake(
             first_tile: 0,
         });
     }
-    progress.set_length(layers.iter().map(|l| l.layout.tile_count()).sum());
+    let total: u64 = layers.iter().map(|l| l.layout.tile_count()).sum();
+    let order = StorageOrder::new(layers.iter().map(|l| l.layout).collect(), opts.stacked);
+    let range = opts.shard.map_or(0..total, |s| s.range(total));
+    progress.set_length(range.end - range.start);
     let scratch = match &opts.scratch_dir {
         Some(d) => d.clone(),
         None => out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf(),
@@ -329,25 +342,68 @@ pub fn bake(
     // Spilled levels of bakes that were killed would otherwise stay forever.
     crate::temp_files::sweep(&scratch, crate::bake::source::SCRATCH_PREFIX);
     let flags = if opts.stacked { crate::format::atlas::FLAG_STACKED } else { 0 };
-    let mut writer = AtlasWriter::create_with_flags(out, layers.clone(), flags)?;
-    writer.set_format_version(opts.format_version)?;
+    let mut first_tile = 0;
+    for l in &mut layers {
+        l.first_tile = first_tile;
+        first_tile += l.layout.tile_count();
+    }
+    let (mut atlas, mut part) = match opts.shard {
+        None => {
+            let mut writer = AtlasWriter::create_with_flags(out, layers.clone(), flags)?;
+            writer.set_format_version(opts.format_version)?;
+            (Some(writer), None)
+        }
+        Some(shard) => {
+            let versions = crate::format::atlas::OLDEST_VERSION..=crate::format::atlas::VERSION;
+            if !versions.contains(&opts.format_version) {
+                return Err(BakeError::Options(CodecError::Options(format!(
+                    "format version {} (this build writes {versions:?})",
+                    opts.format_version
+                ))));
+            }
+            let manifest = PartManifest {
+                format: crate::bake::shard::PART_FORMAT,
+                shard,
+                fingerprint: fingerprint(&layers, flags, opts.quality, opts.uastc_rdo),
+                layers: layers.clone(),
+                flags,
+                format_version: opts.format_version,
+                range: [range.start, range.end],
+                tiles: 0,
+                blob_bytes: 0,
+            };
+            (None, Some(ShardWriter::create(out, manifest)?))
+        }
+    };
     let threads = bake_threads(opts);
     let mut reports = Vec::with_capacity(inputs.len());
-    for (input, layer) in inputs.iter().zip(&layers) {
+    for (i, (input, layer)) in inputs.iter().zip(&layers).enumerate() {
         let encode = EncodeOptions { color: layer.color, ..encode_opts };
-        reports.push(bake_layer(
-            input,
-            layer,
-            layer.codec,
-            &encode,
-            &scratch,
-            threads,
-            &mut writer,
-            progress,
-        )?);
+        let sink: &mut dyn TileSink = match (&mut atlas, &mut part) {
+            (Some(w), _) => w,
+            (None, Some(p)) => p,
+            (None, None) => unreachable!("one sink is made above"),
+        };
+        let keep = |mip: u32, x: u32, y: u32| range.contains(&order.position(i, mip, x, y));
+        let stage = Stage { input, layer, codec: layer.codec, encode: &encode, scratch: &scratch, threads };
+        reports.push(bake_layer(&stage, &keep, sink, progress)?);
     }
-    let file_bytes = writer.finish()?;
+    let file_bytes = match (atlas, part) {
+        (Some(w), _) => w.finish()?,
+        (None, Some(p)) => p.finish()?.1,
+        (None, None) => 0,
+    };
     Ok(BakeReport { layers: reports, file_bytes, seconds: start.elapsed().as_secs_f64() })
+}
+
+/// What one layer's bake reads, encodes with and where it spills.
+struct Stage<'a> {
+    input: &'a BakeInput,
+    layer: &'a LayerInfo,
+    codec: Codec,
+    encode: &'a EncodeOptions,
+    scratch: &'a Path,
+    threads: usize,
 }
 
 /// Tiles read and queued for encoding but not yet written, per encoding thread: enough
@@ -385,17 +441,15 @@ pub fn bake_threads(opts: &BakeOptions) -> usize {
 /// reading and writing ([`QUEUED_TILES_PER_THREAD`]) keeps memory fixed. (The first
 /// baker encoded each row of tiles in parallel and waited for its slowest tile before
 /// reading the next: 56% of 16 cores.)
-#[allow(clippy::too_many_arguments)]
+/// Only tiles `(mip, x, y)` for which `keep` says yes are encoded and written (a shard's);
+/// every level is still read and filtered.
 fn bake_layer(
-    input: &BakeInput,
-    layer: &LayerInfo,
-    codec: Codec,
-    encode: &EncodeOptions,
-    scratch: &Path,
-    threads: usize,
-    writer: &mut AtlasWriter,
+    stage: &Stage<'_>,
+    keep: &(dyn Fn(u32, u32, u32) -> bool + Sync),
+    writer: &mut dyn TileSink,
     progress: &dyn Progress,
 ) -> Result<LayerReport, BakeError> {
+    let Stage { input, layer, codec, encode, scratch, threads } = *stage;
     let layout = layer.layout;
     let p = layout.padded_tile_size();
     let raw_len = (p * p) as usize * TEXEL_BYTES;
@@ -424,9 +478,9 @@ fn bake_layer(
             });
         }
         drop(job_rx);
-        let writing = s.spawn(move || write_layer(plan_rx, input, raw_len, report, writer, progress));
+        let writing = s.spawn(move || write_layer(plan_rx, input, layer, raw_len, report, writer, progress));
         // Dropping the senders on every way out ends the encoding threads and the writer.
-        let read = read_layer(input, layer, scratch, &plan_tx, &job_tx);
+        let read = read_layer(input, layer, scratch, keep, &plan_tx, &job_tx);
         drop((plan_tx, job_tx));
         let written = writing.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         // A reading error explains a writer that stopped early; a writing error stops the reader.
@@ -439,11 +493,13 @@ fn bake_layer(
 fn write_layer(
     plan: Receiver<Planned>,
     input: &BakeInput,
+    layer: &LayerInfo,
     raw_len: usize,
     mut report: LayerReport,
-    writer: &mut AtlasWriter,
+    writer: &mut dyn TileSink,
     progress: &dyn Progress,
 ) -> Result<LayerReport, BakeError> {
+    let mut written = 0u64;
     let name = &input.name;
     // A tile the plan lost track of: a bug here, never a reason to write a short atlas.
     let internal = |mip: u32, tx: u32, ty: u32| BakeError::Read {
@@ -474,11 +530,14 @@ fn write_layer(
             None => None,
         };
         let index = writer.tiles_written();
+        let tile =
+            layer.first_tile + layer.layout.tile_index(mip, tx, ty).ok_or_else(|| internal(mip, tx, ty))?;
+        written += 1;
         match (keyed, enc) {
             (Keyed::Copy(k), None) => {
                 // The first of the key was pushed before: in an earlier row, or earlier in this one.
                 let first = firsts.get(&k).copied().ok_or_else(|| internal(mip, tx, ty))?;
-                writer.push_copy(first)?;
+                writer.push_copy(tile, first)?;
                 report.shared_tiles += 1;
             }
             (Keyed::Check(k), Some(enc)) => {
@@ -498,7 +557,7 @@ fn write_layer(
                         ),
                     });
                 }
-                writer.push_copy(first)?;
+                writer.push_copy(tile, first)?;
                 report.shared_tiles += 1;
             }
             (Keyed::First(_) | Keyed::Alone, Some(enc)) => {
@@ -506,7 +565,7 @@ fn write_layer(
                     firsts.insert(k, index);
                 }
                 let shared = writer.shared_tiles();
-                writer.push_tile(&enc.data, enc.codec, raw_len as u32)?;
+                writer.push_tile(tile, &enc.data, enc.codec, raw_len as u32)?;
                 if writer.shared_tiles() == shared {
                     report.stored_bytes += enc.data.len() as u64;
                 } else {
@@ -517,6 +576,9 @@ fn write_layer(
         }
         progress.inc(1);
     }
+    // A shard writes only its own tiles.
+    report.tiles = written;
+    report.raw_bytes = written * raw_len as u64;
     Ok(report)
 }
 
@@ -528,6 +590,7 @@ fn read_layer(
     input: &BakeInput,
     layer: &LayerInfo,
     scratch: &Path,
+    keep: &dyn Fn(u32, u32, u32) -> bool,
     plan: &Sender<Planned>,
     jobs: &Sender<EncodeJob>,
 ) -> Result<(), BakeError> {
@@ -580,6 +643,8 @@ fn read_layer(
             // second encoded again to check the promise, the others copied unread.
             let keyed: Vec<Keyed> = (0..tiles_x)
                 .map(|tx| match input.source.tile_key(mip, t, b, tx, ty) {
+                    // Another shard's tile: neither read nor planned, its key not counted.
+                    _ if !keep(mip, tx, ty) => Keyed::Skip,
                     None => Keyed::Alone,
                     Some(k) => {
                         let n = repeats.entry(k).or_insert(0);
@@ -596,7 +661,7 @@ fn read_layer(
             // else the layer's.
             let maps: Vec<Option<(Vec<u32>, Vec<u32>)>> = (0..tiles_x)
                 .map(|tx| {
-                    if matches!(keyed[tx as usize], Keyed::Copy(_)) {
+                    if matches!(keyed[tx as usize], Keyed::Copy(_) | Keyed::Skip) {
                         return None;
                     }
                     let x0 = tx * t;
@@ -635,6 +700,9 @@ fn read_layer(
             }
             let slot = |y: u32| rows.binary_search(&y).unwrap_or(0);
             for (tx, (keyed, map)) in keyed.into_iter().zip(&maps).enumerate() {
+                if matches!(keyed, Keyed::Skip) {
+                    continue;
+                }
                 let encoded = match map {
                     Some((tile_rows, cols)) => {
                         let slots: Vec<usize> = tile_rows.iter().map(|&y| slot(y)).collect();
@@ -677,6 +745,8 @@ enum Keyed {
     Check(u64),
     /// Any later one: stored as a copy of the first, unread.
     Copy(u64),
+    /// Not this shard's: skipped.
+    Skip,
 }
 
 /// Maps a possibly out-of-range coordinate into `[0, n)` by clamping or wrapping.

@@ -81,7 +81,7 @@ impl Header {
         }
         // vkFormat, typeSize, pixelWidth, pixelHeight, pixelDepth, layerCount, faceCount,
         // levelCount, supercompressionScheme.
-        let field = |i: usize| le32(&head, 12 + 4 * i);
+        let field = |i: usize| le32(head, 12 + 4 * i);
         let (vk_format, width, height, depth) = (field(0), field(2), field(3), field(4));
         let (layers, faces, scheme) = (field(5), field(6), field(8));
         if depth > 0 || layers > 1 || faces != 1 {
@@ -100,7 +100,7 @@ impl Header {
         if needed > memory_limit() {
             return Err(SourceError::OverMemory { path: p, width, height, needed, limit: memory_limit() });
         }
-        let dfd = le32(&head, 48) as usize;
+        let dfd = le32(head, 48) as usize;
         let transfer = head.get(dfd + 14).copied();
         let srgb = if vk_format == 0 { transfer == Some(TRANSFER_SRGB) } else { vk_format == VK_RGBA8[1] };
         Ok(Self { width, height, srgb })
@@ -129,21 +129,21 @@ fn read_head(path: &Path) -> Result<Vec<u8>, SourceError> {
 /// RGBA8.
 fn decode(path: &Path, bytes: &[u8], width: u32, height: u32) -> Result<Vec<u8>, String> {
     let name = path.display();
-    let vk_format = le32(&bytes, 12);
+    let vk_format = le32(bytes, 12);
     let expected = width as usize * height as usize * TEXEL_BYTES;
     // Every level's byte range inside the file, checked here: basisu 0.1.0 adds offset and
     // length unchecked (an overflow panic on a forged index, found by fuzzing).
-    let levels = le32(&bytes, 40).max(1) as usize;
+    let levels = le32(bytes, 40).max(1) as usize;
     for level in 0..levels {
         let at = 80 + 24 * level;
-        let end = le64(&bytes, at).checked_add(le64(&bytes, at + 8));
+        let end = le64(bytes, at).checked_add(le64(bytes, at + 8));
         if at + 24 > bytes.len() || end.is_none_or(|e| e > bytes.len() as u64) {
             return Err(format!("{name}: truncated or corrupt: level {level} lies outside the file"));
         }
     }
     if vk_format != 0 {
         // Uncompressed RGBA8: level 0's byte range from the level index.
-        let (offset, length) = (le64(&bytes, 80), le64(&bytes, 88));
+        let (offset, length) = (le64(bytes, 80), le64(bytes, 88));
         let range = usize::try_from(offset).ok().zip(usize::try_from(length).ok());
         return match range.and_then(|(o, l)| bytes.get(o..o.checked_add(l)?)) {
             Some(level) if level.len() == expected => Ok(level.to_vec()),

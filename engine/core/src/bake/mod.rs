@@ -17,6 +17,7 @@ pub mod overwrite;
 pub mod pack;
 pub mod png_rows;
 mod rgba;
+pub mod shard;
 pub mod source;
 pub mod tiff;
 

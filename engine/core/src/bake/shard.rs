@@ -1,0 +1,747 @@
+//! Sharded bakes (issue 27): one bake spread over the tasks of a batch engine
+//! (Kubernetes Indexed Jobs, Slurm job arrays, AWS Batch array jobs), each of which is
+//! given only an index.
+//!
+//! Shard `I` of `N` encodes the tiles of one contiguous range of the version-2 storage
+//! order ([`crate::format::atlas::order::StorageOrder`]: coarse mips first, then each mip
+//! along a Morton curve), the `I`-th of `N` ranges of equal tile counts, so every task
+//! encodes the same number of tiles. Every shard reads and filters the whole pyramid from
+//! the source (reading and filtering cost a few percent of encoding; see BENCHMARKS.md
+//! "Sharded bakes") and encodes only its own tiles. It writes them, atomically, to a
+//! *part* file `OUT.shards/I-of-N.part` ([`part_path`]); a rerun of the same shard
+//! replaces that file and nothing else.
+//!
+//! [`merge_shards`] then writes the atlas from the parts without decoding or encoding a
+//! tile: every blob is copied once, checked against its CRC-32, in tile order into an
+//! [`AtlasWriter`], which deduplicates and lays the file out exactly as a single-process
+//! bake does. So the merged atlas equals the single-process bake of the same inputs and
+//! options byte for byte.
+//!
+//! A part file (format 1), all integers little-endian:
+//!
+//! | region | size |
+//! |---|---|
+//! | blobs, back to back | up to `entries_offset` |
+//! | entries, one per tile in tile order | 32 × `entries` |
+//! | manifest, JSON ([`PartManifest`]) | `manifest_len` |
+//! | trailer: magic `TSRSHRD1`, `entries_offset` u64, `manifest_offset` u64, `manifest_len` u32, CRC-32 of the entries and the manifest u32 | 32 |
+//!
+//! An entry: tile number in the atlas' tile order (u64), blob offset in the part (u64),
+//! length, raw length and CRC-32 of the blob (u32 each), codec (u8), 3 zero bytes.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::Progress;
+use crate::format::atlas::order::StorageOrder;
+use crate::format::atlas::{AtlasError, AtlasWriter, LayerInfo, TileEntry};
+use crate::format::codec::Codec;
+use crate::format::tile::TextureLayout;
+use crate::temp_files::{TempPath, temp_name};
+
+/// The environment variables batch engines give each task its index in, in the order
+/// they are looked up: Kubernetes Indexed Jobs, Slurm job arrays, AWS Batch array jobs.
+pub const INDEX_VARIABLES: [&str; 3] =
+    ["JOB_COMPLETION_INDEX", "SLURM_ARRAY_TASK_ID", "AWS_BATCH_JOB_ARRAY_INDEX"];
+
+const TRAILER_MAGIC: &[u8; 8] = b"TSRSHRD1";
+const TRAILER_BYTES: usize = 32;
+const ENTRY_BYTES: usize = 32;
+/// The part format this code writes and reads.
+pub const PART_FORMAT: u32 = 1;
+/// Largest manifest read back (a layer table of thousands of layers fits).
+const MANIFEST_MAX: u64 = 16 << 20;
+
+/// One shard of a bake: `index` of `count`, from 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Shard {
+    /// Which shard, `0..count`.
+    pub index: u32,
+    /// How many shards the bake is cut into, at least 1.
+    pub count: u32,
+}
+
+/// Why a shard could not be chosen, written or merged.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShardError {
+    /// `--shard` was not `I/N` or `N` with `I < N`.
+    #[error(
+        "shard '{0}': expected I/N (0 <= I < N, e.g. 3/16) or N with the index in $JOB_COMPLETION_INDEX, $SLURM_ARRAY_TASK_ID or $AWS_BATCH_JOB_ARRAY_INDEX"
+    )]
+    Spec(String),
+    /// Only the count was given and no batch engine's index variable is set.
+    #[error(
+        "--shard {count}: no shard index: none of $JOB_COMPLETION_INDEX, $SLURM_ARRAY_TASK_ID, $AWS_BATCH_JOB_ARRAY_INDEX is set (or give --shard I/{count})"
+    )]
+    NoIndex {
+        /// The shard count given.
+        count: u32,
+    },
+    /// An index variable holds something other than an index below the count.
+    #[error("${variable}={value}: not a shard index below {count}")]
+    BadIndex {
+        /// The variable.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+        /// The shard count.
+        count: u32,
+    },
+    /// Reading or writing a part failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The part or the folder.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A part is missing, damaged, or from another bake.
+    #[error("{path}: {reason}")]
+    Part {
+        /// The part.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// No parts to merge.
+    #[error("{0}: no shard parts (I-of-N.part) to merge; run the shards first (tessera bake … --shard I/N)")]
+    NoParts(PathBuf),
+    /// Writing the atlas failed.
+    #[error(transparent)]
+    Atlas(#[from] AtlasError),
+}
+
+impl std::str::FromStr for Shard {
+    type Err = ShardError;
+
+    /// `I/N`; or `N` alone, the index taken from the first of [`INDEX_VARIABLES`] set.
+    fn from_str(s: &str) -> Result<Self, ShardError> {
+        let bad = || ShardError::Spec(s.to_string());
+        let number = |t: &str| t.trim().parse::<u32>().map_err(|_| bad());
+        match s.split_once('/') {
+            Some((i, n)) => Shard::new(number(i)?, number(n)?).ok_or_else(bad),
+            None => Shard::from_env(number(s)?, |v| std::env::var(v).ok()),
+        }
+    }
+}
+
+impl Shard {
+    /// Shard `index` of `count`; `None` unless `index < count`.
+    pub fn new(index: u32, count: u32) -> Option<Self> {
+        (index < count).then_some(Self { index, count })
+    }
+
+    /// Shard of `count` whose index the first set of [`INDEX_VARIABLES`] gives (`var`
+    /// reads a variable).
+    pub fn from_env(count: u32, var: impl Fn(&str) -> Option<String>) -> Result<Self, ShardError> {
+        if count == 0 {
+            return Err(ShardError::Spec(count.to_string()));
+        }
+        let (variable, value) = INDEX_VARIABLES
+            .iter()
+            .find_map(|&v| var(v).map(|value| (v, value)))
+            .ok_or(ShardError::NoIndex { count })?;
+        value.trim().parse::<u32>().ok().and_then(|i| Shard::new(i, count)).ok_or(ShardError::BadIndex {
+            variable,
+            value,
+            count,
+        })
+    }
+
+    /// The storage positions of the tiles this shard encodes, out of `tiles`: the
+    /// `index`-th of `count` contiguous ranges whose sizes differ by at most one.
+    pub fn range(&self, tiles: u64) -> Range<u64> {
+        let at = |i: u32| (u128::from(tiles) * u128::from(i) / u128::from(self.count)) as u64;
+        at(self.index)..at(self.index + 1)
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+/// The folder of the parts of the atlas `out`: `OUT.shards` beside it.
+pub fn shard_dir(out: &Path) -> PathBuf {
+    let mut name = out.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".shards");
+    out.with_file_name(name)
+}
+
+/// The part file shard `shard` of the atlas `out` writes: `OUT.shards/I-of-N.part`.
+pub fn part_path(out: &Path, shard: Shard) -> PathBuf {
+    shard_dir(out).join(format!("{}-of-{}.part", shard.index, shard.count))
+}
+
+/// What a part says of itself and of the bake it belongs to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PartManifest {
+    /// [`PART_FORMAT`].
+    pub format: u32,
+    /// The shard that wrote it.
+    pub shard: Shard,
+    /// Identifies the bake: the layer table and every option that changes a tile. Parts
+    /// of one atlas must agree on it.
+    pub fingerprint: String,
+    /// The atlas' layers (`first_tile` set).
+    pub layers: Vec<LayerInfo>,
+    /// The atlas header flags (stacked).
+    pub flags: u32,
+    /// The atlas format version the merge writes.
+    pub format_version: u32,
+    /// Storage positions of the tiles in the part.
+    pub range: [u64; 2],
+    /// Tiles in the part (the length of the range).
+    pub tiles: u64,
+    /// Bytes of blobs in the part.
+    pub blob_bytes: u64,
+}
+
+/// The bake's identity, for [`PartManifest::fingerprint`]: the layers and flags, and the
+/// options that change tiles (codec quality and rate-distortion setting).
+pub(crate) fn fingerprint(layers: &[LayerInfo], flags: u32, quality: u32, uastc_rdo: Option<f32>) -> String {
+    let text = serde_json::json!({
+        "layers": layers, "flags": flags, "quality": quality, "uastc_rdo": uastc_rdo.map(f32::to_bits),
+        "tessera": env!("CARGO_PKG_VERSION"),
+    })
+    .to_string();
+    format!("{:08x}{:08x}", crc32fast::hash(text.as_bytes()), text.len())
+}
+
+/// Where a bake's tiles go: an [`AtlasWriter`] or a [`ShardWriter`]. `tile` is the
+/// tile's number in the atlas' tile order; `index` numbers the tiles pushed so far.
+pub(crate) trait TileSink: Send {
+    /// Tiles pushed so far.
+    fn tiles_written(&self) -> usize;
+    /// The entry of pushed tile `index`.
+    fn entry(&self, index: usize) -> Option<TileEntry>;
+    /// Pushes tile `tile` as a copy of pushed tile `index`.
+    fn push_copy(&mut self, tile: u64, index: usize) -> Result<(), AtlasError>;
+    /// Pushes tile `tile` with its encoded blob.
+    fn push_tile(&mut self, tile: u64, blob: &[u8], codec: Codec, raw_length: u32) -> Result<(), AtlasError>;
+    /// Tiles whose blob was found already stored.
+    fn shared_tiles(&self) -> u64;
+}
+
+impl TileSink for AtlasWriter {
+    fn tiles_written(&self) -> usize {
+        AtlasWriter::tiles_written(self)
+    }
+    fn entry(&self, index: usize) -> Option<TileEntry> {
+        AtlasWriter::entry(self, index)
+    }
+    fn push_copy(&mut self, tile: u64, index: usize) -> Result<(), AtlasError> {
+        debug_assert_eq!(tile, AtlasWriter::tiles_written(self) as u64);
+        AtlasWriter::push_copy(self, index)
+    }
+    fn push_tile(&mut self, tile: u64, blob: &[u8], codec: Codec, raw_length: u32) -> Result<(), AtlasError> {
+        debug_assert_eq!(tile, AtlasWriter::tiles_written(self) as u64);
+        AtlasWriter::push_tile(self, blob, codec, raw_length)
+    }
+    fn shared_tiles(&self) -> u64 {
+        AtlasWriter::shared_tiles(self)
+    }
+}
+
+/// Writes one shard's part file: blobs as they come, the entries and manifest on
+/// [`finish`](Self::finish), then an fsync and a rename into place. Dropped unfinished,
+/// it leaves nothing.
+pub struct ShardWriter {
+    dest: PathBuf,
+    tmp: TempPath,
+    out: BufWriter<File>,
+    pos: u64,
+    entries: Vec<(u64, TileEntry)>,
+    shared: u64,
+    manifest: PartManifest,
+}
+
+impl ShardWriter {
+    /// Starts the part of `shard` for the atlas `out`, in `OUT.shards/` (made if
+    /// missing); `manifest` describes it (its `tiles` and `blob_bytes` are filled in).
+    pub(crate) fn create(out: &Path, manifest: PartManifest) -> Result<Self, ShardError> {
+        let dir = shard_dir(out);
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| ShardError::Io { path, source }
+        };
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let dest = part_path(out, manifest.shard);
+        let prefix = format!(".{}-of-{}.", manifest.shard.index, manifest.shard.count);
+        // Parts of this shard's killed runs (never another shard's).
+        crate::temp_files::sweep(&dir, &prefix);
+        let tmp = TempPath::new(dir.join(temp_name(&prefix, ".tmp")));
+        let file = File::create(tmp.path()).map_err(io(tmp.path()))?;
+        Ok(Self {
+            dest,
+            tmp,
+            out: BufWriter::with_capacity(1 << 20, file),
+            pos: 0,
+            entries: Vec::new(),
+            shared: 0,
+            manifest,
+        })
+    }
+
+    fn io(&self) -> impl Fn(std::io::Error) -> AtlasError + '_ {
+        move |source| AtlasError::Io { path: self.tmp.path().to_path_buf(), source }
+    }
+
+    /// Writes the entries, the manifest and the trailer, fsyncs the part and renames it
+    /// over `OUT.shards/I-of-N.part`. Returns the part's path and size.
+    pub(crate) fn finish(mut self) -> Result<(PathBuf, u64), ShardError> {
+        let path = self.tmp.path().to_path_buf();
+        let io = |source| ShardError::Io { path: path.clone(), source };
+        let entries_offset = self.pos;
+        let mut tail = Vec::with_capacity(self.entries.len() * ENTRY_BYTES + 4096);
+        for (tile, e) in &self.entries {
+            tail.extend_from_slice(&tile.to_le_bytes());
+            tail.extend_from_slice(&e.offset.to_le_bytes());
+            for v in [e.length, e.raw_length, e.crc32] {
+                tail.extend_from_slice(&v.to_le_bytes());
+            }
+            tail.extend_from_slice(&[e.codec as u8, 0, 0, 0]);
+        }
+        self.manifest.tiles = self.entries.len() as u64;
+        self.manifest.blob_bytes = entries_offset;
+        let manifest = serde_json::to_vec(&self.manifest).map_err(|e| io(std::io::Error::other(e)))?;
+        let manifest_offset = entries_offset + tail.len() as u64;
+        tail.extend_from_slice(&manifest);
+        let crc = crc32fast::hash(&tail);
+        tail.extend_from_slice(TRAILER_MAGIC);
+        tail.extend_from_slice(&entries_offset.to_le_bytes());
+        tail.extend_from_slice(&manifest_offset.to_le_bytes());
+        tail.extend_from_slice(&(manifest.len() as u32).to_le_bytes());
+        tail.extend_from_slice(&crc.to_le_bytes());
+        self.out.write_all(&tail).map_err(io)?;
+        self.out.flush().map_err(io)?;
+        let size = entries_offset + tail.len() as u64;
+        self.out.get_ref().sync_all().map_err(io)?;
+        std::fs::rename(&path, &self.dest).map_err(io)?;
+        self.tmp.keep();
+        if let Some(dir) = self.dest.parent()
+            && let Ok(d) = File::open(dir)
+        {
+            // Persist the rename itself; not every filesystem supports this.
+            let _ = d.sync_all();
+        }
+        Ok((self.dest.clone(), size))
+    }
+}
+
+impl TileSink for ShardWriter {
+    fn tiles_written(&self) -> usize {
+        self.entries.len()
+    }
+    fn entry(&self, index: usize) -> Option<TileEntry> {
+        self.entries.get(index).map(|(_, e)| *e)
+    }
+    fn push_copy(&mut self, tile: u64, index: usize) -> Result<(), AtlasError> {
+        let e = TileSink::entry(self, index).ok_or_else(|| AtlasError::Io {
+            path: self.dest.clone(),
+            source: std::io::Error::other(format!("copy of tile {index}, which was not written")),
+        })?;
+        self.entries.push((tile, e));
+        self.shared += 1;
+        Ok(())
+    }
+    fn push_tile(&mut self, tile: u64, blob: &[u8], codec: Codec, raw_length: u32) -> Result<(), AtlasError> {
+        self.out.write_all(blob).map_err(self.io())?;
+        let entry = TileEntry {
+            offset: self.pos,
+            length: blob.len() as u32,
+            raw_length,
+            crc32: crc32fast::hash(blob),
+            codec,
+        };
+        self.pos += blob.len() as u64;
+        self.entries.push((tile, entry));
+        Ok(())
+    }
+    fn shared_tiles(&self) -> u64 {
+        self.shared
+    }
+}
+
+/// One part opened for merging.
+struct Part {
+    path: PathBuf,
+    file: File,
+    manifest: PartManifest,
+    /// `(tile, entry)` in tile order.
+    entries: Vec<(u64, TileEntry)>,
+}
+
+fn read_part(path: &Path) -> Result<Part, ShardError> {
+    let bad = |reason: String| ShardError::Part { path: path.to_path_buf(), reason };
+    let io = |source| ShardError::Io { path: path.to_path_buf(), source };
+    let file = File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    if len < TRAILER_BYTES as u64 {
+        return Err(bad(format!("{len} bytes, shorter than a part's trailer: truncated")));
+    }
+    let mut trailer = [0u8; TRAILER_BYTES];
+    file.read_exact_at(&mut trailer, len - TRAILER_BYTES as u64).map_err(io)?;
+    if &trailer[..8] != TRAILER_MAGIC {
+        return Err(bad("not a Tessera shard part (or truncated): no TSRSHRD1 trailer".into()));
+    }
+    let u64_at = |at: usize| u64::from_le_bytes(trailer[at..at + 8].try_into().unwrap_or([0; 8]));
+    let u32_at = |at: usize| u32::from_le_bytes(trailer[at..at + 4].try_into().unwrap_or([0; 4]));
+    let (entries_offset, manifest_offset, manifest_len, crc) =
+        (u64_at(8), u64_at(16), u32_at(24), u32_at(28));
+    let tail_end = len - TRAILER_BYTES as u64;
+    if entries_offset > manifest_offset
+        || manifest_offset.checked_add(u64::from(manifest_len)) != Some(tail_end)
+        || u64::from(manifest_len) > MANIFEST_MAX
+        || !(manifest_offset - entries_offset).is_multiple_of(ENTRY_BYTES as u64)
+        || (manifest_offset - entries_offset) / ENTRY_BYTES as u64 > len
+    {
+        return Err(bad("its trailer's offsets do not fit the file: damaged".into()));
+    }
+    let mut tail = vec![0u8; (tail_end - entries_offset) as usize];
+    file.read_exact_at(&mut tail, entries_offset).map_err(io)?;
+    if crc32fast::hash(&tail) != crc {
+        return Err(bad("checksum mismatch over its entries and manifest: damaged".into()));
+    }
+    let (entry_bytes, manifest) = tail.split_at((manifest_offset - entries_offset) as usize);
+    let manifest: PartManifest =
+        serde_json::from_slice(manifest).map_err(|e| bad(format!("unreadable manifest: {e}")))?;
+    if manifest.format != PART_FORMAT {
+        return Err(bad(format!("part format {}, this tessera reads {PART_FORMAT}", manifest.format)));
+    }
+    let mut entries = Vec::with_capacity(entry_bytes.len() / ENTRY_BYTES);
+    for b in entry_bytes.chunks_exact(ENTRY_BYTES) {
+        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]));
+        let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or([0; 4]));
+        let codec = Codec::from_code(b[28]).ok_or_else(|| bad(format!("unknown codec {}", b[28])))?;
+        let e = TileEntry {
+            offset: u64_at(8),
+            length: u32_at(16),
+            raw_length: u32_at(20),
+            crc32: u32_at(24),
+            codec,
+        };
+        if e.offset.checked_add(u64::from(e.length)).is_none_or(|end| end > entries_offset) {
+            return Err(bad(format!("tile {}: its blob lies outside the part", u64_at(0))));
+        }
+        entries.push((u64_at(0), e));
+    }
+    if entries.len() as u64 != manifest.tiles
+        || manifest.range[1].checked_sub(manifest.range[0]) != Some(manifest.tiles)
+    {
+        return Err(bad(format!(
+            "{} entries for the {} tiles of range {:?}: damaged",
+            entries.len(),
+            manifest.tiles,
+            manifest.range
+        )));
+    }
+    if entries.windows(2).any(|w| w[0].0 >= w[1].0) {
+        return Err(bad("its tiles are not in tile order: damaged".into()));
+    }
+    Ok(Part { path: path.to_path_buf(), file, manifest, entries })
+}
+
+/// The shard counts of the parts in `OUT.shards/` and their indices, from the file names.
+fn parts_present(dir: &Path) -> Result<BTreeMap<u32, Vec<u32>>, ShardError> {
+    let mut found: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ShardError::NoParts(dir.to_path_buf()));
+        }
+        Err(source) => return Err(ShardError::Io { path: dir.to_path_buf(), source }),
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some((i, n)) = name.strip_suffix(".part").and_then(|s| s.split_once("-of-")) else { continue };
+        if let (Ok(i), Ok(n)) = (i.parse::<u32>(), n.parse::<u32>()) {
+            found.entry(n).or_default().push(i);
+        }
+    }
+    Ok(found)
+}
+
+/// What [`merge_shards`] did.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MergeReport {
+    /// Parts merged.
+    pub parts: u32,
+    /// Tiles in the atlas.
+    pub tiles: u64,
+    /// Bytes of blobs read from the parts.
+    pub blob_bytes: u64,
+    /// Size of the atlas written.
+    pub file_bytes: u64,
+}
+
+/// Writes the atlas `out` from the complete set of parts in `OUT.shards/` (all `N` parts
+/// of one shard count, from one bake: same fingerprint, layers, flags and format
+/// version, ranges covering every tile once). Blobs are copied, not decoded: each one is
+/// checked against its CRC-32 and pushed in tile order into an [`AtlasWriter`], so the
+/// atlas is the file a single-process bake writes. The parts are left in place.
+pub fn merge_shards(out: &Path, progress: &dyn Progress) -> Result<MergeReport, ShardError> {
+    let dir = shard_dir(out);
+    let present = parts_present(&dir)?;
+    let (&count, indices) = match present.len() {
+        0 => return Err(ShardError::NoParts(dir)),
+        1 => present.iter().next().ok_or_else(|| ShardError::NoParts(dir.clone()))?,
+        _ => {
+            let counts: Vec<String> = present.keys().map(|n| format!("{n}")).collect();
+            return Err(ShardError::Part {
+                path: dir,
+                reason: format!(
+                    "parts of bakes cut into {} shards are mixed here; remove the stale ones",
+                    counts.join(" and ")
+                ),
+            });
+        }
+    };
+    let missing: Vec<String> =
+        (0..count).filter(|i| !indices.contains(i)).map(|i| format!("{i}-of-{count}.part")).collect();
+    if !missing.is_empty() {
+        return Err(ShardError::Part {
+            path: dir,
+            reason: format!("{} of {count} parts missing: {}", missing.len(), missing.join(", ")),
+        });
+    }
+    let mut parts = Vec::with_capacity(count as usize);
+    for i in 0..count {
+        let shard = Shard { index: i, count };
+        let part = read_part(&part_path(out, shard))?;
+        let bad = |reason: String| ShardError::Part { path: part.path.clone(), reason };
+        if part.manifest.shard != shard {
+            return Err(bad(format!("holds shard {}, its name says {shard}", part.manifest.shard)));
+        }
+        if let Some(first) = parts.first() {
+            let first: &Part = first;
+            let m = &part.manifest;
+            if (m.fingerprint.as_str(), &m.layers, m.flags, m.format_version)
+                != (
+                    first.manifest.fingerprint.as_str(),
+                    &first.manifest.layers,
+                    first.manifest.flags,
+                    first.manifest.format_version,
+                )
+            {
+                return Err(bad(format!(
+                    "from another bake than {} (other inputs or options): rerun it",
+                    first.path.display()
+                )));
+            }
+        }
+        parts.push(part);
+    }
+    let manifest = &parts[0].manifest;
+    let mut layers = manifest.layers.clone();
+    for l in &mut layers {
+        // The layout as the reader would derive it: a forged manifest cannot smuggle one in.
+        let y = l.layout;
+        let valid = TextureLayout::new(y.width(), y.height(), y.tile_size(), y.border()).ok();
+        if valid != Some(y) {
+            return Err(ShardError::Part {
+                path: parts[0].path.clone(),
+                reason: format!("layer '{}': invalid layout", l.name),
+            });
+        }
+        l.first_tile = 0;
+    }
+    let order = StorageOrder::new(
+        layers.iter().map(|l| l.layout).collect(),
+        manifest.flags & crate::format::atlas::FLAG_STACKED != 0,
+    );
+    let total: u64 = layers.iter().map(|l| l.layout.tile_count()).sum();
+    let mut expect = 0;
+    for p in &parts {
+        let want = Shard { index: p.manifest.shard.index, count }.range(total);
+        if p.manifest.range != [want.start, want.end] || want.start != expect {
+            return Err(ShardError::Part {
+                path: p.path.clone(),
+                reason: format!("covers storage positions {:?}, its shard's are {want:?}", p.manifest.range),
+            });
+        }
+        expect = want.end;
+    }
+    // Each part's tiles must be exactly those of its range: checked as they are merged.
+    let first_tiles: Vec<u64> = layers
+        .iter()
+        .scan(0u64, |at, l| {
+            let first = *at;
+            *at += l.layout.tile_count();
+            Some(first)
+        })
+        .collect();
+    let position = |tile: u64| -> Option<u64> {
+        let layer = first_tiles.iter().rposition(|&f| f <= tile)?;
+        let (mip, x, y) = layers[layer].layout.tile_at_index(tile - first_tiles[layer])?;
+        Some(order.position(layer, mip, x, y))
+    };
+    let mut writer = AtlasWriter::create_with_flags(out, layers.clone(), manifest.flags)?;
+    writer.set_format_version(manifest.format_version)?;
+    progress.set_length(total);
+    progress.set_message("merging shard parts");
+    let mut cursors = vec![0usize; parts.len()];
+    let (mut blob, mut blob_bytes) = (Vec::new(), 0u64);
+    for tile in 0..total {
+        let pos = position(tile).ok_or_else(|| ShardError::Part {
+            path: dir.clone(),
+            reason: format!("tile {tile} has no place"),
+        })?;
+        // The part whose range holds the tile.
+        let k = parts.partition_point(|p| p.manifest.range[1] <= pos);
+        let part = parts.get(k).ok_or_else(|| ShardError::Part {
+            path: dir.clone(),
+            reason: format!("tile {tile}: no part holds it"),
+        })?;
+        let bad = |reason: String| ShardError::Part { path: part.path.clone(), reason };
+        let (t, e) = *part.entries.get(cursors[k]).ok_or_else(|| bad(format!("tile {tile} is missing")))?;
+        if t != tile {
+            return Err(bad(format!(
+                "holds tile {t} where tile {tile} belongs: damaged or from another bake"
+            )));
+        }
+        cursors[k] += 1;
+        blob.resize(e.length as usize, 0);
+        part.file
+            .read_exact_at(&mut blob, e.offset)
+            .map_err(|source| ShardError::Io { path: part.path.clone(), source })?;
+        if crc32fast::hash(&blob) != e.crc32 {
+            return Err(bad(format!(
+                "tile {tile}: its blob fails its CRC-32: damaged, rerun shard {}",
+                part.manifest.shard
+            )));
+        }
+        writer.push_tile(&blob, e.codec, e.raw_length)?;
+        blob_bytes += u64::from(e.length);
+        progress.inc(1);
+    }
+    let file_bytes = writer.finish()?;
+    Ok(MergeReport { parts: count, tiles: total, blob_bytes, file_bytes })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::NoProgress;
+    use crate::bake::mosaic::{Mosaic, MosaicCrop};
+    use crate::bake::source::Generated;
+    use crate::bake::{BakeInput, BakeOptions, bake};
+
+    fn inputs() -> Vec<BakeInput> {
+        // A plain generated layer and a mosaic whose cells repeat (tile keys: copies).
+        let crop = |seed: u8| {
+            let texels = (0..16 * 16 * 4).map(|i| (i as u8).wrapping_mul(seed)).collect();
+            MosaicCrop::new(format!("c{seed}"), 16, 4, texels).unwrap()
+        };
+        let mosaic = Mosaic::with_grid(64, 9, vec![crop(3), crop(7)]).unwrap();
+        vec![BakeInput::new("g", Generated::with_cell(300, 200, 32)), BakeInput::new("mosaic", mosaic)]
+    }
+
+    fn opts(codec: Codec, shard: Option<Shard>) -> BakeOptions {
+        BakeOptions { tile_size: 32, border: 2, codec, threads: 2, shard, ..BakeOptions::default() }
+    }
+
+    #[test]
+    fn merged_shards_equal_the_single_process_bake_byte_for_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        for (codec, count, version) in
+            [(Codec::Lz4, 3, 2), (Codec::Lz4, 1, 2), (Codec::Etc1s, 4, 2), (Codec::Lz4, 5, 1)]
+        {
+            let whole = dir.path().join(format!("whole-{codec}-{count}-{version}.tsa"));
+            let o = BakeOptions { format_version: version, ..opts(codec, None) };
+            bake(inputs(), &whole, &o, &NoProgress).unwrap();
+            let out = dir.path().join(format!("sharded-{codec}-{count}-{version}.tsa"));
+            let mut tiles = 0;
+            // Out of order, and one shard twice: a rerun replaces its own part only.
+            for (run, i) in (0..count).rev().chain([0]).enumerate() {
+                let o = BakeOptions { format_version: version, ..opts(codec, Shard::new(i, count)) };
+                let r = bake(inputs(), &out, &o, &NoProgress).unwrap();
+                if run < count as usize {
+                    tiles += r.layers.iter().map(|l| l.tiles).sum::<u64>();
+                }
+            }
+            assert!(!out.exists(), "a shard writes its part only");
+            let report = merge_shards(&out, &NoProgress).unwrap();
+            assert_eq!((report.parts, report.tiles), (count, tiles));
+            assert_eq!(
+                std::fs::read(&out).unwrap(),
+                std::fs::read(&whole).unwrap(),
+                "{codec} {count} shards v{version}"
+            );
+            assert!(crate::format::atlas::Atlas::open(&out).unwrap().verify(&NoProgress).is_empty());
+        }
+    }
+
+    #[test]
+    fn a_missing_foreign_or_damaged_part_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("a.tsa");
+        for i in [0, 2] {
+            bake(inputs(), &out, &opts(Codec::Lz4, Shard::new(i, 3)), &NoProgress).unwrap();
+        }
+        let e = merge_shards(&out, &NoProgress).unwrap_err().to_string();
+        assert!(e.contains("1 of 3 parts missing: 1-of-3.part"), "{e}");
+        // Shard 1 of another bake (other quality).
+        let other = BakeOptions { quality: 64, ..opts(Codec::Lz4, Shard::new(1, 3)) };
+        bake(inputs(), &out, &other, &NoProgress).unwrap();
+        let e = merge_shards(&out, &NoProgress).unwrap_err().to_string();
+        assert!(e.contains("1-of-3.part") && e.contains("another bake"), "{e}");
+        bake(inputs(), &out, &opts(Codec::Lz4, Shard::new(1, 3)), &NoProgress).unwrap();
+        // A flipped byte in a blob, then a cut part.
+        let part = part_path(&out, Shard::new(1, 3).unwrap());
+        let mut bytes = std::fs::read(&part).unwrap();
+        bytes[10] ^= 1;
+        std::fs::write(&part, &bytes).unwrap();
+        let e = merge_shards(&out, &NoProgress).unwrap_err().to_string();
+        assert!(e.contains("1-of-3.part") && e.contains("CRC-32"), "{e}");
+        std::fs::write(&part, &bytes[..bytes.len() - 5]).unwrap();
+        let e = merge_shards(&out, &NoProgress).unwrap_err().to_string();
+        assert!(e.contains("1-of-3.part") && e.contains("truncated"), "{e}");
+        assert!(!out.exists(), "no atlas from a failed merge");
+        // Parts of a 2-shard bake beside them.
+        bake(inputs(), &out, &opts(Codec::Lz4, Shard::new(0, 2)), &NoProgress).unwrap();
+        let e = merge_shards(&out, &NoProgress).unwrap_err().to_string();
+        assert!(e.contains("2 and 3 shards are mixed"), "{e}");
+        let e = merge_shards(&dir.path().join("none.tsa"), &NoProgress).unwrap_err().to_string();
+        assert!(e.contains("no shard parts"), "{e}");
+    }
+
+    #[test]
+    fn shard_specs_and_index_variables() {
+        assert_eq!("3/16".parse::<Shard>().unwrap(), Shard { index: 3, count: 16 });
+        assert!(
+            "16/16".parse::<Shard>().is_err()
+                && "a/2".parse::<Shard>().is_err()
+                && "0/0".parse::<Shard>().is_err()
+        );
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |v: &str| pairs.iter().find(|(k, _)| *k == v).map(|(_, x)| x.to_string())
+        };
+        let s = Shard::from_env(8, env(&[("SLURM_ARRAY_TASK_ID", "5"), ("AWS_BATCH_JOB_ARRAY_INDEX", "1")]));
+        assert_eq!(s.unwrap(), Shard { index: 5, count: 8 });
+        let s = Shard::from_env(8, env(&[("JOB_COMPLETION_INDEX", "2"), ("SLURM_ARRAY_TASK_ID", "5")]));
+        assert_eq!(s.unwrap().index, 2, "Kubernetes first");
+        let e = Shard::from_env(8, env(&[("AWS_BATCH_JOB_ARRAY_INDEX", "8")])).unwrap_err().to_string();
+        assert!(e.contains("AWS_BATCH_JOB_ARRAY_INDEX=8"), "{e}");
+        assert!(matches!(Shard::from_env(8, env(&[])), Err(ShardError::NoIndex { count: 8 })));
+        // Ranges cover every tile once, sizes within one.
+        for (tiles, count) in [(0u64, 3u32), (10, 3), (22_369_621, 7), (5, 8)] {
+            let ranges: Vec<_> = (0..count).map(|i| Shard { index: i, count }.range(tiles)).collect();
+            assert_eq!(ranges[0].start, 0);
+            assert_eq!(ranges[count as usize - 1].end, tiles);
+            assert!(ranges.windows(2).all(|w| w[0].end == w[1].start));
+            let sizes: Vec<u64> = ranges.iter().map(|r| r.end - r.start).collect();
+            assert!(sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1, "{sizes:?}");
+        }
+    }
+}
