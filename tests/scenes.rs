@@ -108,6 +108,42 @@ fn dungeon_gltf_converges_to_its_fully_resident_reference() {
     assert!(colours.len() > 2000, "only {} colours", colours.len());
 }
 
+/// The dungeon as a game ships it: converted by glTF-Transform and ktx2-encoder to
+/// KHR_texture_basisu (required, no fallback; ETC1S colour, UASTC normal maps), one GLB
+/// (`assets/fetch-data.sh --dungeon --basisu`).
+#[test]
+fn basisu_dungeon_from_third_party_tools_renders_like_the_png_dungeon() {
+    let glb = tessera_core::bake::source::data_dir().join("dungeon-basisu.glb");
+    assert!(
+        glb.exists(),
+        "{} is missing: run assets/fetch-data.sh --dungeon --basisu (scripts/test does)",
+        glb.display()
+    );
+    let scene = load_gltf(&glb).unwrap();
+    let png_scene = load_gltf(&dungeon_gltf()).unwrap();
+    assert_eq!(scene.materials.len(), png_scene.materials.len());
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = bake(&scene, dir.path(), "dungeon-basisu");
+    let size = (480, 270);
+    let r = run(&atlas, scene.clone(), view(&scene, "walk", 40), 20, size);
+    // Streamed against its own fully resident reference: as for the PNG dungeon.
+    assert_converges("dungeon-basisu", &r, 8, 40.0);
+    // Against the PNG dungeon's golden frame: ETC1S colour and UASTC normals cost a few dB.
+    // Stated floor: 30 dB.
+    let d = tessera::core::compare::compare(&r.last_frame, &png_golden("dungeon-walk-40"));
+    eprintln!("KTX2 dungeon against the PNG dungeon's golden: {:.1} dB", d.psnr_db);
+    if d.psnr_db < 30.0 {
+        let out = write_failure("dungeon-basisu-vs-png", size, &r.last_frame, &png_golden("dungeon-walk-40"));
+        panic!("{:.1} dB < 30 dB from the PNG dungeon; images in {}", d.psnr_db, out.display());
+    }
+}
+
+/// The RGBA8 texels of golden image `name`.
+fn png_golden(name: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("golden").join(format!("{name}.png"));
+    image::open(&path).unwrap().to_rgba8().into_raw()
+}
+
 #[test]
 fn globe_of_a_real_photograph_converges_and_matches_its_golden() {
     let scene = globe_scene(&real_jpeg(), 1.0, 128, 64).unwrap();

@@ -152,6 +152,21 @@ struct BakeArgs {
     /// named after the first image.
     #[arg(long, value_name = "COLSxROWS", value_parser = parse_size, conflicts_with_all = ["gltf", "globe"])]
     grid: Option<(u32, u32)>,
+    /// Bake only shard I of N (from 0) of the tiles, into OUTPUT.shards/I-of-N.part, for
+    /// a bake spread over the tasks of a batch engine; given as N alone, I comes from
+    /// $JOB_COMPLETION_INDEX (Kubernetes), $SLURM_ARRAY_TASK_ID (Slurm) or
+    /// $AWS_BATCH_JOB_ARRAY_INDEX (AWS Batch). Every shard needs the same inputs and
+    /// options; a rerun replaces its own part. Then `--merge` writes the atlas.
+    #[arg(long, value_name = "I/N", conflicts_with_all = ["gltf", "globe", "merge"])]
+    shard: Option<tessera_core::bake::shard::Shard>,
+    /// Write OUTPUT from the complete set of shard parts in OUTPUT.shards/ (copied, not
+    /// re-encoded: the atlas a single bake writes), then delete them. With the bake's
+    /// inputs and options given too, the bake stamp is recorded as for a single bake.
+    #[arg(long, conflicts_with_all = ["gltf", "globe"])]
+    merge: bool,
+    /// Keep OUTPUT.shards/ after --merge.
+    #[arg(long, requires = "merge")]
+    keep_shards: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -235,6 +250,9 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
     if args.gltf.is_some() || args.globe.is_some() {
         return run_scene_bake(args);
     }
+    if args.merge {
+        return run_merge(args);
+    }
     if args.inputs.is_empty() && args.generate.is_empty() {
         bail!("nothing to bake: give at least one INPUT image, --generate WxH, --gltf or --globe");
     }
@@ -253,7 +271,7 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
     check_output(&args.output, args.inputs.iter().map(PathBuf::as_path))?;
     let stamp = BakeCache::new(&args.output);
     let key = bake_key(args);
-    if stamp.is_current(&key) {
+    if args.shard.is_none() && stamp.is_current(&key) {
         return Ok(up_to_date(&args.output));
     }
     let mut inputs = Vec::new();
@@ -298,8 +316,20 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
     let report = bake(inputs, &args.output, &opts, &bar)
         .with_context(|| format!("baking {}", args.output.display()))?;
     bar.clear();
-    record(&stamp, &key);
     let tiles: u64 = report.layers.iter().map(|l| l.tiles).sum();
+    if let Some(shard) = args.shard {
+        let part = tessera_core::bake::shard::part_path(&args.output, shard);
+        println!(
+            "baked shard {shard}: {tiles} tiles into {} ({:.1} MiB) in {:.2} s; once all {} shards are done, \
+             run the same command with --merge instead of --shard",
+            part.display(),
+            report.file_bytes as f64 / (1 << 20) as f64,
+            report.seconds,
+            shard.count
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    record(&stamp, &key);
     let raw: u64 = report.layers.iter().map(|l| l.raw_bytes).sum();
     let shared: u64 = report.layers.iter().map(|l| l.shared_tiles).sum();
     println!(
@@ -310,6 +340,34 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
         report.file_bytes as f64 / (1 << 20) as f64,
         raw as f64 / report.file_bytes.max(1) as f64,
         report.seconds
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tessera bake … --merge`: the atlas from its shard parts.
+fn run_merge(args: &BakeArgs) -> Result<ExitCode> {
+    check_output(&args.output, args.inputs.iter().map(PathBuf::as_path))?;
+    let start = std::time::Instant::now();
+    let bar = Bar::new("merge", 0);
+    let report = tessera_core::bake::shard::merge_shards(&args.output, &bar)
+        .with_context(|| format!("merging the shards of {}", args.output.display()))?;
+    bar.clear();
+    if !args.inputs.is_empty() || !args.generate.is_empty() {
+        record(&BakeCache::new(&args.output), &bake_key(args));
+    }
+    let dir = tessera_core::bake::shard::shard_dir(&args.output);
+    if !args.keep_shards
+        && let Err(e) = std::fs::remove_dir_all(&dir)
+    {
+        eprintln!("tessera: warning: {}: {e}; delete it by hand", dir.display());
+    }
+    println!(
+        "merged {} shard parts, {} tiles into {} ({:.1} MiB) in {:.2} s",
+        report.parts,
+        report.tiles,
+        args.output.display(),
+        report.file_bytes as f64 / (1 << 20) as f64,
+        start.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -325,6 +383,7 @@ fn bake_options(args: &BakeArgs) -> BakeOptions {
         stacked: false,
         format_version: args.format_version,
         threads: args.threads,
+        shard: args.shard,
     }
 }
 

@@ -413,3 +413,45 @@ fn a_ktx2_bakes_in_the_colour_space_it_tags() {
     assert_clean_failure(&o, "normal.ktx2", "tags its texels linear");
     assert!(!dir.path().join("wrong.tsa").exists());
 }
+
+#[test]
+fn a_sharded_bake_merges_into_the_single_bake() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let img = d("in.png");
+    image::RgbaImage::from_fn(700, 300, |x, y| image::Rgba([x as u8, y as u8, (x ^ y) as u8, 255]))
+        .save(&img)
+        .unwrap();
+    let common = ["--tile-size", "64", "--codec", "lz4"];
+    let run = |extra: &[&str], env: Option<(&str, &str)>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tessera"));
+        c.arg("bake").arg(&img).args(common).args(extra);
+        for v in ["JOB_COMPLETION_INDEX", "SLURM_ARRAY_TASK_ID", "AWS_BATCH_JOB_ARRAY_INDEX"] {
+            c.env_remove(v);
+        }
+        if let Some((k, v)) = env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    let o = run(&["-o", &d("whole.tsa")], None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = d("sharded.tsa");
+    let o = run(&["-o", &out, "--shard", "0/3"], None);
+    assert!(o.status.success() && stdout(&o).contains("baked shard 0/3"), "{}", stderr(&o));
+    let o = run(&["-o", &out, "--shard", "3"], Some(("SLURM_ARRAY_TASK_ID", "1")));
+    assert!(o.status.success() && stdout(&o).contains("baked shard 1/3"), "{}", stderr(&o));
+    let o = run(&["-o", &out, "--merge"], None);
+    assert_clean_failure(&o, "sharded.tsa.shards", "1 of 3 parts missing: 2-of-3.part");
+    let o = run(&["-o", &out, "--shard", "3"], None);
+    assert!(!o.status.success() && stderr(&o).contains("--shard 3: no shard index"), "{}", stderr(&o));
+    let o = run(&["-o", &out, "--shard", "3"], Some(("JOB_COMPLETION_INDEX", "2")));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&["-o", &out, "--merge"], None);
+    assert!(o.status.success() && stdout(&o).contains("merged 3 shard parts"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(d("whole.tsa")).unwrap());
+    assert!(!dir.path().join("sharded.tsa.shards").exists(), "parts deleted after the merge");
+    // The merge recorded the stamp: the same bake is now up to date.
+    let o = run(&["-o", &out], None);
+    assert!(stdout(&o).contains("up to date"), "{}", stdout(&o));
+}
