@@ -254,7 +254,7 @@ impl TileSink for AtlasWriter {
 /// Writes one shard's part file: blobs as they come, the entries and manifest on
 /// [`finish`](Self::finish), then an fsync and a rename into place. Dropped unfinished,
 /// it leaves nothing.
-pub struct ShardWriter {
+pub(crate) struct ShardWriter {
     dest: PathBuf,
     tmp: TempPath,
     out: BufWriter<File>,
