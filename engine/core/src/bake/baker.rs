@@ -347,20 +347,14 @@ pub fn bake(
         l.first_tile = first_tile;
         first_tile += l.layout.tile_count();
     }
-    let (mut atlas, mut part) = match opts.shard {
+    let mut output = match opts.shard {
         None => {
             let mut writer = AtlasWriter::create_with_flags(out, layers.clone(), flags)?;
             writer.set_format_version(opts.format_version)?;
-            (Some(writer), None)
+            Output::Atlas(writer)
         }
         Some(shard) => {
-            let versions = crate::format::atlas::OLDEST_VERSION..=crate::format::atlas::VERSION;
-            if !versions.contains(&opts.format_version) {
-                return Err(BakeError::Options(CodecError::Options(format!(
-                    "format version {} (this build writes {versions:?})",
-                    opts.format_version
-                ))));
-            }
+            AtlasWriter::check_version(out, opts.format_version)?;
             let manifest = PartManifest {
                 format: crate::bake::shard::PART_FORMAT,
                 shard,
@@ -369,31 +363,40 @@ pub fn bake(
                 flags,
                 format_version: opts.format_version,
                 range: [range.start, range.end],
-                tiles: 0,
-                blob_bytes: 0,
             };
-            (None, Some(ShardWriter::create(out, manifest)?))
+            Output::Part(ShardWriter::create(out, manifest)?)
         }
     };
     let threads = bake_threads(opts);
     let mut reports = Vec::with_capacity(inputs.len());
     for (i, (input, layer)) in inputs.iter().zip(&layers).enumerate() {
         let encode = EncodeOptions { color: layer.color, ..encode_opts };
-        let sink: &mut dyn TileSink = match (&mut atlas, &mut part) {
-            (Some(w), _) => w,
-            (None, Some(p)) => p,
-            (None, None) => unreachable!("one sink is made above"),
-        };
-        let keep = |mip: u32, x: u32, y: u32| range.contains(&order.position(i, mip, x, y));
+        // A whole bake keeps every tile without asking where it is stored.
+        let keep =
+            |mip: u32, x: u32, y: u32| opts.shard.is_none() || range.contains(&order.position(i, mip, x, y));
         let stage = Stage { input, layer, codec: layer.codec, encode: &encode, scratch: &scratch, threads };
-        reports.push(bake_layer(&stage, &keep, sink, progress)?);
+        reports.push(bake_layer(&stage, &keep, output.sink(), progress)?);
     }
-    let file_bytes = match (atlas, part) {
-        (Some(w), _) => w.finish()?,
-        (None, Some(p)) => p.finish()?.1,
-        (None, None) => 0,
+    let file_bytes = match output {
+        Output::Atlas(writer) => writer.finish()?,
+        Output::Part(part) => part.finish()?.1,
     };
     Ok(BakeReport { layers: reports, file_bytes, seconds: start.elapsed().as_secs_f64() })
+}
+
+/// Where a bake writes: the atlas, or a shard's part.
+enum Output {
+    Atlas(AtlasWriter),
+    Part(ShardWriter),
+}
+
+impl Output {
+    fn sink(&mut self) -> &mut dyn TileSink {
+        match self {
+            Output::Atlas(writer) => writer,
+            Output::Part(part) => part,
+        }
+    }
 }
 
 /// What one layer's bake reads, encodes with and where it spills.
@@ -458,10 +461,11 @@ fn bake_layer(
         width: layout.width(),
         height: layout.height(),
         mips: layout.mip_count(),
-        tiles: layout.tile_count(),
+        // Counted as they are written: a shard writes only its own.
+        tiles: 0,
         shared_tiles: 0,
         stored_bytes: 0,
-        raw_bytes: layout.tile_count() * raw_len as u64,
+        raw_bytes: 0,
     };
     let threads = threads.max(1);
     let (plan_tx, plan_rx) = crossbeam_channel::bounded::<Planned>(threads * QUEUED_TILES_PER_THREAD);
@@ -576,7 +580,6 @@ fn write_layer(
         }
         progress.inc(1);
     }
-    // A shard writes only its own tiles.
     report.tiles = written;
     report.raw_bytes = written * raw_len as u64;
     Ok(report)

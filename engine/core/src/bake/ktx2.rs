@@ -117,7 +117,7 @@ pub(crate) fn decode_bytes(path: &Path, bytes: &[u8]) -> Result<(Header, Vec<u8>
 }
 
 /// The first 4 KiB of the file (header, level index and data format descriptor).
-fn read_head(path: &Path) -> Result<Vec<u8>, SourceError> {
+pub(crate) fn read_head(path: &Path) -> Result<Vec<u8>, SourceError> {
     use std::io::Read as _;
     let io = |source| SourceError::Io { path: path.to_path_buf(), source };
     let mut head = Vec::new();

@@ -479,15 +479,7 @@ mod tests {
         assert!(err.to_string().contains("pal.png") && err.to_string().contains("palette"), "{err}");
     }
 
-    /// A PNG chunk: length, type, data, CRC.
-    fn chunk(b: &mut Vec<u8>, kind: &[u8], data: &[u8]) {
-        b.extend_from_slice(&(data.len() as u32).to_be_bytes());
-        let start = b.len();
-        b.extend_from_slice(kind);
-        b.extend_from_slice(data);
-        let crc = crc32fast::hash(&b[start..]);
-        b.extend_from_slice(&crc.to_be_bytes());
-    }
+    use crate::fuzz::seeds::png_chunk as chunk;
 
     #[test]
     fn an_interlaced_png_is_left_to_the_whole_decode() {

@@ -197,12 +197,8 @@ pub struct PartManifest {
     pub flags: u32,
     /// The atlas format version the merge writes.
     pub format_version: u32,
-    /// Storage positions of the tiles in the part.
+    /// Storage positions of the tiles in the part: it holds one entry for each.
     pub range: [u64; 2],
-    /// Tiles in the part (the length of the range).
-    pub tiles: u64,
-    /// Bytes of blobs in the part.
-    pub blob_bytes: u64,
 }
 
 /// The bake's identity, for [`PartManifest::fingerprint`]: the layers and flags, and the
@@ -265,8 +261,8 @@ pub(crate) struct ShardWriter {
 }
 
 impl ShardWriter {
-    /// Starts the part of `shard` for the atlas `out`, in `OUT.shards/` (made if
-    /// missing); `manifest` describes it (its `tiles` and `blob_bytes` are filled in).
+    /// Starts the part `manifest` describes for the atlas `out`, in `OUT.shards/` (made if
+    /// missing).
     pub(crate) fn create(out: &Path, manifest: PartManifest) -> Result<Self, ShardError> {
         let dir = shard_dir(out);
         let io = |path: &Path| {
@@ -291,10 +287,6 @@ impl ShardWriter {
         })
     }
 
-    fn io(&self) -> impl Fn(std::io::Error) -> AtlasError + '_ {
-        move |source| AtlasError::Io { path: self.tmp.path().to_path_buf(), source }
-    }
-
     /// Writes the entries, the manifest and the trailer, fsyncs the part and renames it
     /// over `OUT.shards/I-of-N.part`. Returns the part's path and size.
     pub(crate) fn finish(mut self) -> Result<(PathBuf, u64), ShardError> {
@@ -310,8 +302,6 @@ impl ShardWriter {
             }
             tail.extend_from_slice(&[e.codec as u8, 0, 0, 0]);
         }
-        self.manifest.tiles = self.entries.len() as u64;
-        self.manifest.blob_bytes = entries_offset;
         let manifest = serde_json::to_vec(&self.manifest).map_err(|e| io(std::io::Error::other(e)))?;
         let manifest_offset = entries_offset + tail.len() as u64;
         tail.extend_from_slice(&manifest);
@@ -354,7 +344,9 @@ impl TileSink for ShardWriter {
         Ok(())
     }
     fn push_tile(&mut self, tile: u64, blob: &[u8], codec: Codec, raw_length: u32) -> Result<(), AtlasError> {
-        self.out.write_all(blob).map_err(self.io())?;
+        self.out
+            .write_all(blob)
+            .map_err(|source| AtlasError::Io { path: self.tmp.path().to_path_buf(), source })?;
         let entry = TileEntry {
             offset: self.pos,
             length: blob.len() as u32,
@@ -434,13 +426,11 @@ fn read_part(path: &Path) -> Result<Part, ShardError> {
         }
         entries.push((u64_at(0), e));
     }
-    if entries.len() as u64 != manifest.tiles
-        || manifest.range[1].checked_sub(manifest.range[0]) != Some(manifest.tiles)
-    {
+    let range_len = manifest.range[1].checked_sub(manifest.range[0]);
+    if range_len != Some(entries.len() as u64) {
         return Err(bad(format!(
-            "{} entries for the {} tiles of range {:?}: damaged",
+            "{} entries for the tiles of range {:?}: damaged",
             entries.len(),
-            manifest.tiles,
             manifest.range
         )));
     }
@@ -541,8 +531,7 @@ pub fn merge_shards(out: &Path, progress: &dyn Progress) -> Result<MergeReport, 
         parts.push(part);
     }
     let manifest = &parts[0].manifest;
-    let mut layers = manifest.layers.clone();
-    for l in &mut layers {
+    for l in &manifest.layers {
         // The layout as the reader would derive it: a forged manifest cannot smuggle one in.
         let y = l.layout;
         let valid = TextureLayout::new(y.width(), y.height(), y.tile_size(), y.border()).ok();
@@ -552,8 +541,11 @@ pub fn merge_shards(out: &Path, progress: &dyn Progress) -> Result<MergeReport, 
                 reason: format!("layer '{}': invalid layout", l.name),
             });
         }
-        l.first_tile = 0;
     }
+    // The writer numbers the layers' first tiles itself.
+    let mut writer = AtlasWriter::create_with_flags(out, manifest.layers.clone(), manifest.flags)?;
+    writer.set_format_version(manifest.format_version)?;
+    let layers = writer.layers().to_vec();
     let order = StorageOrder::new(
         layers.iter().map(|l| l.layout).collect(),
         manifest.flags & crate::format::atlas::FLAG_STACKED != 0,
@@ -571,21 +563,11 @@ pub fn merge_shards(out: &Path, progress: &dyn Progress) -> Result<MergeReport, 
         expect = want.end;
     }
     // Each part's tiles must be exactly those of its range: checked as they are merged.
-    let first_tiles: Vec<u64> = layers
-        .iter()
-        .scan(0u64, |at, l| {
-            let first = *at;
-            *at += l.layout.tile_count();
-            Some(first)
-        })
-        .collect();
     let position = |tile: u64| -> Option<u64> {
-        let layer = first_tiles.iter().rposition(|&f| f <= tile)?;
-        let (mip, x, y) = layers[layer].layout.tile_at_index(tile - first_tiles[layer])?;
+        let layer = layers.iter().rposition(|l| l.first_tile <= tile)?;
+        let (mip, x, y) = layers[layer].layout.tile_at_index(tile - layers[layer].first_tile)?;
         Some(order.position(layer, mip, x, y))
     };
-    let mut writer = AtlasWriter::create_with_flags(out, layers.clone(), manifest.flags)?;
-    writer.set_format_version(manifest.format_version)?;
     progress.set_length(total);
     progress.set_message("merging shard parts");
     let mut cursors = vec![0usize; parts.len()];

@@ -795,14 +795,7 @@ mod tests {
     /// A PNG signature, an IHDR of `w × h` RGBA8 and an empty IDAT: what the decoder needs
     /// to say how large the image is, in 57 bytes.
     fn png_header(path: &Path, w: u32, h: u32) {
-        let chunk = |b: &mut Vec<u8>, kind: &[u8], data: &[u8]| {
-            b.extend_from_slice(&(data.len() as u32).to_be_bytes());
-            let start = b.len();
-            b.extend_from_slice(kind);
-            b.extend_from_slice(data);
-            let crc = crc32fast::hash(&b[start..]);
-            b.extend_from_slice(&crc.to_be_bytes());
-        };
+        let chunk = crate::fuzz::seeds::png_chunk;
         let mut b = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a];
         let mut ihdr = w.to_be_bytes().to_vec();
         ihdr.extend_from_slice(&h.to_be_bytes());

@@ -396,6 +396,16 @@ fn jpeg(img: &image::RgbImage) -> Vec<u8> {
     encode(img.clone().into(), image::ImageFormat::Jpeg)
 }
 
+/// Appends a PNG chunk to `out`: length, type, data, CRC (for seeds and tests).
+pub(crate) fn png_chunk(out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
+    out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    let start = out.len();
+    out.extend_from_slice(kind);
+    out.extend_from_slice(data);
+    let crc = crc32fast::hash(&out[start..]);
+    out.extend_from_slice(&crc.to_be_bytes());
+}
+
 /// A PNG written by hand, for the layouts the `image` encoder does not write: palette
 /// and sub-byte bit depths. `rows` are the unfiltered scanlines, packed.
 fn png_raw(
@@ -406,14 +416,6 @@ fn png_raw(
     rows: &[Vec<u8>],
     extra: &[(&[u8; 4], Vec<u8>)],
 ) -> Vec<u8> {
-    fn chunk(out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
-        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
-        let start = out.len();
-        out.extend_from_slice(kind);
-        out.extend_from_slice(data);
-        let crc = crc32fast::hash(&out[start..]);
-        out.extend_from_slice(&crc.to_be_bytes());
-    }
     let mut ihdr = Vec::with_capacity(13);
     ihdr.extend_from_slice(&w.to_be_bytes());
     ihdr.extend_from_slice(&h.to_be_bytes());
@@ -431,12 +433,12 @@ fn png_raw(
     });
     zlib.extend_from_slice(&((b << 16) | a).to_be_bytes());
     let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
-    chunk(&mut out, b"IHDR", &ihdr);
+    png_chunk(&mut out, b"IHDR", &ihdr);
     for (kind, data) in extra {
-        chunk(&mut out, kind, data);
+        png_chunk(&mut out, kind, data);
     }
-    chunk(&mut out, b"IDAT", &zlib);
-    chunk(&mut out, b"IEND", &[]);
+    png_chunk(&mut out, b"IDAT", &zlib);
+    png_chunk(&mut out, b"IEND", &[]);
     out
 }
 

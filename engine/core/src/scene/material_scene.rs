@@ -475,10 +475,7 @@ pub(crate) fn image_size(file: &Path, material: &str) -> Result<(u32, u32), Scen
         material: material.into(),
         reason,
     };
-    let mut head = Vec::new();
-    std::fs::File::open(file)
-        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 4096), &mut head))
-        .map_err(|e| bad(e.to_string()))?;
+    let head = crate::bake::ktx2::read_head(file).map_err(|e| bad(e.to_string()))?;
     if head.starts_with(&crate::bake::ktx2::IDENTIFIER) {
         let h = crate::bake::ktx2::Header::parse(file, &head).map_err(|e| bad(e.to_string()))?;
         return Ok((h.width, h.height));
@@ -784,15 +781,14 @@ fn texture_ref(
     // A KTX2 image (Basis Universal) when the texture has one: a client that reads
     // KHR_texture_basisu uses it rather than the PNG / JPEG fallback, as the extension
     // asks. Both indices were checked before validation.
-    let index = match basisu_source(t.extensions()) {
-        Some(Ok(index)) => index,
-        _ => t.source().map(|i| i.index()).unwrap_or(usize::MAX),
-    };
-    let bad = || SceneError::Gltf {
+    let img = match basisu_source(t.extensions()) {
+        Some(Ok(index)) => doc.images().nth(index),
+        _ => t.source(),
+    }
+    .ok_or_else(|| SceneError::Gltf {
         path: path.to_path_buf(),
         reason: format!("texture {} has no usable image", t.index()),
-    };
-    let img = doc.images().nth(index).ok_or_else(bad)?;
+    })?;
     let image = match img.source() {
         gltf::image::Source::Uri { uri, .. } if !uri.starts_with("data:") => {
             ImageRef::File(resolve_uri(path, uri, &format!("image {}", img.index()), paths)?)

@@ -358,18 +358,16 @@ fn decode_resized(
     let rgba = if bytes.starts_with(&crate::bake::ktx2::IDENTIFIER) {
         let (header, texels) =
             crate::bake::ktx2::decode_bytes(&name, &bytes).map_err(|e| bad(image, material, e))?;
-        let want_srgb = layer == 0;
-        if header.srgb != want_srgb {
-            let (tagged, role, wanted) = match want_srgb {
-                true => ("linear", "a base colour texture", "sRGB"),
-                false => ("sRGB", &*format!("a {} texture", LAYER_ROLES[layer]), "linear"),
-            };
+        // Only the base colour layer holds sRGB colour.
+        if header.srgb != (layer == 0) {
+            let (tagged, wanted) = if header.srgb { ("sRGB", "linear") } else { ("linear", "sRGB") };
             return Err(bad(
                 image,
                 material,
                 format!(
-                    "the KTX2 tags its texels {tagged} (data format descriptor), but {role} must be {wanted} \
-                     (KHR_texture_basisu); re-encode it with the right transfer function"
+                    "the KTX2 tags its texels {tagged} (data format descriptor), but a {} texture must be \
+                     {wanted} (KHR_texture_basisu); re-encode it with the right transfer function",
+                    LAYER_ROLES[layer]
                 ),
             ));
         }

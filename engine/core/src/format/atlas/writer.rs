@@ -164,13 +164,19 @@ impl AtlasWriter {
     /// Writes format `version` instead of [`VERSION`]: 1 (the original layout: one
     /// index read whole, tiles in canonical order) or 2. Other versions are rejected.
     pub fn set_format_version(&mut self, version: u32) -> Result<(), AtlasError> {
+        Self::check_version(&self.dest, version)?;
+        self.version = version;
+        Ok(())
+    }
+
+    /// Whether this build writes format `version`; the error names `dest`.
+    pub(crate) fn check_version(dest: &Path, version: u32) -> Result<(), AtlasError> {
         if !(OLDEST_VERSION..=VERSION).contains(&version) {
             return Err(AtlasError::Invalid {
-                path: self.dest.clone(),
+                path: dest.to_path_buf(),
                 what: format!("format version {version} (this build writes {OLDEST_VERSION} to {VERSION})"),
             });
         }
-        self.version = version;
         Ok(())
     }
 
