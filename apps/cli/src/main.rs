@@ -25,6 +25,7 @@ use tessera_core::bake::cache::{BakeCache, BakeKey, BakeKind};
 use tessera_core::bake::grid::GridSource;
 use tessera_core::bake::source::Generated;
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
+use tessera_core::bake::shard::MergeForm;
 use tessera_core::format::atlas::{Atlas, ColorSpace, Wrap};
 use tessera_core::format::codec::Codec;
 use tessera_core::scene::material_scene::{SceneError, ScenePaths, load_gltf_with};
@@ -159,13 +160,19 @@ struct BakeArgs {
     /// options; a rerun replaces its own part. Then `--merge` writes the atlas.
     #[arg(long, value_name = "I/N", conflicts_with_all = ["gltf", "globe", "merge"])]
     shard: Option<tessera_core::bake::shard::Shard>,
-    /// Write OUTPUT from the complete set of shard parts in OUTPUT.shards/ (copied, not
-    /// re-encoded: the atlas a single bake writes), then delete them. With the bake's
-    /// inputs and options given too, the bake stamp is recorded as for a single bake.
+    /// Write OUTPUT from the complete set of shard parts in OUTPUT.shards/, decoding no
+    /// tile. By default a split atlas: OUTPUT is an index naming the parts as its data
+    /// (only the parts' records are read; keep OUTPUT.shards/ beside it, or upload both).
+    /// With --one-file, every tile is copied into one file, byte for byte the
+    /// single-process bake, and the parts are deleted. With the bake's inputs and options
+    /// given too, the bake stamp is recorded as for a single bake.
     #[arg(long, conflicts_with_all = ["gltf", "globe"])]
     merge: bool,
-    /// Keep OUTPUT.shards/ after --merge.
+    /// With --merge: copy the tiles into one self-contained file.
     #[arg(long, requires = "merge")]
+    one_file: bool,
+    /// Keep OUTPUT.shards/ after --merge --one-file.
+    #[arg(long, requires = "one_file")]
     keep_shards: bool,
 }
 
@@ -349,26 +356,47 @@ fn run_merge(args: &BakeArgs) -> Result<ExitCode> {
     check_output(&args.output, args.inputs.iter().map(PathBuf::as_path))?;
     let start = std::time::Instant::now();
     let bar = Bar::new("merge", 0);
-    let report = tessera_core::bake::shard::merge_shards(&args.output, &bar)
+    let form = if args.one_file { MergeForm::OneFile } else { MergeForm::Split };
+    let report = tessera_core::bake::shard::merge_shards(&args.output, form, &bar)
         .with_context(|| format!("merging the shards of {}", args.output.display()))?;
     bar.clear();
     if !args.inputs.is_empty() || !args.generate.is_empty() {
         record(&BakeCache::new(&args.output), &bake_key(args));
     }
     let dir = tessera_core::bake::shard::shard_dir(&args.output);
-    if !args.keep_shards
+    if args.one_file
+        && !args.keep_shards
         && let Err(e) = std::fs::remove_dir_all(&dir)
     {
         eprintln!("tessera: warning: {}: {e}; delete it by hand", dir.display());
     }
-    println!(
-        "merged {} shard parts, {} tiles into {} ({:.1} MiB) in {:.2} s",
-        report.parts,
-        report.tiles,
-        args.output.display(),
-        report.file_bytes as f64 / (1 << 20) as f64,
-        start.elapsed().as_secs_f64()
-    );
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let moved = report.blob_bytes + report.record_bytes + report.file_bytes;
+    if report.split {
+        println!(
+            "merged {} shard parts, {} tiles into split atlas {} ({:.2} MiB index over {:.1} MiB of data in {}) \
+             in {:.2} s; moved {:.2} MiB ({:.3}% of the data)",
+            report.parts,
+            report.tiles,
+            args.output.display(),
+            mib(report.file_bytes),
+            mib(report.data_bytes),
+            dir.display(),
+            start.elapsed().as_secs_f64(),
+            mib(moved),
+            100.0 * moved as f64 / report.data_bytes.max(1) as f64
+        );
+    } else {
+        println!(
+            "merged {} shard parts, {} tiles into {} ({:.1} MiB) in {:.2} s; moved {:.1} MiB",
+            report.parts,
+            report.tiles,
+            args.output.display(),
+            mib(report.file_bytes),
+            start.elapsed().as_secs_f64(),
+            mib(moved + report.file_bytes)
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -447,11 +447,85 @@ fn a_sharded_bake_merges_into_the_single_bake() {
     assert!(!o.status.success() && stderr(&o).contains("--shard 3: no shard index"), "{}", stderr(&o));
     let o = run(&["-o", &out, "--shard", "3"], Some(("JOB_COMPLETION_INDEX", "2")));
     assert!(o.status.success(), "{}", stderr(&o));
+    // The default merge: a split atlas, tile for tile the single bake.
     let o = run(&["-o", &out, "--merge"], None);
+    assert!(o.status.success() && stdout(&o).contains("into split atlas"), "{}", stderr(&o));
+    assert_same_tiles(&d("whole.tsa"), &out);
+    assert!(dir.path().join("sharded.tsa.shards").exists(), "a split atlas keeps its parts");
+    let o = tessera(&["verify", &out]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // One file: byte for byte the single bake; the parts go.
+    let o = run(&["-o", &out, "--merge", "--one-file"], None);
     assert!(o.status.success() && stdout(&o).contains("merged 3 shard parts"), "{}", stderr(&o));
     assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(d("whole.tsa")).unwrap());
     assert!(!dir.path().join("sharded.tsa.shards").exists(), "parts deleted after the merge");
     // The merge recorded the stamp: the same bake is now up to date.
     let o = run(&["-o", &out], None);
     assert!(stdout(&o).contains("up to date"), "{}", stdout(&o));
+}
+
+/// Every tile of the atlases `a` and `b` has the same codec, length, CRC-32 and bytes.
+fn assert_same_tiles(a: &str, b: &str) {
+    let (a, b) = (tessera::core::Atlas::open(a).unwrap(), tessera::core::Atlas::open(b).unwrap());
+    assert_eq!(a.layers(), b.layers());
+    for (i, layer) in a.layers().iter().enumerate() {
+        for t in layer.layout.tiles(i as u16) {
+            let (ea, eb) = (a.entry(t).unwrap(), b.entry(t).unwrap());
+            assert_eq!((ea.codec, ea.length, ea.crc32), (eb.codec, eb.length, eb.crc32), "{t}");
+            assert_eq!(a.read_tile(t).unwrap(), b.read_tile(t).unwrap(), "{t}");
+        }
+    }
+}
+
+#[test]
+fn a_killed_shard_rerun_alone_gives_the_same_atlas() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let common = ["--generate", "2048x2048", "--tile-size", "128", "--codec", "etc1s"];
+    let bake = |extra: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tessera"));
+        c.arg("bake").args(common).args(extra);
+        c
+    };
+    let o = bake(&["-o", &d("whole.tsa")]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = d("farm.tsa");
+    for i in [0, 1] {
+        let o = bake(&["-o", &out, "--shard", &format!("{i}/3")]).output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    // Shard 2 killed (SIGKILL: no handler runs) while it encodes into its spool.
+    let shards = dir.path().join("farm.tsa.shards");
+    let mut child = bake(&["-o", &out, "--shard", "2/3", "--threads", "1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let spooling = || {
+        std::fs::read_dir(&shards)
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(".2-of-3."))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !spooling() {
+        assert!(child.try_wait().unwrap().is_none(), "shard 2 ended before it could be killed");
+        assert!(std::time::Instant::now() < deadline, "shard 2 never started its part");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!shards.join("2-of-3.part").exists() && spooling(), "a killed shard leaves only its spool");
+    let o = bake(&["-o", &out, "--merge"]).output().unwrap();
+    assert_clean_failure(&o, "farm.tsa.shards", "1 of 3 parts missing: 2-of-3.part");
+    // Rerun alone: it sweeps its own leftovers and writes its part.
+    let o = bake(&["-o", &out, "--shard", "2/3"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!spooling(), "the rerun removed the killed run's spool");
+    let o = bake(&["-o", &out, "--merge"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_same_tiles(&d("whole.tsa"), &out);
+    let o = bake(&["-o", &out, "--merge", "--one-file"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(d("whole.tsa")).unwrap());
 }

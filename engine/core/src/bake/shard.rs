@@ -29,7 +29,7 @@
 //! An entry: tile number in the atlas' tile order (u64), blob offset in the part (u64),
 //! length, raw length and CRC-32 of the blob (u32 each), codec (u8), 3 zero bytes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::ops::Range;
@@ -40,7 +40,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::Progress;
 use crate::format::atlas::order::StorageOrder;
-use crate::format::atlas::{AtlasError, AtlasWriter, LayerInfo, TileEntry};
+use crate::format::atlas::split::{self, DataObject};
+use crate::format::atlas::{AtlasError, AtlasWriter, BLOB_ALIGN, LayerInfo, TileEntry, blob_hash};
 use crate::format::codec::Codec;
 use crate::format::tile::TextureLayout;
 use crate::temp_files::{TempPath, temp_name};
@@ -53,8 +54,9 @@ pub const INDEX_VARIABLES: [&str; 3] =
 const TRAILER_MAGIC: &[u8; 8] = b"TSRSHRD1";
 const TRAILER_BYTES: usize = 32;
 const ENTRY_BYTES: usize = 32;
-/// The part format this code writes and reads.
-pub const PART_FORMAT: u32 = 1;
+/// The part format this code writes and reads (2: blobs in storage order, each at a
+/// multiple of 16, so that a part can serve as a split atlas' data object).
+pub const PART_FORMAT: u32 = 2;
 /// Largest manifest read back (a layer table of thousands of layers fits).
 const MANIFEST_MAX: u64 = 16 << 20;
 
@@ -247,15 +249,19 @@ impl TileSink for AtlasWriter {
     }
 }
 
-/// Writes one shard's part file: blobs as they come, the entries and manifest on
-/// [`finish`](Self::finish), then an fsync and a rename into place. Dropped unfinished,
-/// it leaves nothing.
+/// Writes one shard's part file: blobs spooled as they come (a blob identical to one
+/// already spooled is kept once), then on [`finish`](Self::finish) the part itself (the
+/// blobs in storage order, each at a multiple of 16; the entries; the manifest), an fsync
+/// and a rename into place. Dropped unfinished, it leaves nothing.
 pub(crate) struct ShardWriter {
     dest: PathBuf,
-    tmp: TempPath,
+    spool: TempPath,
     out: BufWriter<File>,
     pos: u64,
+    /// `(tile, entry)` as pushed, offsets in the spool.
     entries: Vec<(u64, TileEntry)>,
+    /// Spooled blobs by codec, decoded length, length, CRC-32 and hash: their offset.
+    seen: HashMap<(u8, u32, u32, u32, u64), u64>,
     shared: u64,
     manifest: PartManifest,
 }
@@ -271,32 +277,82 @@ impl ShardWriter {
         };
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         let dest = part_path(out, manifest.shard);
-        let prefix = format!(".{}-of-{}.", manifest.shard.index, manifest.shard.count);
         // Parts of this shard's killed runs (never another shard's).
-        crate::temp_files::sweep(&dir, &prefix);
-        let tmp = TempPath::new(dir.join(temp_name(&prefix, ".tmp")));
-        let file = File::create(tmp.path()).map_err(io(tmp.path()))?;
+        crate::temp_files::sweep(&dir, &Self::temp_prefix(manifest.shard));
+        let spool = TempPath::new(dir.join(temp_name(&Self::temp_prefix(manifest.shard), "-spool")));
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(spool.path())
+            .map_err(io(spool.path()))?;
         Ok(Self {
             dest,
-            tmp,
+            spool,
             out: BufWriter::with_capacity(1 << 20, file),
             pos: 0,
             entries: Vec::new(),
+            seen: HashMap::new(),
             shared: 0,
             manifest,
         })
     }
 
-    /// Writes the entries, the manifest and the trailer, fsyncs the part and renames it
-    /// over `OUT.shards/I-of-N.part`. Returns the part's path and size.
+    fn temp_prefix(shard: Shard) -> String {
+        format!(".{}-of-{}.", shard.index, shard.count)
+    }
+
+    /// Writes the part from the spool (blobs in storage order, aligned; entries, manifest
+    /// and trailer), fsyncs it and renames it over `OUT.shards/I-of-N.part`. Returns the
+    /// part's path and size.
     pub(crate) fn finish(mut self) -> Result<(PathBuf, u64), ShardError> {
-        let path = self.tmp.path().to_path_buf();
+        let spool_path = self.spool.path().to_path_buf();
+        let spool_io = |source| ShardError::Io { path: spool_path.clone(), source };
+        self.out.flush().map_err(spool_io)?;
+        let m = &self.manifest;
+        let order = StorageOrder::new(
+            m.layers.iter().map(|l| l.layout).collect(),
+            m.flags & crate::format::atlas::FLAG_STACKED != 0,
+        );
+        // Distinct spooled blobs, by the storage position of their first tile.
+        let mut firsts: HashMap<u64, u64> = HashMap::new();
+        for &(tile, e) in &self.entries {
+            let pos = tile_position(&m.layers, &order, tile).ok_or_else(|| ShardError::Part {
+                path: self.dest.clone(),
+                reason: format!("tile {tile} is not in the atlas"),
+            })?;
+            let first = firsts.entry(e.offset).or_insert(pos);
+            *first = (*first).min(pos);
+        }
+        let mut blobs: Vec<(u64, u64)> = firsts.into_iter().map(|(offset, pos)| (pos, offset)).collect();
+        blobs.sort_unstable();
+        let tmp_path = self
+            .dest
+            .with_file_name(temp_name(&Self::temp_prefix(self.manifest.shard), ""));
+        let mut tmp = TempPath::new(tmp_path);
+        let path = tmp.path().to_path_buf();
         let io = |source| ShardError::Io { path: path.clone(), source };
-        let entries_offset = self.pos;
+        let mut out = BufWriter::with_capacity(1 << 20, File::create(&path).map_err(io)?);
+        let spool = self.out.get_ref();
+        let mut moved: HashMap<u64, u64> = HashMap::with_capacity(blobs.len());
+        let (mut at, mut blob) = (0u64, Vec::new());
+        let lengths: HashMap<u64, u32> = self.entries.iter().map(|(_, e)| (e.offset, e.length)).collect();
+        for &(_, offset) in &blobs {
+            let aligned = at.next_multiple_of(BLOB_ALIGN);
+            out.write_all(&[0u8; BLOB_ALIGN as usize][..(aligned - at) as usize]).map_err(io)?;
+            blob.resize(lengths.get(&offset).copied().unwrap_or(0) as usize, 0);
+            spool.read_exact_at(&mut blob, offset).map_err(spool_io)?;
+            out.write_all(&blob).map_err(io)?;
+            moved.insert(offset, aligned);
+            at = aligned + blob.len() as u64;
+        }
+        let entries_offset = at;
         let mut tail = Vec::with_capacity(self.entries.len() * ENTRY_BYTES + 4096);
         for (tile, e) in &self.entries {
+            let offset = moved.get(&e.offset).copied().unwrap_or(e.offset);
             tail.extend_from_slice(&tile.to_le_bytes());
-            tail.extend_from_slice(&e.offset.to_le_bytes());
+            tail.extend_from_slice(&offset.to_le_bytes());
             for v in [e.length, e.raw_length, e.crc32] {
                 tail.extend_from_slice(&v.to_le_bytes());
             }
@@ -311,18 +367,12 @@ impl ShardWriter {
         tail.extend_from_slice(&manifest_offset.to_le_bytes());
         tail.extend_from_slice(&(manifest.len() as u32).to_le_bytes());
         tail.extend_from_slice(&crc.to_le_bytes());
-        self.out.write_all(&tail).map_err(io)?;
-        self.out.flush().map_err(io)?;
+        out.write_all(&tail).map_err(io)?;
+        out.flush().map_err(io)?;
         let size = entries_offset + tail.len() as u64;
-        self.out.get_ref().sync_all().map_err(io)?;
-        std::fs::rename(&path, &self.dest).map_err(io)?;
-        self.tmp.keep();
-        if let Some(dir) = self.dest.parent()
-            && let Ok(d) = File::open(dir)
-        {
-            // Persist the rename itself; not every filesystem supports this.
-            let _ = d.sync_all();
-        }
+        out.get_ref().sync_all().map_err(io)?;
+        drop(out);
+        AtlasWriter::publish(&mut tmp, &self.dest)?;
         Ok((self.dest.clone(), size))
     }
 }
@@ -344,16 +394,24 @@ impl TileSink for ShardWriter {
         Ok(())
     }
     fn push_tile(&mut self, tile: u64, blob: &[u8], codec: Codec, raw_length: u32) -> Result<(), AtlasError> {
-        self.out
-            .write_all(blob)
-            .map_err(|source| AtlasError::Io { path: self.tmp.path().to_path_buf(), source })?;
-        let entry = TileEntry {
-            offset: self.pos,
-            length: blob.len() as u32,
-            raw_length,
-            crc32: crc32fast::hash(blob),
-            codec,
-        };
+        let io = |source| AtlasError::Io { path: self.spool.path().to_path_buf(), source };
+        let crc32 = crc32fast::hash(blob);
+        let key = (codec as u8, raw_length, blob.len() as u32, crc32, blob_hash(blob));
+        if let Some(&offset) = self.seen.get(&key) {
+            // Confirmed byte for byte: a hash collision costs a read, never a wrong tile.
+            self.out.flush().map_err(io)?;
+            let mut earlier = vec![0u8; blob.len()];
+            self.out.get_ref().read_exact_at(&mut earlier, offset).map_err(io)?;
+            if earlier == blob {
+                let e = TileEntry { offset, length: blob.len() as u32, raw_length, crc32, codec };
+                self.entries.push((tile, e));
+                self.shared += 1;
+                return Ok(());
+            }
+        }
+        self.out.write_all(blob).map_err(io)?;
+        let entry = TileEntry { offset: self.pos, length: blob.len() as u32, raw_length, crc32, codec };
+        self.seen.entry(key).or_insert(self.pos);
         self.pos += blob.len() as u64;
         self.entries.push((tile, entry));
         Ok(())
@@ -363,10 +421,20 @@ impl TileSink for ShardWriter {
     }
 }
 
+/// The storage position of tile number `tile` (atlas tile order) of an atlas with
+/// `layers` (`first_tile` set) laid out by `order`.
+fn tile_position(layers: &[LayerInfo], order: &StorageOrder, tile: u64) -> Option<u64> {
+    let layer = layers.iter().rposition(|l| l.first_tile <= tile)?;
+    let (mip, x, y) = layers[layer].layout.tile_at_index(tile - layers[layer].first_tile)?;
+    Some(order.position(layer, mip, x, y))
+}
+
 /// One part opened for merging.
 struct Part {
     path: PathBuf,
     file: File,
+    /// The part's size in bytes.
+    len: u64,
     manifest: PartManifest,
     /// `(tile, entry)` in tile order.
     entries: Vec<(u64, TileEntry)>,
@@ -421,8 +489,10 @@ fn read_part(path: &Path) -> Result<Part, ShardError> {
             crc32: u32_at(24),
             codec,
         };
-        if e.offset.checked_add(u64::from(e.length)).is_none_or(|end| end > entries_offset) {
-            return Err(bad(format!("tile {}: its blob lies outside the part", u64_at(0))));
+        if e.offset.checked_add(u64::from(e.length)).is_none_or(|end| end > entries_offset)
+            || !e.offset.is_multiple_of(BLOB_ALIGN)
+        {
+            return Err(bad(format!("tile {}: its blob lies outside the part or is not aligned", u64_at(0))));
         }
         entries.push((u64_at(0), e));
     }
@@ -437,7 +507,7 @@ fn read_part(path: &Path) -> Result<Part, ShardError> {
     if entries.windows(2).any(|w| w[0].0 >= w[1].0) {
         return Err(bad("its tiles are not in tile order: damaged".into()));
     }
-    Ok(Part { path: path.to_path_buf(), file, manifest, entries })
+    Ok(Part { path: path.to_path_buf(), file, len, manifest, entries })
 }
 
 /// The shard counts of the parts in `OUT.shards/` and their indices, from the file names.
@@ -467,146 +537,297 @@ pub struct MergeReport {
     pub parts: u32,
     /// Tiles in the atlas.
     pub tiles: u64,
-    /// Bytes of blobs read from the parts.
+    /// Bytes of blobs read from the parts (0 for a split atlas: none is read).
     pub blob_bytes: u64,
-    /// Size of the atlas written.
+    /// Bytes of the parts' entries and manifests read.
+    pub record_bytes: u64,
+    /// Size of the atlas written (the index object of a split atlas).
     pub file_bytes: u64,
+    /// Size of the atlas' tile data: the blobs of a single file, the data objects of a
+    /// split atlas.
+    pub data_bytes: u64,
+    /// Whether a split atlas was written.
+    pub split: bool,
+}
+
+/// Which atlas [`merge_shards`] writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MergeForm {
+    /// A split atlas: an index object naming the parts as its data objects. Only the
+    /// parts' records are read and only the index is written; the parts must stay.
+    /// Needs format version 2.
+    #[default]
+    Split,
+    /// One file: every blob copied, byte for byte the file of a single-process bake.
+    OneFile,
+}
+
+/// The complete, consistent set of parts of `out`, checked against each other, with the
+/// atlas' layers (`first_tile` set) and storage order.
+struct Parts {
+    dir: PathBuf,
+    parts: Vec<Part>,
+    layers: Vec<LayerInfo>,
+    order: StorageOrder,
+    total: u64,
+}
+
+impl Parts {
+    fn open(out: &Path) -> Result<Self, ShardError> {
+        let dir = shard_dir(out);
+        let present = parts_present(&dir)?;
+        let (&count, indices) = match present.len() {
+            0 => return Err(ShardError::NoParts(dir)),
+            1 => present.iter().next().ok_or_else(|| ShardError::NoParts(dir.clone()))?,
+            _ => {
+                let counts: Vec<String> = present.keys().map(|n| format!("{n}")).collect();
+                return Err(ShardError::Part {
+                    path: dir,
+                    reason: format!(
+                        "parts of bakes cut into {} shards are mixed here; remove the stale ones",
+                        counts.join(" and ")
+                    ),
+                });
+            }
+        };
+        let missing: Vec<String> =
+            (0..count).filter(|i| !indices.contains(i)).map(|i| format!("{i}-of-{count}.part")).collect();
+        if !missing.is_empty() {
+            return Err(ShardError::Part {
+                path: dir,
+                reason: format!("{} of {count} parts missing: {}", missing.len(), missing.join(", ")),
+            });
+        }
+        let mut parts: Vec<Part> = Vec::with_capacity(count as usize);
+        for i in 0..count {
+            let shard = Shard { index: i, count };
+            let part = read_part(&part_path(out, shard))?;
+            let bad = |reason: String| ShardError::Part { path: part.path.clone(), reason };
+            if part.manifest.shard != shard {
+                return Err(bad(format!("holds shard {}, its name says {shard}", part.manifest.shard)));
+            }
+            if let Some(first) = parts.first() {
+                let m = &part.manifest;
+                if (m.fingerprint.as_str(), &m.layers, m.flags, m.format_version)
+                    != (
+                        first.manifest.fingerprint.as_str(),
+                        &first.manifest.layers,
+                        first.manifest.flags,
+                        first.manifest.format_version,
+                    )
+                {
+                    return Err(bad(format!(
+                        "from another bake than {} (other inputs or options): rerun it",
+                        first.path.display()
+                    )));
+                }
+            }
+            parts.push(part);
+        }
+        let manifest = &parts[0].manifest;
+        let layers = manifest.layers.clone();
+        let mut first = 0;
+        for l in &layers {
+            // The layout as the reader would derive it: a forged manifest cannot smuggle one in.
+            let y = l.layout;
+            let valid = TextureLayout::new(y.width(), y.height(), y.tile_size(), y.border()).ok();
+            if valid != Some(y) || l.first_tile != first {
+                return Err(ShardError::Part {
+                    path: parts[0].path.clone(),
+                    reason: format!("layer '{}': invalid layout", l.name),
+                });
+            }
+            first += y.tile_count();
+        }
+        let order = StorageOrder::new(
+            layers.iter().map(|l| l.layout).collect(),
+            manifest.flags & crate::format::atlas::FLAG_STACKED != 0,
+        );
+        let total = first;
+        let mut expect = 0;
+        for p in &parts {
+            let want = Shard { index: p.manifest.shard.index, count }.range(total);
+            if p.manifest.range != [want.start, want.end] || want.start != expect {
+                return Err(ShardError::Part {
+                    path: p.path.clone(),
+                    reason: format!("covers storage positions {:?}, its shard's are {want:?}", p.manifest.range),
+                });
+            }
+            expect = want.end;
+        }
+        Ok(Self { dir, parts, layers, order, total })
+    }
+
+    /// The part holding storage position `pos`, and its number.
+    fn holding(&self, pos: u64) -> Option<(usize, &Part)> {
+        let k = self.parts.partition_point(|p| p.manifest.range[1] <= pos);
+        self.parts.get(k).map(|p| (k, p))
+    }
+
+    /// Bytes of the parts' entries and manifests (what a split merge reads).
+    fn record_bytes(&self) -> u64 {
+        self.parts.iter().map(|p| p.len - p.entries_offset()).sum()
+    }
+}
+
+impl Part {
+    /// Where the part's blobs end: its smallest offset past every blob.
+    fn entries_offset(&self) -> u64 {
+        self.entries.iter().map(|(_, e)| e.offset + u64::from(e.length)).max().unwrap_or(0)
+    }
 }
 
 /// Writes the atlas `out` from the complete set of parts in `OUT.shards/` (all `N` parts
 /// of one shard count, from one bake: same fingerprint, layers, flags and format
-/// version, ranges covering every tile once). Blobs are copied, not decoded: each one is
-/// checked against its CRC-32 and pushed in tile order into an [`AtlasWriter`], so the
-/// atlas is the file a single-process bake writes. The parts are left in place.
-pub fn merge_shards(out: &Path, progress: &dyn Progress) -> Result<MergeReport, ShardError> {
-    let dir = shard_dir(out);
-    let present = parts_present(&dir)?;
-    let (&count, indices) = match present.len() {
-        0 => return Err(ShardError::NoParts(dir)),
-        1 => present.iter().next().ok_or_else(|| ShardError::NoParts(dir.clone()))?,
-        _ => {
-            let counts: Vec<String> = present.keys().map(|n| format!("{n}")).collect();
-            return Err(ShardError::Part {
-                path: dir,
-                reason: format!(
-                    "parts of bakes cut into {} shards are mixed here; remove the stale ones",
-                    counts.join(" and ")
-                ),
-            });
-        }
-    };
-    let missing: Vec<String> =
-        (0..count).filter(|i| !indices.contains(i)).map(|i| format!("{i}-of-{count}.part")).collect();
-    if !missing.is_empty() {
-        return Err(ShardError::Part {
-            path: dir,
-            reason: format!("{} of {count} parts missing: {}", missing.len(), missing.join(", ")),
-        });
+/// version, ranges covering every tile once), without decoding or encoding a tile.
+///
+/// [`MergeForm::Split`] writes only an index object at `out`, naming the parts as its
+/// data objects: the merge reads the parts' records and writes about 24 bytes per tile.
+/// Every tile has the entry (codec, length, CRC-32) of the single-process bake; the
+/// parts must stay where they are. [`MergeForm::OneFile`] copies every blob, checked
+/// against its CRC-32, in tile order into an [`AtlasWriter`], so the atlas is byte for
+/// byte the file of a single-process bake; the parts may be deleted afterwards.
+pub fn merge_shards(out: &Path, form: MergeForm, progress: &dyn Progress) -> Result<MergeReport, ShardError> {
+    let parts = Parts::open(out)?;
+    let version = parts.parts[0].manifest.format_version;
+    match form {
+        MergeForm::Split if version < 2 => Err(ShardError::Part {
+            path: parts.dir,
+            reason: format!(
+                "a split atlas needs format version 2, these parts were baked for version {version}: \
+                 merge them into one file (--one-file)"
+            ),
+        }),
+        MergeForm::Split => merge_split(out, &parts, progress),
+        MergeForm::OneFile => merge_one_file(out, &parts, progress),
     }
-    let mut parts = Vec::with_capacity(count as usize);
-    for i in 0..count {
-        let shard = Shard { index: i, count };
-        let part = read_part(&part_path(out, shard))?;
-        let bad = |reason: String| ShardError::Part { path: part.path.clone(), reason };
-        if part.manifest.shard != shard {
-            return Err(bad(format!("holds shard {}, its name says {shard}", part.manifest.shard)));
-        }
-        if let Some(first) = parts.first() {
-            let first: &Part = first;
-            let m = &part.manifest;
-            if (m.fingerprint.as_str(), &m.layers, m.flags, m.format_version)
-                != (
-                    first.manifest.fingerprint.as_str(),
-                    &first.manifest.layers,
-                    first.manifest.flags,
-                    first.manifest.format_version,
-                )
-            {
-                return Err(bad(format!(
-                    "from another bake than {} (other inputs or options): rerun it",
-                    first.path.display()
-                )));
-            }
-        }
-        parts.push(part);
+}
+
+/// The tile at storage position `pos`'s entry in `part` (cursor `at`), checked to be
+/// `tile`.
+fn next_entry(part: &Part, at: usize, tile: u64) -> Result<TileEntry, ShardError> {
+    let bad = |reason: String| ShardError::Part { path: part.path.clone(), reason };
+    let (t, e) = *part.entries.get(at).ok_or_else(|| bad(format!("tile {tile} is missing")))?;
+    if t != tile {
+        return Err(bad(format!("holds tile {t} where tile {tile} belongs: damaged or from another bake")));
     }
-    let manifest = &parts[0].manifest;
-    for l in &manifest.layers {
-        // The layout as the reader would derive it: a forged manifest cannot smuggle one in.
-        let y = l.layout;
-        let valid = TextureLayout::new(y.width(), y.height(), y.tile_size(), y.border()).ok();
-        if valid != Some(y) {
-            return Err(ShardError::Part {
-                path: parts[0].path.clone(),
-                reason: format!("layer '{}': invalid layout", l.name),
-            });
-        }
-    }
-    // The writer numbers the layers' first tiles itself.
-    let mut writer = AtlasWriter::create_with_flags(out, manifest.layers.clone(), manifest.flags)?;
+    Ok(e)
+}
+
+fn merge_one_file(out: &Path, parts: &Parts, progress: &dyn Progress) -> Result<MergeReport, ShardError> {
+    let manifest = &parts.parts[0].manifest;
+    let mut writer = AtlasWriter::create_with_flags(out, parts.layers.clone(), manifest.flags)?;
     writer.set_format_version(manifest.format_version)?;
-    let layers = writer.layers().to_vec();
-    let order = StorageOrder::new(
-        layers.iter().map(|l| l.layout).collect(),
-        manifest.flags & crate::format::atlas::FLAG_STACKED != 0,
-    );
-    let total: u64 = layers.iter().map(|l| l.layout.tile_count()).sum();
-    let mut expect = 0;
-    for p in &parts {
-        let want = Shard { index: p.manifest.shard.index, count }.range(total);
-        if p.manifest.range != [want.start, want.end] || want.start != expect {
-            return Err(ShardError::Part {
-                path: p.path.clone(),
-                reason: format!("covers storage positions {:?}, its shard's are {want:?}", p.manifest.range),
-            });
-        }
-        expect = want.end;
-    }
-    // Each part's tiles must be exactly those of its range: checked as they are merged.
-    let position = |tile: u64| -> Option<u64> {
-        let layer = layers.iter().rposition(|l| l.first_tile <= tile)?;
-        let (mip, x, y) = layers[layer].layout.tile_at_index(tile - layers[layer].first_tile)?;
-        Some(order.position(layer, mip, x, y))
-    };
-    progress.set_length(total);
+    progress.set_length(parts.total);
     progress.set_message("merging shard parts");
-    let mut cursors = vec![0usize; parts.len()];
+    let mut cursors = vec![0usize; parts.parts.len()];
     let (mut blob, mut blob_bytes) = (Vec::new(), 0u64);
-    for tile in 0..total {
-        let pos = position(tile).ok_or_else(|| ShardError::Part {
-            path: dir.clone(),
-            reason: format!("tile {tile} has no place"),
-        })?;
-        // The part whose range holds the tile.
-        let k = parts.partition_point(|p| p.manifest.range[1] <= pos);
-        let part = parts.get(k).ok_or_else(|| ShardError::Part {
-            path: dir.clone(),
-            reason: format!("tile {tile}: no part holds it"),
-        })?;
-        let bad = |reason: String| ShardError::Part { path: part.path.clone(), reason };
-        let (t, e) = *part.entries.get(cursors[k]).ok_or_else(|| bad(format!("tile {tile} is missing")))?;
-        if t != tile {
-            return Err(bad(format!(
-                "holds tile {t} where tile {tile} belongs: damaged or from another bake"
-            )));
-        }
+    for tile in 0..parts.total {
+        let no_place = || ShardError::Part { path: parts.dir.clone(), reason: format!("tile {tile}: no part holds it") };
+        let pos = tile_position(&parts.layers, &parts.order, tile).ok_or_else(no_place)?;
+        let (k, part) = parts.holding(pos).ok_or_else(no_place)?;
+        let e = next_entry(part, cursors[k], tile)?;
         cursors[k] += 1;
         blob.resize(e.length as usize, 0);
         part.file
             .read_exact_at(&mut blob, e.offset)
             .map_err(|source| ShardError::Io { path: part.path.clone(), source })?;
         if crc32fast::hash(&blob) != e.crc32 {
-            return Err(bad(format!(
-                "tile {tile}: its blob fails its CRC-32: damaged, rerun shard {}",
-                part.manifest.shard
-            )));
+            return Err(ShardError::Part {
+                path: part.path.clone(),
+                reason: format!("tile {tile}: its blob fails its CRC-32: damaged, rerun shard {}", part.manifest.shard),
+            });
         }
         writer.push_tile(&blob, e.codec, e.raw_length)?;
         blob_bytes += u64::from(e.length);
         progress.inc(1);
     }
     let file_bytes = writer.finish()?;
-    Ok(MergeReport { parts: count, tiles: total, blob_bytes, file_bytes })
+    Ok(MergeReport {
+        parts: parts.parts.len() as u32,
+        tiles: parts.total,
+        blob_bytes,
+        record_bytes: parts.record_bytes(),
+        file_bytes,
+        data_bytes: file_bytes,
+        split: false,
+    })
+}
+
+fn merge_split(out: &Path, parts: &Parts, progress: &dyn Progress) -> Result<MergeReport, ShardError> {
+    progress.set_length(parts.total);
+    progress.set_message("indexing shard parts");
+    // Entries in storage order, each with its part's number.
+    let mut entries: Vec<Option<(usize, TileEntry)>> = vec![None; parts.total as usize];
+    let mut stored_bytes = 0;
+    for (k, part) in parts.parts.iter().enumerate() {
+        let range = part.manifest.range[0]..part.manifest.range[1];
+        let mut distinct = std::collections::HashSet::new();
+        for &(tile, e) in &part.entries {
+            let pos = tile_position(&parts.layers, &parts.order, tile).filter(|p| range.contains(p));
+            let slot = pos.and_then(|p| entries.get_mut(p as usize)).filter(|s| s.is_none());
+            let Some(slot) = slot else {
+                return Err(ShardError::Part {
+                    path: part.path.clone(),
+                    reason: format!("holds tile {tile}, which is not its shard's (or twice): damaged"),
+                });
+            };
+            *slot = Some((k, e));
+            if distinct.insert(e.offset) {
+                stored_bytes += u64::from(e.length);
+            }
+            progress.inc(1);
+        }
+    }
+    // Every part holds as many distinct tiles of its range as the range has positions.
+    let entries: Vec<(usize, TileEntry)> = entries.into_iter().flatten().collect();
+    if entries.len() as u64 != parts.total {
+        return Err(ShardError::Part { path: parts.dir.clone(), reason: "tiles missing from the parts".into() });
+    }
+    let file_name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let objects: Vec<DataObject> = parts
+        .parts
+        .iter()
+        .map(|p| DataObject {
+            name: format!("{file_name}.shards/{}-of-{}.part", p.manifest.shard.index, p.manifest.shard.count),
+            size: p.len,
+        })
+        .collect();
+    for o in &objects {
+        split::check_name(&o.name).map_err(|why| ShardError::Part {
+            path: out.to_path_buf(),
+            reason: format!("cannot name data object {:?}: {why}", o.name),
+        })?;
+    }
+    let manifest = &parts.parts[0].manifest;
+    let index = split::index_object(&parts.layers, manifest.flags, &objects, &entries, stored_bytes);
+    write_atomically(out, &index)?;
+    Ok(MergeReport {
+        parts: parts.parts.len() as u32,
+        tiles: parts.total,
+        blob_bytes: 0,
+        record_bytes: parts.record_bytes(),
+        file_bytes: index.len() as u64,
+        data_bytes: objects.iter().map(|o| o.size).sum(),
+        split: true,
+    })
+}
+
+/// Writes `bytes` to `dest` through a temporary file beside it: written, fsynced,
+/// renamed into place.
+fn write_atomically(dest: &Path, bytes: &[u8]) -> Result<(), ShardError> {
+    crate::bake::overwrite::check_output_file(dest)
+        .map_err(|e| AtlasError::NotAFile { path: e.path, kind: e.kind })?;
+    let file_name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut tmp = TempPath::new(dest.with_file_name(temp_name(&format!(".{file_name}."), "")));
+    let io = |source| ShardError::Io { path: dest.to_path_buf(), source };
+    let mut f = File::create(tmp.path()).map_err(io)?;
+    f.write_all(bytes).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    drop(f);
+    AtlasWriter::publish(&mut tmp, dest)?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -618,6 +839,7 @@ mod tests {
     use crate::bake::mosaic::{Mosaic, MosaicCrop};
     use crate::bake::source::Generated;
     use crate::bake::{BakeInput, BakeOptions, bake};
+    use crate::format::atlas::Atlas;
 
     fn inputs() -> Vec<BakeInput> {
         // A plain generated layer and a mosaic whose cells repeat (tile keys: copies).
@@ -653,15 +875,77 @@ mod tests {
                 }
             }
             assert!(!out.exists(), "a shard writes its part only");
-            let report = merge_shards(&out, &NoProgress).unwrap();
+            let report = merge_shards(&out, MergeForm::OneFile, &NoProgress).unwrap();
             assert_eq!((report.parts, report.tiles), (count, tiles));
             assert_eq!(
                 std::fs::read(&out).unwrap(),
                 std::fs::read(&whole).unwrap(),
                 "{codec} {count} shards v{version}"
             );
-            assert!(crate::format::atlas::Atlas::open(&out).unwrap().verify(&NoProgress).is_empty());
+            assert!(Atlas::open(&out).unwrap().verify(&NoProgress).is_empty());
         }
+    }
+
+    #[test]
+    fn a_split_merge_reads_only_records_and_equals_the_single_bake_tile_for_tile() {
+        let dir = tempfile::tempdir().unwrap();
+        for (codec, count) in [(Codec::Lz4, 3), (Codec::Etc1s, 4), (Codec::Raw, 1)] {
+            let whole = dir.path().join(format!("whole-{codec}-{count}.tsa"));
+            bake(inputs(), &whole, &opts(codec, None), &NoProgress).unwrap();
+            let out = dir.path().join(format!("split-{codec}-{count}.tsa"));
+            for i in 0..count {
+                bake(inputs(), &out, &opts(codec, Shard::new(i, count)), &NoProgress).unwrap();
+            }
+            let report = merge_shards(&out, MergeForm::Split, &NoProgress).unwrap();
+            assert!(report.split && report.blob_bytes == 0);
+            let (a, b) = (Atlas::open(&whole).unwrap(), Atlas::open(&out).unwrap());
+            assert!(b.is_split() && b.data_objects().len() == count as usize);
+            assert_eq!(report.file_bytes, b.file_size());
+            // The merge read the parts' records and wrote the index: a few % of the data
+            // for these tiny tiles (far below 1% for real tile sizes; BENCHMARKS.md).
+            assert!(report.record_bytes + report.file_bytes < report.data_bytes, "{report:?}");
+            assert!(b.verify(&NoProgress).is_empty(), "{codec} {count}");
+            for (i, layer) in a.layers().iter().enumerate() {
+                for t in layer.layout.tiles(i as u16) {
+                    let (ea, eb) = (a.entry(t).unwrap(), b.entry(t).unwrap());
+                    assert_eq!((ea.codec, ea.length, ea.crc32), (eb.codec, eb.length, eb.crc32), "{t}");
+                    assert_eq!(a.read_tile(t).unwrap(), b.read_tile(t).unwrap(), "{t}");
+                }
+            }
+            // Repeats are stored once per shard, not once per atlas.
+            assert!(b.stored_bytes() >= a.stored_bytes() && (count > 1 || b.stored_bytes() == a.stored_bytes()));
+        }
+        // Version 1 cannot be split.
+        let out = dir.path().join("v1.tsa");
+        let o = BakeOptions { format_version: 1, ..opts(Codec::Lz4, Shard::new(0, 1)) };
+        bake(inputs(), &out, &o, &NoProgress).unwrap();
+        let e = merge_shards(&out, MergeForm::Split, &NoProgress).unwrap_err().to_string();
+        assert!(e.contains("version 2") && e.contains("--one-file"), "{e}");
+    }
+
+    #[test]
+    fn a_split_atlas_whose_part_changed_is_refused_or_reports_its_tiles() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("a.tsa");
+        for i in 0..2 {
+            bake(inputs(), &out, &opts(Codec::Lz4, Shard::new(i, 2)), &NoProgress).unwrap();
+        }
+        merge_shards(&out, MergeForm::Split, &NoProgress).unwrap();
+        let part = part_path(&out, Shard::new(1, 2).unwrap());
+        let mut bytes = std::fs::read(&part).unwrap();
+        // A flipped blob byte: that tile fails its CRC, the rest read.
+        bytes[20] ^= 0xFF;
+        std::fs::write(&part, &bytes).unwrap();
+        let a = Atlas::open(&out).unwrap();
+        let errors = a.verify(&NoProgress);
+        assert!(!errors.is_empty() && errors.iter().all(|e| matches!(e, AtlasError::TileChecksum { .. })), "{errors:?}");
+        // A part of another size: refused at open, naming it.
+        std::fs::write(&part, &bytes[..bytes.len() - 1]).unwrap();
+        let e = Atlas::open(&out).unwrap_err().to_string();
+        assert!(e.contains("1-of-2.part") && e.contains("its index says"), "{e}");
+        std::fs::remove_file(&part).unwrap();
+        let e = Atlas::open(&out).unwrap_err().to_string();
+        assert!(e.contains("1-of-2.part"), "{e}");
     }
 
     #[test]
@@ -671,12 +955,12 @@ mod tests {
         for i in [0, 2] {
             bake(inputs(), &out, &opts(Codec::Lz4, Shard::new(i, 3)), &NoProgress).unwrap();
         }
-        let e = merge_shards(&out, &NoProgress).unwrap_err().to_string();
+        let e = merge_shards(&out, MergeForm::OneFile, &NoProgress).unwrap_err().to_string();
         assert!(e.contains("1 of 3 parts missing: 1-of-3.part"), "{e}");
         // Shard 1 of another bake (other quality).
         let other = BakeOptions { quality: 64, ..opts(Codec::Lz4, Shard::new(1, 3)) };
         bake(inputs(), &out, &other, &NoProgress).unwrap();
-        let e = merge_shards(&out, &NoProgress).unwrap_err().to_string();
+        let e = merge_shards(&out, MergeForm::OneFile, &NoProgress).unwrap_err().to_string();
         assert!(e.contains("1-of-3.part") && e.contains("another bake"), "{e}");
         bake(inputs(), &out, &opts(Codec::Lz4, Shard::new(1, 3)), &NoProgress).unwrap();
         // A flipped byte in a blob, then a cut part.
@@ -684,17 +968,17 @@ mod tests {
         let mut bytes = std::fs::read(&part).unwrap();
         bytes[10] ^= 1;
         std::fs::write(&part, &bytes).unwrap();
-        let e = merge_shards(&out, &NoProgress).unwrap_err().to_string();
+        let e = merge_shards(&out, MergeForm::OneFile, &NoProgress).unwrap_err().to_string();
         assert!(e.contains("1-of-3.part") && e.contains("CRC-32"), "{e}");
         std::fs::write(&part, &bytes[..bytes.len() - 5]).unwrap();
-        let e = merge_shards(&out, &NoProgress).unwrap_err().to_string();
+        let e = merge_shards(&out, MergeForm::OneFile, &NoProgress).unwrap_err().to_string();
         assert!(e.contains("1-of-3.part") && e.contains("truncated"), "{e}");
         assert!(!out.exists(), "no atlas from a failed merge");
         // Parts of a 2-shard bake beside them.
         bake(inputs(), &out, &opts(Codec::Lz4, Shard::new(0, 2)), &NoProgress).unwrap();
-        let e = merge_shards(&out, &NoProgress).unwrap_err().to_string();
+        let e = merge_shards(&out, MergeForm::OneFile, &NoProgress).unwrap_err().to_string();
         assert!(e.contains("2 and 3 shards are mixed"), "{e}");
-        let e = merge_shards(&dir.path().join("none.tsa"), &NoProgress).unwrap_err().to_string();
+        let e = merge_shards(&dir.path().join("none.tsa"), MergeForm::OneFile, &NoProgress).unwrap_err().to_string();
         assert!(e.contains("no shard parts"), "{e}");
     }
 

@@ -36,8 +36,12 @@ pub const MAX_NAME_BYTES: usize = 32;
 /// streamed, made resident and evicted together, and layer 0 is the one the page
 /// table and feedback index (albedo, normal, ORM of one material atlas).
 pub const FLAG_STACKED: u32 = 1;
+/// Header flag bit 1 (version 2 only): a *split* atlas. This file is only the index
+/// object; the blobs lie in the data objects its object table names (the parts of a
+/// sharded bake). See [`split`](super::split).
+pub const FLAG_SPLIT: u32 = 2;
 /// Every header flag bit this build understands; a reader rejects any other bit.
-pub const KNOWN_FLAGS: u32 = FLAG_STACKED;
+pub const KNOWN_FLAGS: u32 = FLAG_STACKED | FLAG_SPLIT;
 
 /// The little-endian `u32` at byte `at` of `b`.
 pub(super) fn rd_u32(b: &[u8], at: usize) -> u32 {

@@ -8,6 +8,7 @@ pub mod order;
 mod reader;
 #[cfg(feature = "remote")]
 pub mod remote;
+pub mod split;
 mod summary;
 mod writer;
 
@@ -21,7 +22,7 @@ use crate::format::tile::TextureLayout;
 
 pub use error::AtlasError;
 pub use header::{
-    BLOB_ALIGN, ENTRY_BYTES, FLAG_STACKED, HEADER_BYTES, KNOWN_FLAGS, LAYER_BYTES, MAGIC, MAX_NAME_BYTES,
+    BLOB_ALIGN, ENTRY_BYTES, FLAG_SPLIT, FLAG_STACKED, HEADER_BYTES, KNOWN_FLAGS, LAYER_BYTES, MAGIC, MAX_NAME_BYTES,
     MAX_PAGE_ENTRIES, MIN_PAGE_ENTRIES, OLDEST_VERSION, ROOT_FIXED_BYTES, ROOT_LIMIT, VERSION, truncate_name,
 };
 pub use reader::{Atlas, INDEX_READ_AHEAD_BYTES, PAGE_CACHE_BYTES};
@@ -29,6 +30,7 @@ pub use reader::{Atlas, INDEX_READ_AHEAD_BYTES, PAGE_CACHE_BYTES};
 pub use disk_cache::DiskCacheStats;
 pub use summary::{AtlasSummary, LayerSummary, MipSummary};
 pub use writer::AtlasWriter;
+pub(crate) use writer::blob_hash;
 
 /// URL schemes of remote atlases (`s3://`, `http://`, `https://`): [`Atlas::open`] reads
 /// such a location over the network (with the `remote` feature, on by default).

@@ -13,10 +13,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::header::{
-    BLOB_ALIGN, ENTRY_BYTES, FLAG_STACKED, HEADER_BYTES, Header, KNOWN_FLAGS, LAYER_BYTES, MAGIC,
+    BLOB_ALIGN, ENTRY_BYTES, FLAG_SPLIT, FLAG_STACKED, HEADER_BYTES, Header, KNOWN_FLAGS, LAYER_BYTES, MAGIC,
     MAX_NAME_BYTES, OLDEST_VERSION, ROOT_FIXED_BYTES, ROOT_LIMIT, Root, VERSION, rd_u32, rd_u64,
 };
 use super::order::StorageOrder;
+use super::split::{self, DataObject};
 use super::{AtlasError, ColorSpace, LayerInfo, TileEntry, Wrap, stacked_mismatch};
 use crate::format::codec::Codec;
 use crate::format::tile::{MAX_LAYERS, TextureLayout, TileId};
@@ -155,6 +156,20 @@ pub struct Atlas {
     flags: u32,
     version: u32,
     paged: Option<Paged>,
+    /// A split atlas' data objects (empty for a single file), in table order.
+    data: Vec<DataStore>,
+    /// End of the blob address space: the file's length, or for a split atlas the end
+    /// of its last data object in the virtual file.
+    data_end: u64,
+}
+
+/// One data object of a split atlas, opened.
+struct DataStore {
+    /// Its first byte's offset in the virtual file.
+    base: u64,
+    object: DataObject,
+    location: PathBuf,
+    store: Store,
 }
 
 impl std::fmt::Debug for Atlas {
@@ -201,10 +216,16 @@ impl Atlas {
             .filter(|&end| end <= header.data_offset && header.data_offset <= len)
             .ok_or_else(|| invalid("index or data offsets".into()))?;
         let v2 = header.version >= 2;
+        let split = header.flags & FLAG_SPLIT != 0;
+        if split && !v2 {
+            return Err(invalid("split flag on a version-1 file".into()));
+        }
+        // A split atlas' object table follows the root directory.
+        let table_limit = if split { split::MAX_TABLE_BYTES } else { 0 };
         let meta_end = if v2 {
             // The root directory within 16 KiB after the layer table (the whole head
             // within the first 16 KiB unless there are hundreds of layers).
-            if header.index_offset > table_end + ROOT_LIMIT as u64
+            if header.index_offset > table_end + ROOT_LIMIT as u64 + table_limit
                 || header.index_offset < table_end + ROOT_FIXED_BYTES as u64
                 || header.data_offset != index_end.next_multiple_of(BLOB_ALIGN)
             {
@@ -221,20 +242,27 @@ impl Atlas {
             usize::try_from(meta_end).map_err(|_| invalid("tile index larger than memory".into()))?;
         let mut meta = vec![0u8; meta_len];
         file.read_exact_at(&mut meta, 0).map_err(io)?;
+        let mut objects = Vec::new();
         let (crc_end, root) = if v2 {
             let root = Root::decode(&meta[table_end as usize..]).map_err(invalid)?;
             let pages = root.page_crcs.len() as u64;
             let root_end = table_end + Root::encoded_len(pages);
+            let mut head_end = root_end;
+            if split {
+                let (table, table_len) = split::decode_table(meta.get(root_end as usize..).unwrap_or_default())
+                    .map_err(invalid)?;
+                objects = table;
+                head_end += table_len as u64;
+            }
             if pages != header.tile_count.div_ceil(u64::from(root.page_entries))
-                || header.index_offset != root_end.next_multiple_of(BLOB_ALIGN)
-                || root.stored_bytes > len
+                || header.index_offset != head_end.next_multiple_of(BLOB_ALIGN)
             {
                 return Err(invalid(format!(
                     "root directory: {pages} index pages of {} entries for {} tiles",
                     root.page_entries, header.tile_count
                 )));
             }
-            (root_end as usize, Some(root))
+            (head_end as usize, Some(root))
         } else {
             (meta.len(), None)
         };
@@ -243,6 +271,17 @@ impl Atlas {
             return Err(AtlasError::Checksum { path, what });
         }
         let layers = read_layers(&meta, &header, &path)?;
+        let (data, data_end) = if split {
+            if header.data_offset != len {
+                return Err(invalid("a split atlas' index object holds blobs".into()));
+            }
+            Self::open_data(&path, remote, header.data_offset, objects)?
+        } else {
+            (Vec::new(), len)
+        };
+        if root.as_ref().is_some_and(|r| r.stored_bytes > data_end) {
+            return Err(invalid("root directory: more blob bytes than the file holds".into()));
+        }
         let paged = root.as_ref().map(|r| Paged {
             order: StorageOrder::new(
                 layers.iter().map(|l| l.layout).collect(),
@@ -265,6 +304,8 @@ impl Atlas {
             flags: header.flags,
             version: header.version,
             paged,
+            data,
+            data_end,
         };
         if !v2 {
             atlas.stored_bytes = atlas.check_index()?;
@@ -350,13 +391,118 @@ impl Atlas {
         File::open(path).map(Store::File)
     }
 
-    /// The network counters of a remote atlas (`None` for a local file).
+    /// Opens the data objects of a split atlas at `path` (beside it, or under the same
+    /// URL prefix; remote ones concurrently) and checks that each has the size its
+    /// index object says. Returns them and the end of the virtual file.
+    fn open_data(
+        path: &Path,
+        remote: &super::RemoteOptions,
+        data_offset: u64,
+        objects: Vec<DataObject>,
+    ) -> Result<(Vec<DataStore>, u64), AtlasError> {
+        let invalid = |what: String| AtlasError::Invalid { path: path.to_path_buf(), what };
+        let bases = split::bases(data_offset, &objects).ok_or_else(|| invalid("data objects too large".into()))?;
+        let end = bases.last().zip(objects.last()).map_or(data_offset, |(b, o)| b + o.size);
+        let open = |o: &DataObject| {
+            let location = split::resolve(path, &o.name);
+            let opened = Self::open_store(&location, remote).and_then(|s| Ok((s.len()?, s)));
+            (location, opened)
+        };
+        let opened: Vec<_> = if objects.len() > 1 && super::is_remote_location(path) {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = objects.iter().map(|o| s.spawn(move || open(o))).collect();
+                handles.into_iter().zip(&objects).map(|(h, o)| h.join().unwrap_or_else(|_| open(o))).collect()
+            })
+        } else {
+            objects.iter().map(open).collect()
+        };
+        let mut data = Vec::with_capacity(objects.len());
+        for ((object, base), (location, opened)) in objects.into_iter().zip(bases).zip(opened) {
+            let (len, store) = opened.map_err(|source| AtlasError::Io {
+                path: location.clone(),
+                source: std::io::Error::new(
+                    source.kind(),
+                    format!("data object of split atlas {}: {source}", path.display()),
+                ),
+            })?;
+            if len != object.size {
+                return Err(AtlasError::Invalid {
+                    path: location,
+                    what: format!(
+                        "data object of split atlas {} is {len} bytes, its index says {} \
+                         (replaced or damaged since the merge: rerun the merge, or the shard)",
+                        path.display(),
+                        object.size
+                    ),
+                });
+            }
+            data.push(DataStore { base, object, location, store });
+        }
+        Ok((data, end))
+    }
+
+    /// The data object of a split atlas that holds virtual offset `offset` (`None` for
+    /// a single file).
+    fn data_at(&self, offset: u64) -> Option<&DataStore> {
+        let k = self.data.partition_point(|d| d.base <= offset).checked_sub(1)?;
+        self.data.get(k)
+    }
+
+    /// Where the blob at `offset` is read: the store and the offset in it.
+    fn blob_store(&self, offset: u64) -> (&Store, u64) {
+        match self.data_at(offset) {
+            Some(d) => (&d.store, offset - d.base),
+            None => (&self.file, offset),
+        }
+    }
+
+    /// A split atlas' data objects, as its index object names them, and where they were
+    /// opened from (empty for a single-file atlas).
+    pub fn data_objects(&self) -> Vec<(DataObject, PathBuf)> {
+        self.data.iter().map(|d| (d.object.clone(), d.location.clone())).collect()
+    }
+
+    /// Whether this is a split atlas: an index object naming data objects.
+    pub fn is_split(&self) -> bool {
+        !self.data.is_empty()
+    }
+
+    /// The network counters of a remote atlas (`None` for a local file): for a split
+    /// atlas, its index object's and data objects' requests together (latencies: those
+    /// of the object that made the most requests).
     pub fn network_stats(&self) -> Option<super::NetworkStats> {
-        match &self.file {
+        let stats = |s: &Store| match s {
             #[cfg(feature = "remote")]
             Store::Remote(r) => Some(r.stats()),
             Store::File(_) => None,
+        };
+        let mut total = stats(&self.file)?;
+        let mut most = total.requests;
+        for d in &self.data {
+            let Some(n) = stats(&d.store) else { continue };
+            if n.requests > most {
+                most = n.requests;
+                (total.latency_p50_ms, total.latency_p95_ms) = (n.latency_p50_ms, n.latency_p95_ms);
+            }
+            total.offline |= n.offline;
+            total.requests += n.requests;
+            total.failures += n.failures;
+            total.cancelled += n.cancelled;
+            total.bytes += n.bytes;
+            total.blobs += n.blobs;
+            total.blob_bytes += n.blob_bytes;
+            total.in_flight += n.in_flight;
+            if let (Some(t), Some(c)) = (&mut total.disk_cache, n.disk_cache) {
+                t.hits += c.hits;
+                t.misses += c.misses;
+                t.hit_bytes += c.hit_bytes;
+                t.writes += c.writes;
+                t.evictions += c.evictions;
+                t.rejected += c.rejected;
+                t.bytes += c.bytes;
+            }
         }
+        Some(total)
     }
 
     /// Whether the atlas is read over the network.
@@ -483,10 +629,13 @@ impl Atlas {
     /// Whether `e` points at an aligned blob inside the data, of the decoded size
     /// `expect_raw`.
     fn entry_in_data(&self, e: &TileEntry, expect_raw: u64) -> bool {
+        let Some(end) = e.offset.checked_add(u64::from(e.length)) else { return false };
         e.offset >= self.data_offset
             && e.offset.is_multiple_of(BLOB_ALIGN)
-            && e.offset.checked_add(u64::from(e.length)).is_some_and(|end| end <= self.len)
+            && end <= self.data_end
             && u64::from(e.raw_length) == expect_raw
+            // In a split atlas, inside one data object.
+            && self.data_at(e.offset).is_none_or(|d| end <= d.base + d.object.size)
     }
 
     /// The format version of the file (1 or 2).
@@ -550,7 +699,8 @@ impl Atlas {
     /// [`AtlasError::TileChecksum`], never a crash.
     pub fn read_tile(&self, tile: TileId) -> Result<Vec<u8>, AtlasError> {
         let e = self.entry(tile)?;
-        let blob = self.file.read_blob(e.offset, e.length, e.crc32);
+        let (store, at) = self.blob_store(e.offset);
+        let blob = store.read_blob(at, e.length, e.crc32);
         self.checked_blob(tile, &e, blob)
     }
 
@@ -567,25 +717,54 @@ impl Atlas {
         keep: &dyn Fn(usize) -> bool,
     ) -> Vec<Result<Vec<u8>, AtlasError>> {
         #[cfg(feature = "remote")]
-        if let Store::Remote(r) = &self.file {
+        if self.is_remote() {
             self.load_pages_for(tiles);
             let entries: Vec<Result<TileEntry, AtlasError>> = tiles.iter().map(|&t| self.entry(t)).collect();
-            let found: Vec<(usize, TileEntry)> =
-                entries.iter().enumerate().filter_map(|(i, e)| Some((i, *e.as_ref().ok()?))).collect();
-            let blobs: Vec<(u64, u32, u32)> =
-                found.iter().map(|(_, e)| (e.offset, e.length, e.crc32)).collect();
-            let mut got = r.read_blobs(&blobs, &|k| keep(found[k].0)).into_iter();
+            // The tiles found, grouped by the object holding them (one group for a
+            // single file): each object's ranges are coalesced and fetched on their own.
+            let mut groups: std::collections::BTreeMap<usize, Vec<(usize, TileEntry)>> = Default::default();
+            for (i, e) in entries.iter().enumerate() {
+                if let Ok(e) = e {
+                    let k = self.data.partition_point(|d| d.base <= e.offset);
+                    groups.entry(k).or_default().push((i, *e));
+                }
+            }
             let mut out: Vec<Result<Vec<u8>, AtlasError>> =
                 entries.into_iter().map(|e| e.map(|_| Vec::new())).collect();
-            for (i, e) in &found {
-                let tile = tiles[*i];
-                out[*i] = match got.next() {
-                    Some(Err(super::remote::RemoteError::Cancelled)) => {
-                        Err(AtlasError::Cancelled { path: self.path.clone(), tile })
-                    }
-                    Some(r) => self.checked_blob(tile, e, r.map_err(ReadError::from_remote)),
-                    None => Err(AtlasError::Cancelled { path: self.path.clone(), tile }),
+            let read_group = |k: usize, found: &[(usize, TileEntry)]| -> Vec<Result<Vec<u8>, AtlasError>> {
+                let (store, base) = match k.checked_sub(1).and_then(|j| self.data.get(j)) {
+                    Some(d) => (&d.store, d.base),
+                    None => (&self.file, 0),
                 };
+                let Store::Remote(r) = store else {
+                    return found.iter().map(|(i, _)| self.read_tile(tiles[*i])).collect();
+                };
+                let blobs: Vec<(u64, u32, u32)> =
+                    found.iter().map(|(_, e)| (e.offset - base, e.length, e.crc32)).collect();
+                let mut got = r.read_blobs(&blobs, &|j| keep(found[j].0)).into_iter();
+                found
+                    .iter()
+                    .map(|(i, e)| {
+                        let tile = tiles[*i];
+                        match got.next() {
+                            Some(Err(super::remote::RemoteError::Cancelled)) | None => {
+                                Err(AtlasError::Cancelled { path: self.path.clone(), tile })
+                            }
+                            Some(r) => self.checked_blob(tile, e, r.map_err(ReadError::from_remote)),
+                        }
+                    })
+                    .collect()
+            };
+            // One object after the other (a batch of neighbouring tiles rarely spans two
+            // shards' data objects); each object's ranges are fetched concurrently.
+            let results: Vec<_> = groups.iter().map(|(&k, found)| (found, read_group(k, found))).collect();
+            for (found, got) in results {
+                let mut got = got.into_iter();
+                for (i, _) in found {
+                    out[*i] = got
+                        .next()
+                        .unwrap_or_else(|| Err(AtlasError::Cancelled { path: self.path.clone(), tile: tiles[*i] }));
+                }
             }
             return out;
         }
@@ -750,41 +929,44 @@ impl Atlas {
                 r
             })
             .collect();
-        if let Some(e) = self.check_padding() {
+        // A split atlas' data objects hold their parts' own records between the blobs.
+        if let Some(e) = if self.is_split() { self.check_overlap().err() } else { self.check_padding() } {
             errors.push(e);
         }
         errors
     }
 
-    /// Every byte between the index and the end of the file belongs to a blob or is zero padding.
-    fn check_padding(&self) -> Option<AtlasError> {
+    /// Blobs are identical or disjoint, and (version 2) add up to the root directory's
+    /// stored bytes. Returns the blobs' spans, sorted.
+    fn check_overlap(&self) -> Result<Vec<(u64, u64)>, AtlasError> {
         let mut spans: Vec<(u64, u64)> = (0..self.tile_count)
             .filter_map(|i| self.entry_at(i).ok())
             .map(|e| (e.offset, e.offset + u64::from(e.length)))
             .collect();
         // Version 2 checks this here rather than when opening (its index is not read whole).
         match shared_spans(&mut spans) {
-            Err((a, b)) => {
-                return Some(AtlasError::Invalid {
-                    path: self.path.clone(),
-                    what: format!(
-                        "tile index: blobs [{}, {}) and [{}, {}) partially overlap \
-                         (blobs must be identical or disjoint)",
-                        a.0, a.1, b.0, b.1
-                    ),
-                });
-            }
-            Ok(stored) if stored != self.stored_bytes => {
-                return Some(AtlasError::Invalid {
-                    path: self.path.clone(),
-                    what: format!(
-                        "root directory says {} bytes of blobs, the index {stored}",
-                        self.stored_bytes
-                    ),
-                });
-            }
-            Ok(_) => {}
+            Err((a, b)) => Err(AtlasError::Invalid {
+                path: self.path.clone(),
+                what: format!(
+                    "tile index: blobs [{}, {}) and [{}, {}) partially overlap \
+                     (blobs must be identical or disjoint)",
+                    a.0, a.1, b.0, b.1
+                ),
+            }),
+            Ok(stored) if stored != self.stored_bytes => Err(AtlasError::Invalid {
+                path: self.path.clone(),
+                what: format!("root directory says {} bytes of blobs, the index {stored}", self.stored_bytes),
+            }),
+            Ok(_) => Ok(spans),
         }
+    }
+
+    /// Every byte between the index and the end of the file belongs to a blob or is zero padding.
+    fn check_padding(&self) -> Option<AtlasError> {
+        let spans = match self.check_overlap() {
+            Ok(s) => s,
+            Err(e) => return Some(e),
+        };
         let index_end = self.index_offset + self.tile_count * ENTRY_BYTES as u64;
         let mut pos = index_end;
         let end_of_file = (self.len, self.len);

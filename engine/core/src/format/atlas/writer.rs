@@ -11,7 +11,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::header::{
-    BLOB_ALIGN, ENTRY_BYTES, FLAG_STACKED, HEADER_BYTES, Header, KNOWN_FLAGS, LAYER_BYTES, OLDEST_VERSION,
+    BLOB_ALIGN, ENTRY_BYTES, FLAG_SPLIT, FLAG_STACKED, HEADER_BYTES, Header, KNOWN_FLAGS, LAYER_BYTES, OLDEST_VERSION,
     Root, VERSION, encode_entry, encode_layer, page_entries_for,
 };
 use super::order::StorageOrder;
@@ -59,7 +59,7 @@ struct BlobKey {
 
 /// A fast 64-bit hash of a blob (four independent multiply-xorshift lanes over 8-byte
 /// words, then a splitmix64 finish). Not cryptographic: matches are confirmed by comparing bytes.
-fn blob_hash(bytes: &[u8]) -> u64 {
+pub(crate) fn blob_hash(bytes: &[u8]) -> u64 {
     const K: [u64; 4] =
         [0x9E37_79B9_7F4A_7C15, 0xC2B2_AE3D_27D4_EB4F, 0x1656_67B1_9E37_79F9, 0x85EB_CA77_C2B2_AE63];
     let mix = |acc: u64, w: u64, k: u64| {
@@ -112,10 +112,12 @@ impl AtlasWriter {
         if layers.is_empty() || layers.len() > MAX_LAYERS as usize {
             return Err(AtlasError::Invalid { path: dest, what: format!("layer count {}", layers.len()) });
         }
-        if flags & !KNOWN_FLAGS != 0 {
+        // A split atlas is written by a merge of shard parts, never blob by blob.
+        let writable = KNOWN_FLAGS & !FLAG_SPLIT;
+        if flags & !writable != 0 {
             return Err(AtlasError::Invalid {
                 path: dest,
-                what: format!("header flags {flags:#x}: unknown flag bits {:#x}", flags & !KNOWN_FLAGS),
+                what: format!("header flags {flags:#x}: bits {:#x} cannot be written blob by blob", flags & !writable),
             });
         }
         if flags & FLAG_STACKED != 0
@@ -313,7 +315,7 @@ impl AtlasWriter {
     }
 
     /// Renames the finished temporary file `tmp` into place and persists the rename.
-    fn publish(tmp: &mut TempPath, dest: &Path) -> Result<(), AtlasError> {
+    pub(crate) fn publish(tmp: &mut TempPath, dest: &Path) -> Result<(), AtlasError> {
         std::fs::rename(tmp.path(), dest)
             .map_err(|source| AtlasError::Io { path: dest.to_path_buf(), source })?;
         tmp.keep();
