@@ -772,6 +772,65 @@ mod remote {
         assert!(missing.contains("not found"), "{missing}");
     }
 
+    /// A bake sharded into S3 (a real moto server on loopback): four shards upload
+    /// their parts, the merge writes only the split atlas' index object, and the atlas
+    /// opened over S3 captures like the single-process bake of the same input read from
+    /// disk, tile for tile and frame for frame.
+    #[test]
+    fn shards_baked_into_s3_merge_into_a_split_atlas_that_captures_like_the_local_bake() {
+        use tessera_core::bake::shard::{MergeForm, Shard, merge_shards_with};
+        use tessera_core::bake::{BakeInput, BakeOptions, bake};
+        use tessera_core::format::codec::Codec;
+        let dir = tempfile::tempdir().unwrap();
+        let local = bake_source(dir.path(), "farm", Generated::new(2048, 1024));
+        let moto = tessera_tests::Moto::start();
+        // The bucket (and nothing else in it that the merge could take for a part).
+        moto.put("bakes", "README", &local);
+        let url = std::path::PathBuf::from("s3://bakes/sharded/farm.tsa");
+        for i in 0..4 {
+            let o = BakeOptions {
+                codec: Codec::Lz4,
+                shard: Shard::new(i, 4),
+                s3: moto.settings(),
+                scratch_dir: Some(dir.path().to_path_buf()),
+                ..BakeOptions::default()
+            };
+            let input = BakeInput::new("farm", Generated::new(2048, 1024));
+            bake(vec![input], &url, &o, &tessera_core::NoProgress).unwrap();
+        }
+        let err = tessera_core::bake::shard::merge_shards_with(
+            std::path::Path::new("s3://bakes/elsewhere/farm.tsa"),
+            MergeForm::Split,
+            &moto.settings(),
+            &tessera_core::NoProgress,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("no shard parts"), "{err}");
+        let report =
+            merge_shards_with(&url, MergeForm::Split, &moto.settings(), &tessera_core::NoProgress).unwrap();
+        assert!(report.split && report.blob_bytes == 0, "{report:?}");
+        let moved = report.record_bytes + report.file_bytes;
+        assert!(moved * 50 < report.data_bytes, "the merge moved {moved} of {} bytes", report.data_bytes);
+        let opts = RemoteOptions { s3: moto.settings(), ..RemoteOptions::without_disk_cache() };
+        let (a, b) = (Atlas::open(&local).unwrap(), Atlas::open_with(&url, &opts).unwrap());
+        assert!(b.is_split() && b.data_objects().len() == 4);
+        for t in a.layers()[0].layout.tiles(0) {
+            let (ea, eb) = (a.entry(t).unwrap(), b.entry(t).unwrap());
+            assert_eq!((ea.codec, ea.length, ea.crc32), (eb.codec, eb.length, eb.crc32), "{t}");
+        }
+        let size = (320, 180);
+        let path = || CameraPath::preset("static").unwrap();
+        let here = run(&local, path(), 24, size, VtConfig::default());
+        let there = run_remote(&url, path(), 24, size, VtConfig::default(), true, opts.clone());
+        let same = compare(&there.last_frame, &here.last_frame);
+        if same.psnr_db < 60.0 {
+            write_failure("sharded-s3", size, &there.last_frame, &here.last_frame);
+        }
+        assert!(same.psnr_db >= 60.0, "the split s3:// frame differs from the local bake's: {same:?}");
+        let net = there.frames.last().and_then(|f| f.network).unwrap();
+        assert!(net.requests > 4 && net.failures == 0, "{net:?}");
+    }
+
     /// HTTP 500s on one tile's range: that tile is unavailable (after the client's
     /// retries), never garbage, while the others load; once the server answers it, it
     /// loads. A slow server (nginx `limit_rate`) delays tiles, not frames: the render

@@ -23,9 +23,9 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use tessera_core::bake::cache::{BakeCache, BakeKey, BakeKind};
 use tessera_core::bake::grid::GridSource;
+use tessera_core::bake::shard::MergeForm;
 use tessera_core::bake::source::Generated;
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
-use tessera_core::bake::shard::MergeForm;
 use tessera_core::format::atlas::{Atlas, ColorSpace, Wrap};
 use tessera_core::format::codec::Codec;
 use tessera_core::scene::material_scene::{SceneError, ScenePaths, load_gltf_with};
@@ -275,10 +275,14 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
         layer_color(asked, source.color_space(), what)
     };
     tessera_core::bake::source::set_memory_limit(args.max_memory);
-    check_output(&args.output, args.inputs.iter().map(PathBuf::as_path))?;
+    // A shard of a bake in object storage stages its part locally and uploads it.
+    let remote = tessera_core::format::atlas::is_remote_location(&args.output);
+    if !remote {
+        check_output(&args.output, args.inputs.iter().map(PathBuf::as_path))?;
+    }
     let stamp = BakeCache::new(&args.output);
     let key = bake_key(args);
-    if args.shard.is_none() && stamp.is_current(&key) {
+    if args.shard.is_none() && !remote && stamp.is_current(&key) {
         return Ok(up_to_date(&args.output));
     }
     let mut inputs = Vec::new();
@@ -353,14 +357,17 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
 
 /// `tessera bake … --merge`: the atlas from its shard parts.
 fn run_merge(args: &BakeArgs) -> Result<ExitCode> {
-    check_output(&args.output, args.inputs.iter().map(PathBuf::as_path))?;
+    let remote = tessera_core::format::atlas::is_remote_location(&args.output);
+    if !remote {
+        check_output(&args.output, args.inputs.iter().map(PathBuf::as_path))?;
+    }
     let start = std::time::Instant::now();
     let bar = Bar::new("merge", 0);
     let form = if args.one_file { MergeForm::OneFile } else { MergeForm::Split };
     let report = tessera_core::bake::shard::merge_shards(&args.output, form, &bar)
         .with_context(|| format!("merging the shards of {}", args.output.display()))?;
     bar.clear();
-    if !args.inputs.is_empty() || !args.generate.is_empty() {
+    if !remote && (!args.inputs.is_empty() || !args.generate.is_empty()) {
         record(&BakeCache::new(&args.output), &bake_key(args));
     }
     let dir = tessera_core::bake::shard::shard_dir(&args.output);
@@ -412,6 +419,7 @@ fn bake_options(args: &BakeArgs) -> BakeOptions {
         format_version: args.format_version,
         threads: args.threads,
         shard: args.shard,
+        s3: Vec::new(),
     }
 }
 

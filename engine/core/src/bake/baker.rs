@@ -140,6 +140,10 @@ pub struct BakeOptions {
     /// of the atlas ([`crate::bake::shard`]); [`crate::bake::shard::merge_shards`] then
     /// writes the atlas from all parts. `None` (the default): the whole atlas.
     pub shard: Option<crate::bake::shard::Shard>,
+    /// S3 settings for a shard whose atlas lies in object storage (`s3://…`), on top of
+    /// the `AWS_*` environment: object_store's keys and values, as
+    /// [`RemoteOptions::s3`](crate::format::atlas::RemoteOptions::s3). Never logged.
+    pub s3: Vec<(String, String)>,
 }
 
 impl Default for BakeOptions {
@@ -155,6 +159,7 @@ impl Default for BakeOptions {
             format_version: crate::format::atlas::VERSION,
             threads: 0,
             shard: None,
+            s3: Vec::new(),
         }
     }
 }
@@ -284,6 +289,10 @@ pub fn bake(
     if inputs.is_empty() {
         return Err(BakeError::NoInputs);
     }
+    #[cfg(feature = "remote")]
+    if crate::format::atlas::is_remote_location(out) {
+        return bake_shard_to_store(inputs, out, opts, progress);
+    }
     let encode_opts =
         EncodeOptions { quality: opts.quality, uastc_rdo: opts.uastc_rdo, ..EncodeOptions::default() };
     let codecs: Vec<Codec> = inputs.iter().map(|i| i.codec.unwrap_or(opts.codec)).collect();
@@ -382,6 +391,51 @@ pub fn bake(
         Output::Part(part) => part.finish()?.1,
     };
     Ok(BakeReport { layers: reports, file_bytes, seconds: start.elapsed().as_secs_f64() })
+}
+
+/// A shard of a bake whose atlas lies in object storage (`s3://…`): the part is baked
+/// into a local staging folder (the scratch folder, else the system's temporary one),
+/// then uploaded to `OUT.shards/I-of-N.part` in one multipart upload, which replaces the
+/// object whole or not at all.
+#[cfg(feature = "remote")]
+fn bake_shard_to_store(
+    inputs: Vec<BakeInput>,
+    out: &Path,
+    opts: &BakeOptions,
+    progress: &dyn Progress,
+) -> Result<BakeReport, BakeError> {
+    use crate::bake::shard::{ShardError, part_path};
+    let Some(shard) = opts.shard else {
+        return Err(BakeError::Shard(ShardError::Part {
+            path: out.to_path_buf(),
+            reason: "only a sharded bake (--shard) writes to object storage; bake the atlas locally \
+                     and upload it, or shard the bake and merge it there"
+                .into(),
+        }));
+    };
+    let name = out.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| "atlas.tsa".into());
+    let root = opts.scratch_dir.clone().unwrap_or_else(std::env::temp_dir);
+    /// The staging folder, deleted with whatever is in it when dropped.
+    struct Stage(std::path::PathBuf);
+    impl Drop for Stage {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let stage =
+        Stage(root.join(format!("tessera-shard-{}-{}-of-{}", std::process::id(), shard.index, shard.count)));
+    std::fs::create_dir_all(&stage.0)
+        .map_err(|source| BakeError::Shard(ShardError::Io { path: stage.0.clone(), source }))?;
+    let local = stage.0.join(name);
+    let mut report = bake(inputs, &local, opts, progress)?;
+    let (from, to) = (part_path(&local, shard), part_path(out, shard));
+    let start = Instant::now();
+    crate::bake::shard_remote::Remote::new(&to, &opts.s3)
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .and_then(|r| r.upload(&from))
+        .map_err(|source| BakeError::Shard(ShardError::Io { path: to.clone(), source }))?;
+    report.seconds += start.elapsed().as_secs_f64();
+    Ok(report)
 }
 
 /// Where a bake writes: the atlas, or a shard's part.

@@ -18,6 +18,8 @@ pub mod pack;
 pub mod png_rows;
 mod rgba;
 pub mod shard;
+#[cfg(feature = "remote")]
+mod shard_remote;
 pub mod source;
 pub mod tiff;
 

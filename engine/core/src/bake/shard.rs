@@ -327,9 +327,7 @@ impl ShardWriter {
         }
         let mut blobs: Vec<(u64, u64)> = firsts.into_iter().map(|(offset, pos)| (pos, offset)).collect();
         blobs.sort_unstable();
-        let tmp_path = self
-            .dest
-            .with_file_name(temp_name(&Self::temp_prefix(self.manifest.shard), ""));
+        let tmp_path = self.dest.with_file_name(temp_name(&Self::temp_prefix(self.manifest.shard), ""));
         let mut tmp = TempPath::new(tmp_path);
         let path = tmp.path().to_path_buf();
         let io = |source| ShardError::Io { path: path.clone(), source };
@@ -432,7 +430,7 @@ fn tile_position(layers: &[LayerInfo], order: &StorageOrder, tile: u64) -> Optio
 /// One part opened for merging.
 struct Part {
     path: PathBuf,
-    file: File,
+    file: PartFile,
     /// The part's size in bytes.
     len: u64,
     manifest: PartManifest,
@@ -440,11 +438,58 @@ struct Part {
     entries: Vec<(u64, TileEntry)>,
 }
 
-fn read_part(path: &Path) -> Result<Part, ShardError> {
+/// Where a part's bytes are read from: a local file, or an object in a store.
+enum PartFile {
+    Local(File),
+    #[cfg(feature = "remote")]
+    Remote(super::shard_remote::Remote),
+}
+
+impl PartFile {
+    /// Opens the part at `path` (a path or an `s3://` URL); returns it and its size.
+    fn open(path: &Path, s3: &[(String, String)]) -> Result<(Self, u64), ShardError> {
+        #[cfg(not(feature = "remote"))]
+        let _ = s3;
+        let io = |source| ShardError::Io { path: path.to_path_buf(), source };
+        #[cfg(feature = "remote")]
+        if crate::format::atlas::is_remote_location(path) {
+            let r = super::shard_remote::Remote::new(path, s3).map_err(|e| io(remote_io(e)))?;
+            let len = r.size().map_err(|e| io(remote_io(e)))?;
+            return Ok((Self::Remote(r), len));
+        }
+        let file = File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        Ok((Self::Local(file), len))
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        match self {
+            Self::Local(f) => f.read_exact_at(buf, offset),
+            #[cfg(feature = "remote")]
+            Self::Remote(r) => {
+                let bytes = r.read(offset..offset + buf.len() as u64).map_err(remote_io)?;
+                buf.copy_from_slice(&bytes);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A remote error as an I/O error (not found stays not found).
+#[cfg(feature = "remote")]
+fn remote_io(e: crate::format::atlas::remote::RemoteError) -> std::io::Error {
+    match e {
+        crate::format::atlas::remote::RemoteError::NotFound => {
+            std::io::Error::new(std::io::ErrorKind::NotFound, e.to_string())
+        }
+        other => std::io::Error::other(other.to_string()),
+    }
+}
+
+fn read_part(path: &Path, s3: &[(String, String)]) -> Result<Part, ShardError> {
     let bad = |reason: String| ShardError::Part { path: path.to_path_buf(), reason };
     let io = |source| ShardError::Io { path: path.to_path_buf(), source };
-    let file = File::open(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
+    let (file, len) = PartFile::open(path, s3)?;
     if len < TRAILER_BYTES as u64 {
         return Err(bad(format!("{len} bytes, shorter than a part's trailer: truncated")));
     }
@@ -511,23 +556,34 @@ fn read_part(path: &Path) -> Result<Part, ShardError> {
 }
 
 /// The shard counts of the parts in `OUT.shards/` and their indices, from the file names.
-fn parts_present(dir: &Path) -> Result<BTreeMap<u32, Vec<u32>>, ShardError> {
+fn parts_present(dir: &Path, s3: &[(String, String)]) -> Result<BTreeMap<u32, Vec<u32>>, ShardError> {
     let mut found: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(ShardError::NoParts(dir.to_path_buf()));
-        }
-        Err(source) => return Err(ShardError::Io { path: dir.to_path_buf(), source }),
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
+    for name in list_dir(dir, s3)? {
         let Some((i, n)) = name.strip_suffix(".part").and_then(|s| s.split_once("-of-")) else { continue };
         if let (Ok(i), Ok(n)) = (i.parse::<u32>(), n.parse::<u32>()) {
             found.entry(n).or_default().push(i);
         }
     }
     Ok(found)
+}
+
+/// The names of the files in `dir` (a folder, or the objects under an `s3://` prefix);
+/// [`ShardError::NoParts`] when there is no such folder.
+fn list_dir(dir: &Path, s3: &[(String, String)]) -> Result<Vec<String>, ShardError> {
+    #[cfg(not(feature = "remote"))]
+    let _ = s3;
+    #[cfg(feature = "remote")]
+    if crate::format::atlas::is_remote_location(dir) {
+        let r = super::shard_remote::Remote::new(dir, s3)
+            .and_then(|r| r.list())
+            .map_err(|e| ShardError::Io { path: dir.to_path_buf(), source: remote_io(e) })?;
+        return Ok(r.into_iter().map(|(name, _)| name).collect());
+    }
+    match std::fs::read_dir(dir) {
+        Ok(e) => Ok(e.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ShardError::NoParts(dir.to_path_buf())),
+        Err(source) => Err(ShardError::Io { path: dir.to_path_buf(), source }),
+    }
 }
 
 /// What [`merge_shards`] did.
@@ -574,9 +630,9 @@ struct Parts {
 }
 
 impl Parts {
-    fn open(out: &Path) -> Result<Self, ShardError> {
+    fn open(out: &Path, s3: &[(String, String)]) -> Result<Self, ShardError> {
         let dir = shard_dir(out);
-        let present = parts_present(&dir)?;
+        let present = parts_present(&dir, s3)?;
         let (&count, indices) = match present.len() {
             0 => return Err(ShardError::NoParts(dir)),
             1 => present.iter().next().ok_or_else(|| ShardError::NoParts(dir.clone()))?,
@@ -602,7 +658,7 @@ impl Parts {
         let mut parts: Vec<Part> = Vec::with_capacity(count as usize);
         for i in 0..count {
             let shard = Shard { index: i, count };
-            let part = read_part(&part_path(out, shard))?;
+            let part = read_part(&part_path(out, shard), s3)?;
             let bad = |reason: String| ShardError::Part { path: part.path.clone(), reason };
             if part.manifest.shard != shard {
                 return Err(bad(format!("holds shard {}, its name says {shard}", part.manifest.shard)));
@@ -651,7 +707,10 @@ impl Parts {
             if p.manifest.range != [want.start, want.end] || want.start != expect {
                 return Err(ShardError::Part {
                     path: p.path.clone(),
-                    reason: format!("covers storage positions {:?}, its shard's are {want:?}", p.manifest.range),
+                    reason: format!(
+                        "covers storage positions {:?}, its shard's are {want:?}",
+                        p.manifest.range
+                    ),
                 });
             }
             expect = want.end;
@@ -689,7 +748,18 @@ impl Part {
 /// against its CRC-32, in tile order into an [`AtlasWriter`], so the atlas is byte for
 /// byte the file of a single-process bake; the parts may be deleted afterwards.
 pub fn merge_shards(out: &Path, form: MergeForm, progress: &dyn Progress) -> Result<MergeReport, ShardError> {
-    let parts = Parts::open(out)?;
+    merge_shards_with(out, form, &[], progress)
+}
+
+/// [`merge_shards`] with S3 settings for an `s3://` destination, on top of the `AWS_*`
+/// environment (as [`RemoteOptions::s3`](crate::format::atlas::RemoteOptions::s3)).
+pub fn merge_shards_with(
+    out: &Path,
+    form: MergeForm,
+    s3: &[(String, String)],
+    progress: &dyn Progress,
+) -> Result<MergeReport, ShardError> {
+    let parts = Parts::open(out, s3)?;
     let version = parts.parts[0].manifest.format_version;
     match form {
         MergeForm::Split if version < 2 => Err(ShardError::Part {
@@ -699,7 +769,13 @@ pub fn merge_shards(out: &Path, form: MergeForm, progress: &dyn Progress) -> Res
                  merge them into one file (--one-file)"
             ),
         }),
-        MergeForm::Split => merge_split(out, &parts, progress),
+        MergeForm::Split => merge_split(out, &parts, s3, progress),
+        MergeForm::OneFile if crate::format::atlas::is_remote_location(out) => Err(ShardError::Part {
+            path: out.to_path_buf(),
+            reason: "a one-file merge writes a local file; merge a remote bake as a split atlas \
+                     (the default), which moves no tile"
+                .into(),
+        }),
         MergeForm::OneFile => merge_one_file(out, &parts, progress),
     }
 }
@@ -724,7 +800,8 @@ fn merge_one_file(out: &Path, parts: &Parts, progress: &dyn Progress) -> Result<
     let mut cursors = vec![0usize; parts.parts.len()];
     let (mut blob, mut blob_bytes) = (Vec::new(), 0u64);
     for tile in 0..parts.total {
-        let no_place = || ShardError::Part { path: parts.dir.clone(), reason: format!("tile {tile}: no part holds it") };
+        let no_place =
+            || ShardError::Part { path: parts.dir.clone(), reason: format!("tile {tile}: no part holds it") };
         let pos = tile_position(&parts.layers, &parts.order, tile).ok_or_else(no_place)?;
         let (k, part) = parts.holding(pos).ok_or_else(no_place)?;
         let e = next_entry(part, cursors[k], tile)?;
@@ -736,7 +813,10 @@ fn merge_one_file(out: &Path, parts: &Parts, progress: &dyn Progress) -> Result<
         if crc32fast::hash(&blob) != e.crc32 {
             return Err(ShardError::Part {
                 path: part.path.clone(),
-                reason: format!("tile {tile}: its blob fails its CRC-32: damaged, rerun shard {}", part.manifest.shard),
+                reason: format!(
+                    "tile {tile}: its blob fails its CRC-32: damaged, rerun shard {}",
+                    part.manifest.shard
+                ),
             });
         }
         writer.push_tile(&blob, e.codec, e.raw_length)?;
@@ -755,7 +835,12 @@ fn merge_one_file(out: &Path, parts: &Parts, progress: &dyn Progress) -> Result<
     })
 }
 
-fn merge_split(out: &Path, parts: &Parts, progress: &dyn Progress) -> Result<MergeReport, ShardError> {
+fn merge_split(
+    out: &Path,
+    parts: &Parts,
+    s3: &[(String, String)],
+    progress: &dyn Progress,
+) -> Result<MergeReport, ShardError> {
     progress.set_length(parts.total);
     progress.set_message("indexing shard parts");
     // Entries in storage order, each with its part's number.
@@ -783,7 +868,10 @@ fn merge_split(out: &Path, parts: &Parts, progress: &dyn Progress) -> Result<Mer
     // Every part holds as many distinct tiles of its range as the range has positions.
     let entries: Vec<(usize, TileEntry)> = entries.into_iter().flatten().collect();
     if entries.len() as u64 != parts.total {
-        return Err(ShardError::Part { path: parts.dir.clone(), reason: "tiles missing from the parts".into() });
+        return Err(ShardError::Part {
+            path: parts.dir.clone(),
+            reason: "tiles missing from the parts".into(),
+        });
     }
     let file_name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let objects: Vec<DataObject> = parts
@@ -802,7 +890,7 @@ fn merge_split(out: &Path, parts: &Parts, progress: &dyn Progress) -> Result<Mer
     }
     let manifest = &parts.parts[0].manifest;
     let index = split::index_object(&parts.layers, manifest.flags, &objects, &entries, stored_bytes);
-    write_atomically(out, &index)?;
+    write_atomically(out, &index, s3)?;
     Ok(MergeReport {
         parts: parts.parts.len() as u32,
         tiles: parts.total,
@@ -815,8 +903,16 @@ fn merge_split(out: &Path, parts: &Parts, progress: &dyn Progress) -> Result<Mer
 }
 
 /// Writes `bytes` to `dest` through a temporary file beside it: written, fsynced,
-/// renamed into place.
-fn write_atomically(dest: &Path, bytes: &[u8]) -> Result<(), ShardError> {
+/// renamed into place. An `s3://` destination gets one PUT, atomic too.
+fn write_atomically(dest: &Path, bytes: &[u8], s3: &[(String, String)]) -> Result<(), ShardError> {
+    #[cfg(not(feature = "remote"))]
+    let _ = s3;
+    #[cfg(feature = "remote")]
+    if crate::format::atlas::is_remote_location(dest) {
+        return super::shard_remote::Remote::new(dest, s3)
+            .and_then(|r| r.put(bytes.to_vec()))
+            .map_err(|e| ShardError::Io { path: dest.to_path_buf(), source: remote_io(e) });
+    }
     crate::bake::overwrite::check_output_file(dest)
         .map_err(|e| AtlasError::NotAFile { path: e.path, kind: e.kind })?;
     let file_name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -913,7 +1009,9 @@ mod tests {
                 }
             }
             // Repeats are stored once per shard, not once per atlas.
-            assert!(b.stored_bytes() >= a.stored_bytes() && (count > 1 || b.stored_bytes() == a.stored_bytes()));
+            assert!(
+                b.stored_bytes() >= a.stored_bytes() && (count > 1 || b.stored_bytes() == a.stored_bytes())
+            );
         }
         // Version 1 cannot be split.
         let out = dir.path().join("v1.tsa");
@@ -938,7 +1036,10 @@ mod tests {
         std::fs::write(&part, &bytes).unwrap();
         let a = Atlas::open(&out).unwrap();
         let errors = a.verify(&NoProgress);
-        assert!(!errors.is_empty() && errors.iter().all(|e| matches!(e, AtlasError::TileChecksum { .. })), "{errors:?}");
+        assert!(
+            !errors.is_empty() && errors.iter().all(|e| matches!(e, AtlasError::TileChecksum { .. })),
+            "{errors:?}"
+        );
         // A part of another size: refused at open, naming it.
         std::fs::write(&part, &bytes[..bytes.len() - 1]).unwrap();
         let e = Atlas::open(&out).unwrap_err().to_string();
@@ -978,7 +1079,9 @@ mod tests {
         bake(inputs(), &out, &opts(Codec::Lz4, Shard::new(0, 2)), &NoProgress).unwrap();
         let e = merge_shards(&out, MergeForm::OneFile, &NoProgress).unwrap_err().to_string();
         assert!(e.contains("2 and 3 shards are mixed"), "{e}");
-        let e = merge_shards(&dir.path().join("none.tsa"), MergeForm::OneFile, &NoProgress).unwrap_err().to_string();
+        let e = merge_shards(&dir.path().join("none.tsa"), MergeForm::OneFile, &NoProgress)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no shard parts"), "{e}");
     }
 

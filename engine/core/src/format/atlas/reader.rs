@@ -249,8 +249,9 @@ impl Atlas {
             let root_end = table_end + Root::encoded_len(pages);
             let mut head_end = root_end;
             if split {
-                let (table, table_len) = split::decode_table(meta.get(root_end as usize..).unwrap_or_default())
-                    .map_err(invalid)?;
+                let (table, table_len) =
+                    split::decode_table(meta.get(root_end as usize..).unwrap_or_default())
+                        .map_err(invalid)?;
                 objects = table;
                 head_end += table_len as u64;
             }
@@ -401,7 +402,8 @@ impl Atlas {
         objects: Vec<DataObject>,
     ) -> Result<(Vec<DataStore>, u64), AtlasError> {
         let invalid = |what: String| AtlasError::Invalid { path: path.to_path_buf(), what };
-        let bases = split::bases(data_offset, &objects).ok_or_else(|| invalid("data objects too large".into()))?;
+        let bases =
+            split::bases(data_offset, &objects).ok_or_else(|| invalid("data objects too large".into()))?;
         let end = bases.last().zip(objects.last()).map_or(data_offset, |(b, o)| b + o.size);
         let open = |o: &DataObject| {
             let location = split::resolve(path, &o.name);
@@ -471,10 +473,12 @@ impl Atlas {
     /// atlas, its index object's and data objects' requests together (latencies: those
     /// of the object that made the most requests).
     pub fn network_stats(&self) -> Option<super::NetworkStats> {
-        let stats = |s: &Store| match s {
-            #[cfg(feature = "remote")]
-            Store::Remote(r) => Some(r.stats()),
-            Store::File(_) => None,
+        let stats = |s: &Store| -> Option<super::NetworkStats> {
+            match s {
+                #[cfg(feature = "remote")]
+                Store::Remote(r) => Some(r.stats()),
+                Store::File(_) => None,
+            }
         };
         let mut total = stats(&self.file)?;
         let mut most = total.requests;
@@ -761,9 +765,9 @@ impl Atlas {
             for (found, got) in results {
                 let mut got = got.into_iter();
                 for (i, _) in found {
-                    out[*i] = got
-                        .next()
-                        .unwrap_or_else(|| Err(AtlasError::Cancelled { path: self.path.clone(), tile: tiles[*i] }));
+                    out[*i] = got.next().unwrap_or_else(|| {
+                        Err(AtlasError::Cancelled { path: self.path.clone(), tile: tiles[*i] })
+                    });
                 }
             }
             return out;

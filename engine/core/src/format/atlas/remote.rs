@@ -642,7 +642,7 @@ fn parse_identity(id: &str) -> Option<(u64, Option<String>)> {
 }
 
 /// The store and object path of `location`.
-fn store_for(
+pub(crate) fn store_for(
     location: &str,
     s3: &[(String, String)],
 ) -> Result<(Arc<dyn ObjectStore>, ObjectPath), RemoteError> {
@@ -719,7 +719,7 @@ fn install_crypto() {
     });
 }
 
-fn map_error(e: object_store::Error) -> RemoteError {
+pub(crate) fn map_error(e: object_store::Error) -> RemoteError {
     match e {
         object_store::Error::NotFound { .. } => RemoteError::NotFound,
         object_store::Error::Precondition { .. } | object_store::Error::NotModified { .. } => {

@@ -211,8 +211,10 @@ mod tests {
         for bad in ["", "../x", "a//b", "/etc/passwd", "s3://b/k", "a/./b", "a\\b", "a\nb"] {
             assert!(check_name(bad).is_err(), "{bad:?}");
         }
-        assert_eq!(resolve(Path::new("s3://bucket/k.tsa"), "k.tsa.shards/0-of-1.part").to_str().unwrap(),
-            "s3://bucket/k.tsa.shards/0-of-1.part");
+        assert_eq!(
+            resolve(Path::new("s3://bucket/k.tsa"), "k.tsa.shards/0-of-1.part").to_str().unwrap(),
+            "s3://bucket/k.tsa.shards/0-of-1.part"
+        );
         assert_eq!(resolve(Path::new("k.tsa"), "x").to_str().unwrap(), "x");
         assert_eq!(resolve(Path::new("/d/k.tsa"), "x/y").to_str().unwrap(), "/d/x/y");
     }

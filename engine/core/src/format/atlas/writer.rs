@@ -11,8 +11,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::header::{
-    BLOB_ALIGN, ENTRY_BYTES, FLAG_SPLIT, FLAG_STACKED, HEADER_BYTES, Header, KNOWN_FLAGS, LAYER_BYTES, OLDEST_VERSION,
-    Root, VERSION, encode_entry, encode_layer, page_entries_for,
+    BLOB_ALIGN, ENTRY_BYTES, FLAG_SPLIT, FLAG_STACKED, HEADER_BYTES, Header, KNOWN_FLAGS, LAYER_BYTES,
+    OLDEST_VERSION, Root, VERSION, encode_entry, encode_layer, page_entries_for,
 };
 use super::order::StorageOrder;
 use super::{AtlasError, LayerInfo, TileEntry, stacked_mismatch};
@@ -117,7 +117,10 @@ impl AtlasWriter {
         if flags & !writable != 0 {
             return Err(AtlasError::Invalid {
                 path: dest,
-                what: format!("header flags {flags:#x}: bits {:#x} cannot be written blob by blob", flags & !writable),
+                what: format!(
+                    "header flags {flags:#x}: bits {:#x} cannot be written blob by blob",
+                    flags & !writable
+                ),
             });
         }
         if flags & FLAG_STACKED != 0
