@@ -168,6 +168,18 @@ struct BakeArgs {
     /// given too, the bake stamp is recorded as for a single bake.
     #[arg(long, conflicts_with_all = ["gltf", "globe"])]
     merge: bool,
+    /// Print how a sharded bake of these inputs and options would split into N shards:
+    /// tiles and an estimated time per shard (from a few tiles encoded here), then exit.
+    #[arg(long, value_name = "N", conflicts_with_all = ["gltf", "globe", "merge", "shard", "status"],
+          value_parser = clap::value_parser!(u32).range(1..=65536))]
+    plan: Option<u32>,
+    /// List the shard parts of OUTPUT (a folder or an s3:// prefix): done, missing, stale
+    /// (another bake's, when the inputs and options are given too) or damaged, and the
+    /// shards to rerun; exits with 1 unless every part is done. With N, the shards of an
+    /// N-shard bake are listed even if none has run.
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0",
+          conflicts_with_all = ["gltf", "globe", "merge", "shard"])]
+    status: Option<u32>,
     /// With --merge: copy the tiles into one self-contained file.
     #[arg(long, requires = "merge")]
     one_file: bool,
@@ -260,7 +272,11 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
     if args.merge {
         return run_merge(args);
     }
-    if args.inputs.is_empty() && args.generate.is_empty() {
+    let no_inputs = args.inputs.is_empty() && args.generate.is_empty();
+    if no_inputs && let Some(count) = args.status {
+        return run_status(args, count, None);
+    }
+    if no_inputs {
         bail!("nothing to bake: give at least one INPUT image, --generate WxH, --gltf or --globe");
     }
     let wrap = match args.wrap {
@@ -282,7 +298,8 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
     }
     let stamp = BakeCache::new(&args.output);
     let key = bake_key(args);
-    if args.shard.is_none() && !remote && stamp.is_current(&key) {
+    let bake_now = args.plan.is_none() && args.status.is_none();
+    if bake_now && args.shard.is_none() && !remote && stamp.is_current(&key) {
         return Ok(up_to_date(&args.output));
     }
     let mut inputs = Vec::new();
@@ -323,6 +340,13 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
         });
     }
     let opts = bake_options(args);
+    if let Some(count) = args.plan {
+        return run_plan(args, &inputs, &opts, count);
+    }
+    if let Some(count) = args.status {
+        let expected = tessera_core::bake::bake_fingerprint(&inputs, &opts)?;
+        return run_status(args, count, Some(&expected));
+    }
     let bar = Bar::new("bake", 0);
     let report = bake(inputs, &args.output, &opts, &bar)
         .with_context(|| format!("baking {}", args.output.display()))?;
@@ -353,6 +377,93 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
         report.seconds
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// `tessera bake … --plan N`: the shards of a bake and their estimated times.
+fn run_plan(args: &BakeArgs, inputs: &[BakeInput], opts: &BakeOptions, count: u32) -> Result<ExitCode> {
+    let plan = tessera_core::bake::shard_plan::plan(inputs, opts, count)?;
+    let longest = plan.shards.iter().map(|s| s.seconds).fold(0.0, f64::max);
+    let total: f64 = plan.shards.iter().map(|s| s.seconds).sum();
+    println!(
+        "plan for {}: {} tiles in {count} shard(s) of about {} tiles; {} encoding threads per shard",
+        args.output.display(),
+        plan.tiles,
+        plan.tiles / u64::from(count),
+        plan.threads
+    );
+    for (i, (spt, real)) in plan.seconds_per_tile.iter().zip(&plan.sampled_source).enumerate() {
+        println!(
+            "  layer {i}: {:.1} ms per tile on one core ({} sample tiles of {})",
+            spt * 1e3,
+            tessera_core::bake::shard_plan::SAMPLE_TILES,
+            if *real { "its own texels" } else { "a generated pattern (source too wide to sample)" }
+        );
+    }
+    println!("  {:>9}  {:>21}  {:>10}  estimated", "shard", "storage positions", "tiles");
+    for s in &plan.shards {
+        println!(
+            "  {:>9}  {:>21}  {:>10}  {}",
+            s.shard.to_string(),
+            format!("{}..{}", s.range[0], s.range[1]),
+            s.range[1] - s.range[0],
+            human_seconds(s.seconds)
+        );
+    }
+    println!(
+        "estimated: {} per shard on {count} machine(s), {} on one (encoding only; reading and \
+         filtering add a few percent)",
+        human_seconds(longest),
+        human_seconds(total)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Seconds as `1h 02m`, `3m 20s` or `4.2 s`.
+fn human_seconds(s: f64) -> String {
+    let whole = s.round() as u64;
+    if whole >= 3600 {
+        format!("{}h {:02}m", whole / 3600, whole % 3600 / 60)
+    } else if whole >= 60 {
+        format!("{}m {:02}s", whole / 60, whole % 60)
+    } else {
+        format!("{s:.1} s")
+    }
+}
+
+/// `tessera bake … --status [N]`: the state of each shard's part.
+fn run_status(args: &BakeArgs, count: u32, expected: Option<&str>) -> Result<ExitCode> {
+    use tessera_core::bake::shard_plan::PartState;
+    let count = (count > 0).then_some(count);
+    let parts = tessera_core::bake::shard_plan::status(&args.output, count, expected, &[])
+        .with_context(|| format!("listing the shard parts of {}", args.output.display()))?;
+    let dir = tessera_core::bake::shard::shard_dir(&args.output);
+    if parts.is_empty() {
+        println!("{}: no shard parts (give --status N to list the shards of an N-shard bake)", dir.display());
+        return Ok(ExitCode::from(1));
+    }
+    let mut rerun = Vec::new();
+    for p in &parts {
+        let line = match &p.state {
+            PartState::Done { tiles, bytes } => {
+                format!("done     {tiles} tiles, {:.1} MiB", *bytes as f64 / (1 << 20) as f64)
+            }
+            PartState::Missing => "missing".to_string(),
+            PartState::Stale { reason } => format!("stale    {reason}"),
+            PartState::Damaged { reason } => format!("damaged  {reason}"),
+        };
+        // Parts of another shard count are in the way, not to be rerun.
+        if !matches!(p.state, PartState::Done { .. }) && count.is_none_or(|c| p.shard.count == c) {
+            rerun.push(p.shard.to_string());
+        }
+        println!("  {:>9}  {line}", p.shard.to_string());
+    }
+    if rerun.is_empty() {
+        println!("all {} parts done: run the same command with --merge", parts.len());
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("to (re)run: --shard {}", rerun.join(", --shard "));
+        Ok(ExitCode::from(1))
+    }
 }
 
 /// `tessera bake … --merge`: the atlas from its shard parts.

@@ -443,10 +443,22 @@ fn a_sharded_bake_merges_into_the_single_bake() {
     assert!(o.status.success() && stdout(&o).contains("baked shard 1/3"), "{}", stderr(&o));
     let o = run(&["-o", &out, "--merge"], None);
     assert_clean_failure(&o, "sharded.tsa.shards", "1 of 3 parts missing: 2-of-3.part");
+    // What is left to run, and a plan.
+    let o = run(&["-o", &out, "--status"], None);
+    let text = stdout(&o);
+    assert!(o.status.code() == Some(1) && text.contains("2/3  missing"), "{text}");
+    assert!(text.contains("0/3  done") && text.contains("to (re)run: --shard 2/3"), "{text}");
+    let o = run(&["-o", &out, "--status", "--quality", "64"], None);
+    assert!(stdout(&o).contains("0/3  stale    baked from other inputs"), "{}", stdout(&o));
+    let o = run(&["-o", &out, "--plan", "3"], None);
+    let text = stdout(&o);
+    assert!(o.status.success() && text.contains("2/3") && text.contains("per tile on one core"), "{text}");
     let o = run(&["-o", &out, "--shard", "3"], None);
     assert!(!o.status.success() && stderr(&o).contains("--shard 3: no shard index"), "{}", stderr(&o));
     let o = run(&["-o", &out, "--shard", "3"], Some(("JOB_COMPLETION_INDEX", "2")));
     assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&["-o", &out, "--status"], None);
+    assert!(o.status.success() && stdout(&o).contains("all 3 parts done"), "{}", stdout(&o));
     // The default merge: a split atlas, tile for tile the single bake.
     let o = run(&["-o", &out, "--merge"], None);
     assert!(o.status.success() && stdout(&o).contains("into split atlas"), "{}", stderr(&o));

@@ -277,22 +277,9 @@ pub enum BakeError {
     },
 }
 
-/// Bakes `inputs` into the atlas `out` (written atomically). Temporary files that killed
-/// bakes left beside `out` or in the scratch folder are removed first
-/// ([`crate::temp_files::sweep`]).
-pub fn bake(
-    inputs: Vec<BakeInput>,
-    out: &Path,
-    opts: &BakeOptions,
-    progress: &dyn Progress,
-) -> Result<BakeReport, BakeError> {
-    if inputs.is_empty() {
-        return Err(BakeError::NoInputs);
-    }
-    #[cfg(feature = "remote")]
-    if crate::format::atlas::is_remote_location(out) {
-        return bake_shard_to_store(inputs, out, opts, progress);
-    }
+/// The layer table a bake of `inputs` with `opts` writes (`first_tile` set), after
+/// checking the inputs against the options (sizes, regions, Basis block geometry).
+pub fn layer_table(inputs: &[BakeInput], opts: &BakeOptions) -> Result<Vec<LayerInfo>, BakeError> {
     let encode_opts =
         EncodeOptions { quality: opts.quality, uastc_rdo: opts.uastc_rdo, ..EncodeOptions::default() };
     let codecs: Vec<Codec> = inputs.iter().map(|i| i.codec.unwrap_or(opts.codec)).collect();
@@ -306,7 +293,6 @@ pub fn bake(
             )));
         }
     }
-    let start = Instant::now();
     let mut layers = Vec::with_capacity(inputs.len());
     for (input, &codec) in inputs.iter().zip(&codecs) {
         let (w, h) = input.source.size();
@@ -340,6 +326,42 @@ pub fn bake(
             first_tile: 0,
         });
     }
+    let mut first_tile = 0;
+    for l in &mut layers {
+        l.first_tile = first_tile;
+        first_tile += l.layout.tile_count();
+    }
+    Ok(layers)
+}
+
+/// The fingerprint the parts of a sharded bake of `inputs` with `opts` carry
+/// ([`crate::bake::shard::PartManifest::fingerprint`]): what `tessera bake --status`
+/// compares parts against.
+pub fn bake_fingerprint(inputs: &[BakeInput], opts: &BakeOptions) -> Result<String, BakeError> {
+    let flags = if opts.stacked { crate::format::atlas::FLAG_STACKED } else { 0 };
+    Ok(fingerprint(&layer_table(inputs, opts)?, flags, opts.quality, opts.uastc_rdo))
+}
+
+/// Bakes `inputs` into the atlas `out` (written atomically). Temporary files that killed
+/// bakes left beside `out` or in the scratch folder are removed first
+/// ([`crate::temp_files::sweep`]).
+pub fn bake(
+    inputs: Vec<BakeInput>,
+    out: &Path,
+    opts: &BakeOptions,
+    progress: &dyn Progress,
+) -> Result<BakeReport, BakeError> {
+    if inputs.is_empty() {
+        return Err(BakeError::NoInputs);
+    }
+    #[cfg(feature = "remote")]
+    if crate::format::atlas::is_remote_location(out) {
+        return bake_shard_to_store(inputs, out, opts, progress);
+    }
+    let encode_opts =
+        EncodeOptions { quality: opts.quality, uastc_rdo: opts.uastc_rdo, ..EncodeOptions::default() };
+    let start = Instant::now();
+    let layers = layer_table(&inputs, opts)?;
     let total: u64 = layers.iter().map(|l| l.layout.tile_count()).sum();
     let order = StorageOrder::new(layers.iter().map(|l| l.layout).collect(), opts.stacked);
     let range = opts.shard.map_or(0..total, |s| s.range(total));
@@ -351,11 +373,6 @@ pub fn bake(
     // Spilled levels of bakes that were killed would otherwise stay forever.
     crate::temp_files::sweep(&scratch, crate::bake::source::SCRATCH_PREFIX);
     let flags = if opts.stacked { crate::format::atlas::FLAG_STACKED } else { 0 };
-    let mut first_tile = 0;
-    for l in &mut layers {
-        l.first_tile = first_tile;
-        first_tile += l.layout.tile_count();
-    }
     let mut output = match opts.shard {
         None => {
             let mut writer = AtlasWriter::create_with_flags(out, layers.clone(), flags)?;

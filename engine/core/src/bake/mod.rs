@@ -18,6 +18,7 @@ pub mod pack;
 pub mod png_rows;
 mod rgba;
 pub mod shard;
+pub mod shard_plan;
 #[cfg(feature = "remote")]
 mod shard_remote;
 pub mod source;

@@ -11,23 +11,23 @@
 //! *part* file `OUT.shards/I-of-N.part` ([`part_path`]); a rerun of the same shard
 //! replaces that file and nothing else.
 //!
+//! The output may also be an `s3://` URL: the part is staged locally and uploaded, and
+//! the merge reads and writes the objects under that prefix.
+//!
 //! [`merge_shards`] then writes the atlas from the parts without decoding or encoding a
-//! tile: every blob is copied once, checked against its CRC-32, in tile order into an
-//! [`AtlasWriter`], which deduplicates and lays the file out exactly as a single-process
-//! bake does. So the merged atlas equals the single-process bake of the same inputs and
-//! options byte for byte.
+//! tile, in one of two forms ([`MergeForm`]):
+//! - a *split atlas* (the default): an index object naming the parts as its data objects
+//!   ([`crate::format::atlas::split`]). The merge reads only the parts' records and
+//!   writes 24 bytes per tile, so at any scale it moves a fraction of a percent of the
+//!   atlas; every tile has the single-process bake's entry and bytes.
+//! - *one file*: every blob copied once, checked against its CRC-32, in tile order into
+//!   an [`AtlasWriter`], which deduplicates and lays the file out exactly as a
+//!   single-process bake does: byte for byte the same file.
 //!
-//! A part file (format 1), all integers little-endian:
-//!
-//! | region | size |
-//! |---|---|
-//! | blobs, back to back | up to `entries_offset` |
-//! | entries, one per tile in tile order | 32 × `entries` |
-//! | manifest, JSON ([`PartManifest`]) | `manifest_len` |
-//! | trailer: magic `TSRSHRD1`, `entries_offset` u64, `manifest_offset` u64, `manifest_len` u32, CRC-32 of the entries and the manifest u32 | 32 |
-//!
-//! An entry: tile number in the atlas' tile order (u64), blob offset in the part (u64),
-//! length, raw length and CRC-32 of the blob (u32 each), codec (u8), 3 zero bytes.
+//! The part format (2) is specified in `docs/atlas-format.md`, "Shard parts": blobs in
+//! storage order, each at a multiple of 16; entries (tile number, offset, length, raw
+//! length, CRC-32, codec) in tile order; a JSON manifest ([`PartManifest`]); a 32-byte
+//! trailer (magic `TSRSHRD1`, offsets, CRC-32 of entries and manifest).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -428,14 +428,14 @@ fn tile_position(layers: &[LayerInfo], order: &StorageOrder, tile: u64) -> Optio
 }
 
 /// One part opened for merging.
-struct Part {
+pub(crate) struct Part {
     path: PathBuf,
     file: PartFile,
     /// The part's size in bytes.
-    len: u64,
-    manifest: PartManifest,
+    pub(crate) len: u64,
+    pub(crate) manifest: PartManifest,
     /// `(tile, entry)` in tile order.
-    entries: Vec<(u64, TileEntry)>,
+    pub(crate) entries: Vec<(u64, TileEntry)>,
 }
 
 /// Where a part's bytes are read from: a local file, or an object in a store.
@@ -486,7 +486,7 @@ fn remote_io(e: crate::format::atlas::remote::RemoteError) -> std::io::Error {
     }
 }
 
-fn read_part(path: &Path, s3: &[(String, String)]) -> Result<Part, ShardError> {
+pub(crate) fn read_part(path: &Path, s3: &[(String, String)]) -> Result<Part, ShardError> {
     let bad = |reason: String| ShardError::Part { path: path.to_path_buf(), reason };
     let io = |source| ShardError::Io { path: path.to_path_buf(), source };
     let (file, len) = PartFile::open(path, s3)?;
@@ -569,7 +569,7 @@ fn parts_present(dir: &Path, s3: &[(String, String)]) -> Result<BTreeMap<u32, Ve
 
 /// The names of the files in `dir` (a folder, or the objects under an `s3://` prefix);
 /// [`ShardError::NoParts`] when there is no such folder.
-fn list_dir(dir: &Path, s3: &[(String, String)]) -> Result<Vec<String>, ShardError> {
+pub(crate) fn list_dir(dir: &Path, s3: &[(String, String)]) -> Result<Vec<String>, ShardError> {
     #[cfg(not(feature = "remote"))]
     let _ = s3;
     #[cfg(feature = "remote")]

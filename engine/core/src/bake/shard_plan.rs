@@ -1,0 +1,303 @@
+//! Planning a sharded bake and finding which shards a farm still has to run
+//! (`tessera bake … --plan N`, `tessera bake … --status`).
+
+use std::path::Path;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bake::baker::{BakeError, BakeInput, BakeOptions, bake_threads, layer_table};
+use crate::bake::shard::{Shard, ShardError, list_dir, part_path, read_part, shard_dir};
+use crate::format::atlas::order::StorageOrder;
+use crate::format::codec::EncodeOptions;
+
+/// Tiles encoded per layer to measure the encoding rate.
+pub const SAMPLE_TILES: u32 = 6;
+/// A source whose band of one tile's rows is larger than this is not read for samples:
+/// the plan encodes a generated pattern of the same tile size instead.
+const SAMPLE_BAND_BYTES: u64 = 64 << 20;
+
+/// One shard of a plan.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ShardPlan {
+    /// The shard.
+    pub shard: Shard,
+    /// Its storage positions.
+    pub range: [u64; 2],
+    /// Estimated encoding time on `BakePlan::threads` threads, seconds.
+    pub seconds: f64,
+}
+
+/// What [`plan`] found.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BakePlan {
+    /// Tiles in the atlas.
+    pub tiles: u64,
+    /// Measured encoding time per tile on one core, per layer, seconds.
+    pub seconds_per_tile: Vec<f64>,
+    /// Whether each layer's rate came from its own texels (else from a generated pattern,
+    /// the source being too wide to read a band of rows for a plan).
+    pub sampled_source: Vec<bool>,
+    /// Encoding threads each shard is assumed to have.
+    pub threads: usize,
+    /// One entry per shard.
+    pub shards: Vec<ShardPlan>,
+}
+
+/// Plans a bake of `inputs` with `opts` cut into `count` shards: each shard's tiles and
+/// an estimate of its time, from [`SAMPLE_TILES`] tiles per layer encoded here on one
+/// core (tiles cut from a band of rows in the middle of the source, with the layer's
+/// codec and options). Encoding dominates a bake; reading and filtering add a few
+/// percent (BENCHMARKS.md, "Sharded bakes").
+pub fn plan(inputs: &[BakeInput], opts: &BakeOptions, count: u32) -> Result<BakePlan, BakeError> {
+    let layers = layer_table(inputs, opts)?;
+    let mut seconds_per_tile = Vec::with_capacity(layers.len());
+    let mut sampled_source = Vec::with_capacity(layers.len());
+    for (input, layer) in inputs.iter().zip(&layers) {
+        let p = layer.layout.padded_tile_size();
+        let (w, h) = input.source.size();
+        let band_bytes = u64::from(w) * u64::from(p.min(h)) * 4;
+        let (texels, width, rows, real) = if band_bytes <= SAMPLE_BAND_BYTES {
+            let rows = p.min(h);
+            let mut band = vec![0u8; band_bytes as usize];
+            input
+                .source
+                .read_rows((h - rows) / 2, &mut band)
+                .map_err(|source| BakeError::Read { name: input.name.clone(), source })?;
+            (band, w, rows, true)
+        } else {
+            let side = p * SAMPLE_TILES;
+            let g = crate::bake::source::Generated::new(side, p);
+            let mut band = vec![0u8; side as usize * p as usize * 4];
+            crate::bake::source::RowSource::read_rows(&g, 0, &mut band)
+                .map_err(|source| BakeError::Read { name: input.name.clone(), source })?;
+            (band, side, p, false)
+        };
+        let encode = EncodeOptions {
+            quality: opts.quality,
+            uastc_rdo: opts.uastc_rdo,
+            color: layer.color,
+            ..EncodeOptions::default()
+        };
+        let mut tile = vec![0u8; p as usize * p as usize * 4];
+        let start = Instant::now();
+        for k in 0..SAMPLE_TILES {
+            // Tile k of the band, its texels clamped to the band.
+            let x0 = (u64::from(width) * u64::from(k) / u64::from(SAMPLE_TILES)) as u32;
+            for y in 0..p {
+                let sy = y.min(rows - 1);
+                for x in 0..p {
+                    let sx = (x0 + x).min(width - 1);
+                    let from = (sy as usize * width as usize + sx as usize) * 4;
+                    let to = (y as usize * p as usize + x as usize) * 4;
+                    tile[to..to + 4].copy_from_slice(&texels[from..from + 4]);
+                }
+            }
+            layer
+                .codec
+                .encode(&tile, p, &encode)
+                .map_err(|source| BakeError::Encode { name: input.name.clone(), source })?;
+        }
+        seconds_per_tile.push(start.elapsed().as_secs_f64() / f64::from(SAMPLE_TILES));
+        sampled_source.push(real);
+    }
+    let order = StorageOrder::new(layers.iter().map(|l| l.layout).collect(), opts.stacked);
+    let tiles: u64 = layers.iter().map(|l| l.layout.tile_count()).sum();
+    let threads = bake_threads(opts);
+    let count = count.max(1);
+    let shards = (0..count)
+        .filter_map(|i| Shard::new(i, count))
+        .map(|shard| {
+            let range = shard.range(tiles);
+            // Plain layers lie one after the other in storage order, stacked ones
+            // interleaved: count each layer's positions in the range.
+            let seconds: f64 = if opts.stacked {
+                (range.end - range.start) as f64 * seconds_per_tile.iter().sum::<f64>() / layers.len() as f64
+            } else {
+                layers
+                    .iter()
+                    .enumerate()
+                    .map(|(li, l)| {
+                        let first = order.position(li, u32::from(l.layout.coarsest_mip()), 0, 0);
+                        let end = first + l.layout.tile_count();
+                        let n = range.end.min(end).saturating_sub(range.start.max(first));
+                        n as f64 * seconds_per_tile[li]
+                    })
+                    .sum()
+            };
+            ShardPlan { shard, range: [range.start, range.end], seconds: seconds / threads as f64 }
+        })
+        .collect();
+    Ok(BakePlan { tiles, seconds_per_tile, sampled_source, threads, shards })
+}
+
+/// The state of one shard's part.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "state")]
+pub enum PartState {
+    /// Present, intact, from the bake asked about.
+    Done {
+        /// Tiles in the part.
+        tiles: u64,
+        /// Its size in bytes.
+        bytes: u64,
+    },
+    /// No part.
+    Missing,
+    /// A part of another bake (other inputs or options, or another Tessera).
+    Stale {
+        /// Why.
+        reason: String,
+    },
+    /// Unreadable or damaged.
+    Damaged {
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// One shard and its part's state.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PartStatus {
+    /// The shard.
+    pub shard: Shard,
+    /// Its part's state.
+    #[serde(flatten)]
+    pub state: PartState,
+}
+
+/// The parts of the atlas `out` (`OUT.shards/`, a folder or an `s3://` prefix), shard by
+/// shard, for every shard count that has parts there (or `count` when given: then its
+/// missing shards are listed even when none has run). With `expected` (the fingerprint
+/// of the bake as it would run now, [`crate::bake::bake_fingerprint`]) a part of another
+/// bake is stale; without, parts that disagree with the first intact one are.
+pub fn status(
+    out: &Path,
+    count: Option<u32>,
+    expected: Option<&str>,
+    s3: &[(String, String)],
+) -> Result<Vec<PartStatus>, ShardError> {
+    let names = match list_dir(&shard_dir(out), s3) {
+        Ok(n) => n,
+        Err(ShardError::NoParts(_)) => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let mut counts: Vec<u32> = names
+        .iter()
+        .filter_map(|n| n.strip_suffix(".part")?.split_once("-of-")?.1.parse().ok())
+        .filter(|&n: &u32| n > 0)
+        .collect();
+    counts.extend(count);
+    counts.sort_unstable();
+    counts.dedup();
+    let mut out_status = Vec::new();
+    let mut reference: Option<String> = expected.map(str::to_owned);
+    for n in counts {
+        for i in 0..n {
+            let shard = Shard { index: i, count: n };
+            let name = format!("{i}-of-{n}.part");
+            let state = if !names.contains(&name) {
+                PartState::Missing
+            } else {
+                match read_part(&part_path(out, shard), s3) {
+                    Err(e) => PartState::Damaged { reason: e.to_string() },
+                    Ok(part) if part.manifest.shard != shard => {
+                        PartState::Damaged { reason: format!("holds shard {}", part.manifest.shard) }
+                    }
+                    Ok(part) => {
+                        let fp = &part.manifest.fingerprint;
+                        match &reference {
+                            Some(r) if r != fp => PartState::Stale {
+                                reason: if expected.is_some() {
+                                    "baked from other inputs or options than these".into()
+                                } else {
+                                    "from another bake than the other parts".into()
+                                },
+                            },
+                            _ if Some(n) != count && count.is_some() => PartState::Stale {
+                                reason: format!("of a bake cut into {n} shards, not {}", count.unwrap_or(n)),
+                            },
+                            _ => {
+                                reference.get_or_insert_with(|| fp.clone());
+                                PartState::Done { tiles: part.entries.len() as u64, bytes: part.len }
+                            }
+                        }
+                    }
+                }
+            };
+            out_status.push(PartStatus { shard, state });
+        }
+    }
+    Ok(out_status)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::NoProgress;
+    use crate::bake::source::Generated;
+    use crate::bake::{bake, bake_fingerprint};
+    use crate::format::codec::Codec;
+
+    fn inputs() -> Vec<BakeInput> {
+        vec![BakeInput::new("a", Generated::new(500, 300)), BakeInput::new("b", Generated::new(90, 70))]
+    }
+
+    #[test]
+    fn a_plan_covers_every_tile_once_and_weighs_shards_by_their_layers() {
+        let opts =
+            BakeOptions { tile_size: 32, border: 2, codec: Codec::Lz4, threads: 2, ..Default::default() };
+        let p = plan(&inputs(), &opts, 5).unwrap();
+        let layers = layer_table(&inputs(), &opts).unwrap();
+        assert_eq!(p.tiles, layers.iter().map(|l| l.layout.tile_count()).sum::<u64>());
+        assert_eq!(p.shards.len(), 5);
+        assert_eq!((p.shards[0].range[0], p.shards[4].range[1]), (0, p.tiles));
+        assert!(p.shards.windows(2).all(|w| w[0].range[1] == w[1].range[0]));
+        assert!(p.seconds_per_tile.iter().all(|&s| s > 0.0) && p.sampled_source.iter().all(|&r| r));
+        let total: f64 = p.shards.iter().map(|s| s.seconds).sum();
+        let expect: f64 = layers
+            .iter()
+            .zip(&p.seconds_per_tile)
+            .map(|(l, s)| l.layout.tile_count() as f64 * s)
+            .sum::<f64>()
+            / 2.0;
+        assert!((total - expect).abs() < 1e-9 * expect.max(1.0), "{total} vs {expect}");
+    }
+
+    #[test]
+    fn status_names_missing_stale_and_damaged_parts() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("s.tsa");
+        let opts = |i: u32, quality: u32| BakeOptions {
+            tile_size: 32,
+            border: 2,
+            quality,
+            shard: Shard::new(i, 4),
+            ..Default::default()
+        };
+        assert!(status(&out, None, None, &[]).unwrap().is_empty());
+        for (i, q) in [(0, 128), (1, 128), (2, 90)] {
+            bake(inputs(), &out, &opts(i, q), &NoProgress).unwrap();
+        }
+        let part = part_path(&out, Shard::new(1, 4).unwrap());
+        let bytes = std::fs::read(&part).unwrap();
+        std::fs::write(&part, &bytes[..bytes.len() - 3]).unwrap();
+        let expected = bake_fingerprint(&inputs(), &opts(0, 128)).unwrap();
+        let s = status(&out, None, Some(&expected), &[]).unwrap();
+        let states: Vec<&str> = s
+            .iter()
+            .map(|p| match p.state {
+                PartState::Done { .. } => "done",
+                PartState::Missing => "missing",
+                PartState::Stale { .. } => "stale",
+                PartState::Damaged { .. } => "damaged",
+            })
+            .collect();
+        assert_eq!(states, ["done", "damaged", "stale", "missing"]);
+        // Without the inputs, the first intact part is the reference.
+        let s = status(&out, None, None, &[]).unwrap();
+        assert!(matches!(s[2].state, PartState::Stale { .. }), "{s:?}");
+    }
+}
