@@ -48,6 +48,11 @@ pub const ATLAS_REPAIR_HEADER: u8 = 1;
 /// (inside the file), before the header is repaired.
 pub const ATLAS_REPAIR_TILES: u8 = 2;
 
+/// Atlas control bit: the file is a split atlas' index object followed by its one data
+/// object, cut where the header's `data_offset` says; the data object is written as
+/// `input.tsa.shards/0-of-1.part`, the name a merge of one shard gives it.
+pub const ATLAS_SPLIT: u8 = 4;
+
 /// Basis control bit: recompute both CRC-16s of the blob.
 pub const BASIS_REPAIR: u8 = 1;
 /// Basis control bit: the blob is a UASTC tile (else ETC1S).
@@ -131,10 +136,10 @@ impl Target {
     }
 }
 
-/// Atlas reader: `data` is a control byte ([`ATLAS_REPAIR_HEADER`], [`ATLAS_REPAIR_TILES`])
-/// then an atlas file. Opens it and decodes every tile of every layer and mip to RGBA8
-/// (as `tessera verify` does), errors tolerated, within [`ATLAS_DECODE_BUDGET`]; asserts
-/// that every decoded tile has its layer's size.
+/// Atlas reader: `data` is a control byte ([`ATLAS_REPAIR_HEADER`], [`ATLAS_REPAIR_TILES`],
+/// [`ATLAS_SPLIT`]) then an atlas file. Opens it and decodes every tile of every layer and
+/// mip to RGBA8 (as `tessera verify` does), errors tolerated, within
+/// [`ATLAS_DECODE_BUDGET`]; asserts that every decoded tile has its layer's size.
 pub fn atlas(data: &[u8]) -> Summary {
     let mut s = Summary::default();
     let Some((&control, file)) = data.split_first() else { return s };
@@ -142,8 +147,22 @@ pub fn atlas(data: &[u8]) -> Summary {
     if control & ATLAS_REPAIR_TILES != 0 {
         repair_tile_crcs(&mut file);
     }
+    // A split atlas: the index object, then its data object.
+    let cut = if control & ATLAS_SPLIT != 0 {
+        le_u64(&file, 40).filter(|&c| c <= file.len() as u64).map_or(file.len(), |c| c as usize)
+    } else {
+        file.len()
+    };
+    let data_object = file.split_off(cut);
     if control & ATLAS_REPAIR_HEADER != 0 {
         repair_atlas_header(&mut file);
+    }
+    // Written for every input (empty unless split), so that no input sees the data
+    // object of the one before.
+    let shared: scratch::Shared =
+        ("split-folder", |dir| std::fs::create_dir_all(dir.join("input.tsa.shards")));
+    if scratch::write("input.tsa.shards/0-of-1.part", &data_object, Some(shared)).is_none() {
+        return s;
     }
     let Some(path) = scratch::write("input.tsa", &file, None) else { return s };
     let Some(atlas) = s.record(Atlas::open(&path)) else { return s };
@@ -364,7 +383,22 @@ fn repair_root(file: &mut [u8]) {
     };
     let Some(head) = le_u64(file, root as usize) else { return };
     let (per, pages) = (head & 0xFFFF_FFFF, head >> 32);
-    let Some(root_end) = fixed.checked_add(4 * pages).filter(|&e| e <= file.len() as u64) else { return };
+    let Some(mut root_end) = fixed.checked_add(4 * pages).filter(|&e| e <= file.len() as u64) else { return };
+    // A split atlas' object table follows the root: count, bytes of names, 16-byte records.
+    let flags = le_u64(file, 16).map_or(0, |v| v >> 32);
+    if flags & u64::from(crate::format::atlas::FLAG_SPLIT) != 0
+        && let Some(head) = le_u64(file, root_end as usize)
+    {
+        let (count, names) = (head & 0xFFFF_FFFF, head >> 32);
+        match count
+            .checked_mul(16)
+            .and_then(|r| r.checked_add(8 + names))
+            .and_then(|t| t.checked_add(root_end))
+        {
+            Some(end) if end <= file.len() as u64 => root_end = end,
+            _ => {}
+        }
+    }
     let entry = |k: u64| k.checked_mul(ENTRY_BYTES as u64).and_then(|n| n.checked_add(index_offset));
     for p in 0..pages {
         let first = p.saturating_mul(per);

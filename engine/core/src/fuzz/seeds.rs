@@ -8,8 +8,11 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use super::{ATLAS_REPAIR_HEADER, ATLAS_REPAIR_TILES, BASIS_REPAIR, BASIS_UASTC, BASIS_VERIFIED, Target};
+use super::{
+    ATLAS_REPAIR_HEADER, ATLAS_REPAIR_TILES, ATLAS_SPLIT, BASIS_REPAIR, BASIS_UASTC, BASIS_VERIFIED, Target,
+};
 use crate::NoProgress;
+use crate::bake::shard::{MergeForm, Shard, merge_shards};
 use crate::bake::source::{Generated, ImageSource};
 use crate::bake::{BakeInput, BakeOptions, bake};
 use crate::format::atlas::{ColorSpace, Wrap};
@@ -122,6 +125,23 @@ fn atlas_seeds() -> std::io::Result<Vec<Seed>> {
         false,
     ));
     let mut seeds = Vec::new();
+    // A split atlas (a one-shard bake merged): its index object, then its data object.
+    let split = dir.0.join("split");
+    std::fs::create_dir_all(&split)?;
+    let index = split.join("input.tsa");
+    let opts = BakeOptions { tile_size: 16, border: 2, shard: Shard::new(0, 1), ..BakeOptions::default() };
+    let inputs = vec![
+        layer("a", 40, 28, Codec::Lz4, Wrap::Clamp, srgb),
+        layer("b", 20, 9, Codec::Etc1s, Wrap::Repeat, ColorSpace::Linear),
+    ];
+    bake(inputs, &index, &opts, &NoProgress).map_err(std::io::Error::other)?;
+    merge_shards(&index, MergeForm::Split, &NoProgress).map_err(std::io::Error::other)?;
+    let part = std::fs::read(split.join("input.tsa.shards/0-of-1.part"))?;
+    let control = ATLAS_REPAIR_HEADER | ATLAS_REPAIR_TILES | ATLAS_SPLIT;
+    seeds.push((
+        "split.tsa".into(),
+        [&[control], std::fs::read(&index)?.as_slice(), part.as_slice()].concat(),
+    ));
     for (name, inputs, stacked) in bakes {
         let path = dir.0.join(format!("{name}.tsa"));
         // RDO makes UASTC tiles compressible, so that some are stored as `uastc+lz4`.
