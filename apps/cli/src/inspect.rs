@@ -7,9 +7,20 @@ use anyhow::Result;
 use tessera_core::format::atlas::{Atlas, AtlasSummary};
 
 /// Runs `tessera inspect`.
-pub(crate) fn run(path: &Path, json: bool) -> Result<ExitCode> {
+pub(crate) fn run(path: &Path, json: bool, tiles: bool) -> Result<ExitCode> {
     crate::args::atlas_file(path)?;
-    let summary = Atlas::open(path)?.summary();
+    let atlas = Atlas::open(path)?;
+    if tiles {
+        // One line per tile: what two bakes of the same inputs must agree on.
+        for (i, layer) in atlas.layers().iter().enumerate() {
+            for t in layer.layout.tiles(i as u16) {
+                let e = atlas.entry(t)?;
+                println!("{} {} {} {} {} {} {:08x}", t.layer, t.mip, t.x, t.y, e.codec, e.length, e.crc32);
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let summary = atlas.summary();
     if json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
@@ -36,6 +47,16 @@ pub(crate) fn table(s: &AtlasSummary) -> String {
         s.tiles,
         mib(s.file_bytes)
     );
+    if !s.data_objects.is_empty() {
+        let data: u64 = s.data_objects.iter().map(|(_, b)| b).sum();
+        let _ = writeln!(
+            o,
+            "split atlas: this index names {} data object(s), {:.2} MiB: {}",
+            s.data_objects.len(),
+            mib(data),
+            s.data_objects.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+        );
+    }
     for l in &s.layers {
         let _ = writeln!(
             o,

@@ -56,6 +56,10 @@ enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Print one line per tile instead: layer, mip, x, y, codec, stored length and
+        /// CRC-32 (what two bakes of the same inputs and options agree on).
+        #[arg(long, conflicts_with = "json")]
+        tiles: bool,
     },
     /// Read, checksum and decode every tile; exit 1 naming each bad tile.
     Verify {
@@ -244,7 +248,7 @@ fn main() -> ExitCode {
     signals::install();
     let result = match cli.command {
         Command::Bake(args) => run_bake(&args),
-        Command::Inspect { atlas, json } => inspect::run(&atlas, json),
+        Command::Inspect { atlas, json, tiles } => inspect::run(&atlas, json, tiles),
         Command::Verify { atlas } => run_verify(&atlas),
         Command::Capture(args) => capture::run(&args),
         Command::Demo(args) => demo::run(&args),

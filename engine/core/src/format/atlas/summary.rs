@@ -24,6 +24,10 @@ pub struct AtlasSummary {
     pub tiles: u64,
     /// One entry per layer.
     pub layers: Vec<LayerSummary>,
+    /// A split atlas' data objects, as named in its index object, with their sizes
+    /// (empty for a single file; `file_bytes` is then the index object's size).
+    #[serde(default)]
+    pub data_objects: Vec<(String, u64)>,
 }
 
 /// One layer in an [`AtlasSummary`].
@@ -164,6 +168,7 @@ impl Atlas {
             file_bytes: self.file_size(),
             tiles: self.tile_count(),
             layers,
+            data_objects: self.data_objects().into_iter().map(|(o, _)| (o.name, o.size)).collect(),
         }
     }
 }
