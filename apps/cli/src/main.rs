@@ -516,7 +516,7 @@ fn run_merge(args: &BakeArgs) -> Result<ExitCode> {
             args.output.display(),
             mib(report.file_bytes),
             start.elapsed().as_secs_f64(),
-            mib(moved + report.file_bytes)
+            mib(moved)
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -364,7 +364,7 @@ pub fn bake(
     let layers = layer_table(&inputs, opts)?;
     let total: u64 = layers.iter().map(|l| l.layout.tile_count()).sum();
     let order = StorageOrder::new(layers.iter().map(|l| l.layout).collect(), opts.stacked);
-    let range = opts.shard.map_or(0..total, |s| s.range(total));
+    let range = opts.shard.map_or(0..total, |s| s.range_of(&layers));
     progress.set_length(range.end - range.start);
     let scratch = match &opts.scratch_dir {
         Some(d) => d.clone(),
@@ -389,6 +389,10 @@ pub fn bake(
                 flags,
                 format_version: opts.format_version,
                 range: [range.start, range.end],
+                page_entries: crate::bake::shard::shard_page_entries(layers.len(), total, shard.count),
+                index_offset: 0,
+                page_crcs: Vec::new(),
+                stored_bytes: 0,
             };
             Output::Part(ShardWriter::create(out, manifest)?)
         }

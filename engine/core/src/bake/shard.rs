@@ -41,7 +41,10 @@ use serde::{Deserialize, Serialize};
 use crate::Progress;
 use crate::format::atlas::order::StorageOrder;
 use crate::format::atlas::split::{self, DataObject};
-use crate::format::atlas::{AtlasError, AtlasWriter, BLOB_ALIGN, LayerInfo, TileEntry, blob_hash};
+use crate::format::atlas::{
+    AtlasError, AtlasWriter, BLOB_ALIGN, ENTRY_BYTES, LayerInfo, TileEntry, blob_hash, decode_entry,
+    encode_entry, page_entries_for,
+};
 use crate::format::codec::Codec;
 use crate::format::tile::TextureLayout;
 use crate::temp_files::{TempPath, temp_name};
@@ -51,9 +54,8 @@ use crate::temp_files::{TempPath, temp_name};
 pub const INDEX_VARIABLES: [&str; 3] =
     ["JOB_COMPLETION_INDEX", "SLURM_ARRAY_TASK_ID", "AWS_BATCH_JOB_ARRAY_INDEX"];
 
-const TRAILER_MAGIC: &[u8; 8] = b"TSRSHRD1";
+const TRAILER_MAGIC: &[u8; 8] = b"TSRSHRD2";
 const TRAILER_BYTES: usize = 32;
-const ENTRY_BYTES: usize = 32;
 /// The part format this code writes and reads (2: blobs in storage order, each at a
 /// multiple of 16, so that a part can serve as a split atlas' data object).
 pub const PART_FORMAT: u32 = 2;
@@ -157,11 +159,23 @@ impl Shard {
         })
     }
 
-    /// The storage positions of the tiles this shard encodes, out of `tiles`: the
-    /// `index`-th of `count` contiguous ranges whose sizes differ by at most one.
-    pub fn range(&self, tiles: u64) -> Range<u64> {
-        let at = |i: u32| (u128::from(tiles) * u128::from(i) / u128::from(self.count)) as u64;
+    /// The storage positions of the tiles this shard encodes, out of `tiles` indexed in
+    /// pages of `page_entries`: the `index`-th of `count` contiguous runs of whole index
+    /// pages whose page counts differ by at most one (so every shard writes whole pages
+    /// of the atlas' index, and a split merge moves none of them). A shard of an atlas
+    /// with fewer pages than shards may have no tiles.
+    pub fn range(&self, tiles: u64, page_entries: u32) -> Range<u64> {
+        let per = u64::from(page_entries.max(1));
+        let pages = tiles.div_ceil(per);
+        let at =
+            |i: u32| ((u128::from(pages) * u128::from(i) / u128::from(self.count)) as u64 * per).min(tiles);
         at(self.index)..at(self.index + 1)
+    }
+
+    /// [`Shard::range`] of an atlas of `layers`, in the pages of [`shard_page_entries`].
+    pub fn range_of(&self, layers: &[LayerInfo]) -> Range<u64> {
+        let tiles: u64 = layers.iter().map(|l| l.layout.tile_count()).sum();
+        self.range(tiles, shard_page_entries(layers.len(), tiles, self.count))
     }
 }
 
@@ -169,6 +183,14 @@ impl std::fmt::Display for Shard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.index, self.count)
     }
+}
+
+/// Index entries per page of an atlas of `tiles` tiles in `layer_count` layers baked as
+/// `count` shards: what a single bake uses, but at most `⌈tiles / count⌉`, so that every
+/// shard has pages of its own even when the atlas has fewer pages than shards.
+pub fn shard_page_entries(layer_count: usize, tiles: u64, count: u32) -> u32 {
+    let share = tiles.div_ceil(u64::from(count.max(1))).max(1);
+    page_entries_for(layer_count, tiles).min(u32::try_from(share).unwrap_or(u32::MAX))
 }
 
 /// The folder of the parts of the atlas `out`: `OUT.shards` beside it.
@@ -201,6 +223,14 @@ pub struct PartManifest {
     pub format_version: u32,
     /// Storage positions of the tiles in the part: it holds one entry for each.
     pub range: [u64; 2],
+    /// Index entries per page of the atlas (the range starts on a page boundary).
+    pub page_entries: u32,
+    /// Where the part's index pages start in it.
+    pub index_offset: u64,
+    /// CRC-32 of each of its index pages.
+    pub page_crcs: Vec<u32>,
+    /// Bytes of its distinct blobs.
+    pub stored_bytes: u64,
 }
 
 /// The bake's identity, for [`PartManifest::fingerprint`]: the layers and flags, and the
@@ -310,7 +340,7 @@ impl ShardWriter {
         let spool_path = self.spool.path().to_path_buf();
         let spool_io = |source| ShardError::Io { path: spool_path.clone(), source };
         self.out.flush().map_err(spool_io)?;
-        let m = &self.manifest;
+        let m = self.manifest.clone();
         let order = StorageOrder::new(
             m.layers.iter().map(|l| l.layout).collect(),
             m.flags & crate::format::atlas::FLAG_STACKED != 0,
@@ -345,29 +375,54 @@ impl ShardWriter {
             moved.insert(offset, aligned);
             at = aligned + blob.len() as u64;
         }
-        let entries_offset = at;
-        let mut tail = Vec::with_capacity(self.entries.len() * ENTRY_BYTES + 4096);
-        for (tile, e) in &self.entries {
+        // The index: one entry per storage position of the range, in pages.
+        let [first, last] = self.manifest.range;
+        let mut index = vec![0u8; ((last - first) as usize) * ENTRY_BYTES];
+        let mut filled = 0u64;
+        let mut stored_bytes = 0u64;
+        let mut counted = std::collections::HashSet::new();
+        for &(tile, e) in &self.entries {
+            let pos = tile_position(&m.layers, &order, tile).filter(|p| (first..last).contains(p));
+            let Some(pos) = pos else {
+                return Err(ShardError::Part {
+                    path: self.dest.clone(),
+                    reason: format!("tile {tile} is not this shard's"),
+                });
+            };
             let offset = moved.get(&e.offset).copied().unwrap_or(e.offset);
-            tail.extend_from_slice(&tile.to_le_bytes());
-            tail.extend_from_slice(&offset.to_le_bytes());
-            for v in [e.length, e.raw_length, e.crc32] {
-                tail.extend_from_slice(&v.to_le_bytes());
+            let at = (pos - first) as usize * ENTRY_BYTES;
+            index[at..at + ENTRY_BYTES].copy_from_slice(&encode_entry(&TileEntry { offset, ..e }));
+            filled += 1;
+            if counted.insert(offset) {
+                stored_bytes += u64::from(e.length);
             }
-            tail.extend_from_slice(&[e.codec as u8, 0, 0, 0]);
         }
+        if filled != last - first {
+            return Err(ShardError::Part {
+                path: self.dest.clone(),
+                reason: format!("{filled} tiles for the {} storage positions of its range", last - first),
+            });
+        }
+        let index_offset = at.next_multiple_of(BLOB_ALIGN);
+        out.write_all(&[0u8; BLOB_ALIGN as usize][..(index_offset - at) as usize]).map_err(io)?;
+        out.write_all(&index).map_err(io)?;
+        let per = self.manifest.page_entries as usize * ENTRY_BYTES;
+        self.manifest.page_crcs = index.chunks(per.max(ENTRY_BYTES)).map(crc32fast::hash).collect();
+        self.manifest.index_offset = index_offset;
+        self.manifest.stored_bytes = stored_bytes;
         let manifest = serde_json::to_vec(&self.manifest).map_err(|e| io(std::io::Error::other(e)))?;
-        let manifest_offset = entries_offset + tail.len() as u64;
-        tail.extend_from_slice(&manifest);
+        let manifest_offset = index_offset + index.len() as u64;
+        let mut tail = manifest;
         let crc = crc32fast::hash(&tail);
+        let manifest_len = tail.len() as u32;
         tail.extend_from_slice(TRAILER_MAGIC);
-        tail.extend_from_slice(&entries_offset.to_le_bytes());
+        tail.extend_from_slice(&index_offset.to_le_bytes());
         tail.extend_from_slice(&manifest_offset.to_le_bytes());
-        tail.extend_from_slice(&(manifest.len() as u32).to_le_bytes());
+        tail.extend_from_slice(&manifest_len.to_le_bytes());
         tail.extend_from_slice(&crc.to_le_bytes());
         out.write_all(&tail).map_err(io)?;
         out.flush().map_err(io)?;
-        let size = entries_offset + tail.len() as u64;
+        let size = manifest_offset + tail.len() as u64;
         out.get_ref().sync_all().map_err(io)?;
         drop(out);
         AtlasWriter::publish(&mut tmp, &self.dest)?;
@@ -434,8 +489,6 @@ pub(crate) struct Part {
     /// The part's size in bytes.
     pub(crate) len: u64,
     pub(crate) manifest: PartManifest,
-    /// `(tile, entry)` in tile order.
-    pub(crate) entries: Vec<(u64, TileEntry)>,
 }
 
 /// Where a part's bytes are read from: a local file, or an object in a store.
@@ -496,63 +549,81 @@ pub(crate) fn read_part(path: &Path, s3: &[(String, String)]) -> Result<Part, Sh
     let mut trailer = [0u8; TRAILER_BYTES];
     file.read_exact_at(&mut trailer, len - TRAILER_BYTES as u64).map_err(io)?;
     if &trailer[..8] != TRAILER_MAGIC {
-        return Err(bad("not a Tessera shard part (or truncated): no TSRSHRD1 trailer".into()));
+        return Err(
+            bad("not a Tessera shard part of this format (or truncated): no TSRSHRD2 trailer".into()),
+        );
     }
     let u64_at = |at: usize| u64::from_le_bytes(trailer[at..at + 8].try_into().unwrap_or([0; 8]));
     let u32_at = |at: usize| u32::from_le_bytes(trailer[at..at + 4].try_into().unwrap_or([0; 4]));
-    let (entries_offset, manifest_offset, manifest_len, crc) =
-        (u64_at(8), u64_at(16), u32_at(24), u32_at(28));
+    let (index_offset, manifest_offset, manifest_len, crc) = (u64_at(8), u64_at(16), u32_at(24), u32_at(28));
     let tail_end = len - TRAILER_BYTES as u64;
-    if entries_offset > manifest_offset
+    if index_offset > manifest_offset
         || manifest_offset.checked_add(u64::from(manifest_len)) != Some(tail_end)
         || u64::from(manifest_len) > MANIFEST_MAX
-        || !(manifest_offset - entries_offset).is_multiple_of(ENTRY_BYTES as u64)
-        || (manifest_offset - entries_offset) / ENTRY_BYTES as u64 > len
     {
         return Err(bad("its trailer's offsets do not fit the file: damaged".into()));
     }
-    let mut tail = vec![0u8; (tail_end - entries_offset) as usize];
-    file.read_exact_at(&mut tail, entries_offset).map_err(io)?;
-    if crc32fast::hash(&tail) != crc {
-        return Err(bad("checksum mismatch over its entries and manifest: damaged".into()));
+    let mut manifest = vec![0u8; manifest_len as usize];
+    file.read_exact_at(&mut manifest, manifest_offset).map_err(io)?;
+    if crc32fast::hash(&manifest) != crc {
+        return Err(bad("checksum mismatch over its manifest: damaged".into()));
     }
-    let (entry_bytes, manifest) = tail.split_at((manifest_offset - entries_offset) as usize);
     let manifest: PartManifest =
-        serde_json::from_slice(manifest).map_err(|e| bad(format!("unreadable manifest: {e}")))?;
+        serde_json::from_slice(&manifest).map_err(|e| bad(format!("unreadable manifest: {e}")))?;
     if manifest.format != PART_FORMAT {
-        return Err(bad(format!("part format {}, this tessera reads {PART_FORMAT}", manifest.format)));
-    }
-    let mut entries = Vec::with_capacity(entry_bytes.len() / ENTRY_BYTES);
-    for b in entry_bytes.chunks_exact(ENTRY_BYTES) {
-        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]));
-        let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or([0; 4]));
-        let codec = Codec::from_code(b[28]).ok_or_else(|| bad(format!("unknown codec {}", b[28])))?;
-        let e = TileEntry {
-            offset: u64_at(8),
-            length: u32_at(16),
-            raw_length: u32_at(20),
-            crc32: u32_at(24),
-            codec,
-        };
-        if e.offset.checked_add(u64::from(e.length)).is_none_or(|end| end > entries_offset)
-            || !e.offset.is_multiple_of(BLOB_ALIGN)
-        {
-            return Err(bad(format!("tile {}: its blob lies outside the part or is not aligned", u64_at(0))));
-        }
-        entries.push((u64_at(0), e));
-    }
-    let range_len = manifest.range[1].checked_sub(manifest.range[0]);
-    if range_len != Some(entries.len() as u64) {
         return Err(bad(format!(
-            "{} entries for the tiles of range {:?}: damaged",
-            entries.len(),
-            manifest.range
+            "part format {}, this tessera reads {PART_FORMAT}: rerun the shard",
+            manifest.format
         )));
     }
-    if entries.windows(2).any(|w| w[0].0 >= w[1].0) {
-        return Err(bad("its tiles are not in tile order: damaged".into()));
+    let [first, last] = manifest.range;
+    let tiles = last.checked_sub(first).ok_or_else(|| bad(format!("range {:?}", manifest.range)))?;
+    let per = u64::from(manifest.page_entries.max(1));
+    if manifest.index_offset != index_offset
+        || !index_offset.is_multiple_of(BLOB_ALIGN)
+        || tiles.checked_mul(ENTRY_BYTES as u64).and_then(|n| n.checked_add(index_offset))
+            != Some(manifest_offset)
+        || manifest.page_crcs.len() as u64 != tiles.div_ceil(per)
+        || manifest.stored_bytes > index_offset
+    {
+        return Err(bad(format!("its index does not fit its range {:?}: damaged", manifest.range)));
     }
-    Ok(Part { path: path.to_path_buf(), file, len, manifest, entries })
+    Ok(Part { path: path.to_path_buf(), file, len, manifest })
+}
+
+impl Part {
+    /// The part's index entries, one per storage position of its range, each page
+    /// checked against its CRC-32 and each blob against the part's bounds.
+    fn entries(&self) -> Result<Vec<TileEntry>, ShardError> {
+        let bad = |reason: String| ShardError::Part { path: self.path.clone(), reason };
+        let m = &self.manifest;
+        let mut index = vec![0u8; ((m.range[1] - m.range[0]) as usize) * ENTRY_BYTES];
+        self.file
+            .read_exact_at(&mut index, m.index_offset)
+            .map_err(|source| ShardError::Io { path: self.path.clone(), source })?;
+        let per = m.page_entries.max(1) as usize * ENTRY_BYTES;
+        for (p, (page, &crc)) in index.chunks(per).zip(&m.page_crcs).enumerate() {
+            if crc32fast::hash(page) != crc {
+                return Err(bad(format!(
+                    "index page {p} fails its CRC-32: damaged, rerun shard {}",
+                    m.shard
+                )));
+            }
+        }
+        index
+            .chunks_exact(ENTRY_BYTES)
+            .enumerate()
+            .map(|(i, b)| {
+                let e = decode_entry(b).map_err(|code| bad(format!("entry {i}: unknown codec {code}")))?;
+                if e.offset.checked_add(u64::from(e.length)).is_none_or(|end| end > m.index_offset)
+                    || !e.offset.is_multiple_of(BLOB_ALIGN)
+                {
+                    return Err(bad(format!("entry {i}: its blob lies outside the part or is not aligned")));
+                }
+                Ok(e)
+            })
+            .collect()
+    }
 }
 
 /// The shard counts of the parts in `OUT.shards/` and their indices, from the file names.
@@ -701,10 +772,14 @@ impl Parts {
             manifest.flags & crate::format::atlas::FLAG_STACKED != 0,
         );
         let total = first;
+        let per = shard_page_entries(layers.len(), total, count);
         let mut expect = 0;
         for p in &parts {
-            let want = Shard { index: p.manifest.shard.index, count }.range(total);
-            if p.manifest.range != [want.start, want.end] || want.start != expect {
+            let want = Shard { index: p.manifest.shard.index, count }.range(total, per);
+            if p.manifest.range != [want.start, want.end]
+                || want.start != expect
+                || p.manifest.page_entries != per
+            {
                 return Err(ShardError::Part {
                     path: p.path.clone(),
                     reason: format!(
@@ -724,16 +799,16 @@ impl Parts {
         self.parts.get(k).map(|p| (k, p))
     }
 
-    /// Bytes of the parts' entries and manifests (what a split merge reads).
+    /// Bytes of the parts' manifests and trailers (what a split merge reads).
     fn record_bytes(&self) -> u64 {
-        self.parts.iter().map(|p| p.len - p.entries_offset()).sum()
-    }
-}
-
-impl Part {
-    /// Where the part's blobs end: its smallest offset past every blob.
-    fn entries_offset(&self) -> u64 {
-        self.entries.iter().map(|(_, e)| e.offset + u64::from(e.length)).max().unwrap_or(0)
+        self.parts
+            .iter()
+            .map(|p| {
+                p.len
+                    - p.manifest.index_offset
+                    - (p.manifest.range[1] - p.manifest.range[0]) * ENTRY_BYTES as u64
+            })
+            .sum()
     }
 }
 
@@ -780,32 +855,20 @@ pub fn merge_shards_with(
     }
 }
 
-/// The tile at storage position `pos`'s entry in `part` (cursor `at`), checked to be
-/// `tile`.
-fn next_entry(part: &Part, at: usize, tile: u64) -> Result<TileEntry, ShardError> {
-    let bad = |reason: String| ShardError::Part { path: part.path.clone(), reason };
-    let (t, e) = *part.entries.get(at).ok_or_else(|| bad(format!("tile {tile} is missing")))?;
-    if t != tile {
-        return Err(bad(format!("holds tile {t} where tile {tile} belongs: damaged or from another bake")));
-    }
-    Ok(e)
-}
-
 fn merge_one_file(out: &Path, parts: &Parts, progress: &dyn Progress) -> Result<MergeReport, ShardError> {
     let manifest = &parts.parts[0].manifest;
     let mut writer = AtlasWriter::create_with_flags(out, parts.layers.clone(), manifest.flags)?;
     writer.set_format_version(manifest.format_version)?;
     progress.set_length(parts.total);
     progress.set_message("merging shard parts");
-    let mut cursors = vec![0usize; parts.parts.len()];
+    let entries: Vec<Vec<TileEntry>> = parts.parts.iter().map(Part::entries).collect::<Result<_, _>>()?;
     let (mut blob, mut blob_bytes) = (Vec::new(), 0u64);
     for tile in 0..parts.total {
         let no_place =
             || ShardError::Part { path: parts.dir.clone(), reason: format!("tile {tile}: no part holds it") };
         let pos = tile_position(&parts.layers, &parts.order, tile).ok_or_else(no_place)?;
         let (k, part) = parts.holding(pos).ok_or_else(no_place)?;
-        let e = next_entry(part, cursors[k], tile)?;
-        cursors[k] += 1;
+        let e = *entries[k].get((pos - part.manifest.range[0]) as usize).ok_or_else(no_place)?;
         blob.resize(e.length as usize, 0);
         part.file
             .read_exact_at(&mut blob, e.offset)
@@ -824,11 +887,12 @@ fn merge_one_file(out: &Path, parts: &Parts, progress: &dyn Progress) -> Result<
         progress.inc(1);
     }
     let file_bytes = writer.finish()?;
+    let index_bytes: u64 = entries.iter().map(|e| e.len() as u64 * ENTRY_BYTES as u64).sum();
     Ok(MergeReport {
         parts: parts.parts.len() as u32,
         tiles: parts.total,
         blob_bytes,
-        record_bytes: parts.record_bytes(),
+        record_bytes: parts.record_bytes() + index_bytes,
         file_bytes,
         data_bytes: file_bytes,
         split: false,
@@ -841,55 +905,39 @@ fn merge_split(
     s3: &[(String, String)],
     progress: &dyn Progress,
 ) -> Result<MergeReport, ShardError> {
-    progress.set_length(parts.total);
+    progress.set_length(parts.parts.len() as u64);
     progress.set_message("indexing shard parts");
-    // Entries in storage order, each with its part's number.
-    let mut entries: Vec<Option<(usize, TileEntry)>> = vec![None; parts.total as usize];
-    let mut stored_bytes = 0;
-    for (k, part) in parts.parts.iter().enumerate() {
-        let range = part.manifest.range[0]..part.manifest.range[1];
-        let mut distinct = std::collections::HashSet::new();
-        for &(tile, e) in &part.entries {
-            let pos = tile_position(&parts.layers, &parts.order, tile).filter(|p| range.contains(p));
-            let slot = pos.and_then(|p| entries.get_mut(p as usize)).filter(|s| s.is_none());
-            let Some(slot) = slot else {
-                return Err(ShardError::Part {
-                    path: part.path.clone(),
-                    reason: format!("holds tile {tile}, which is not its shard's (or twice): damaged"),
-                });
-            };
-            *slot = Some((k, e));
-            if distinct.insert(e.offset) {
-                stored_bytes += u64::from(e.length);
-            }
-            progress.inc(1);
-        }
-    }
-    // Every part holds as many distinct tiles of its range as the range has positions.
-    let entries: Vec<(usize, TileEntry)> = entries.into_iter().flatten().collect();
-    if entries.len() as u64 != parts.total {
-        return Err(ShardError::Part {
-            path: parts.dir.clone(),
-            reason: "tiles missing from the parts".into(),
-        });
-    }
     let file_name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let objects: Vec<DataObject> = parts
-        .parts
-        .iter()
-        .map(|p| DataObject {
-            name: format!("{file_name}.shards/{}-of-{}.part", p.manifest.shard.index, p.manifest.shard.count),
-            size: p.len,
-        })
-        .collect();
-    for o in &objects {
-        split::check_name(&o.name).map_err(|why| ShardError::Part {
+    let (mut objects, mut page_crcs, mut stored_bytes) = (Vec::new(), Vec::new(), 0u64);
+    for p in &parts.parts {
+        let m = &p.manifest;
+        let name = format!("{file_name}.shards/{}-of-{}.part", m.shard.index, m.shard.count);
+        split::check_name(&name).map_err(|why| ShardError::Part {
             path: out.to_path_buf(),
-            reason: format!("cannot name data object {:?}: {why}", o.name),
+            reason: format!("cannot name data object {name:?}: {why}"),
         })?;
+        objects.push(DataObject {
+            name,
+            size: p.len,
+            index_offset: m.index_offset,
+            first_page: page_crcs.len() as u32,
+            pages: m.page_crcs.len() as u32,
+        });
+        page_crcs.extend_from_slice(&m.page_crcs);
+        stored_bytes += m.stored_bytes;
+        progress.inc(1);
     }
     let manifest = &parts.parts[0].manifest;
-    let index = split::index_object(&parts.layers, manifest.flags, &objects, &entries, stored_bytes);
+    let per = manifest.page_entries;
+    let index = split::index_object(
+        &parts.layers,
+        manifest.flags,
+        parts.total,
+        per,
+        page_crcs,
+        stored_bytes,
+        &objects,
+    );
     write_atomically(out, &index, s3)?;
     Ok(MergeReport {
         parts: parts.parts.len() as u32,
@@ -999,7 +1047,7 @@ mod tests {
             assert_eq!(report.file_bytes, b.file_size());
             // The merge read the parts' records and wrote the index: a few % of the data
             // for these tiny tiles (far below 1% for real tile sizes; BENCHMARKS.md).
-            assert!(report.record_bytes + report.file_bytes < report.data_bytes, "{report:?}");
+            assert!((report.record_bytes + report.file_bytes) * 10 < report.data_bytes, "{report:?}");
             assert!(b.verify(&NoProgress).is_empty(), "{codec} {count}");
             for (i, layer) in a.layers().iter().enumerate() {
                 for t in layer.layout.tiles(i as u16) {
@@ -1103,14 +1151,16 @@ mod tests {
         let e = Shard::from_env(8, env(&[("AWS_BATCH_JOB_ARRAY_INDEX", "8")])).unwrap_err().to_string();
         assert!(e.contains("AWS_BATCH_JOB_ARRAY_INDEX=8"), "{e}");
         assert!(matches!(Shard::from_env(8, env(&[])), Err(ShardError::NoIndex { count: 8 })));
-        // Ranges cover every tile once, sizes within one.
-        for (tiles, count) in [(0u64, 3u32), (10, 3), (22_369_621, 7), (5, 8)] {
-            let ranges: Vec<_> = (0..count).map(|i| Shard { index: i, count }.range(tiles)).collect();
+        // Ranges cover every tile once, in whole pages, page counts within one.
+        for (tiles, count, per) in [(0u64, 3u32, 1024u32), (10, 3, 1), (22_369_621, 7, 8192), (5000, 8, 1024)]
+        {
+            let ranges: Vec<_> = (0..count).map(|i| Shard { index: i, count }.range(tiles, per)).collect();
             assert_eq!(ranges[0].start, 0);
             assert_eq!(ranges[count as usize - 1].end, tiles);
             assert!(ranges.windows(2).all(|w| w[0].end == w[1].start));
-            let sizes: Vec<u64> = ranges.iter().map(|r| r.end - r.start).collect();
-            assert!(sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1, "{sizes:?}");
+            assert!(ranges.iter().all(|r| r.start % u64::from(per) == 0));
+            let pages: Vec<u64> = ranges.iter().map(|r| (r.end - r.start).div_ceil(u64::from(per))).collect();
+            assert!(pages.iter().max().unwrap() - pages.iter().min().unwrap() <= 1, "{pages:?}");
         }
     }
 }

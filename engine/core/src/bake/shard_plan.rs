@@ -108,7 +108,7 @@ pub fn plan(inputs: &[BakeInput], opts: &BakeOptions, count: u32) -> Result<Bake
     let shards = (0..count)
         .filter_map(|i| Shard::new(i, count))
         .map(|shard| {
-            let range = shard.range(tiles);
+            let range = shard.range_of(&layers);
             // Plain layers lie one after the other in storage order, stacked ones
             // interleaved: count each layer's positions in the range.
             let seconds: f64 = if opts.stacked {
@@ -219,7 +219,10 @@ pub fn status(
                             },
                             _ => {
                                 reference.get_or_insert_with(|| fp.clone());
-                                PartState::Done { tiles: part.entries.len() as u64, bytes: part.len }
+                                PartState::Done {
+                                    tiles: part.manifest.range[1] - part.manifest.range[0],
+                                    bytes: part.len,
+                                }
                             }
                         }
                     }

@@ -144,19 +144,20 @@ pub fn atlas(data: &[u8]) -> Summary {
     let mut s = Summary::default();
     let Some((&control, file)) = data.split_first() else { return s };
     let mut file = file.to_vec();
-    if control & ATLAS_REPAIR_TILES != 0 {
-        repair_tile_crcs(&mut file);
-    }
     // A split atlas: the index object, then its data object.
     let cut = if control & ATLAS_SPLIT != 0 {
         le_u64(&file, 40).filter(|&c| c <= file.len() as u64).map_or(file.len(), |c| c as usize)
     } else {
         file.len()
     };
-    let data_object = file.split_off(cut);
-    if control & ATLAS_REPAIR_HEADER != 0 {
-        repair_atlas_header(&mut file);
+    let index = index_at(&file, (control & ATLAS_SPLIT != 0).then_some(cut as u64));
+    if control & ATLAS_REPAIR_TILES != 0 {
+        repair_tile_crcs(&mut file, index);
     }
+    if control & ATLAS_REPAIR_HEADER != 0 {
+        repair_atlas_header(&mut file, cut, index);
+    }
+    let data_object = file.split_off(cut);
     // Written for every input (empty unless split), so that no input sees the data
     // object of the one before.
     let shared: scratch::Shared =
@@ -341,29 +342,55 @@ fn le_u64(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(bytes))
 }
 
-/// Where the header says the tile index starts and how many entries it has.
-fn index_span(file: &[u8]) -> Option<(u64, u64)> {
-    Some((le_u64(file, 32)?, le_u64(file, 24)?))
+/// Where a fuzz input's tile index lies: its first entry, its entry count, and what its
+/// blob offsets count from.
+#[derive(Clone, Copy)]
+struct IndexAt {
+    at: u64,
+    tiles: u64,
+    base: u64,
 }
 
-/// Makes an atlas header consistent with the bytes after it: file size, the CRC-32 of
-/// the layer table and index (when the header places them inside the file), and the
-/// header's own CRC-32 (`docs/atlas-format.md`). For version 2, the page checksums of
-/// the root directory and the CRC-32 of layer table and root directory instead of the
-/// index. Shorter inputs are left alone.
-pub fn repair_atlas_header(file: &mut [u8]) {
-    if file.len() < HEADER_BYTES {
+/// The header's tile index; for a split atlas whose index object ends at `split`, the
+/// index pages of its first data object (which follows it in the input).
+fn index_at(file: &[u8], split: Option<u64>) -> Option<IndexAt> {
+    let (index_offset, tiles) = (le_u64(file, 32)?, le_u64(file, 24)?);
+    let Some(cut) = split else { return Some(IndexAt { at: index_offset, tiles, base: 0 }) };
+    let table = root_end(file)?;
+    // Object record 0: size (u64), then the index offset in the object (u64).
+    let in_object = le_u64(file, usize::try_from(table.checked_add(16)?).ok()?)?;
+    Some(IndexAt { at: cut.checked_add(in_object)?, tiles, base: cut })
+}
+
+/// The end of a version-2 root directory (where a split atlas' object table starts).
+fn root_end(file: &[u8]) -> Option<u64> {
+    let layers = le_u64(file, 16)? & 0xFFFF_FFFF;
+    let root = HEADER_BYTES as u64 + layers * LAYER_BYTES as u64;
+    let pages = le_u64(file, usize::try_from(root).ok()?)? >> 32;
+    root.checked_add(ROOT_FIXED_BYTES as u64)?.checked_add(pages.checked_mul(4)?)
+}
+
+/// Makes an atlas header consistent with the bytes after it: file size (`len`: the
+/// index object's length), the CRC-32 of the layer table and index (when the header
+/// places them inside the file), and the header's own CRC-32 (`docs/atlas-format.md`).
+/// For version 2, the page checksums of the root directory (pages at `index`) and the
+/// CRC-32 of layer table, root directory and (split) object table instead of the index.
+/// Shorter inputs are left alone.
+fn repair_atlas_header(file: &mut [u8], len: usize, index: Option<IndexAt>) {
+    if file.len() < HEADER_BYTES || len < HEADER_BYTES {
         return;
     }
-    let len = file.len() as u64;
-    file[48..56].copy_from_slice(&len.to_le_bytes());
+    file[48..56].copy_from_slice(&(len as u64).to_le_bytes());
     if le_u64(file, 8).map(|v| v as u32) == Some(2) {
-        repair_root(file);
-    } else if let Some((index_offset, tiles)) = index_span(file)
-        && let Some(end) = tiles
+        if let Some(index) = index {
+            repair_root(file, len, index);
+        }
+    } else if let Some(i) = index
+        && let Some(end) = i
+            .tiles
             .checked_mul(ENTRY_BYTES as u64)
-            .and_then(|n| n.checked_add(index_offset))
-            .filter(|&end| end >= HEADER_BYTES as u64 && end <= len)
+            .and_then(|n| n.checked_add(i.at))
+            .filter(|&end| end >= HEADER_BYTES as u64 && end <= len as u64)
     {
         let crc = crc32fast::hash(&file[HEADER_BYTES..end as usize]);
         file[56..60].copy_from_slice(&crc.to_le_bytes());
@@ -372,37 +399,23 @@ pub fn repair_atlas_header(file: &mut [u8]) {
     file[60..64].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// Version 2: the page checksums in the root directory and the CRC-32 of layer table
-/// and root directory, where they lie inside the file.
-fn repair_root(file: &mut [u8]) {
+/// Version 2: the page checksums in the root directory (pages at `index`, anywhere in
+/// `file`) and the CRC-32 of layer table, root directory and a split atlas' object table,
+/// where they lie inside the first `len` bytes.
+fn repair_root(file: &mut [u8], len: usize, index: IndexAt) {
     let Some(layers) = le_u64(file, 16).map(|v| v & 0xFFFF_FFFF) else { return };
-    let Some((index_offset, tiles)) = index_span(file) else { return };
     let root = HEADER_BYTES as u64 + layers * LAYER_BYTES as u64;
-    let Some(fixed) = root.checked_add(ROOT_FIXED_BYTES as u64).filter(|&e| e <= file.len() as u64) else {
+    let Some(fixed) = root.checked_add(ROOT_FIXED_BYTES as u64).filter(|&e| e <= len as u64) else {
         return;
     };
     let Some(head) = le_u64(file, root as usize) else { return };
     let (per, pages) = (head & 0xFFFF_FFFF, head >> 32);
-    let Some(mut root_end) = fixed.checked_add(4 * pages).filter(|&e| e <= file.len() as u64) else { return };
-    // A split atlas' object table follows the root: count, bytes of names, 16-byte records.
-    let flags = le_u64(file, 16).map_or(0, |v| v >> 32);
-    if flags & u64::from(crate::format::atlas::FLAG_SPLIT) != 0
-        && let Some(head) = le_u64(file, root_end as usize)
-    {
-        let (count, names) = (head & 0xFFFF_FFFF, head >> 32);
-        match count
-            .checked_mul(16)
-            .and_then(|r| r.checked_add(8 + names))
-            .and_then(|t| t.checked_add(root_end))
-        {
-            Some(end) if end <= file.len() as u64 => root_end = end,
-            _ => {}
-        }
-    }
-    let entry = |k: u64| k.checked_mul(ENTRY_BYTES as u64).and_then(|n| n.checked_add(index_offset));
+    let Some(mut meta_end) = fixed.checked_add(4 * pages).filter(|&e| e <= len as u64) else { return };
+    let entry = |k: u64| k.checked_mul(ENTRY_BYTES as u64).and_then(|n| n.checked_add(index.at));
     for p in 0..pages {
         let first = p.saturating_mul(per);
-        let (Some(start), Some(end)) = (entry(first), entry(tiles.min(first.saturating_add(per)))) else {
+        let (Some(start), Some(end)) = (entry(first), entry(index.tiles.min(first.saturating_add(per))))
+        else {
             return;
         };
         if start > end || end > file.len() as u64 {
@@ -412,14 +425,28 @@ fn repair_root(file: &mut [u8]) {
         let at = (fixed + 4 * p) as usize;
         file[at..at + 4].copy_from_slice(&crc.to_le_bytes());
     }
-    let crc = crc32fast::hash(&file[HEADER_BYTES..root_end as usize]);
+    // A split atlas' object table follows the root: count, bytes of names, 32-byte records.
+    let flags = le_u64(file, 16).map_or(0, |v| v >> 32);
+    if flags & u64::from(crate::format::atlas::FLAG_SPLIT) != 0
+        && let Some(head) = le_u64(file, meta_end as usize)
+    {
+        let (count, names) = (head & 0xFFFF_FFFF, head >> 32);
+        let end = count
+            .checked_mul(32)
+            .and_then(|r| r.checked_add(8 + names))
+            .and_then(|t| t.checked_add(meta_end));
+        if let Some(end) = end.filter(|&e| e <= len as u64) {
+            meta_end = end;
+        }
+    }
+    let crc = crc32fast::hash(&file[HEADER_BYTES..meta_end as usize]);
     file[56..60].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// Recomputes the CRC-32 of every tile blob that an index entry inside the file points
-/// at, where the blob lies inside the file too.
-pub fn repair_tile_crcs(file: &mut [u8]) {
-    let Some((index_offset, tiles)) = index_span(file) else { return };
+/// Recomputes the CRC-32 of every tile blob that an index entry (at `index`) points at,
+/// where both lie inside the file.
+fn repair_tile_crcs(file: &mut [u8], index: Option<IndexAt>) {
+    let Some(IndexAt { at: index_offset, tiles, base }) = index else { return };
     let len = file.len() as u64;
     for i in 0..tiles {
         let Some(at) = i.checked_mul(ENTRY_BYTES as u64).and_then(|n| n.checked_add(index_offset)) else {
@@ -434,8 +461,9 @@ pub fn repair_tile_crcs(file: &mut [u8]) {
         else {
             return;
         };
-        if let Some(end) = offset.checked_add(length).filter(|&end| end <= len) {
-            let crc = crc32fast::hash(&file[offset as usize..end as usize]);
+        let start = offset.saturating_add(base);
+        if let Some(end) = start.checked_add(length).filter(|&end| end <= len) {
+            let crc = crc32fast::hash(&file[start as usize..end as usize]);
             file[at + 16..at + 20].copy_from_slice(&crc.to_le_bytes());
         }
     }

@@ -132,7 +132,7 @@ pub fn truncate_name(name: &str) -> &str {
 }
 
 /// The 24-byte index entry of one tile.
-pub(super) fn encode_entry(e: &TileEntry) -> [u8; ENTRY_BYTES] {
+pub(crate) fn encode_entry(e: &TileEntry) -> [u8; ENTRY_BYTES] {
     let mut b = [0u8; ENTRY_BYTES];
     b[0..8].copy_from_slice(&e.offset.to_le_bytes());
     b[8..12].copy_from_slice(&e.length.to_le_bytes());
@@ -195,7 +195,7 @@ impl Root {
 /// ends below [`ROOT_LIMIT`] (a 524288² atlas of 128-texel tiles, 22.4 M tiles, gets
 /// 8,192 entries per page). With more than about 250 layers the layer table alone
 /// passes 16 KiB; the root directory then takes at most 4 KiB after it.
-pub(super) fn page_entries_for(layer_count: usize, tile_count: u64) -> u32 {
+pub(crate) fn page_entries_for(layer_count: usize, tile_count: u64) -> u32 {
     let head = (HEADER_BYTES + layer_count * LAYER_BYTES) as u64;
     let limit = (ROOT_LIMIT as u64).max(head + 4096);
     let mut per = MIN_PAGE_ENTRIES;

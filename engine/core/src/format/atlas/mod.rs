@@ -29,6 +29,8 @@ pub use header::{
 pub use reader::{Atlas, INDEX_READ_AHEAD_BYTES, PAGE_CACHE_BYTES};
 
 pub use disk_cache::DiskCacheStats;
+pub(crate) use header::{encode_entry, page_entries_for};
+pub(crate) use reader::decode_entry;
 pub use summary::{AtlasSummary, LayerSummary, MipSummary};
 pub use writer::AtlasWriter;
 pub(crate) use writer::blob_hash;

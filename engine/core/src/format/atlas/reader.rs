@@ -209,17 +209,18 @@ impl Atlas {
         file.read_exact_at(&mut head, 0).map_err(io)?;
         let header = read_header(&head, &path, len)?;
         let table_end = HEADER_BYTES as u64 + u64::from(header.layer_count) * LAYER_BYTES as u64;
-        let index_end = header
-            .tile_count
-            .checked_mul(ENTRY_BYTES as u64)
-            .and_then(|n| n.checked_add(header.index_offset))
-            .filter(|&end| end <= header.data_offset && header.data_offset <= len)
-            .ok_or_else(|| invalid("index or data offsets".into()))?;
         let v2 = header.version >= 2;
         let split = header.flags & FLAG_SPLIT != 0;
         if split && !v2 {
             return Err(invalid("split flag on a version-1 file".into()));
         }
+        // A split atlas' index pages lie in its data objects: its index object ends where
+        // its index would start.
+        let index_bytes = if split { Some(0) } else { header.tile_count.checked_mul(ENTRY_BYTES as u64) };
+        let index_end = index_bytes
+            .and_then(|n| n.checked_add(header.index_offset))
+            .filter(|&end| end <= header.data_offset && header.data_offset <= len)
+            .ok_or_else(|| invalid("index or data offsets".into()))?;
         // A split atlas' object table follows the root directory.
         let table_limit = if split { split::MAX_TABLE_BYTES } else { 0 };
         let meta_end = if v2 {
@@ -276,7 +277,8 @@ impl Atlas {
             if header.data_offset != len {
                 return Err(invalid("a split atlas' index object holds blobs".into()));
             }
-            Self::open_data(&path, remote, header.data_offset, objects)?
+            let per = root.as_ref().map_or(1, |r| u64::from(r.page_entries));
+            Self::open_data(&path, remote, header.data_offset, objects, header.tile_count, per)?
         } else {
             (Vec::new(), len)
         };
@@ -400,10 +402,32 @@ impl Atlas {
         remote: &super::RemoteOptions,
         data_offset: u64,
         objects: Vec<DataObject>,
+        tiles: u64,
+        per: u64,
     ) -> Result<(Vec<DataStore>, u64), AtlasError> {
         let invalid = |what: String| AtlasError::Invalid { path: path.to_path_buf(), what };
         let bases =
             split::bases(data_offset, &objects).ok_or_else(|| invalid("data objects too large".into()))?;
+        // The objects hold the index pages in order, each its run of them after its blobs.
+        let mut next_page = 0u64;
+        for o in &objects {
+            let first = u64::from(o.first_page);
+            let entries = (first * per).min(tiles)..((first + u64::from(o.pages)) * per).min(tiles);
+            let index_end = o.index_offset.checked_add((entries.end - entries.start) * ENTRY_BYTES as u64);
+            if first != next_page || index_end.is_none_or(|e| e > o.size) {
+                return Err(invalid(format!(
+                    "object table: data object {:?} holds index pages {first}..{} at {} of its {} bytes",
+                    o.name,
+                    first + u64::from(o.pages),
+                    o.index_offset,
+                    o.size
+                )));
+            }
+            next_page = first + u64::from(o.pages);
+        }
+        if next_page != tiles.div_ceil(per) {
+            return Err(invalid(format!("object table: {next_page} index pages of {}", tiles.div_ceil(per))));
+        }
         let end = bases.last().zip(objects.last()).map_or(data_offset, |(b, o)| b + o.size);
         let open = |o: &DataObject| {
             let location = split::resolve(path, &o.name);
@@ -577,9 +601,19 @@ impl Atlas {
             what: format!("index page {p} of {tile} (past the root directory)"),
         })?;
         let entries = per.min(self.tile_count - p * per);
-        let offset = self.index_offset + p * per * ENTRY_BYTES as u64;
-        let bytes =
-            self.file.read_page(offset, (entries * ENTRY_BYTES as u64) as u32, crc).map_err(|e| match e {
+        // A split atlas' page lies in the data object holding it, its entries' offsets
+        // relative to that object.
+        let holder =
+            self.data.iter().rposition(|d| u64::from(d.object.first_page) <= p).map(|k| &self.data[k]);
+        let (store, offset) = match holder {
+            Some(d) => {
+                let within = (p - u64::from(d.object.first_page)) * per * ENTRY_BYTES as u64;
+                (&d.store, d.object.index_offset + within)
+            }
+            None => (&self.file, self.index_offset + p * per * ENTRY_BYTES as u64),
+        };
+        let mut bytes =
+            store.read_page(offset, (entries * ENTRY_BYTES as u64) as u32, crc).map_err(|e| match e {
                 ReadError::Io(source) => AtlasError::Changed { path: self.path.clone(), tile, source },
                 ReadError::Unavailable(reason) => {
                     AtlasError::Unavailable { path: self.path.clone(), tile, reason }
@@ -595,13 +629,22 @@ impl Atlas {
             }
             return Err(AtlasError::Checksum { path: self.path.clone(), what: "tile index page" });
         }
-        for (j, b) in bytes.chunks_exact(ENTRY_BYTES).enumerate() {
+        for (j, b) in bytes.chunks_exact_mut(ENTRY_BYTES).enumerate() {
             let position = p * per + j as u64;
             let layer = &self.layers[paged.order.layer_at(position)];
             let expect_raw = u64::from(layer.layout.padded_tile_size()).pow(2) * 4;
-            let bad = match decode_entry(b) {
-                Ok(e) => !self.entry_in_data(&e, expect_raw),
-                Err(_) => true,
+            let bad = match (decode_entry(b), holder) {
+                // Blobs lie before the object's index pages; kept as virtual offsets.
+                (Ok(e), Some(d)) => {
+                    let fits = e.offset.is_multiple_of(BLOB_ALIGN)
+                        && e.offset
+                            .checked_add(u64::from(e.length))
+                            .is_some_and(|end| end <= d.object.index_offset);
+                    b[0..8].copy_from_slice(&(d.base + e.offset).to_le_bytes());
+                    !fits || u64::from(e.raw_length) != expect_raw
+                }
+                (Ok(e), None) => !self.entry_in_data(&e, expect_raw),
+                (Err(_), _) => true,
             };
             if bad {
                 return Err(AtlasError::Invalid {
@@ -1097,7 +1140,7 @@ fn read_layer(b: &[u8], i: usize) -> Result<LayerInfo, String> {
 }
 
 /// The tile index entry encoded in `b` (24 bytes), or the unknown codec byte.
-fn decode_entry(b: &[u8]) -> Result<TileEntry, u8> {
+pub(crate) fn decode_entry(b: &[u8]) -> Result<TileEntry, u8> {
     let codec = Codec::from_code(b[20]).ok_or(b[20])?;
     Ok(TileEntry {
         offset: rd_u64(b, 0),

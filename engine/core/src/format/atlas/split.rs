@@ -1,20 +1,21 @@
 //! Split atlases (header flag [`FLAG_SPLIT`], version 2 only): an *index object*
-//! holding the header, layer table, root directory, an *object table* and the paged
-//! index, and the blobs in separate *data objects* it names (the parts of a sharded
-//! bake, `OUT.shards/I-of-N.part`). A merge then writes only the index object; no tile
-//! is copied. See `docs/atlas-format.md`, "Split atlases".
+//! holding the header, layer table, root directory and an *object table*, and *data
+//! objects* it names (the parts of a sharded bake, `OUT.shards/I-of-N.part`), each
+//! holding the blobs and the index pages of one run of the storage order. A merge then
+//! reads and writes only the root directory's page checksums and the object table: no
+//! tile and no index entry moves. See `docs/atlas-format.md`, "Split atlases".
 //!
-//! Blob offsets in the index are offsets in one virtual file: the index object, then
-//! each data object in table order, each starting at the next multiple of 16 after the
-//! one before. A reader maps an offset to its object and reads it there.
+//! An index entry's offset is relative to the data object holding its page. A reader
+//! adds the object's *base*, its start in one virtual file (the index object, then each
+//! data object in table order, each starting at the next multiple of 16 after the one
+//! before), so that every blob has one offset, as in a single file.
 
 use std::path::{Path, PathBuf};
 
+use super::LayerInfo;
 use super::header::{
-    BLOB_ALIGN, ENTRY_BYTES, FLAG_SPLIT, HEADER_BYTES, Header, LAYER_BYTES, Root, encode_entry, encode_layer,
-    page_entries_for, rd_u32, rd_u64,
+    BLOB_ALIGN, FLAG_SPLIT, HEADER_BYTES, Header, LAYER_BYTES, Root, encode_layer, rd_u32, rd_u64,
 };
-use super::{LayerInfo, TileEntry};
 
 /// Most data objects one split atlas names.
 pub const MAX_DATA_OBJECTS: usize = 4096;
@@ -25,8 +26,9 @@ pub(super) const MAX_TABLE_BYTES: u64 =
     (TABLE_FIXED_BYTES + MAX_DATA_OBJECTS * (RECORD_BYTES + MAX_OBJECT_NAME_BYTES)) as u64;
 /// The fixed part of the object table: object count and bytes of names (u32 each).
 const TABLE_FIXED_BYTES: usize = 8;
-/// One object record: size (u64), name length (u32), reserved (u32, zero).
-const RECORD_BYTES: usize = 16;
+/// One object record: size (u64), index offset (u64), first page, page count, name
+/// length and a reserved zero (u32 each).
+const RECORD_BYTES: usize = 32;
 
 /// One data object of a split atlas, as its index object names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,6 +38,12 @@ pub struct DataObject {
     pub name: String,
     /// Its exact size in bytes.
     pub size: u64,
+    /// Where its index pages start in it (a multiple of 16); its blobs lie before.
+    pub index_offset: u64,
+    /// The first index page it holds.
+    pub first_page: u32,
+    /// How many index pages it holds (0 for a shard with no tiles).
+    pub pages: u32,
 }
 
 /// Bytes of the encoded object table of `objects`.
@@ -52,8 +60,10 @@ pub(super) fn encode_table(objects: &[DataObject]) -> Vec<u8> {
     b.extend_from_slice(&(names as u32).to_le_bytes());
     for o in objects {
         b.extend_from_slice(&o.size.to_le_bytes());
-        b.extend_from_slice(&(o.name.len() as u32).to_le_bytes());
-        b.extend_from_slice(&[0; 4]);
+        b.extend_from_slice(&o.index_offset.to_le_bytes());
+        for v in [o.first_page, o.pages, o.name.len() as u32, 0] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
     }
     for o in objects {
         b.extend_from_slice(o.name.as_bytes());
@@ -80,8 +90,9 @@ pub(super) fn decode_table(b: &[u8]) -> Result<(Vec<DataObject>, usize), String>
     let mut at = names_at;
     for k in 0..count {
         let r = TABLE_FIXED_BYTES + RECORD_BYTES * k;
-        let (size, len) = (rd_u64(b, r), rd_u32(b, r + 8) as usize);
-        if rd_u32(b, r + 12) != 0 {
+        let (size, index_offset) = (rd_u64(b, r), rd_u64(b, r + 8));
+        let (first_page, pages, len) = (rd_u32(b, r + 16), rd_u32(b, r + 20), rd_u32(b, r + 24) as usize);
+        if rd_u32(b, r + 28) != 0 {
             return Err(format!("object table: record {k} has reserved bits set"));
         }
         let name = at
@@ -90,10 +101,12 @@ pub(super) fn decode_table(b: &[u8]) -> Result<(Vec<DataObject>, usize), String>
             .and_then(|e| std::str::from_utf8(&b[at..e]).ok())
             .ok_or_else(|| format!("object table: name {k} is not UTF-8 inside the table"))?;
         check_name(name).map_err(|why| format!("object table: data object {k} {name:?}: {why}"))?;
-        if size == 0 {
-            return Err(format!("object table: data object {name:?} is empty"));
+        if index_offset > size || !index_offset.is_multiple_of(BLOB_ALIGN) {
+            return Err(format!(
+                "object table: data object {name:?}: index at {index_offset} of {size} bytes"
+            ));
         }
-        objects.push(DataObject { name: name.to_string(), size });
+        objects.push(DataObject { name: name.to_string(), size, index_offset, first_page, pages });
         at += len;
     }
     if at != end {
@@ -143,51 +156,41 @@ pub(super) fn bases(data_offset: u64, objects: &[DataObject]) -> Option<Vec<u64>
     Some(out)
 }
 
-/// The bytes of the index object of a split atlas: header, layer table, root directory,
-/// object table and paged index. `entries` are in storage order with offsets relative to
-/// their data object; `object_of[i]` is entry `i`'s object. `stored_bytes` counts the
-/// distinct blobs.
+/// The bytes of the index object of a split atlas of `tiles` tiles whose index pages
+/// (`page_entries` entries each, checksums `page_crcs`) lie in `objects`: header, layer
+/// table, root directory and object table. `stored_bytes` counts the distinct blobs.
 pub(crate) fn index_object(
     layers: &[LayerInfo],
     flags: u32,
-    objects: &[DataObject],
-    entries: &[(usize, TileEntry)],
+    tiles: u64,
+    page_entries: u32,
+    page_crcs: Vec<u32>,
     stored_bytes: u64,
+    objects: &[DataObject],
 ) -> Vec<u8> {
-    let tiles = entries.len() as u64;
-    let per = page_entries_for(layers.len(), tiles);
-    let pages = tiles.div_ceil(u64::from(per));
-    let root_end = (HEADER_BYTES + layers.len() * LAYER_BYTES) as u64 + Root::encoded_len(pages);
-    let index_offset = (root_end + table_len(objects)).next_multiple_of(BLOB_ALIGN);
-    let data_offset = (index_offset + tiles * ENTRY_BYTES as u64).next_multiple_of(BLOB_ALIGN);
-    let base = bases(data_offset, objects).unwrap_or_default();
-    let mut index = Vec::with_capacity(entries.len() * ENTRY_BYTES);
-    for &(k, e) in entries {
-        index.extend_from_slice(&encode_entry(&TileEntry { offset: base[k] + e.offset, ..e }));
-    }
-    let page_crcs = index.chunks(per as usize * ENTRY_BYTES).map(crc32fast::hash).collect();
+    let root_end =
+        (HEADER_BYTES + layers.len() * LAYER_BYTES) as u64 + Root::encoded_len(page_crcs.len() as u64);
+    let end = (root_end + table_len(objects)).next_multiple_of(BLOB_ALIGN);
     let mut meta = Vec::new();
     for l in layers {
         meta.extend_from_slice(&encode_layer(l));
     }
-    meta.extend_from_slice(&Root { page_entries: per, stored_bytes, page_crcs }.encode());
+    meta.extend_from_slice(&Root { page_entries, stored_bytes, page_crcs }.encode());
     meta.extend_from_slice(&encode_table(objects));
     let header = Header {
         version: 2,
         layer_count: layers.len() as u32,
         flags: flags | FLAG_SPLIT,
         tile_count: tiles,
-        index_offset,
-        data_offset,
-        file_size: data_offset,
+        index_offset: end,
+        data_offset: end,
+        file_size: end,
         meta_crc: crc32fast::hash(&meta),
     };
-    let mut out = Vec::with_capacity(data_offset as usize);
+    let mut out = Vec::with_capacity(end as usize);
     out.extend_from_slice(&header.encode());
     out.extend_from_slice(&meta);
-    out.resize(index_offset as usize, 0);
-    out.extend_from_slice(&index);
-    out.resize(data_offset as usize, 0);
+    out.resize(end as usize, 0);
     out
 }
 
@@ -200,8 +203,20 @@ mod tests {
     #[test]
     fn object_tables_round_trip_and_bad_names_are_refused() {
         let objects = vec![
-            DataObject { name: "a.tsa.shards/0-of-2.part".into(), size: 17 },
-            DataObject { name: "a.tsa.shards/1-of-2.part".into(), size: 1 << 40 },
+            DataObject {
+                name: "a.tsa.shards/0-of-2.part".into(),
+                size: 17,
+                index_offset: 16,
+                first_page: 0,
+                pages: 1,
+            },
+            DataObject {
+                name: "a.tsa.shards/1-of-2.part".into(),
+                size: 1 << 40,
+                index_offset: 1 << 39,
+                first_page: 1,
+                pages: 7,
+            },
         ];
         let b = encode_table(&objects);
         assert_eq!(b.len() as u64, table_len(&objects));
