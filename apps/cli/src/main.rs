@@ -496,16 +496,16 @@ fn run_merge(args: &BakeArgs) -> Result<ExitCode> {
     let moved = report.blob_bytes + report.record_bytes + report.file_bytes;
     if report.split {
         println!(
-            "merged {} shard parts, {} tiles into split atlas {} ({:.2} MiB index over {:.1} MiB of data in {}) \
-             in {:.2} s; moved {:.2} MiB ({:.3}% of the data)",
+            "merged {} shard parts, {} tiles into split atlas {} ({:.1} KiB index over {:.1} MiB of data in {}) \
+             in {:.2} s; moved {:.1} KiB ({:.3}% of the data)",
             report.parts,
             report.tiles,
             args.output.display(),
-            mib(report.file_bytes),
+            report.file_bytes as f64 / 1024.0,
             mib(report.data_bytes),
             dir.display(),
             start.elapsed().as_secs_f64(),
-            mib(moved),
+            moved as f64 / 1024.0,
             100.0 * moved as f64 / report.data_bytes.max(1) as f64
         );
     } else {
