@@ -502,13 +502,13 @@ fn a_killed_shard_rerun_alone_gives_the_same_atlas() {
     let o = bake(&["-o", &d("whole.tsa")]).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let out = d("farm.tsa");
-    for i in [0, 1] {
-        let o = bake(&["-o", &out, "--shard", &format!("{i}/3")]).output().unwrap();
+    for i in [0, 1, 2] {
+        let o = bake(&["-o", &out, "--shard", &format!("{i}/4")]).output().unwrap();
         assert!(o.status.success(), "{}", stderr(&o));
     }
-    // Shard 2 killed (SIGKILL: no handler runs) while it encodes into its spool.
+    // Shard 3 killed (SIGKILL: no handler runs) while it encodes into its spool.
     let shards = dir.path().join("farm.tsa.shards");
-    let mut child = bake(&["-o", &out, "--shard", "2/3", "--threads", "1"])
+    let mut child = bake(&["-o", &out, "--shard", "3/4", "--threads", "1"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -517,21 +517,21 @@ fn a_killed_shard_rerun_alone_gives_the_same_atlas() {
         std::fs::read_dir(&shards)
             .unwrap()
             .flatten()
-            .any(|e| e.file_name().to_string_lossy().starts_with(".2-of-3."))
+            .any(|e| e.file_name().to_string_lossy().starts_with(".3-of-4."))
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !spooling() {
-        assert!(child.try_wait().unwrap().is_none(), "shard 2 ended before it could be killed");
-        assert!(std::time::Instant::now() < deadline, "shard 2 never started its part");
+        assert!(child.try_wait().unwrap().is_none(), "shard 3 ended before it could be killed");
+        assert!(std::time::Instant::now() < deadline, "shard 3 never started its part");
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(!shards.join("2-of-3.part").exists() && spooling(), "a killed shard leaves only its spool");
+    assert!(!shards.join("3-of-4.part").exists() && spooling(), "a killed shard leaves only its spool");
     let o = bake(&["-o", &out, "--merge"]).output().unwrap();
-    assert_clean_failure(&o, "farm.tsa.shards", "1 of 3 parts missing: 2-of-3.part");
+    assert_clean_failure(&o, "farm.tsa.shards", "1 of 4 parts missing: 3-of-4.part");
     // Rerun alone: it sweeps its own leftovers and writes its part.
-    let o = bake(&["-o", &out, "--shard", "2/3"]).output().unwrap();
+    let o = bake(&["-o", &out, "--shard", "3/4"]).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(!spooling(), "the rerun removed the killed run's spool");
     let o = bake(&["-o", &out, "--merge"]).output().unwrap();
