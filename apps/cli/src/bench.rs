@@ -32,7 +32,7 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     camera: Option<String>,
     /// Measured frames (frame i shows the camera path at frame i).
-    #[arg(long, default_value_t = 120)]
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u32).range(1..))]
     frames: u32,
     /// Warm-up frames on the path's first camera, excluded from the statistics.
     #[arg(long, default_value_t = 30)]

@@ -63,7 +63,8 @@ pub(crate) struct VtArgs {
     pub(crate) no_early_depth: bool,
     /// MiB of staging memory the loader threads write tiles into for the GPU copies
     /// (0: the render thread copies every tile into staging itself).
-    #[arg(long, default_value_t = tessera::staging::DEFAULT_STAGING_MIB)]
+    #[arg(long, default_value_t = tessera::staging::DEFAULT_STAGING_MIB,
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(tessera::staging::MAX_STAGING_MIB)))]
     pub(crate) staging_mib: u32,
     /// Where the page table lives on the GPU: buffer (a storage buffer) or texture (an
     /// R32Uint texture read with textureLoad).
@@ -119,7 +120,7 @@ pub(crate) struct CaptureArgs {
     #[arg(long)]
     globe: Option<PathBuf>,
     /// Frames to render.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..))]
     frames: u32,
     /// Frame size.
     #[arg(long, default_value = "1280x720", value_parser = crate::args::frame_size)]

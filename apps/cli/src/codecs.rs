@@ -49,7 +49,8 @@ pub(crate) struct CodecsArgs {
     loader_threads: u64,
     /// MiB of staging memory the loader threads of the `--gpu` measurement write tiles
     /// into (0: the measuring thread copies every tile into staging itself).
-    #[arg(long, default_value_t = tessera::staging::DEFAULT_STAGING_MIB)]
+    #[arg(long, default_value_t = tessera::staging::DEFAULT_STAGING_MIB,
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(tessera::staging::MAX_STAGING_MIB)))]
     staging_mib: u32,
     /// Write the full report as JSON to this file.
     #[arg(long)]

@@ -41,7 +41,7 @@ pub(crate) struct DemoArgs {
     #[arg(long)]
     camera: Option<String>,
     /// Frames to render.
-    #[arg(long, default_value_t = 120)]
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u32).range(1..))]
     frames: u32,
     /// Frame size.
     #[arg(long, default_value = "1280x720", value_parser = crate::args::frame_size)]

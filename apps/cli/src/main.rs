@@ -114,7 +114,7 @@ struct BakeArgs {
     /// Border texels copied from neighbouring tiles on each side (1 to tile size / 2; at
     /// least 4 for seamless anisotropic filtering; Basis codecs need tile + 2 x border to be
     /// a multiple of 4).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=512))]
     border: u32,
     /// Tile codec: raw (RGBA8), lz4 (lossless), etc1s (Basis, ~1–2 bits/texel, lossy) or
     /// uastc (Basis, ~5–8 bits/texel, near-lossless; LZ4 on top where it shrinks).

@@ -541,3 +541,23 @@ fn a_killed_shard_rerun_alone_gives_the_same_atlas() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(d("whole.tsa")).unwrap());
 }
+
+/// Values outside what a command can do are refused by the argument parser, naming the
+/// range, instead of aborting (staging memory), being ignored (frames) or contradicting
+/// `--help` (border).
+#[test]
+fn out_of_range_limits_are_refused_with_their_range() {
+    for (args, what) in [
+        (&["capture", "--frames", "0"][..], "0 is not in 1.."),
+        (&["demo", "--frames", "0"][..], "0 is not in 1.."),
+        (
+            &["bake", "--generate", "64x64", "--border", "0", "-o", "/nonexistent/x.tsa"][..],
+            "0 is not in 1..=512",
+        ),
+        (&["capture", "--staging-mib", "99999999"][..], "99999999 is not in 0..=2048"),
+    ] {
+        let o = tessera(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(what), "{args:?}: {}", stderr(&o));
+    }
+}

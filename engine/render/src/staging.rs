@@ -15,6 +15,10 @@ use crate::pool::StagedCopy;
 /// Default size of the staging memory of one [`crate::VirtualTextures`], MiB.
 pub const DEFAULT_STAGING_MIB: u32 = 64;
 
+/// Most staging memory one [`crate::VirtualTextures`] takes, MiB; a larger
+/// [`crate::VtConfig::staging_mib`] is clamped to this (and to the size of its pools).
+pub const MAX_STAGING_MIB: u32 = 2048;
+
 /// Size of one chunk (one buffer) of staging memory.
 pub const STAGING_CHUNK_MIB: u32 = 4;
 

@@ -356,6 +356,12 @@ impl VirtualTextures {
             streamer.set_staging(None);
             return None;
         }
+        // Never more than the pools hold (more could never be in flight at once) nor
+        // [`crate::staging::MAX_STAGING_MIB`].
+        let pool_mib = pools.iter().map(TilePool::bytes).sum::<u64>().div_ceil(1 << 20);
+        let chunk = u64::from(crate::staging::STAGING_CHUNK_MIB);
+        let cap = pool_mib.next_multiple_of(chunk).max(chunk).min(u64::from(crate::staging::MAX_STAGING_MIB));
+        let mib = u32::try_from(u64::from(mib).min(cap)).unwrap_or(crate::staging::MAX_STAGING_MIB);
         let staging = GpuStaging::new(&ctx.device, layout, mib);
         streamer.set_staging(Some(Arc::clone(staging.ring())));
         Some(staging)
