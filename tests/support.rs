@@ -306,6 +306,12 @@ impl Nginx {
         }
     }
 
+    /// Replaces the extra `server` block configuration; takes effect at the next
+    /// [`Nginx::start`] (same port, same root).
+    pub fn set_extra(&mut self, extra: &str) {
+        extra.clone_into(&mut self.extra);
+    }
+
     /// Stops the server (connections are refused until [`Nginx::start`]).
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -377,6 +383,26 @@ impl Moto {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect()
+    }
+
+    /// A presigned GET URL of `key` in `bucket` (boto3's SigV4 presigning), valid for
+    /// `seconds`.
+    pub fn presign(&self, bucket: &str, key: &str, seconds: u32) -> String {
+        let script = r#"
+import boto3, sys
+from botocore.config import Config
+s = boto3.client("s3", endpoint_url=sys.argv[1], aws_access_key_id="testing",
+                 aws_secret_access_key="testing", region_name="us-east-1",
+                 config=Config(signature_version="s3v4"))
+print(s.generate_presigned_url("get_object", Params={"Bucket": sys.argv[2], "Key": sys.argv[3]},
+                               ExpiresIn=int(sys.argv[4])))
+"#;
+        let out = std::process::Command::new("python3")
+            .args(["-c", script, &self.endpoint(), bucket, key, &seconds.to_string()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "presigning: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
     }
 
     /// Creates `bucket` (if needed) and uploads `file` as `key`, with boto3.

@@ -48,6 +48,18 @@ pub fn is_remote_location(location: &std::path::Path) -> bool {
     })
 }
 
+/// The scheme of `location` when it looks like a URL (`scheme://…`, the scheme letters,
+/// digits, `+`, `-` or `.` after a letter) but is not one of [`REMOTE_SCHEMES`]: a
+/// mistyped or unsupported scheme, which is reported as such rather than looked for as a
+/// local file.
+pub fn url_scheme(location: &std::path::Path) -> Option<String> {
+    let text = location.to_str()?;
+    let (scheme, _) = text.split_once("://")?;
+    let ok = scheme.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    (ok && !is_remote_location(location)).then(|| scheme.to_ascii_lowercase())
+}
+
 /// Where and how much a remote atlas may cache on the local disk.
 ///
 /// `Default` is [`RemoteOptions::from_env`].

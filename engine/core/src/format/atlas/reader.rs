@@ -391,6 +391,12 @@ impl Atlas {
             let _ = options;
             return Err(std::io::Error::other("remote atlases need tessera-vt-core's `remote` feature"));
         }
+        if let Some(scheme) = super::url_scheme(path) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                format!("unsupported URL scheme {scheme}:// (Tessera reads s3://, http:// and https://)"),
+            ));
+        }
         File::open(path).map(Store::File)
     }
 

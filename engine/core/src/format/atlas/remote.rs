@@ -96,7 +96,7 @@ pub enum RemoteError {
     #[error("{0}")]
     Config(String),
     /// The object is not there.
-    #[error("not found on the server")]
+    #[error("not found on the server (no object at that key or path)")]
     NotFound,
     /// The object changed on the server since it was opened (another ETag).
     #[error("the atlas was replaced on the server since it was opened")]
@@ -114,6 +114,10 @@ pub enum RemoteError {
     /// The network or the server failed (after retries); trying again later may work.
     #[error("{0}")]
     Unavailable(String),
+    /// The server refused the credentials (401) or the access (403): never retried, and
+    /// never answered from the disk cache unless asked to ([`RemoteOptions::offline`]).
+    #[error("{0}")]
+    Denied(String),
     /// Nothing wanted the bytes any more: the request was abandoned.
     #[error("cancelled: no longer wanted")]
     Cancelled,
@@ -254,7 +258,7 @@ impl RemoteObject {
                 (id, meta.size, meta.e_tag, false)
             }
             Err(e) if e.is_transient() => {
-                let cached = cache_dir.and_then(|d| DiskCache::current_identity(d, location));
+                let cached = cache_dir.and_then(|d| DiskCache::current_identity(d, cache_key(location)));
                 let Some((id, size, etag)) =
                     cached.and_then(|id| parse_identity(&id).map(|(s, e)| (id, s, e)))
                 else {
@@ -265,14 +269,15 @@ impl RemoteObject {
             }
             Err(e) => return Err(e),
         };
-        let cache =
-            cache_dir.and_then(|d| match DiskCache::open(d, location, &identity, options.disk_cache_bytes) {
+        let cache = cache_dir.and_then(|d| {
+            match DiskCache::open(d, cache_key(location), &identity, options.disk_cache_bytes) {
                 Ok(c) => Some(Arc::new(c)),
                 Err(e) => {
                     tracing::warn!(dir = %d.display(), "disk cache unavailable: {e}");
                     None
                 }
-            });
+            }
+        });
         let cached_meta = cache.as_deref().and_then(DiskCache::meta);
         if offline && cached_meta.is_none() {
             return Err(RemoteError::Unavailable(format!(
@@ -606,6 +611,13 @@ impl RemoteObject {
     }
 }
 
+/// The disk cache's name for `location`: without its query string, which for a presigned
+/// or signed URL changes with every signature while the object stays the same (its
+/// identity, the ETag, is checked anyway).
+fn cache_key(location: &str) -> &str {
+    location.split_once('?').map_or(location, |(base, _)| base)
+}
+
 /// Bytes `[start, end)` of the object out of `bytes`, which hold the object from
 /// offset `at`, when they hold all of them.
 fn slice_at(bytes: &[u8], at: u64, start: u64, end: u64) -> Option<&[u8]> {
@@ -647,14 +659,29 @@ pub(crate) fn store_for(
     s3: &[(String, String)],
 ) -> Result<(Arc<dyn ObjectStore>, ObjectPath), RemoteError> {
     install_crypto();
-    let bad = |what: &str| RemoteError::Config(format!("{location}: {what}"));
+    // The caller names the location.
+    let bad = |what: &str| RemoteError::Config(what.to_owned());
     let (scheme, rest) = location.split_once("://").ok_or_else(|| bad("not a URL"))?;
     let (authority, key) =
         rest.split_once('/').ok_or_else(|| bad("no object path after the host or bucket"))?;
     if authority.is_empty() || key.is_empty() {
         return Err(bad("expected scheme://host-or-bucket/path"));
     }
-    let path = ObjectPath::from_url_path(key).map_err(|e| bad(&format!("object path: {e}")))?;
+    let scheme_lower = scheme.to_ascii_lowercase();
+    // A query string (a presigned S3 URL, a signed CDN URL) is sent as it is: the store's
+    // base URL is then the whole URL, and the object path empty.
+    let (base_path, query) = match key.split_once('?') {
+        Some((k, q)) if scheme_lower != "s3" => (k, Some(q)),
+        _ => (key, None),
+    };
+    let path = if query.is_some() {
+        ObjectPath::default()
+    } else {
+        ObjectPath::from_url_path(base_path).map_err(|e| bad(&format!("object path: {e}")))?
+    };
+    if scheme_lower == "s3" {
+        check_s3_endpoint(s3_env().iter().chain(s3)).map_err(RemoteError::Config)?;
+    }
     let retry = RetryConfig {
         backoff: BackoffConfig {
             init_backoff: Duration::from_millis(50),
@@ -688,7 +715,10 @@ pub(crate) fn store_for(
         ),
         s @ ("http" | "https") => Arc::new(
             object_store::http::HttpBuilder::new()
-                .with_url(format!("{s}://{authority}"))
+                .with_url(match query {
+                    Some(q) => format!("{s}://{authority}/{base_path}?{q}"),
+                    None => format!("{s}://{authority}"),
+                })
                 .with_retry(retry)
                 .with_client_options(client.with_allow_http(s == "http"))
                 .build()
@@ -697,6 +727,42 @@ pub(crate) fn store_for(
         _ => return Err(bad("unsupported scheme (use s3://, http:// or https://)")),
     };
     Ok((store, path))
+}
+
+/// Checks the S3 endpoint among `settings` (lower-case keys, later ones win): an
+/// `http(s)://host[:port]` URL, and `http://` only with `aws_allow_http` true. A bad one
+/// would otherwise fail deep in the client (or panic in it, for `http//host`).
+fn check_s3_endpoint<'a>(settings: impl Iterator<Item = &'a (String, String)>) -> Result<(), String> {
+    let (mut endpoint, mut allow_http) = (None, false);
+    for (k, v) in settings {
+        match k.to_ascii_lowercase().as_str() {
+            "aws_endpoint" | "aws_endpoint_url" | "endpoint" | "endpoint_url" => endpoint = Some(v.clone()),
+            "aws_allow_http" | "allow_http" => allow_http = v.trim().eq_ignore_ascii_case("true"),
+            _ => {}
+        }
+    }
+    let Some(endpoint) = endpoint else { return Ok(()) };
+    let url = reqwest::Url::parse(&endpoint).map_err(|e| {
+        format!("S3 endpoint {endpoint:?} (AWS_ENDPOINT) is not a URL ({e}); expected http(s)://host[:port]")
+    })?;
+    match url.scheme() {
+        "https" => {}
+        "http" if allow_http => {}
+        "http" => {
+            return Err(format!(
+                "S3 endpoint {endpoint} is plain http: set AWS_ALLOW_HTTP=true to allow it (or use https)"
+            ));
+        }
+        other => {
+            return Err(format!(
+                "S3 endpoint {endpoint:?} has scheme {other:?}; expected http(s)://host[:port]"
+            ));
+        }
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("S3 endpoint {endpoint:?} has no host; expected http(s)://host[:port]"));
+    }
+    Ok(())
 }
 
 /// The `AWS_*` environment variables object_store knows, as lower-case setting names
@@ -721,12 +787,120 @@ fn install_crypto() {
 
 pub(crate) fn map_error(e: object_store::Error) -> RemoteError {
     match e {
+        object_store::Error::NotFound { ref source, .. }
+            if chain_text(source.as_ref()).contains("NoSuchBucket") =>
+        {
+            RemoteError::Config("the bucket does not exist (NoSuchBucket)".into())
+        }
         object_store::Error::NotFound { .. } => RemoteError::NotFound,
         object_store::Error::Precondition { .. } | object_store::Error::NotModified { .. } => {
             RemoteError::Replaced
         }
-        other => RemoteError::Unavailable(redact(&other.to_string())),
+        object_store::Error::Unauthenticated { .. } => RemoteError::Denied(format!(
+            "401 Unauthorized: the server did not accept the credentials ({})",
+            credential_source()
+        )),
+        object_store::Error::PermissionDenied { .. } => RemoteError::Denied(format!(
+            "403 Forbidden: access denied with these credentials ({}), or a presigned URL that expired",
+            credential_source()
+        )),
+        other => cause(&other).unwrap_or_else(|| RemoteError::Unavailable(redact(&other.to_string()))),
     }
+}
+
+/// Every message in `e`'s source chain, joined.
+fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = String::new();
+    let mut at: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = at {
+        text.push_str(&err.to_string());
+        text.push_str(" | ");
+        at = err.source();
+    }
+    text
+}
+
+/// Where S3 credentials come from, as far as the environment says (never their values).
+fn credential_source() -> &'static str {
+    if std::env::var_os("AWS_ACCESS_KEY_ID").is_some() {
+        "AWS_ACCESS_KEY_ID from the environment"
+    } else if std::env::var_os("AWS_WEB_IDENTITY_TOKEN_FILE").is_some() {
+        "a web identity token (AWS_WEB_IDENTITY_TOKEN_FILE)"
+    } else {
+        "none in the environment: the instance metadata service's, if any"
+    }
+}
+
+/// The cause of a failed request in one phrase a person can act on, from the error's
+/// source chain: refused connection, unknown host, TLS failure, timeout, missing
+/// credentials, a plain-HTTP endpoint not allowed. `None` when none of these.
+fn cause(e: &object_store::Error) -> Option<RemoteError> {
+    let text = chain_text(e);
+    let mut io_kind = None;
+    let mut http_kind = None;
+    let mut at: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = at {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            io_kind.get_or_insert(io.kind());
+        }
+        if let Some(h) = err.downcast_ref::<object_store::client::HttpError>() {
+            http_kind.get_or_insert(h.kind());
+        }
+        at = err.source();
+    }
+    use object_store::client::HttpErrorKind;
+    let lower = text.to_ascii_lowercase();
+    let unavailable = |m: &str| Some(RemoteError::Unavailable(m.to_string()));
+    // The credential chain's last resort, the instance metadata service, failed too.
+    if lower.contains("169.254.169.254")
+        || lower.contains("/latest/api/token")
+        || lower.contains("/latest/meta-data")
+    {
+        return Some(RemoteError::Denied(
+            "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for \
+             temporary ones), or run where an instance or pod role provides them"
+                .into(),
+        ));
+    }
+    if lower.contains("builder error") || lower.contains("url scheme is not allowed") {
+        return Some(RemoteError::Config(
+            "the client refused the URL: an http:// S3 endpoint needs AWS_ALLOW_HTTP=true".into(),
+        ));
+    }
+    if io_kind == Some(std::io::ErrorKind::ConnectionRefused) || lower.contains("connection refused") {
+        return unavailable(
+            "connection refused: nothing listens at that host and port (is the server running?)",
+        );
+    }
+    if lower.contains("dns error")
+        || lower.contains("failed to lookup address")
+        || lower.contains("name or service not known")
+    {
+        return unavailable("host not found (DNS lookup failed): check the host name");
+    }
+    if lower.contains("invalid peer certificate") || lower.contains("certificate") {
+        return unavailable("TLS: the server's certificate was not accepted");
+    }
+    if lower.contains("corrupt message") || lower.contains("invalidcontenttype") || lower.contains("tls") {
+        return unavailable("TLS handshake failed: is this https:// to a plain-HTTP port?");
+    }
+    if http_kind == Some(HttpErrorKind::Timeout)
+        || io_kind == Some(std::io::ErrorKind::TimedOut)
+        || lower.contains("timed out")
+        || lower.contains("timeout")
+    {
+        return unavailable(&format!(
+            "timed out: no answer within {} s (after retries)",
+            REQUEST_TIMEOUT.as_secs()
+        ));
+    }
+    if lower.contains("connection reset")
+        || lower.contains("connection closed")
+        || lower.contains("broken pipe")
+    {
+        return unavailable("the server closed the connection mid-request");
+    }
+    None
 }
 
 /// `message` without anything that looks like a credential (query-string signatures,
@@ -762,8 +936,8 @@ mod tests {
     #[test]
     fn bad_locations_are_config_errors() {
         for bad in ["http://host", "http:///path", "s3://bucket/", "gopher://h/a"] {
-            let e = store_for(bad, &[]).err().map(|e| e.to_string()).unwrap_or_default();
-            assert!(e.contains(bad), "{bad}: {e}");
+            // The message says what is wrong; the caller names the location.
+            assert!(matches!(store_for(bad, &[]), Err(RemoteError::Config(m)) if !m.is_empty()), "{bad}");
         }
         let odd = [("aws_no_such_setting".to_owned(), "1".to_owned())];
         let e = store_for("s3://bucket/key", &odd).err().map(|e| e.to_string()).unwrap_or_default();

@@ -1,0 +1,143 @@
+//! Remote atlases that cannot be read say why in one line a person can act on, against
+//! real servers on loopback (nginx, moto): refused connections, unknown hosts, TLS to a
+//! plain port, bad S3 endpoints, missing credentials, missing buckets, access denied
+//! (never answered from the disk cache), unsupported schemes; and presigned or signed
+//! URLs keep their query strings (issue 29).
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+
+use tessera_core::Atlas;
+use tessera_core::bake::source::Generated;
+use tessera_core::format::atlas::RemoteOptions;
+use tessera_tests::{Moto, Nginx, bake_source};
+
+fn open_error(url: &str, opts: &RemoteOptions) -> String {
+    let e = Atlas::open_with(url, opts).unwrap_err().to_string();
+    assert!(!e.contains('\n'), "one line: {e}");
+    e
+}
+
+fn s3(endpoint: &str, extra: &[(&str, &str)]) -> RemoteOptions {
+    let mut s3: Vec<(String, String)> = [
+        ("aws_endpoint", endpoint),
+        ("aws_access_key_id", "testing"),
+        ("aws_secret_access_key", "testing"),
+        ("aws_region", "us-east-1"),
+    ]
+    .iter()
+    .chain(extra)
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    s3.dedup_by(|a, b| a.0 == b.0);
+    RemoteOptions { s3, ..RemoteOptions::without_disk_cache() }
+}
+
+#[test]
+fn network_failures_name_their_cause() {
+    let none = RemoteOptions::without_disk_cache();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let e = open_error(&format!("http://127.0.0.1:{port}/x.tsa"), &none);
+    assert!(e.contains("connection refused") && e.contains("is the server running"), "{e}");
+    let e = open_error("http://tessera-no-such-host.invalid/x.tsa", &none);
+    assert!(e.contains("host not found"), "{e}");
+    let dir = tempfile::tempdir().unwrap();
+    let server = Nginx::serve(dir.path(), "");
+    let e = open_error(&format!("https://127.0.0.1:{}/x.tsa", server.port()), &none);
+    assert!(e.contains("TLS handshake failed") && e.contains("plain-HTTP port"), "{e}");
+    for (url, scheme) in [("gs://bucket/x.tsa", "gs://"), ("htp://host/x.tsa", "htp://")] {
+        let e = open_error(url, &none);
+        assert!(e.contains(&format!("unsupported URL scheme {scheme}")), "{e}");
+    }
+}
+
+#[test]
+fn s3_configuration_errors_say_what_to_set() {
+    let moto = Moto::start();
+    let endpoint = moto.endpoint();
+    // Not a URL (object_store panicked on this one).
+    let e = open_error("s3://textures/x.tsa", &s3("http//127.0.0.1:15001", &[("aws_allow_http", "true")]));
+    assert!(e.contains("is not a URL") && e.contains("http(s)://host"), "{e}");
+    let e = open_error("s3://textures/x.tsa", &s3(&endpoint, &[]));
+    assert!(e.contains("AWS_ALLOW_HTTP=true"), "{e}");
+    let http = [("aws_allow_http", "true")];
+    let e = open_error("s3://no-such-bucket/x.tsa", &s3(&endpoint, &http));
+    assert!(e.contains("bucket does not exist"), "{e}");
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = bake_source(dir.path(), "a", Generated::new(256, 256));
+    moto.put("textures", "a.tsa", &atlas);
+    let e = open_error("s3://textures/missing.tsa", &s3(&endpoint, &http));
+    assert!(e.contains("not found"), "{e}");
+    // No credentials: the metadata service (here: nothing listening) has none either.
+    let opts = RemoteOptions {
+        s3: [
+            ("aws_endpoint", endpoint.as_str()),
+            ("aws_allow_http", "true"),
+            ("aws_region", "us-east-1"),
+            ("aws_metadata_endpoint", "http://127.0.0.1:9"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect(),
+        ..RemoteOptions::without_disk_cache()
+    };
+    if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
+        let e = open_error("s3://textures/a.tsa", &opts);
+        assert!(e.contains("no S3 credentials") && e.contains("AWS_ACCESS_KEY_ID"), "{e}");
+    }
+    assert!(Atlas::open_with("s3://textures/a.tsa", &s3(&endpoint, &http)).is_ok());
+}
+
+/// A presigned S3 URL (moto) and a signed CDN-style URL (nginx checking a query
+/// argument) are fetched with their query strings as given.
+#[test]
+fn presigned_and_signed_urls_keep_their_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = bake_source(dir.path(), "signed", Generated::new(512, 256));
+    let local = Atlas::open(&atlas).unwrap();
+    let tiles: Vec<_> = local.layers()[0].layout.tiles(0).collect();
+    let none = RemoteOptions::without_disk_cache();
+    let moto = Moto::start();
+    moto.put("textures", "signed/a.tsa", &atlas);
+    let url = moto.presign("textures", "signed/a.tsa", 600);
+    assert!(url.contains("X-Amz-Signature="), "{url}");
+    let remote = Atlas::open_with(&url, &none).unwrap();
+    for (t, got) in tiles.iter().zip(remote.read_tiles(&tiles, &|_| true)) {
+        assert_eq!(got.unwrap(), local.read_tile(*t).unwrap(), "{t}");
+    }
+    let server = Nginx::serve(dir.path(), r#"location / { if ($arg_token != "s3cr3t") { return 403; } }"#);
+    let signed = format!("{}?token=s3cr3t&expires=1999999999", server.url("signed.tsa"));
+    let remote = Atlas::open_with(&signed, &none).unwrap();
+    assert_eq!(remote.read_tile(tiles[3]).unwrap(), local.read_tile(tiles[3]).unwrap());
+    let e = open_error(&server.url("signed.tsa"), &none);
+    assert!(e.contains("403 Forbidden"), "{e}");
+}
+
+/// A server that refuses access (401/403) is a hard error even when the disk cache holds
+/// the atlas: only a server that cannot be reached falls back to the cache.
+#[test]
+fn access_denied_is_not_answered_from_the_disk_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let atlas = bake_source(dir.path(), "guarded", Generated::new(512, 256));
+    let opts = RemoteOptions::with_disk_cache(cache.path(), 64);
+    let mut server = Nginx::serve(dir.path(), "");
+    let url = server.url(Path::new(&atlas).file_name().unwrap().to_str().unwrap());
+    let a = Atlas::open_with(&url, &opts).unwrap();
+    let tile = a.layers()[0].layout.tiles(0).next().unwrap();
+    a.read_tile(tile).unwrap();
+    drop(a);
+    for (rule, what) in [("return 403;", "403 Forbidden"), ("return 401;", "401 Unauthorized")] {
+        server.stop();
+        server.set_extra(&format!("location / {{ {rule} }}"));
+        server.start();
+        let e = open_error(&url, &opts);
+        assert!(e.contains(what), "{e}");
+    }
+    // Unreachable: the cache answers.
+    server.stop();
+    let a = Atlas::open_with(&url, &opts).unwrap();
+    assert!(a.network_stats().unwrap().offline);
+    assert!(a.read_tile(tile).is_ok());
+}
