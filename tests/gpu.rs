@@ -594,6 +594,8 @@ mod remote {
         assert!(matches!(down, AtlasError::Unavailable { .. }), "{down}");
         assert!(t0.elapsed() < Duration::from_secs(12), "gave up after {:?}", t0.elapsed());
         server.start();
+        // After a failed connection the object asks again only after a pause.
+        std::thread::sleep(tessera_core::format::atlas::remote::UNREACHABLE_PAUSE);
         assert_eq!(remote.read_tile(b).unwrap(), local.read_tile(b).unwrap());
 
         // Replaced by renaming a different atlas over it (another size, so another ETag).

@@ -141,3 +141,46 @@ fn access_denied_is_not_answered_from_the_disk_cache() {
     assert!(a.network_stats().unwrap().offline);
     assert!(a.read_tile(tile).is_ok());
 }
+
+/// `verify` of a URL reads the server's copy in coalesced ranges (not one request per
+/// tile) and, with the server stopped and only part of the atlas in the disk cache,
+/// finishes and names the tiles it could not check instead of waiting on each.
+#[test]
+fn remote_verify_reads_few_ranges_and_finishes_with_the_server_down() {
+    use tessera_core::format::atlas::AtlasError;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    bake_source(dir.path(), "big", Generated::new(4096, 4096));
+    let mut server = Nginx::serve(dir.path(), "");
+    let url = server.url("big.tsa");
+    let a = Atlas::open_with(&url, &RemoteOptions::without_disk_cache()).unwrap();
+    let tiles = a.tile_count();
+    assert!(a.verify(&tessera_core::NoProgress).is_empty());
+    let n = a.network_stats().unwrap();
+    assert!(n.requests * 64 <= tiles, "{} requests for {tiles} tiles", n.requests);
+    drop(a);
+    // Five tiles in the disk cache, then the server goes away.
+    let opts = RemoteOptions::with_disk_cache(cache.path(), 64);
+    let a = Atlas::open_with(&url, &opts).unwrap();
+    let five: Vec<_> = a.layers()[0].layout.tiles(0).take(5).collect();
+    assert!(a.read_tiles(&five, &|_| true).iter().all(Result::is_ok));
+    drop(a);
+    server.stop();
+    let a = Atlas::open_with(&url, &opts).unwrap();
+    let (done, errors) = std::sync::mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        let e = a.verify(&tessera_core::NoProgress);
+        let _ = done.send(());
+        e
+    });
+    // Not a timing test: a liveness bound, far above the second it takes.
+    assert!(errors.recv_timeout(std::time::Duration::from_secs(120)).is_ok(), "verify did not finish");
+    let errors = worker.join().unwrap();
+    assert!(errors.iter().all(|e| matches!(e, AtlasError::Unavailable { .. })), "{:?}", errors.first());
+    assert!(!errors.is_empty() && errors.len() as u64 <= tiles - 5, "{} of {tiles}", errors.len());
+    // --offline: only the cache is read, the server is never asked.
+    let offline = RemoteOptions { offline: true, ..opts };
+    let a = Atlas::open_with(&url, &offline).unwrap();
+    assert_eq!(a.read_tiles(&five, &|_| true).iter().filter(|r| r.is_ok()).count(), 5);
+    assert_eq!(a.network_stats().unwrap().requests, 0);
+}

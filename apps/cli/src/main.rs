@@ -63,8 +63,12 @@ enum Command {
     },
     /// Read, checksum and decode every tile; exit 1 naming each bad tile.
     Verify {
-        /// The atlas file.
+        /// The atlas file or URL (s3://, http(s)://).
         atlas: PathBuf,
+        /// For a URL: check the copy in the local disk cache instead of the server's
+        /// (the default reads every tile from the server, in coalesced ranges).
+        #[arg(long)]
+        cache: bool,
     },
     /// Render a camera path headless through the virtual texture: PNG frames + stats.json.
     Capture(capture::CaptureArgs),
@@ -249,7 +253,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bake(args) => run_bake(&args),
         Command::Inspect { atlas, json, tiles } => inspect::run(&atlas, json, tiles),
-        Command::Verify { atlas } => run_verify(&atlas),
+        Command::Verify { atlas, cache } => run_verify(&atlas, cache),
         Command::Capture(args) => capture::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Bench(args) => bench::run(&args),
@@ -664,23 +668,72 @@ fn layer_name(path: &Path) -> String {
     path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "layer".into())
 }
 
-fn run_verify(path: &Path) -> Result<ExitCode> {
+fn run_verify(path: &Path, cache: bool) -> Result<ExitCode> {
+    use tessera_core::format::atlas::{AtlasError, RemoteOptions, is_remote_location};
     args::atlas_file(path)?;
-    let atlas = Atlas::open(path)?;
-    let bar = Bar::new("verify", atlas.tile_count());
+    let remote = is_remote_location(path);
+    if cache && !remote {
+        bail!("--cache checks a remote atlas' disk cache; {} is a local file", path.display());
+    }
+    let env = RemoteOptions::from_env();
+    // The server's copy unless --cache: then only the disk cache, no request.
+    let options = if cache {
+        RemoteOptions { offline: true, ..env }
+    } else {
+        RemoteOptions { disk_cache_dir: None, ..env }
+    };
+    let atlas = Atlas::open_with(path, &options)?;
+    let total = atlas.tile_count();
+    let bar = Bar::new("verify", total);
     tessera_core::Progress::set_message(&bar, "verifying");
     let errors = atlas.verify(&bar);
     bar.clear();
+    if let Some(n) = atlas.network_stats().filter(|_| !cache) {
+        println!(
+            "read from the server with {} requests, {:.1} MiB ({} tiles per request)",
+            n.requests,
+            n.bytes as f64 / (1 << 20) as f64,
+            total / n.requests.max(1)
+        );
+    }
     if errors.is_empty() {
-        println!("{}: all {} tiles good", path.display(), atlas.tile_count());
+        let from = if cache {
+            " (the disk cache's copy)"
+        } else if remote {
+            " (read from the server)"
+        } else {
+            ""
+        };
+        println!("{}: all {total} tiles good{from}", path.display());
         return Ok(ExitCode::SUCCESS);
     }
+    // Tiles that could not be read (server unreachable, not cached) were not checked:
+    // counted apart from the bad ones.
+    let (unchecked, errors): (Vec<&AtlasError>, Vec<&AtlasError>) =
+        errors.iter().partition(|e| matches!(e, AtlasError::Unavailable { .. }));
+    let mut bad_tiles = 0;
     for e in &errors {
         match e.tile() {
-            Some(t) => println!("bad tile: layer {} mip {} x {} y {}: {e}", t.layer, t.mip, t.x, t.y),
+            Some(t) => {
+                bad_tiles += 1;
+                println!("bad tile: layer {} mip {} x {} y {}: {e}", t.layer, t.mip, t.x, t.y);
+            }
             None => println!("bad: {e}"),
         }
     }
-    eprintln!("tessera: error: {}: {} bad tile(s) of {}", path.display(), errors.len(), atlas.tile_count());
+    if let Some(first) = unchecked.first() {
+        println!("could not check {} of {total} tiles, e.g. {first}", unchecked.len());
+    }
+    let mut summary = Vec::new();
+    if bad_tiles > 0 {
+        summary.push(format!("{bad_tiles} bad tile(s) of {total}"));
+    }
+    if errors.len() > bad_tiles {
+        summary.push("a damaged index or padding".to_string());
+    }
+    if !unchecked.is_empty() {
+        summary.push(format!("{} of {total} tiles not checked", unchecked.len()));
+    }
+    eprintln!("tessera: error: {}: {}", path.display(), summary.join("; "));
     Ok(ExitCode::FAILURE)
 }

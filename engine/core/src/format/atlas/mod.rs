@@ -26,7 +26,7 @@ pub use header::{
     MAX_NAME_BYTES, MAX_PAGE_ENTRIES, MIN_PAGE_ENTRIES, OLDEST_VERSION, ROOT_FIXED_BYTES, ROOT_LIMIT,
     VERSION, truncate_name,
 };
-pub use reader::{Atlas, INDEX_READ_AHEAD_BYTES, PAGE_CACHE_BYTES};
+pub use reader::{Atlas, INDEX_READ_AHEAD_BYTES, PAGE_CACHE_BYTES, REMOTE_VERIFY_BATCH};
 
 pub use disk_cache::DiskCacheStats;
 pub(crate) use header::{encode_entry, page_entries_for};
@@ -74,6 +74,10 @@ pub struct RemoteOptions {
     /// configuration keys and values (`("aws_endpoint", "http://127.0.0.1:9000")`,
     /// `("aws_access_key_id", ...)`, `("aws_allow_http", "true")`...). Never logged.
     pub s3: Vec<(String, String)>,
+    /// Never contact the server: open from the disk cache and read only what it holds
+    /// (the CLI's `--offline`, `TESSERA_OFFLINE=1`). Without it, only a server that
+    /// cannot be reached falls back to the cache; one that refuses access is an error.
+    pub offline: bool,
 }
 
 /// The disk cache budget when `TESSERA_DISK_CACHE_MIB` is not set: 2 GiB.
@@ -88,12 +92,12 @@ impl Default for RemoteOptions {
 impl RemoteOptions {
     /// No disk cache: every tile not in host RAM comes from the network.
     pub fn without_disk_cache() -> Self {
-        Self { disk_cache_dir: None, disk_cache_bytes: 0, s3: Vec::new() }
+        Self { disk_cache_dir: None, disk_cache_bytes: 0, s3: Vec::new(), offline: false }
     }
 
     /// A disk cache of `mib` MiB under `dir`.
     pub fn with_disk_cache(dir: impl Into<PathBuf>, mib: u64) -> Self {
-        Self { disk_cache_dir: Some(dir.into()), disk_cache_bytes: mib << 20, s3: Vec::new() }
+        Self { disk_cache_dir: Some(dir.into()), disk_cache_bytes: mib << 20, s3: Vec::new(), offline: false }
     }
 
     /// From the environment: `TESSERA_DISK_CACHE_DIR` (default
@@ -111,7 +115,9 @@ impl RemoteOptions {
                 .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
                 .map(|c| c.join("tessera").join("remote"))
         });
-        Self { disk_cache_dir: dir.filter(|_| mib > 0), disk_cache_bytes: mib << 20, s3: Vec::new() }
+        let offline =
+            std::env::var("TESSERA_OFFLINE").is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes"));
+        Self { disk_cache_dir: dir.filter(|_| mib > 0), disk_cache_bytes: mib << 20, s3: Vec::new(), offline }
     }
 }
 

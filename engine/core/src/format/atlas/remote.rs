@@ -167,7 +167,16 @@ pub struct RemoteObject {
     offline: bool,
     /// Bounds the requests in flight at once ([`MAX_IN_FLIGHT`]).
     permits: tokio::sync::Semaphore,
+    /// After a request that could not reach the server: until when no request is made
+    /// (reads fail at once with the reason), so that a stopped server costs one failed
+    /// request per [`UNREACHABLE_PAUSE`], not one (with its retries) per tile.
+    unreachable: Mutex<Option<(Instant, String)>>,
+    /// Opened with [`RemoteOptions::offline`]: no request is ever made.
+    forced_offline: bool,
 }
+
+/// How long a remote object makes no request after one could not reach the server.
+pub const UNREACHABLE_PAUSE: Duration = Duration::from_secs(1);
 
 /// The background read of a small index ([`RemoteObject::read_ahead`]): the range
 /// while its request is in flight, then its bytes once they arrived.
@@ -237,19 +246,31 @@ impl RemoteObject {
         let cache_dir = options.disk_cache_dir.as_deref();
         // One request for the identity and the first bytes (header, layer table and
         // usually the whole index), instead of a HEAD and then reads.
-        let first = runtime.block_on(async {
-            let got = store
-                .get_opts(
-                    &path,
-                    GetOptions { range: Some(GetRange::Bounded(0..OPEN_PREFIX)), ..Default::default() },
-                )
-                .await?;
-            let meta = got.meta.clone();
-            let start = got.range.start;
-            got.bytes().await.map(|b| (meta, start, b))
-        });
+        let first = if options.offline {
+            // Stands for "not reached": the disk cache answers, or nothing does.
+            Err(RemoteError::Unavailable(
+                "offline (--offline / TESSERA_OFFLINE): the server is not asked".into(),
+            ))
+        } else {
+            runtime
+                .block_on(async {
+                    let got = store
+                        .get_opts(
+                            &path,
+                            GetOptions {
+                                range: Some(GetRange::Bounded(0..OPEN_PREFIX)),
+                                ..Default::default()
+                            },
+                        )
+                        .await?;
+                    let meta = got.meta.clone();
+                    let start = got.range.start;
+                    got.bytes().await.map(|b| (meta, start, b))
+                })
+                .map_err(map_error)
+        };
         let mut prefix = Vec::new();
-        let (identity, size, etag, offline) = match first.map_err(map_error) {
+        let (identity, size, etag, offline) = match first {
             Ok((meta, start, bytes)) => {
                 if start == 0 {
                     prefix = bytes.to_vec();
@@ -264,7 +285,9 @@ impl RemoteObject {
                 else {
                     return Err(e);
                 };
-                tracing::warn!("{location}: {e}; opening from the disk cache");
+                if !options.offline {
+                    tracing::warn!("{location}: {e}; opening from the disk cache");
+                }
                 (id, size, etag, true)
             }
             Err(e) => return Err(e),
@@ -305,6 +328,13 @@ impl RemoteObject {
             prefix,
             offline,
             permits,
+            forced_offline: options.offline,
+            unreachable: Mutex::new(offline.then(|| {
+                (
+                    Instant::now() + UNREACHABLE_PAUSE,
+                    "the server could not be reached when the atlas was opened".into(),
+                )
+            })),
         })
     }
 
@@ -553,6 +583,15 @@ impl RemoteObject {
 
     /// One range request, counted; waits for a free slot first ([`MAX_IN_FLIGHT`]).
     async fn get_async(&self, range: Range<u64>) -> Result<Vec<u8>, RemoteError> {
+        if self.forced_offline {
+            return Err(RemoteError::Unavailable("offline: not in the disk cache".into()));
+        }
+        if let Ok(down) = self.unreachable.lock()
+            && let Some((until, why)) = &*down
+            && Instant::now() < *until
+        {
+            return Err(RemoteError::Unavailable(format!("{why} (not asked again for a moment)")));
+        }
         let c = &self.counters;
         let _permit = self.permits.acquire().await.map_err(|e| RemoteError::Unavailable(e.to_string()))?;
         c.requests.fetch_add(1, Ordering::Relaxed);
@@ -571,6 +610,9 @@ impl RemoteObject {
         .await;
         match result {
             Ok(bytes) => {
+                if let Ok(mut down) = self.unreachable.lock() {
+                    *down = None;
+                }
                 c.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
                 let ms = start.elapsed().as_secs_f32() * 1000.0;
                 if let Ok(mut ring) = c.latencies.lock() {
@@ -586,7 +628,15 @@ impl RemoteObject {
             }
             Err(e) => {
                 c.failures.fetch_add(1, Ordering::Relaxed);
-                Err(map_error(e))
+                let unreachable = unreachable(&e);
+                let e = map_error(e);
+                if unreachable
+                    && let RemoteError::Unavailable(why) = &e
+                    && let Ok(mut down) = self.unreachable.lock()
+                {
+                    *down = Some((Instant::now() + UNREACHABLE_PAUSE, why.clone()));
+                }
+                Err(e)
             }
         }
     }
@@ -808,6 +858,24 @@ pub(crate) fn map_error(e: object_store::Error) -> RemoteError {
     }
 }
 
+/// Whether `e` says the server could not be reached at all (no connection, no answer),
+/// as opposed to an answer with an error status.
+fn unreachable(e: &object_store::Error) -> bool {
+    use object_store::client::HttpErrorKind;
+    let mut at: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = at {
+        if let Some(h) = err.downcast_ref::<object_store::client::HttpError>() {
+            return matches!(h.kind(), HttpErrorKind::Connect | HttpErrorKind::Timeout);
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::{ConnectionRefused, HostUnreachable, NetworkUnreachable, TimedOut};
+            return matches!(io.kind(), ConnectionRefused | HostUnreachable | NetworkUnreachable | TimedOut);
+        }
+        at = err.source();
+    }
+    false
+}
+
 /// Every message in `e`'s source chain, joined.
 fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = String::new();
@@ -887,7 +955,6 @@ fn cause(e: &object_store::Error) -> Option<RemoteError> {
     if http_kind == Some(HttpErrorKind::Timeout)
         || io_kind == Some(std::io::ErrorKind::TimedOut)
         || lower.contains("timed out")
-        || lower.contains("timeout")
     {
         return unavailable(&format!(
             "timed out: no answer within {} s (after retries)",
