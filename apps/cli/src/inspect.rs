@@ -26,6 +26,14 @@ pub(crate) fn run(path: &Path, json: bool, tiles: bool) -> Result<ExitCode> {
     } else {
         print!("{}", table(&summary));
     }
+    if let Some(e) = &summary.first_error {
+        // The sizes above leave those tiles out: not an atlas to trust.
+        eprintln!(
+            "tessera: error: {} of {} tiles' index entries could not be read, e.g. {e}",
+            summary.unreadable_entries, summary.tiles
+        );
+        return Ok(ExitCode::FAILURE);
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -561,3 +561,25 @@ fn out_of_range_limits_are_refused_with_their_range() {
         assert!(stderr(&o).contains(what), "{args:?}: {}", stderr(&o));
     }
 }
+
+/// A damaged index page: `inspect` says its sizes leave tiles out and exits 1 (it printed
+/// "0.00 MiB on disk" and exited 0), and `verify` counts bad tiles out of the atlas'
+/// tiles (it said 342 of 341).
+#[test]
+fn a_damaged_index_fails_inspect_and_verify_counts_tiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.tsa");
+    let p = path.to_str().unwrap();
+    let o = tessera(&["bake", "--generate", "2048x2048", "-o", p]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let index_offset = u64::from_le_bytes(bytes[32..40].try_into().unwrap()) as usize;
+    bytes[index_offset + 30] ^= 0x55;
+    std::fs::write(&path, &bytes).unwrap();
+    let o = tessera(&["inspect", p]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(stderr(&o).contains("341 of 341 tiles' index entries could not be read"), "{}", stderr(&o));
+    let o = tessera(&["verify", p]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("341 bad tile(s) of 341"), "{}", stderr(&o));
+}

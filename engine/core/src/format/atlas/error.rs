@@ -128,6 +128,16 @@ pub enum AtlasError {
         /// The codec's complaint.
         source: CodecError,
     },
+    /// A tile's index entry cannot be read: its index page is damaged or invalid.
+    #[error("{path}: {tile}: its index entry cannot be read: {reason}")]
+    TileIndex {
+        /// The atlas path.
+        path: PathBuf,
+        /// The tile.
+        tile: TileId,
+        /// Why (the page's error).
+        reason: String,
+    },
     /// A layout could not be built (writer side).
     #[error("{path}: {source}")]
     Layout {
@@ -144,6 +154,7 @@ impl AtlasError {
         match self {
             AtlasError::TileChecksum { tile, .. }
             | AtlasError::TileDecode { tile, .. }
+            | AtlasError::TileIndex { tile, .. }
             | AtlasError::NoSuchTile { tile, .. }
             | AtlasError::Changed { tile, .. }
             | AtlasError::Unavailable { tile, .. }

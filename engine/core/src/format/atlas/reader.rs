@@ -998,7 +998,15 @@ impl Atlas {
                 let r = match e {
                     // The error names this tile: decoded again, only for bad blobs.
                     Some(e) if !bad.contains(&blob(e)) => None,
-                    _ => self.decode_tile(t).err(),
+                    _ => self.decode_tile(t).err().map(|err| match err {
+                        // A damaged page's error, named for each of its tiles.
+                        AtlasError::Checksum { .. } | AtlasError::Invalid { .. } => AtlasError::TileIndex {
+                            path: self.path.clone(),
+                            tile: t,
+                            reason: err.to_string(),
+                        },
+                        other => other,
+                    }),
                 };
                 progress.inc(1);
                 r

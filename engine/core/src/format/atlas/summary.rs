@@ -28,6 +28,13 @@ pub struct AtlasSummary {
     /// (empty for a single file; `file_bytes` is then the index object's size).
     #[serde(default)]
     pub data_objects: Vec<(String, u64)>,
+    /// Tiles whose index entries could not be read (a damaged index page, or one a
+    /// remote server did not deliver): their bytes are missing from the sums above.
+    #[serde(default)]
+    pub unreadable_entries: u64,
+    /// The first of those errors.
+    #[serde(default)]
+    pub first_error: Option<String>,
 }
 
 /// One layer in an [`AtlasSummary`].
@@ -99,6 +106,7 @@ impl Atlas {
     /// Sizes, tile counts and bytes per layer and mip (reads only the index).
     pub fn summary(&self) -> AtlasSummary {
         let mut seen = std::collections::HashSet::new();
+        let (mut unreadable, mut first_error) = (0u64, None);
         let layers = self
             .layers()
             .iter()
@@ -112,13 +120,19 @@ impl Atlas {
                         let first = l.first_tile + lay.mip_tile_offset(m);
                         let (mut stored, mut raw, mut shared) = (0u64, 0u64, 0u64);
                         for i in first..first + lay.tile_count_at(m) {
-                            if let Ok(e) = self.entry_at(i) {
-                                if seen.insert((e.offset, e.length)) {
-                                    stored += u64::from(e.length);
-                                } else {
-                                    shared += 1;
+                            match self.entry_at(i) {
+                                Ok(e) => {
+                                    if seen.insert((e.offset, e.length)) {
+                                        stored += u64::from(e.length);
+                                    } else {
+                                        shared += 1;
+                                    }
+                                    raw += u64::from(e.raw_length);
                                 }
-                                raw += u64::from(e.raw_length);
+                                Err(e) => {
+                                    unreadable += 1;
+                                    first_error.get_or_insert_with(|| e.to_string());
+                                }
                             }
                         }
                         MipSummary {
@@ -169,6 +183,8 @@ impl Atlas {
             tiles: self.tile_count(),
             layers,
             data_objects: self.data_objects().into_iter().map(|(o, _)| (o.name, o.size)).collect(),
+            unreadable_entries: unreadable,
+            first_error,
         }
     }
 }
