@@ -184,3 +184,41 @@ fn remote_verify_reads_few_ranges_and_finishes_with_the_server_down() {
     assert_eq!(a.read_tiles(&five, &|_| true).iter().filter(|r| r.is_ok()).count(), 5);
     assert_eq!(a.network_stats().unwrap().requests, 0);
 }
+
+/// The background read-ahead of a small index keeps in the disk cache only the pages that
+/// pass their checksums: a damaged page on the server is not stored for the next run.
+#[test]
+fn a_damaged_index_page_read_ahead_is_not_cached() {
+    use tessera_core::format::atlas::AtlasError;
+    use tessera_core::format::tile::TileId;
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = bake_source(dir.path(), "wide", Generated::new(8192, 4096));
+    let mut bytes = std::fs::read(&atlas).unwrap();
+    let tiles = u64::from_le_bytes(bytes[24..32].try_into().unwrap());
+    let index_offset = u64::from_le_bytes(bytes[32..40].try_into().unwrap());
+    // The last page, past the bytes the opening request reads.
+    let last_entry = (index_offset + (tiles - 1) * 24) as usize;
+    assert!(last_entry > 64 << 10, "the last page must lie past the opening request");
+    let damaged = dir.path().join("damaged.tsa");
+    bytes[last_entry + 17] ^= 0xFF;
+    std::fs::write(&damaged, &bytes).unwrap();
+    let server = Nginx::serve(dir.path(), "");
+    // Mip 0's last tile on the curve: its entry is the last one.
+    let last = TileId::new(0, 0, 63, 31);
+    let writes = |name: &str| {
+        let cache = tempfile::tempdir().unwrap();
+        let a =
+            Atlas::open_with(server.url(name), &RemoteOptions::with_disk_cache(cache.path(), 64)).unwrap();
+        let read = a.read_tile(last);
+        let n = a.network_stats().unwrap().disk_cache.unwrap().writes;
+        (read, n)
+    };
+    let (read, good_writes) = writes("wide.tsa");
+    assert!(read.is_ok(), "{read:?}");
+    let (read, bad_writes) = writes("damaged.tsa");
+    assert!(matches!(read, Err(AtlasError::Unavailable { .. })), "{read:?}");
+    // The intact copy stores its page and the blob; the damaged one nothing at all (the
+    // read-ahead stored its page unchecked before).
+    assert!(good_writes >= 2, "{good_writes}");
+    assert_eq!(bad_writes, 0, "the damaged page was cached");
+}

@@ -328,7 +328,8 @@ impl Atlas {
                 let held = r.prefix_len().saturating_sub(atlas.index_offset) / page_bytes;
                 let start = atlas.index_offset + held * page_bytes;
                 if start < index_end && index_end - start <= INDEX_READ_AHEAD_BYTES {
-                    r.read_ahead(start..index_end, page_bytes);
+                    let crcs = paged.page_crcs.get(held as usize..).unwrap_or_default().to_vec();
+                    r.read_ahead(start..index_end, page_bytes, crcs);
                 }
             }
         }

@@ -399,7 +399,7 @@ impl RemoteObject {
     /// of `page_bytes` from `range.start` for the next run. A failure is only logged (the
     /// pages are then read when wanted). Does nothing offline, past the object, or when
     /// the disk cache already holds the page at `range.start`.
-    pub fn read_ahead(&self, range: Range<u64>, page_bytes: u64) {
+    pub fn read_ahead(&self, range: Range<u64>, page_bytes: u64, page_crcs: Vec<u32>) {
         if self.offline || range.end > self.size || range.is_empty() || self.ahead.bytes.get().is_some() {
             return;
         }
@@ -433,10 +433,12 @@ impl RemoteObject {
                 Ok(bytes) if bytes.len() as u64 == range.end - range.start => {
                     counters.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
                     if let Some(c) = &cache {
-                        // Page by page, for the next run (each is checked against its
-                        // CRC when it is read back).
+                        // Page by page, for the next run: only the pages that pass their
+                        // CRC (a damaged one is asked for again when it is wanted).
                         for (i, page) in bytes.chunks(page_bytes.max(1) as usize).enumerate() {
-                            c.put(start + i as u64 * page_bytes.max(1), page);
+                            if page_crcs.get(i).is_some_and(|&crc| crc32fast::hash(page) == crc) {
+                                c.put(start + i as u64 * page_bytes.max(1), page);
+                            }
                         }
                     }
                     let _ = ahead.bytes.set((start, bytes.to_vec()));
