@@ -51,7 +51,7 @@ enum Command {
     Bake(BakeArgs),
     /// Describe an atlas: sizes, tiles per mip, codec, bytes on disk, compression ratio.
     Inspect {
-        /// The atlas file.
+        /// The atlas file or URL (s3://, http(s)://).
         atlas: PathBuf,
         /// Print JSON instead of a table.
         #[arg(long)]

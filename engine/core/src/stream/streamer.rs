@@ -287,6 +287,8 @@ pub struct Streamer {
     retry_at: TileMap<Unavailable>,
     /// Whether an unavailable tile was logged since the last delivered one.
     unavailable_logged: bool,
+    /// Whether the atlas' replacement on its server was logged (once).
+    replaced_logged: bool,
     frame: u64,
     frozen: bool,
 }
@@ -469,6 +471,7 @@ impl Streamer {
             reported_failures: TileSet::default(),
             retry_at: TileMap::default(),
             unavailable_logged: false,
+            replaced_logged: false,
             frame: 0,
             frozen: false,
         })
@@ -632,7 +635,13 @@ impl Streamer {
                 }
                 Err(e) => {
                     self.retry_at.remove(&r.tile);
-                    if self.reported_failures.insert(r.tile) {
+                    // A replaced atlas fails every tile alike: said once.
+                    let replaced = matches!(&e, LoadError::Failed { reason, .. }
+                        if reason.contains("was replaced on the server"));
+                    if replaced && !self.replaced_logged {
+                        self.replaced_logged = true;
+                        tracing::error!("{e}; its resident tiles stay, the others show their ancestors");
+                    } else if !replaced && self.reported_failures.insert(r.tile) {
                         tracing::error!("{e}; showing its nearest resident ancestor instead");
                     }
                     self.residency.on_failed(r.tile);

@@ -128,6 +128,17 @@ pub enum AtlasError {
         /// The codec's complaint.
         source: CodecError,
     },
+    /// A remote atlas was replaced on the server (another ETag) since it was opened: none
+    /// of its tiles is read any more, never a mix of old and new bytes.
+    #[error(
+        "{path}: the atlas was replaced on the server since it was opened ({tile} not read); open it again to read the new version"
+    )]
+    Replaced {
+        /// The atlas location.
+        path: PathBuf,
+        /// The tile being read.
+        tile: TileId,
+    },
     /// A tile's index entry cannot be read: its index page is damaged or invalid.
     #[error("{path}: {tile}: its index entry cannot be read: {reason}")]
     TileIndex {
@@ -155,6 +166,7 @@ impl AtlasError {
             AtlasError::TileChecksum { tile, .. }
             | AtlasError::TileDecode { tile, .. }
             | AtlasError::TileIndex { tile, .. }
+            | AtlasError::Replaced { tile, .. }
             | AtlasError::NoSuchTile { tile, .. }
             | AtlasError::Changed { tile, .. }
             | AtlasError::Unavailable { tile, .. }

@@ -105,10 +105,19 @@ impl RemoteOptions {
     /// `TESSERA_DISK_CACHE_MIB` (default [`DEFAULT_DISK_CACHE_MIB`]; 0 turns the disk
     /// cache off).
     pub fn from_env() -> Self {
-        let mib = std::env::var("TESSERA_DISK_CACHE_MIB")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(DEFAULT_DISK_CACHE_MIB);
+        let mib = match std::env::var("TESSERA_DISK_CACHE_MIB") {
+            Ok(v) => v.trim().parse::<u64>().unwrap_or_else(|_| {
+                static ONCE: std::sync::Once = std::sync::Once::new();
+                ONCE.call_once(|| {
+                    tracing::warn!(
+                        "TESSERA_DISK_CACHE_MIB={v:?} is not a whole number of MiB (0 turns the cache off); \
+                         using {DEFAULT_DISK_CACHE_MIB}"
+                    );
+                });
+                DEFAULT_DISK_CACHE_MIB
+            }),
+            Err(_) => DEFAULT_DISK_CACHE_MIB,
+        };
         let dir = std::env::var_os("TESSERA_DISK_CACHE_DIR").map(PathBuf::from).or_else(|| {
             std::env::var_os("XDG_CACHE_HOME")
                 .map(PathBuf::from)

@@ -50,6 +50,9 @@ enum ReadError {
     /// Network or server failure (after retries).
     #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     Unavailable(String),
+    /// A remote atlas was replaced on the server since it was opened.
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    Replaced,
 }
 
 impl Store {
@@ -99,6 +102,8 @@ impl ReadError {
     fn from_remote(e: super::remote::RemoteError) -> Self {
         if e.is_transient() {
             Self::Unavailable(e.to_string())
+        } else if matches!(e, super::remote::RemoteError::Replaced) {
+            Self::Replaced
         } else {
             Self::Io(std::io::Error::other(e.to_string()))
         }
@@ -108,6 +113,9 @@ impl ReadError {
         match self {
             Self::Io(e) => e,
             Self::Unavailable(m) => std::io::Error::other(m),
+            Self::Replaced => {
+                std::io::Error::other("the atlas was replaced on the server since it was opened")
+            }
         }
     }
 }
@@ -628,6 +636,7 @@ impl Atlas {
                 ReadError::Unavailable(reason) => {
                     AtlasError::Unavailable { path: self.path.clone(), tile, reason }
                 }
+                ReadError::Replaced => AtlasError::Replaced { path: self.path.clone(), tile },
             })?;
         if crc32fast::hash(&bytes) != crc {
             if self.is_remote() {
@@ -876,6 +885,7 @@ impl Atlas {
             ReadError::Unavailable(reason) => {
                 AtlasError::Unavailable { path: self.path.clone(), tile, reason }
             }
+            ReadError::Replaced => AtlasError::Replaced { path: self.path.clone(), tile },
         })?;
         if crc32fast::hash(&blob) != e.crc32 {
             if self.is_remote() {
