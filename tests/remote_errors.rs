@@ -222,3 +222,44 @@ fn a_damaged_index_page_read_ahead_is_not_cached() {
     assert!(good_writes >= 2, "{good_writes}");
     assert_eq!(bad_writes, 0, "the damaged page was cached");
 }
+
+/// `publish` uploads an atlas (a split one with its data objects), checks the copy,
+/// skips an identical one and refuses to replace a different one without `force`.
+#[test]
+fn publish_uploads_checks_and_never_replaces_another_atlas_by_accident() {
+    use tessera_core::bake::shard::{MergeForm, Shard, merge_shards};
+    use tessera_core::bake::{BakeInput, BakeOptions, bake};
+    use tessera_core::format::atlas::publish::{PublishError, publish};
+    let dir = tempfile::tempdir().unwrap();
+    let moto = Moto::start();
+    let a = bake_source(dir.path(), "a", Generated::new(1024, 512));
+    let b = bake_source(dir.path(), "b", Generated::new(512, 512));
+    moto.put("pub", "README", &a);
+    let s3 = moto.settings();
+    let none = tessera_core::NoProgress;
+    let url = "s3://pub/atlases/a.tsa";
+    let r = publish(&a, url, false, &s3, &none).unwrap();
+    assert_eq!((r.uploaded.len(), r.already_there), (1, false));
+    assert!(r.entries_checked > 0 && r.blobs_checked > 0, "{r:?}");
+    let r = publish(&a, url, false, &s3, &none).unwrap();
+    assert!(r.already_there && r.uploaded.is_empty(), "{r:?}");
+    let e = publish(&b, url, false, &s3, &none).unwrap_err();
+    assert!(matches!(e, PublishError::Exists { .. }) && e.to_string().contains("--force"), "{e}");
+    let r = publish(&b, url, true, &s3, &none).unwrap();
+    assert_eq!(r.uploaded.len(), 1);
+    let opts = RemoteOptions { s3: s3.clone(), ..RemoteOptions::without_disk_cache() };
+    assert_eq!(Atlas::open_with(url, &opts).unwrap().layers(), Atlas::open(&b).unwrap().layers());
+    // A split atlas goes up with its parts.
+    let split = dir.path().join("s.tsa");
+    for i in 0..2 {
+        let o = BakeOptions { shard: Shard::new(i, 2), ..BakeOptions::default() };
+        bake(vec![BakeInput::new("s", Generated::new(1024, 1024))], &split, &o, &none).unwrap();
+    }
+    merge_shards(&split, MergeForm::Split, &none).unwrap();
+    let r = publish(&split, "s3://pub/atlases/s.tsa", false, &s3, &none).unwrap();
+    assert_eq!(r.uploaded.len(), 3, "{r:?}");
+    let there = Atlas::open_with("s3://pub/atlases/s.tsa", &opts).unwrap();
+    assert!(there.is_split() && there.verify(&none).is_empty());
+    let e = publish(&a, "https://example.com/a.tsa", false, &s3, &none).unwrap_err();
+    assert!(matches!(e, PublishError::NotS3(_)), "{e}");
+}

@@ -70,6 +70,19 @@ enum Command {
         #[arg(long)]
         cache: bool,
     },
+    /// Upload an atlas to object storage (s3://bucket/key; a split atlas with its data
+    /// objects), then check the copy there against the local file and print the URL to
+    /// open. An object already at the URL is replaced only with --force, unless it is this
+    /// very atlas.
+    Publish {
+        /// The local atlas file.
+        atlas: PathBuf,
+        /// Where to put it: s3://bucket/key (AWS_* variables for credentials and endpoint).
+        url: String,
+        /// Replace whatever is at the URL.
+        #[arg(long)]
+        force: bool,
+    },
     /// Render a camera path headless through the virtual texture: PNG frames + stats.json.
     Capture(capture::CaptureArgs),
     /// The main job: bake the built-in labelled texture (once, cached), capture a camera
@@ -254,6 +267,7 @@ fn main() -> ExitCode {
         Command::Bake(args) => run_bake(&args),
         Command::Inspect { atlas, json, tiles } => inspect::run(&atlas, json, tiles),
         Command::Verify { atlas, cache } => run_verify(&atlas, cache),
+        Command::Publish { atlas, url, force } => run_publish(&atlas, &url, force),
         Command::Capture(args) => capture::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Bench(args) => bench::run(&args),
@@ -666,6 +680,28 @@ fn layer_color(asked: Option<ColorSpace>, tagged: Option<ColorSpace>, what: &Pat
 /// The layer name for an input path: its file stem.
 fn layer_name(path: &Path) -> String {
     path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "layer".into())
+}
+
+fn run_publish(path: &Path, url: &str, force: bool) -> Result<ExitCode> {
+    args::atlas_file(path)?;
+    let bar = Bar::new("publish", 0);
+    let report = tessera_core::format::atlas::publish::publish(path, url, force, &[], &bar)?;
+    bar.clear();
+    if report.already_there {
+        println!("{url} already holds this atlas: nothing uploaded");
+    } else {
+        println!(
+            "uploaded {} object(s), {:.1} MiB",
+            report.uploaded.len(),
+            report.bytes as f64 / (1 << 20) as f64
+        );
+    }
+    println!(
+        "checked the copy: {} index entries and {} tiles read back equal the local atlas",
+        report.entries_checked, report.blobs_checked
+    );
+    println!("open it as: {}", report.url);
+    Ok(ExitCode::SUCCESS)
 }
 
 fn run_verify(path: &Path, cache: bool) -> Result<ExitCode> {

@@ -453,7 +453,7 @@ fn bake_shard_to_store(
     let start = Instant::now();
     crate::bake::shard_remote::Remote::new(&to, &opts.s3)
         .map_err(|e| std::io::Error::other(e.to_string()))
-        .and_then(|r| r.upload(&from))
+        .and_then(|r| r.upload(&from, &crate::NoProgress))
         .map_err(|source| BakeError::Shard(ShardError::Io { path: to.clone(), source }))?;
     report.seconds += start.elapsed().as_secs_f64();
     Ok(report)

@@ -20,7 +20,7 @@ mod rgba;
 pub mod shard;
 pub mod shard_plan;
 #[cfg(feature = "remote")]
-mod shard_remote;
+pub(crate) mod shard_remote;
 pub mod source;
 pub mod tiff;
 

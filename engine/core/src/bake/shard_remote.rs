@@ -37,6 +37,15 @@ impl Remote {
         Ok(Self { store, path, runtime })
     }
 
+    /// The object's size, or `None` when there is no such object.
+    pub(crate) fn size_if_any(&self) -> Result<Option<u64>, RemoteError> {
+        match self.runtime.block_on(self.store.head(&self.path)) {
+            Ok(meta) => Ok(Some(meta.size)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(map(e)),
+        }
+    }
+
     /// The object's size.
     pub(crate) fn size(&self) -> Result<u64, RemoteError> {
         let meta = self.runtime.block_on(self.store.head(&self.path)).map_err(map)?;
@@ -62,7 +71,7 @@ impl Remote {
     /// Replaces the object with the file `local`, in a multipart upload of
     /// [`UPLOAD_CHUNK_BYTES`] parts (the object appears whole when it completes, or not
     /// at all). Returns the bytes sent.
-    pub(crate) fn upload(&self, local: &Path) -> Result<u64, std::io::Error> {
+    pub(crate) fn upload(&self, local: &Path, progress: &dyn crate::Progress) -> Result<u64, std::io::Error> {
         let mut file = std::fs::File::open(local)?;
         self.runtime.block_on(async {
             let upload = self.store.put_multipart(&self.path).await.map_err(std::io::Error::other)?;
@@ -78,6 +87,7 @@ impl Remote {
                 writer.wait_for_capacity(4).await.map_err(std::io::Error::other)?;
                 writer.write(&buf[..n]);
                 sent += n as u64;
+                progress.inc(n as u64);
             }
             writer.finish().await.map_err(std::io::Error::other)?;
             Ok(sent)

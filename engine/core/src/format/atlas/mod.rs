@@ -5,6 +5,8 @@ pub mod disk_cache;
 mod error;
 mod header;
 pub mod order;
+#[cfg(feature = "remote")]
+pub mod publish;
 mod reader;
 #[cfg(feature = "remote")]
 pub mod remote;

@@ -704,6 +704,14 @@ impl Atlas {
             && self.data_at(e.offset).is_none_or(|d| end <= d.base + d.object.size)
     }
 
+    /// The file's first bytes as read at open: header, layer table and root directory
+    /// (version 2, with a split atlas' object table) or the whole index (version 1). Two
+    /// atlases with equal bytes here have equal indexes (version 2 through the page
+    /// checksums).
+    pub fn meta_bytes(&self) -> &[u8] {
+        &self.meta
+    }
+
     /// The format version of the file (1 or 2).
     pub fn version(&self) -> u32 {
         self.version

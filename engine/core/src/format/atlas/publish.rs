@@ -1,0 +1,176 @@
+//! `tessera publish`: an atlas uploaded to object storage (`s3://`), checked there
+//! against the local file, without ever replacing a different atlas by accident.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Atlas, AtlasError, RemoteOptions};
+use crate::Progress;
+use crate::bake::shard_remote::Remote;
+use crate::format::tile::TileId;
+
+/// Tiles whose blobs are read back from the server and compared, spread over the atlas
+/// (every index entry is compared in any case).
+pub const CHECKED_BLOBS: usize = 256;
+
+/// What [`publish`] did.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PublishReport {
+    /// The URL to open.
+    pub url: String,
+    /// Objects uploaded (a split atlas: its data objects, then its index).
+    pub uploaded: Vec<String>,
+    /// Bytes uploaded.
+    pub bytes: u64,
+    /// The server already held this very atlas: nothing was uploaded.
+    pub already_there: bool,
+    /// Index entries compared with the local file's.
+    pub entries_checked: u64,
+    /// Blobs read back and compared.
+    pub blobs_checked: u64,
+}
+
+/// Why a publish failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PublishError {
+    /// The local atlas is not valid.
+    #[error(transparent)]
+    Atlas(#[from] AtlasError),
+    /// The destination is not an object store URL.
+    #[error("{0}: publish uploads to object storage: give an s3://bucket/key URL")]
+    NotS3(String),
+    /// Another atlas (or another object) is at the destination.
+    #[error("{url}: {what} is already there; give --force to replace it")]
+    Exists {
+        /// The destination.
+        url: String,
+        /// What is there.
+        what: String,
+    },
+    /// Uploading failed.
+    #[error("{url}: upload failed: {reason}")]
+    Upload {
+        /// The object.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The uploaded copy differs from the local atlas.
+    #[error("{url}: the uploaded copy differs from {local}: {what}")]
+    Mismatch {
+        /// The destination.
+        url: String,
+        /// The local atlas.
+        local: PathBuf,
+        /// What differs.
+        what: String,
+    },
+}
+
+/// Uploads the atlas `local` to `url` (`s3://bucket/key`; a split atlas' data objects go
+/// to the keys its index names, beside it), in multipart uploads of 16 MiB parts, then
+/// opens the remote copy and checks it against the local one: the same layers, every
+/// index entry equal, and [`CHECKED_BLOBS`] blobs read back equal. An object already at
+/// `url` is replaced only with `force`, unless it is this very atlas (then nothing is
+/// uploaded, and the copy is checked all the same).
+pub fn publish(
+    local: &Path,
+    url: &str,
+    force: bool,
+    s3: &[(String, String)],
+    progress: &dyn Progress,
+) -> Result<PublishReport, PublishError> {
+    if !url.to_ascii_lowercase().starts_with("s3://") {
+        return Err(PublishError::NotS3(url.to_owned()));
+    }
+    let atlas = Atlas::open(local)?;
+    let upload_err = |url: &str, reason: String| PublishError::Upload { url: url.to_owned(), reason };
+    let target = Remote::new(Path::new(url), s3).map_err(|e| upload_err(url, e.to_string()))?;
+    let remote_opts = RemoteOptions { s3: s3.to_vec(), ..RemoteOptions::without_disk_cache() };
+    let mut already_there = false;
+    if target.size_if_any().map_err(|e| upload_err(url, e.to_string()))?.is_some() {
+        match Atlas::open_with(url, &remote_opts) {
+            Ok(there) if same_atlas(&atlas, &there) => already_there = true,
+            Ok(_) if !force => {
+                return Err(PublishError::Exists { url: url.to_owned(), what: "another atlas".into() });
+            }
+            Err(e) if !force => {
+                return Err(PublishError::Exists {
+                    url: url.to_owned(),
+                    what: format!("an object that is not this atlas ({e})"),
+                });
+            }
+            _ => {}
+        }
+    }
+    let mut uploaded = Vec::new();
+    let mut bytes = 0;
+    if !already_there {
+        // Data objects first: the index names them, so it goes last.
+        let mut files: Vec<(PathBuf, String)> = atlas
+            .data_objects()
+            .into_iter()
+            .map(|(o, path)| {
+                (path, super::split::resolve(Path::new(url), &o.name).to_string_lossy().into_owned())
+            })
+            .collect();
+        files.push((local.to_path_buf(), url.to_owned()));
+        let total: u64 = files.iter().filter_map(|(p, _)| std::fs::metadata(p).ok()).map(|m| m.len()).sum();
+        progress.set_length(total);
+        progress.set_message("uploading");
+        for (path, to) in &files {
+            let remote = Remote::new(Path::new(to), s3).map_err(|e| upload_err(to, e.to_string()))?;
+            bytes += remote.upload(path, progress).map_err(|e| upload_err(to, e.to_string()))?;
+            uploaded.push(to.clone());
+        }
+    }
+    let there = Atlas::open_with(url, &remote_opts).map_err(|e| PublishError::Mismatch {
+        url: url.to_owned(),
+        local: local.to_path_buf(),
+        what: format!("it does not open: {e}"),
+    })?;
+    let (entries_checked, blobs_checked) = check_copy(&atlas, &there, url, local)?;
+    Ok(PublishReport { url: url.to_owned(), uploaded, bytes, already_there, entries_checked, blobs_checked })
+}
+
+/// Whether two opened atlases are the same file: layers, flags, sizes and, through the
+/// root directory's page checksums, the index.
+fn same_atlas(a: &Atlas, b: &Atlas) -> bool {
+    a.layers() == b.layers()
+        && a.flags() == b.flags()
+        && a.version() == b.version()
+        && a.file_size() == b.file_size()
+        && a.stored_bytes() == b.stored_bytes()
+        && a.meta_bytes() == b.meta_bytes()
+}
+
+/// Compares every index entry of `there` with `here`'s, and [`CHECKED_BLOBS`] blobs.
+fn check_copy(here: &Atlas, there: &Atlas, url: &str, local: &Path) -> Result<(u64, u64), PublishError> {
+    let differ =
+        |what: String| PublishError::Mismatch { url: url.to_owned(), local: local.to_path_buf(), what };
+    if !same_atlas(here, there) {
+        return Err(differ("its header, layers or index pages differ".into()));
+    }
+    let tiles: Vec<TileId> =
+        here.layers().iter().enumerate().flat_map(|(i, l)| l.layout.tiles(i as u16)).collect();
+    let step = (tiles.len() / CHECKED_BLOBS).max(1);
+    let mut sample = Vec::new();
+    for (i, &t) in tiles.iter().enumerate() {
+        let (a, b) = (here.entry(t)?, there.entry(t).map_err(|e| differ(e.to_string()))?);
+        if a != b {
+            return Err(differ(format!("the index entry of {t}")));
+        }
+        if i % step == 0 {
+            sample.push(t);
+        }
+    }
+    for (t, got) in sample.iter().zip(there.read_tiles(&sample, &|_| true)) {
+        let got = got.map_err(|e| differ(e.to_string()))?;
+        if got != here.read_tile(*t)? {
+            return Err(differ(format!("the blob of {t}")));
+        }
+    }
+    Ok((tiles.len() as u64, sample.len() as u64))
+}
