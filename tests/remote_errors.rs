@@ -263,3 +263,29 @@ fn publish_uploads_checks_and_never_replaces_another_atlas_by_accident() {
     let e = publish(&a, "https://example.com/a.tsa", false, &s3, &none).unwrap_err();
     assert!(matches!(e, PublishError::NotS3(_)), "{e}");
 }
+
+/// What the disk cache holds of a remote atlas is at hand without a request (the loader
+/// delivers it at once instead of with the network part of its batch); the rest is not.
+#[test]
+fn disk_cache_hits_are_at_hand_without_a_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    bake_source(dir.path(), "hand", Generated::new(2048, 2048));
+    let server = Nginx::serve(dir.path(), "");
+    let url = server.url("hand.tsa");
+    let opts = RemoteOptions::with_disk_cache(cache.path(), 64);
+    let a = Atlas::open_with(&url, &opts).unwrap();
+    let tiles: Vec<_> = a.layers()[0].layout.tiles(0).take(12).collect();
+    assert!(a.read_tiles(&tiles[..5], &|_| true).iter().all(Result::is_ok));
+    drop(a);
+    let b = Atlas::open_with(&url, &opts).unwrap();
+    let before = b.network_stats().unwrap().requests;
+    let got = b.read_tiles_cached(&tiles);
+    assert_eq!(b.network_stats().unwrap().requests, before, "no request");
+    let at_hand: Vec<bool> = got.iter().map(Option::is_some).collect();
+    assert_eq!(at_hand, [[true; 5].as_slice(), &[false; 7]].concat());
+    let local = Atlas::open(dir.path().join("hand.tsa")).unwrap();
+    for (t, blob) in tiles.iter().zip(&got).take(5) {
+        assert_eq!(blob.as_deref().unwrap(), local.read_tile(*t).unwrap().as_slice(), "{t}");
+    }
+}

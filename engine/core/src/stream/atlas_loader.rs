@@ -104,6 +104,22 @@ impl TileLoader for AtlasLoader {
         if self.atlas.is_remote() { REMOTE_BATCH } else { 1 }
     }
 
+    /// Host-cache hits, and tiles whose blobs the disk cache holds (transcoded now).
+    fn ready_now(&self, tiles: &[TileId]) -> Vec<Option<Result<Arc<[u8]>, LoadError>>> {
+        let mut out: Vec<Option<Result<Arc<[u8]>, LoadError>>> =
+            tiles.iter().map(|&t| self.cache.get(t).map(Ok)).collect();
+        let todo: Vec<usize> = (0..tiles.len()).filter(|&i| out[i].is_none()).collect();
+        let ids: Vec<TileId> = todo.iter().map(|&i| tiles[i]).collect();
+        for (i, blob) in todo.into_iter().zip(self.atlas.read_tiles_cached(&ids)) {
+            out[i] = blob.map(|b| {
+                let bytes: Arc<[u8]> = self.transcode_blob(tiles[i], Ok(b))?.into();
+                self.cache.insert(tiles[i], bytes.clone());
+                Ok(bytes)
+            });
+        }
+        out
+    }
+
     /// Host-cache hits first; the other tiles' blobs in one coalesced read, then
     /// transcoded in parallel.
     fn load_batch(
@@ -175,6 +191,11 @@ impl TileLoader for StackedLoader {
 
     fn batch_size(&self) -> usize {
         self.layers.first().map_or(1, TileLoader::batch_size)
+    }
+
+    /// Host-cache hits (every layer of a stacked tile is cached together).
+    fn ready_now(&self, tiles: &[TileId]) -> Vec<Option<Result<Arc<[u8]>, LoadError>>> {
+        tiles.iter().map(|&t| self.cache.get(t).map(Ok)).collect()
     }
 
     /// Host-cache hits first; every layer of the other tiles in one coalesced read

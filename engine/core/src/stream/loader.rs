@@ -89,6 +89,14 @@ pub trait TileLoader: Send + Sync + 'static {
         1
     }
 
+    /// The results of those of `tiles` this loader has at hand without slow reads (a
+    /// remote atlas' host- and disk-cache hits), one per tile in the order given, `None`
+    /// for the others: a worker delivers these at once, and hands only the others to
+    /// [`TileLoader::load_batch`]. The default has none.
+    fn ready_now(&self, tiles: &[TileId]) -> Vec<Option<Result<Arc<[u8]>, LoadError>>> {
+        vec![None; tiles.len()]
+    }
+
     /// Loads several tiles, one result per tile in the order given; `None` for a tile
     /// it gave up on because `wanted(tile)` said it is no longer wanted (the request
     /// then ends [`LoadOutcome::Cancelled`]). The default loads each tile in turn.
@@ -831,19 +839,48 @@ struct Job {
 fn worker(hub: &Hub) {
     while let Some(client) = hub.next_client() {
         let Some(Job { tiles, loader, staging }) = client.start_next(hub) else { continue };
+        let stage = |outcome: &LoadOutcome| match (outcome, &staging) {
+            (LoadOutcome::Ready(bytes), Some(ring)) => ring.stage(bytes),
+            _ => None,
+        };
+        // A batch's tiles at hand (cache hits) are delivered now, not once its slow
+        // reads are done; the others go on to the batch load.
+        let tiles = if tiles.len() > 1 {
+            let ready = catch_unwind(AssertUnwindSafe(|| loader.ready_now(&tiles))).unwrap_or_default();
+            let mut rest = Vec::with_capacity(tiles.len());
+            let mut early = Vec::new();
+            for (i, tile) in tiles.into_iter().enumerate() {
+                match ready.get(i).cloned().flatten() {
+                    Some(Ok(bytes)) => early.push((tile, LoadOutcome::Ready(bytes))),
+                    _ => rest.push(tile),
+                }
+            }
+            if rest.is_empty() {
+                // The whole batch: reported below like any other.
+                let (tiles, outcomes): (Vec<TileId>, Vec<LoadOutcome>) = early.into_iter().unzip();
+                let staged: Vec<Option<StagedTile>> = outcomes.iter().map(stage).collect();
+                drop(loader);
+                drop(staging);
+                for ((tile, outcome), staged) in tiles.into_iter().zip(outcomes).zip(staged) {
+                    client.finish(tile, outcome, staged);
+                }
+                continue;
+            }
+            for (tile, outcome) in early {
+                let staged = stage(&outcome);
+                client.finish(tile, outcome, staged);
+            }
+            rest
+        } else {
+            tiles
+        };
         let outcomes = match tiles.as_slice() {
             [tile] => vec![load_caught(loader.as_ref(), *tile)],
             _ => load_batch_caught(loader.as_ref(), &tiles, &|t| client.lock().still_wanted(t)),
         };
         // The copy into staging memory happens here, on the loader thread, so the
         // render thread only records the GPU copy.
-        let staged: Vec<Option<StagedTile>> = outcomes
-            .iter()
-            .map(|outcome| match (outcome, &staging) {
-                (LoadOutcome::Ready(bytes), Some(ring)) => ring.stage(bytes),
-                _ => None,
-            })
-            .collect();
+        let staged: Vec<Option<StagedTile>> = outcomes.iter().map(stage).collect();
         // Dropped before reporting, so that a pool that sees its last load end holds
         // the last handle on its loader.
         drop(loader);
@@ -1005,6 +1042,48 @@ mod tests {
         assert_eq!(*loader.batches.lock().unwrap(), vec![4]);
         let c = pool.counters();
         assert_eq!(c, LoaderCounters { requested: 4, completed: 2, failed: 0, cancelled: 2 });
+    }
+
+    /// A batch loader whose even tiles are at hand (cache hits): those arrive while the
+    /// batch's slow part still waits on its gate.
+    struct HalfCached(Batcher);
+
+    impl TileLoader for HalfCached {
+        fn load(&self, tile: TileId) -> Result<Arc<[u8]>, LoadError> {
+            self.0.load(tile)
+        }
+        fn batch_size(&self) -> usize {
+            4
+        }
+        fn ready_now(&self, tiles: &[TileId]) -> Vec<Option<Result<Arc<[u8]>, LoadError>>> {
+            tiles.iter().map(|&t| (t.x % 2 == 0).then(|| self.load(t))).collect()
+        }
+        fn load_batch(
+            &self,
+            tiles: &[TileId],
+            wanted: &dyn Fn(TileId) -> bool,
+        ) -> Vec<Option<Result<Arc<[u8]>, LoadError>>> {
+            self.0.load_batch(tiles, wanted)
+        }
+    }
+
+    #[test]
+    fn tiles_at_hand_are_delivered_before_the_rest_of_their_batch() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let loader = Arc::new(HalfCached(Batcher { gate: Mutex::new(rx), batches: Mutex::new(Vec::new()) }));
+        let pool = LoaderPool::new(loader.clone(), 1, LoaderConfig::default()).unwrap();
+        let tiles: Vec<(TileId, u32)> = (0..4).map(|x| (t(0, x), 1)).collect();
+        assert_eq!(pool.request_many(&tiles, 0), 4);
+        // Before the gate opens: the two cached tiles only.
+        let mut early: Vec<u32> = collect(&pool, 2).into_iter().map(|r| r.tile.x).collect();
+        early.sort_unstable();
+        assert_eq!(early, vec![0, 2]);
+        assert!(pool.results().try_recv().is_err(), "the slow tiles wait for the gate");
+        tx.send(()).unwrap();
+        let mut late: Vec<u32> = collect(&pool, 2).into_iter().map(|r| r.tile.x).collect();
+        late.sort_unstable();
+        assert_eq!(late, vec![1, 3]);
+        assert_eq!(*loader.0.batches.lock().unwrap(), vec![2], "only the uncached tiles went to load_batch");
     }
 
     #[test]

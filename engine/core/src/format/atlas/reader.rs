@@ -619,17 +619,8 @@ impl Atlas {
             what: format!("index page {p} of {tile} (past the root directory)"),
         })?;
         let entries = per.min(self.tile_count - p * per);
-        // A split atlas' page lies in the data object holding it, its entries' offsets
-        // relative to that object.
-        let holder =
-            self.data.iter().rposition(|d| u64::from(d.object.first_page) <= p).map(|k| &self.data[k]);
-        let (store, offset) = match holder {
-            Some(d) => {
-                let within = (p - u64::from(d.object.first_page)) * per * ENTRY_BYTES as u64;
-                (&d.store, d.object.index_offset + within)
-            }
-            None => (&self.file, self.index_offset + p * per * ENTRY_BYTES as u64),
-        };
+        let holder = self.page_holder(p);
+        let (store, offset, _) = self.page_location(paged, p);
         let mut bytes =
             store.read_page(offset, (entries * ENTRY_BYTES as u64) as u32, crc).map_err(|e| match e {
                 ReadError::Io(source) => AtlasError::Changed { path: self.path.clone(), tile, source },
@@ -690,6 +681,26 @@ impl Atlas {
             }
         }
         Ok(bytes)
+    }
+
+    /// The data object of a split atlas holding index page `p` (`None`: the file itself).
+    fn page_holder(&self, p: u64) -> Option<&DataStore> {
+        self.data.iter().rposition(|d| u64::from(d.object.first_page) <= p).map(|k| &self.data[k])
+    }
+
+    /// Where index page `p` lies: its store, offset and length in bytes. A split atlas'
+    /// page lies in the data object holding it, its entries' offsets relative to that
+    /// object.
+    fn page_location(&self, paged: &Paged, p: u64) -> (&Store, u64, u64) {
+        let per = u64::from(paged.page_entries);
+        let len = per.min(self.tile_count.saturating_sub(p * per)) * ENTRY_BYTES as u64;
+        match self.page_holder(p) {
+            Some(d) => {
+                let within = (p - u64::from(d.object.first_page)) * per * ENTRY_BYTES as u64;
+                (&d.store, d.object.index_offset + within, len)
+            }
+            None => (&self.file, self.index_offset + p * per * ENTRY_BYTES as u64, len),
+        }
     }
 
     /// Whether `e` points at an aligned blob inside the data, of the decoded size
@@ -844,6 +855,60 @@ impl Atlas {
         }
         let _ = keep;
         tiles.iter().map(|&t| self.read_tile(t)).collect()
+    }
+
+    /// The stored bytes of those of `tiles` that can be had without a network request
+    /// (a remote atlas: index entry in the page cache, blob in the disk cache; each
+    /// checked against its CRC-32); `None` for the others, and for every tile of a local
+    /// atlas (whose reads need no batching). The loader delivers these at once instead
+    /// of with the network part of their batch.
+    pub fn read_tiles_cached(&self, tiles: &[TileId]) -> Vec<Option<Vec<u8>>> {
+        if !self.is_remote() {
+            return vec![None; tiles.len()];
+        }
+        tiles
+            .iter()
+            .map(|&t| {
+                let e = self.entry_if_cached(t)?;
+                let (store, at) = self.blob_store(e.offset);
+                #[cfg(feature = "remote")]
+                if let Store::Remote(r) = store {
+                    return r.cached_blob(at, e.length, e.crc32);
+                }
+                let _ = (store, at);
+                None
+            })
+            .collect()
+    }
+
+    /// `tile`'s index entry if it is known without reading: version 1 (the index was
+    /// read at open), or a version-2 page in the page cache.
+    fn entry_if_cached(&self, tile: TileId) -> Option<TileEntry> {
+        let Some(paged) = &self.paged else { return self.entry(tile).ok() };
+        let layer = self.layers.get(usize::from(tile.layer))?;
+        if !layer.layout.contains(tile) {
+            return None;
+        }
+        let position = paged.order.position(usize::from(tile.layer), u32::from(tile.mip), tile.x, tile.y);
+        let per = u64::from(paged.page_entries);
+        let p = position / per;
+        let cached = paged.cache.lock().unwrap_or_else(|e| e.into_inner()).pages.contains_key(&p);
+        if !cached {
+            // A page the opening bytes, the read-ahead or the disk cache hold is read now.
+            let (store, offset, len) = self.page_location(paged, p);
+            let at_hand = match store {
+                #[cfg(feature = "remote")]
+                Store::Remote(r) => r.at_hand(offset, len),
+                Store::File(_) => {
+                    let _ = (offset, len);
+                    true
+                }
+            };
+            if !at_hand {
+                return None;
+            }
+        }
+        self.paged_entry(paged, tile, position).ok()
     }
 
     /// Version 2: reads the index pages of `tiles` not in the page cache, all at once

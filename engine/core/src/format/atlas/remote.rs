@@ -353,6 +353,19 @@ impl RemoteObject {
         }
     }
 
+    /// Whether `len` bytes at `offset` can be had without a request: in the bytes read
+    /// at open or ahead, or (as one entry) in the disk cache.
+    pub fn at_hand(&self, offset: u64, len: u64) -> bool {
+        self.known(offset, len).is_some() || self.cache.as_ref().is_some_and(|c| c.contains(offset))
+    }
+
+    /// The blob of `len` bytes at `offset` (CRC-32 `crc`) if the disk cache holds it:
+    /// never a request.
+    pub fn cached_blob(&self, offset: u64, len: u32, crc: u32) -> Option<Vec<u8>> {
+        let cache = self.cache.as_ref().filter(|c| c.contains(offset))?;
+        cache.get(offset, len, crc)
+    }
+
     /// A tile blob of `len` bytes at `offset` whose CRC-32 should be `crc`: from the
     /// disk cache when it holds it, else from the server (then cached when the CRC
     /// matches; a mismatch is returned as read, for the caller to report).
