@@ -120,6 +120,9 @@ impl ReadError {
     }
 }
 
+/// How a remote blob that failed its CRC-32 is described.
+const CRC_FAILED: &str = "the body failed its CRC-32";
+
 /// Tiles a remote [`Atlas::verify`] reads at once (their blobs in coalesced ranges).
 pub const REMOTE_VERIFY_BATCH: usize = 512;
 
@@ -967,7 +970,7 @@ impl Atlas {
                 return Err(AtlasError::Unavailable {
                     path: self.path.clone(),
                     tile,
-                    reason: "the body failed its CRC-32 (damaged in transit or on the server)".into(),
+                    reason: format!("{CRC_FAILED} (damaged in transit or on the server)"),
                 });
             }
             return Err(AtlasError::TileChecksum { path: self.path.clone(), tile });
@@ -1089,6 +1092,11 @@ impl Atlas {
                             tile: t,
                             reason: err.to_string(),
                         },
+                        // A remote body that failed its CRC-32 twice (the batch, then
+                        // this read): damaged on the server, not in transit.
+                        AtlasError::Unavailable { ref reason, .. } if reason.contains(CRC_FAILED) => {
+                            AtlasError::TileChecksum { path: self.path.clone(), tile: t }
+                        }
                         other => other,
                     }),
                 };
