@@ -503,3 +503,45 @@ mod burst {
         }
     }
 }
+
+/// A coarsest tile that is unavailable for now (a remote server briefly failing) is
+/// asked for again within the patience, not an error at its first failure; past the
+/// patience it is the streamer's error.
+#[test]
+fn a_briefly_unavailable_coarsest_tile_is_asked_for_again() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tessera_core::format::codec::TargetFormat;
+    use tessera_core::stream::loader::LoadError;
+    use tessera_core::stream::pool_layout::{PoolLayout, Trilinear};
+    use tessera_core::stream::streamer::{Streamer, StreamerConfig, StreamerError};
+    use tessera_core::{HostCache, TileId};
+    let tl = TextureLayout::new(512, 512, 128, 4).unwrap();
+    let pool =
+        PoolLayout::from_parts(vec![TargetFormat::Rgba8], vec![tl], (8, 8), false, Trilinear::Hardware);
+    let tile: Arc<[u8]> = Arc::from(vec![1u8; pool.tile_bytes()]);
+    let make = |failures: usize| {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (c, tile) = (calls.clone(), tile.clone());
+        let loader = move |t: TileId| -> Result<Arc<[u8]>, LoadError> {
+            if c.fetch_add(1, Ordering::SeqCst) < failures {
+                return Err(LoadError::Unavailable { tile: t, reason: "connection refused".into() });
+            }
+            Ok(tile.clone())
+        };
+        (calls, loader)
+    };
+    let config = |patience_s: u64| StreamerConfig {
+        loader_threads: 1,
+        host_cache_mib: 0,
+        coarsest_patience: std::time::Duration::from_secs(patience_s),
+        ..StreamerConfig::default()
+    };
+    let (calls, loader) = make(2);
+    let s = Streamer::with_loader(&pool, config(10), Arc::new(HostCache::new(0)), Arc::new(loader));
+    assert!(s.is_ok(), "{:?}", s.err());
+    assert_eq!(calls.load(Ordering::SeqCst), 3, "two failures, then the tile");
+    let (_, loader) = make(usize::MAX);
+    let e = Streamer::with_loader(&pool, config(0), Arc::new(HostCache::new(0)), Arc::new(loader)).err();
+    assert!(matches!(e, Some(StreamerError::CoarsestTile { .. })), "{e:?}");
+}

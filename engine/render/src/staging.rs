@@ -16,7 +16,7 @@ use crate::pool::StagedCopy;
 pub const DEFAULT_STAGING_MIB: u32 = 64;
 
 /// Most staging memory one [`crate::VirtualTextures`] takes, MiB; a larger
-/// [`crate::VtConfig::staging_mib`] is clamped to this (and to the size of its pools).
+/// [`crate::VtConfig::staging_mib`] is clamped to this (and to twice the size of its pools).
 pub const MAX_STAGING_MIB: u32 = 2048;
 
 /// Size of one chunk (one buffer) of staging memory.

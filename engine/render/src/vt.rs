@@ -180,7 +180,7 @@ impl VtConfig {
             target_frame_ms: self.target_frame_ms,
             prefetch_neighbours: self.prefetch_neighbours,
             staleness: Staleness::default(),
-            loader_stack_bytes: None,
+            ..StreamerConfig::default()
         }
     }
 }
@@ -356,9 +356,9 @@ impl VirtualTextures {
             streamer.set_staging(None);
             return None;
         }
-        // Never more than the pools hold (more could never be in flight at once) nor
-        // [`crate::staging::MAX_STAGING_MIB`].
-        let pool_mib = pools.iter().map(TilePool::bytes).sum::<u64>().div_ceil(1 << 20);
+        // Never more than twice what the pools hold (tiles in flight while the pool is
+        // refilled after a cut), nor [`crate::staging::MAX_STAGING_MIB`].
+        let pool_mib = 2 * pools.iter().map(TilePool::bytes).sum::<u64>().div_ceil(1 << 20);
         let chunk = u64::from(crate::staging::STAGING_CHUNK_MIB);
         let cap = pool_mib.next_multiple_of(chunk).max(chunk).min(u64::from(crate::staging::MAX_STAGING_MIB));
         let mib = u32::try_from(u64::from(mib).min(cap)).unwrap_or(crate::staging::MAX_STAGING_MIB);

@@ -81,7 +81,15 @@ pub struct StreamerConfig {
     /// Stack size of each loader thread in bytes (`None`: the platform's default;
     /// ignored by [`Streamer::new_shared`]).
     pub loader_stack_bytes: Option<usize>,
+    /// How long the coarsest tiles (loaded before the first frame) are waited for while
+    /// their reads are unavailable for now (a remote atlas' server briefly unreachable
+    /// or failing): tried again every [`COARSEST_RETRY`] within it, then an error.
+    pub coarsest_patience: std::time::Duration,
 }
+
+/// How often the coarsest tiles are tried again within
+/// [`StreamerConfig::coarsest_patience`].
+pub const COARSEST_RETRY: std::time::Duration = std::time::Duration::from_millis(1100);
 
 impl Default for StreamerConfig {
     fn default() -> Self {
@@ -97,6 +105,7 @@ impl Default for StreamerConfig {
             prefetch_neighbours: true,
             staleness: Staleness::default(),
             loader_stack_bytes: None,
+            coarsest_patience: std::time::Duration::from_secs(10),
         }
     }
 }
@@ -430,10 +439,26 @@ impl Streamer {
         let part_lengths = pool.part_lengths();
         let tile_bytes: usize = part_lengths.iter().sum();
         for (tile, _) in residency.on_feedback(0, &roots) {
-            let bytes = tile_loader
-                .load(tile)
-                .and_then(|b| check_length(tile, b, tile_bytes))
-                .map_err(|source| StreamerError::CoarsestTile { atlas: std::path::PathBuf::new(), source })?;
+            let start = Instant::now();
+            let bytes = loop {
+                match tile_loader.load(tile).and_then(|b| check_length(tile, b, tile_bytes)) {
+                    // Unavailable for now: asked again, as every other tile would be.
+                    Err(LoadError::Unavailable { reason, .. })
+                        if start.elapsed() + COARSEST_RETRY <= config.coarsest_patience =>
+                    {
+                        tracing::warn!(
+                            "{tile}, the coarsest tile, is unavailable for now ({reason}); trying again"
+                        );
+                        std::thread::sleep(COARSEST_RETRY);
+                    }
+                    other => {
+                        break other.map_err(|source| StreamerError::CoarsestTile {
+                            atlas: std::path::PathBuf::new(),
+                            source,
+                        })?;
+                    }
+                }
+            };
             residency.on_loaded(tile, bytes);
         }
         let budget = config.target_frame_ms.map(|target| {
