@@ -432,6 +432,15 @@ mod remote {
         assert!(net.requests > 0 && net.bytes > 0 && net.failures == 0, "{net:?}");
         assert!(net.latency_p95_ms >= net.latency_p50_ms && net.latency_p50_ms > 0.0, "{net:?}");
         assert!(local.frames.last().unwrap().network.is_none());
+        // Per frame: each frame's own figures are the growth of the running totals.
+        let frames: Vec<_> = remote.frames.iter().filter_map(|f| f.network.zip(f.network_frame)).collect();
+        assert_eq!(frames.len(), remote.frames.len());
+        for w in frames.windows(2) {
+            let ((before, _), (now, this)) = (w[0], w[1]);
+            assert_eq!(this.requests, now.requests - before.requests, "{this:?}");
+            assert_eq!(this.bytes, now.bytes - before.bytes, "{this:?}");
+        }
+        assert!(frames.iter().any(|(_, f)| f.requests == 0), "quiet frames show as quiet");
     }
 
     /// The harness' own range server (for the GPU machine's benchmarks, which has no

@@ -157,4 +157,8 @@ pub struct StreamFrame {
     pub tiles_unavailable: usize,
     /// A remote atlas' request counters so far (`None` for a local file).
     pub network: Option<crate::format::atlas::NetworkStats>,
+    /// The same counters for this frame alone (since the previous frame's snapshot; in
+    /// flight, latencies and bytes held as now).
+    #[serde(default)]
+    pub network_frame: Option<crate::format::atlas::NetworkStats>,
 }

@@ -298,6 +298,8 @@ pub struct Streamer {
     unavailable_logged: bool,
     /// Whether the atlas' replacement on its server was logged (once).
     replaced_logged: bool,
+    /// The network counters of the previous frame (per-frame figures are the difference).
+    last_network: Option<crate::format::atlas::NetworkStats>,
     frame: u64,
     frozen: bool,
 }
@@ -497,6 +499,7 @@ impl Streamer {
             retry_at: TileMap::default(),
             unavailable_logged: false,
             replaced_logged: false,
+            last_network: None,
             frame: 0,
             frozen: false,
         })
@@ -528,6 +531,8 @@ impl Streamer {
         self.retry_unavailable(frame);
         out.tiles_unavailable = self.retry_at.values().filter(|u| u.retry_at.is_some()).count();
         out.network = self.atlas.as_ref().and_then(|a| a.network_stats());
+        out.network_frame = out.network.map(|now| now.since(&self.last_network.unwrap_or_default()));
+        self.last_network = out.network;
         let mut plan = self.residency.plan_uploads(frame);
         self.attach_staged(&mut plan.uploads);
         self.last_pool_full = plan.pool_full;

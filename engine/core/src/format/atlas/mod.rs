@@ -160,6 +160,39 @@ pub struct NetworkStats {
     pub latency_p95_ms: f64,
 }
 
+impl NetworkStats {
+    /// The counts since `earlier` (requests, failures, cancellations, bytes, blobs and
+    /// the disk cache's hits, misses, writes, evictions and rejections), with this
+    /// snapshot's instantaneous figures (in flight, latencies, bytes held, offline).
+    pub fn since(&self, earlier: &NetworkStats) -> NetworkStats {
+        let disk_cache = self.disk_cache.map(|now| {
+            let then = earlier.disk_cache.unwrap_or_default();
+            DiskCacheStats {
+                hits: now.hits.saturating_sub(then.hits),
+                misses: now.misses.saturating_sub(then.misses),
+                hit_bytes: now.hit_bytes.saturating_sub(then.hit_bytes),
+                writes: now.writes.saturating_sub(then.writes),
+                evictions: now.evictions.saturating_sub(then.evictions),
+                rejected: now.rejected.saturating_sub(then.rejected),
+                bytes: now.bytes,
+            }
+        });
+        NetworkStats {
+            offline: self.offline,
+            disk_cache,
+            requests: self.requests.saturating_sub(earlier.requests),
+            failures: self.failures.saturating_sub(earlier.failures),
+            cancelled: self.cancelled.saturating_sub(earlier.cancelled),
+            bytes: self.bytes.saturating_sub(earlier.bytes),
+            blobs: self.blobs.saturating_sub(earlier.blobs),
+            blob_bytes: self.blob_bytes.saturating_sub(earlier.blob_bytes),
+            in_flight: self.in_flight,
+            latency_p50_ms: self.latency_p50_ms,
+            latency_p95_ms: self.latency_p95_ms,
+        }
+    }
+}
+
 /// How texels outside a texture are found when building borders (and sampling).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -226,4 +259,36 @@ fn stacked_mismatch(layers: &[LayerInfo]) -> Option<String> {
             d(first)
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn network_counters_since_an_earlier_snapshot() {
+        let cache = |hits, bytes| Some(DiskCacheStats { hits, bytes, writes: hits, ..Default::default() });
+        let earlier = NetworkStats {
+            requests: 3,
+            bytes: 100,
+            blobs: 5,
+            disk_cache: cache(2, 10),
+            ..Default::default()
+        };
+        let now = NetworkStats {
+            requests: 7,
+            bytes: 250,
+            blobs: 9,
+            in_flight: 2,
+            latency_p50_ms: 4.0,
+            disk_cache: cache(6, 30),
+            ..Default::default()
+        };
+        let d = now.since(&earlier);
+        assert_eq!((d.requests, d.bytes, d.blobs, d.in_flight), (4, 150, 4, 2));
+        assert_eq!(d.latency_p50_ms, 4.0);
+        let c = d.disk_cache.unwrap();
+        assert_eq!((c.hits, c.writes, c.bytes), (4, 4, 30), "bytes held as now");
+        assert_eq!(now.since(&NetworkStats::default()).requests, 7);
+    }
 }
