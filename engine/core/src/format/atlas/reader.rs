@@ -653,8 +653,12 @@ impl Atlas {
                         && e.offset
                             .checked_add(u64::from(e.length))
                             .is_some_and(|end| end <= d.object.index_offset);
-                    b[0..8].copy_from_slice(&(d.base + e.offset).to_le_bytes());
-                    !fits || u64::from(e.raw_length) != expect_raw
+                    // Checked: a forged offset must not overflow (bases fit, see open).
+                    let at = d.base.checked_add(e.offset).filter(|_| fits);
+                    if let Some(at) = at {
+                        b[0..8].copy_from_slice(&at.to_le_bytes());
+                    }
+                    at.is_none() || u64::from(e.raw_length) != expect_raw
                 }
                 (Ok(e), None) => !self.entry_in_data(&e, expect_raw),
                 (Err(_), _) => true,
