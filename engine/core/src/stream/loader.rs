@@ -290,6 +290,11 @@ impl Queue {
     /// Whether an in-flight `tile` is still wanted: renewed within `cancel_after`
     /// frames of the last frame given to `cancel_stale`.
     fn still_wanted(&self, tile: TileId) -> bool {
+        // A pool shutting down wants nothing more: batch loads in flight (a remote
+        // atlas' range requests) are abandoned instead of waited for.
+        if self.closed {
+            return false;
+        }
         match self.states.get(&tile) {
             Some(TileState::InFlight { last_requested_frame }) => {
                 last_requested_frame.saturating_add(self.cancel_after) >= self.frame
@@ -1065,6 +1070,47 @@ mod tests {
         ) -> Vec<Option<Result<Arc<[u8]>, LoadError>>> {
             self.0.load_batch(tiles, wanted)
         }
+    }
+
+    /// Loads in batches, each waiting as long as one of its tiles is still wanted.
+    struct Patient;
+
+    impl TileLoader for Patient {
+        fn load(&self, tile: TileId) -> Result<Arc<[u8]>, LoadError> {
+            Ok(vec![tile.x as u8].into())
+        }
+        fn batch_size(&self) -> usize {
+            4
+        }
+        fn load_batch(
+            &self,
+            tiles: &[TileId],
+            wanted: &dyn Fn(TileId) -> bool,
+        ) -> Vec<Option<Result<Arc<[u8]>, LoadError>>> {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while tiles.iter().any(|&t| wanted(t)) && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            vec![None; tiles.len()]
+        }
+    }
+
+    /// Dropping a pool abandons its batch loads in flight (they see nothing wanted any
+    /// more) instead of waiting for them to end.
+    #[test]
+    fn a_pool_shutting_down_abandons_batches_in_flight() {
+        let pool = LoaderPool::new(Arc::new(Patient), 1, LoaderConfig::default()).unwrap();
+        let tiles: Vec<(TileId, u32)> = (0..4).map(|x| (t(0, x), 1)).collect();
+        assert_eq!(pool.request_many(&tiles, 0), 4);
+        wait_until("batch in flight", || pool.in_flight() == 4);
+        let (done, ended) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            drop(pool);
+            let _ = done.send(());
+        });
+        // A liveness bound far above the few milliseconds it takes, far below the
+        // loader's own 60 s.
+        assert!(ended.recv_timeout(Duration::from_secs(20)).is_ok(), "the drop waited for the batch");
     }
 
     #[test]
