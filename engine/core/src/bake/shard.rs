@@ -340,68 +340,68 @@ impl ShardWriter {
         let spool_path = self.spool.path().to_path_buf();
         let spool_io = |source| ShardError::Io { path: spool_path.clone(), source };
         self.out.flush().map_err(spool_io)?;
-        let m = self.manifest.clone();
+        let m = &self.manifest;
         let order = StorageOrder::new(
             m.layers.iter().map(|l| l.layout).collect(),
             m.flags & crate::format::atlas::FLAG_STACKED != 0,
         );
-        // Distinct spooled blobs, by the storage position of their first tile.
-        let mut firsts: HashMap<u64, u64> = HashMap::new();
-        for &(tile, e) in &self.entries {
-            let pos = tile_position(&m.layers, &order, tile).ok_or_else(|| ShardError::Part {
+        let [first, last] = m.range;
+        if self.entries.len() as u64 != last - first {
+            return Err(ShardError::Part {
                 path: self.dest.clone(),
-                reason: format!("tile {tile} is not in the atlas"),
-            })?;
-            let first = firsts.entry(e.offset).or_insert(pos);
-            *first = (*first).min(pos);
+                reason: format!(
+                    "{} tiles for the {} storage positions of its range",
+                    self.entries.len(),
+                    last - first
+                ),
+            });
         }
-        let mut blobs: Vec<(u64, u64)> = firsts.into_iter().map(|(offset, pos)| (pos, offset)).collect();
+        // Each tile's storage position, which must lie in the shard's range.
+        let positions = self
+            .entries
+            .iter()
+            .map(|&(tile, _)| {
+                tile_position(&m.layers, &order, tile).filter(|p| (first..last).contains(p)).ok_or_else(
+                    || ShardError::Part {
+                        path: self.dest.clone(),
+                        reason: format!("tile {tile} is not this shard's"),
+                    },
+                )
+            })
+            .collect::<Result<Vec<u64>, ShardError>>()?;
+        // Distinct spooled blobs (offset, length), by the storage position of their first tile.
+        let mut firsts: HashMap<u64, (u64, u32)> = HashMap::new();
+        for (&pos, (_, e)) in positions.iter().zip(&self.entries) {
+            let first = firsts.entry(e.offset).or_insert((pos, e.length));
+            first.0 = first.0.min(pos);
+        }
+        let mut blobs: Vec<(u64, u64, u32)> =
+            firsts.into_iter().map(|(offset, (pos, len))| (pos, offset, len)).collect();
         blobs.sort_unstable();
-        let tmp_path = self.dest.with_file_name(temp_name(&Self::temp_prefix(self.manifest.shard), ""));
+        let tmp_path = self.dest.with_file_name(temp_name(&Self::temp_prefix(m.shard), ""));
         let mut tmp = TempPath::new(tmp_path);
         let path = tmp.path().to_path_buf();
         let io = |source| ShardError::Io { path: path.clone(), source };
         let mut out = BufWriter::with_capacity(1 << 20, File::create(&path).map_err(io)?);
         let spool = self.out.get_ref();
         let mut moved: HashMap<u64, u64> = HashMap::with_capacity(blobs.len());
-        let (mut at, mut blob) = (0u64, Vec::new());
-        let lengths: HashMap<u64, u32> = self.entries.iter().map(|(_, e)| (e.offset, e.length)).collect();
-        for &(_, offset) in &blobs {
+        let (mut at, mut blob, mut stored_bytes) = (0u64, Vec::new(), 0u64);
+        for &(_, offset, len) in &blobs {
             let aligned = at.next_multiple_of(BLOB_ALIGN);
             out.write_all(&[0u8; BLOB_ALIGN as usize][..(aligned - at) as usize]).map_err(io)?;
-            blob.resize(lengths.get(&offset).copied().unwrap_or(0) as usize, 0);
+            blob.resize(len as usize, 0);
             spool.read_exact_at(&mut blob, offset).map_err(spool_io)?;
             out.write_all(&blob).map_err(io)?;
             moved.insert(offset, aligned);
-            at = aligned + blob.len() as u64;
+            at = aligned + u64::from(len);
+            stored_bytes += u64::from(len);
         }
         // The index: one entry per storage position of the range, in pages.
-        let [first, last] = self.manifest.range;
         let mut index = vec![0u8; ((last - first) as usize) * ENTRY_BYTES];
-        let mut filled = 0u64;
-        let mut stored_bytes = 0u64;
-        let mut counted = std::collections::HashSet::new();
-        for &(tile, e) in &self.entries {
-            let pos = tile_position(&m.layers, &order, tile).filter(|p| (first..last).contains(p));
-            let Some(pos) = pos else {
-                return Err(ShardError::Part {
-                    path: self.dest.clone(),
-                    reason: format!("tile {tile} is not this shard's"),
-                });
-            };
+        for (&pos, &(_, e)) in positions.iter().zip(&self.entries) {
             let offset = moved.get(&e.offset).copied().unwrap_or(e.offset);
             let at = (pos - first) as usize * ENTRY_BYTES;
             index[at..at + ENTRY_BYTES].copy_from_slice(&encode_entry(&TileEntry { offset, ..e }));
-            filled += 1;
-            if counted.insert(offset) {
-                stored_bytes += u64::from(e.length);
-            }
-        }
-        if filled != last - first {
-            return Err(ShardError::Part {
-                path: self.dest.clone(),
-                reason: format!("{filled} tiles for the {} storage positions of its range", last - first),
-            });
         }
         let index_offset = at.next_multiple_of(BLOB_ALIGN);
         out.write_all(&[0u8; BLOB_ALIGN as usize][..(index_offset - at) as usize]).map_err(io)?;

@@ -214,9 +214,9 @@ pub fn status(
                                     "from another bake than the other parts".into()
                                 },
                             },
-                            _ if Some(n) != count && count.is_some() => PartState::Stale {
-                                reason: format!("of a bake cut into {n} shards, not {}", count.unwrap_or(n)),
-                            },
+                            _ if let Some(c) = count.filter(|&c| c != n) => {
+                                PartState::Stale { reason: format!("of a bake cut into {n} shards, not {c}") }
+                            }
                             _ => {
                                 reference.get_or_insert_with(|| fp.clone());
                                 PartState::Done {

@@ -161,35 +161,39 @@ pub struct NetworkStats {
 }
 
 impl NetworkStats {
-    /// The counts since `earlier` (requests, failures, cancellations, bytes, blobs and
-    /// the disk cache's hits, misses, writes, evictions and rejections), with this
-    /// snapshot's instantaneous figures (in flight, latencies, bytes held, offline).
-    pub fn since(&self, earlier: &NetworkStats) -> NetworkStats {
-        let disk_cache = self.disk_cache.map(|now| {
-            let then = earlier.disk_cache.unwrap_or_default();
+    /// `op` applied to each cumulative count of `self` and `other` (requests,
+    /// failures, cancellations, bytes, blobs, and the disk cache's hits, misses, bytes
+    /// served, writes, evictions and rejections); `self`'s instantaneous figures (in
+    /// flight, latencies, bytes held, offline) as they are. A missing disk cache in
+    /// `other` counts zeros.
+    pub fn zip_counts(&self, other: &NetworkStats, op: impl Fn(u64, u64) -> u64) -> NetworkStats {
+        let disk_cache = self.disk_cache.map(|a| {
+            let b = other.disk_cache.unwrap_or_default();
             DiskCacheStats {
-                hits: now.hits.saturating_sub(then.hits),
-                misses: now.misses.saturating_sub(then.misses),
-                hit_bytes: now.hit_bytes.saturating_sub(then.hit_bytes),
-                writes: now.writes.saturating_sub(then.writes),
-                evictions: now.evictions.saturating_sub(then.evictions),
-                rejected: now.rejected.saturating_sub(then.rejected),
-                bytes: now.bytes,
+                hits: op(a.hits, b.hits),
+                misses: op(a.misses, b.misses),
+                hit_bytes: op(a.hit_bytes, b.hit_bytes),
+                writes: op(a.writes, b.writes),
+                evictions: op(a.evictions, b.evictions),
+                rejected: op(a.rejected, b.rejected),
+                bytes: a.bytes,
             }
         });
         NetworkStats {
-            offline: self.offline,
             disk_cache,
-            requests: self.requests.saturating_sub(earlier.requests),
-            failures: self.failures.saturating_sub(earlier.failures),
-            cancelled: self.cancelled.saturating_sub(earlier.cancelled),
-            bytes: self.bytes.saturating_sub(earlier.bytes),
-            blobs: self.blobs.saturating_sub(earlier.blobs),
-            blob_bytes: self.blob_bytes.saturating_sub(earlier.blob_bytes),
-            in_flight: self.in_flight,
-            latency_p50_ms: self.latency_p50_ms,
-            latency_p95_ms: self.latency_p95_ms,
+            requests: op(self.requests, other.requests),
+            failures: op(self.failures, other.failures),
+            cancelled: op(self.cancelled, other.cancelled),
+            bytes: op(self.bytes, other.bytes),
+            blobs: op(self.blobs, other.blobs),
+            blob_bytes: op(self.blob_bytes, other.blob_bytes),
+            ..*self
         }
+    }
+
+    /// The counts since `earlier`, with this snapshot's instantaneous figures.
+    pub fn since(&self, earlier: &NetworkStats) -> NetworkStats {
+        self.zip_counts(earlier, u64::saturating_sub)
     }
 }
 

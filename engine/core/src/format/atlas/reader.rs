@@ -533,22 +533,12 @@ impl Atlas {
                 most = n.requests;
                 (total.latency_p50_ms, total.latency_p95_ms) = (n.latency_p50_ms, n.latency_p95_ms);
             }
-            total.offline |= n.offline;
-            total.requests += n.requests;
-            total.failures += n.failures;
-            total.cancelled += n.cancelled;
-            total.bytes += n.bytes;
-            total.blobs += n.blobs;
-            total.blob_bytes += n.blob_bytes;
-            total.in_flight += n.in_flight;
-            if let (Some(t), Some(c)) = (&mut total.disk_cache, n.disk_cache) {
-                t.hits += c.hits;
-                t.misses += c.misses;
-                t.hit_bytes += c.hit_bytes;
-                t.writes += c.writes;
-                t.evictions += c.evictions;
-                t.rejected += c.rejected;
-                t.bytes += c.bytes;
+            let (offline, in_flight) = (total.offline | n.offline, total.in_flight + n.in_flight);
+            let held = total.disk_cache.map(|c| c.bytes + n.disk_cache.map_or(0, |d| d.bytes));
+            total = total.zip_counts(&n, u64::saturating_add);
+            (total.offline, total.in_flight) = (offline, in_flight);
+            if let (Some(c), Some(bytes)) = (&mut total.disk_cache, held) {
+                c.bytes = bytes;
             }
         }
         Some(total)
