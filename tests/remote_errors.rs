@@ -11,7 +11,7 @@ use std::path::Path;
 use tessera_core::Atlas;
 use tessera_core::bake::source::Generated;
 use tessera_core::format::atlas::RemoteOptions;
-use tessera_tests::{Moto, Nginx, bake_source};
+use tessera_tests::{Azurite, FakeGcs, Moto, Nginx, bake_source};
 
 fn open_error(url: &str, opts: &RemoteOptions) -> String {
     let e = Atlas::open_with(url, opts).unwrap_err().to_string();
@@ -46,7 +46,7 @@ fn network_failures_name_their_cause() {
     let server = Nginx::serve(dir.path(), "");
     let e = open_error(&format!("https://127.0.0.1:{}/x.tsa", server.port()), &none);
     assert!(e.contains("TLS handshake failed") && e.contains("plain-HTTP port"), "{e}");
-    for (url, scheme) in [("gs://bucket/x.tsa", "gs://"), ("htp://host/x.tsa", "htp://")] {
+    for (url, scheme) in [("ftp://host/x.tsa", "ftp://"), ("htp://host/x.tsa", "htp://")] {
         let e = open_error(url, &none);
         assert!(e.contains(&format!("unsupported URL scheme {scheme}")), "{e}");
     }
@@ -84,9 +84,47 @@ fn s3_configuration_errors_say_what_to_set() {
     };
     if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
         let e = open_error("s3://textures/a.tsa", &opts);
-        assert!(e.contains("no S3 credentials") && e.contains("AWS_ACCESS_KEY_ID"), "{e}");
+        assert!(e.contains("no credentials") && e.contains("AWS_ACCESS_KEY_ID"), "{e}");
     }
     assert!(Atlas::open_with("s3://textures/a.tsa", &s3(&endpoint, &http)).is_ok());
+}
+
+/// Google Cloud Storage and Azure (fake-gcs-server and Azurite on loopback): a wrong
+/// account key is a hard 403, a plain-http endpoint names the variable that allows it,
+/// missing buckets, containers and keys are told apart.
+#[test]
+fn gcs_and_azure_errors_say_what_to_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = bake_source(dir.path(), "a", Generated::new(256, 256));
+    let azure = Azurite::start();
+    azure.create_container("textures");
+    let opts = |s: Vec<(String, String)>| RemoteOptions { s3: s, ..RemoteOptions::without_disk_cache() };
+    let good = opts(azure.settings());
+    let e = open_error("az://textures/a.tsa", &good);
+    assert!(e.contains("not found"), "{e}");
+    let e = open_error("az://elsewhere/a.tsa", &good);
+    assert!(e.contains("container does not exist"), "{e}");
+    let wrong_key = azure
+        .settings()
+        .into_iter()
+        .map(|(k, v)| if k == "azure_storage_account_key" { (k, "d3Jvbmcga2V5".to_owned()) } else { (k, v) })
+        .collect();
+    let e = open_error("az://textures/a.tsa", &opts(wrong_key));
+    assert!(e.contains("403") && e.contains("access denied"), "{e}");
+    let no_http: Vec<_> = azure.settings().into_iter().filter(|(k, _)| k != "azure_allow_http").collect();
+    let e = open_error("az://textures/a.tsa", &opts(no_http));
+    assert!(e.contains("AZURE_ALLOW_HTTP=true"), "{e}");
+    let gcs = FakeGcs::start();
+    gcs.put("textures", "a.tsa", &atlas);
+    assert!(Atlas::open_with("gs://textures/a.tsa", &opts(gcs.settings())).is_ok());
+    let e = open_error("gs://textures/missing.tsa", &opts(gcs.settings()));
+    assert!(e.contains("not found"), "{e}");
+    let no_http: Vec<_> = gcs.settings().into_iter().filter(|(k, _)| k != "google_allow_http").collect();
+    let e = open_error("gs://textures/a.tsa", &opts(no_http));
+    assert!(e.contains("GOOGLE_ALLOW_HTTP=true"), "{e}");
+    let odd = opts(vec![("google_no_such_setting".into(), "1".into())]);
+    let e = open_error("gs://textures/a.tsa", &odd);
+    assert!(e.contains("unknown GCS setting"), "{e}");
 }
 
 /// A presigned S3 URL (moto) and a signed CDN-style URL (nginx checking a query
@@ -260,8 +298,19 @@ fn publish_uploads_checks_and_never_replaces_another_atlas_by_accident() {
     assert_eq!(r.uploaded.len(), 3, "{r:?}");
     let there = Atlas::open_with("s3://pub/atlases/s.tsa", &opts).unwrap();
     assert!(there.is_split() && there.verify(&none).is_empty());
+    // A publish cut short after its first data object: the rerun keeps that one, and
+    // uploads again a data object that is there but not equal to the local one.
+    let parts = Atlas::open(&split).unwrap().data_objects();
+    let key = |name: &str| format!("again/{name}");
+    moto.put("pub", &key(&parts[0].0.name), &parts[0].1);
+    moto.put("pub", &key(&parts[1].0.name), &parts[0].1);
+    let r = publish(&split, "s3://pub/again/s.tsa", false, &s3, &none).unwrap();
+    assert_eq!(r.kept, vec![format!("s3://pub/{}", key(&parts[0].0.name))], "{r:?}");
+    assert_eq!(r.uploaded.len(), 2, "{r:?}");
+    let there = Atlas::open_with("s3://pub/again/s.tsa", &opts).unwrap();
+    assert!(there.verify(&none).is_empty());
     let e = publish(&a, "https://example.com/a.tsa", false, &s3, &none).unwrap_err();
-    assert!(matches!(e, PublishError::NotS3(_)), "{e}");
+    assert!(matches!(e, PublishError::NotObjectStore(_)), "{e}");
 }
 
 /// What the disk cache holds of a remote atlas is at hand without a request (the loader

@@ -54,6 +54,7 @@ fn run(
         flush_vram_before: Vec::new(),
         remote: Default::default(),
         frame_interval: None,
+        wait_resident: None,
     };
     let report = capture(gpu(), &cfg).unwrap();
     for f in &report.frames {
@@ -182,6 +183,7 @@ fn stress_scene_of_64k_squared_streams_into_a_small_pool() {
         flush_vram_before: Vec::new(),
         remote: Default::default(),
         frame_interval: None,
+        wait_resident: None,
     };
     let r = capture(gpu(), &cfg).unwrap();
     for f in &r.frames {

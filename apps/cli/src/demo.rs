@@ -110,6 +110,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
         flush_vram_before: Vec::new(),
         remote: Default::default(),
         frame_interval: None,
+        wait_resident: None,
     };
     println!(
         "capturing {} frames of '{}' at {}x{} ({})",

@@ -51,7 +51,7 @@ enum Command {
     Bake(BakeArgs),
     /// Describe an atlas: sizes, tiles per mip, codec, bytes on disk, compression ratio.
     Inspect {
-        /// The atlas file or URL (s3://, http(s)://).
+        /// The atlas file or URL (s3://, gs://, az://, http(s)://).
         atlas: PathBuf,
         /// Print JSON instead of a table.
         #[arg(long)]
@@ -63,21 +63,22 @@ enum Command {
     },
     /// Read, checksum and decode every tile; exit 1 naming each bad tile.
     Verify {
-        /// The atlas file or URL (s3://, http(s)://).
+        /// The atlas file or URL (s3://, gs://, az://, http(s)://).
         atlas: PathBuf,
         /// For a URL: check the copy in the local disk cache instead of the server's
         /// (the default reads every tile from the server, in coalesced ranges).
         #[arg(long)]
         cache: bool,
     },
-    /// Upload an atlas to object storage (s3://bucket/key; a split atlas with its data
+    /// Upload an atlas to object storage (s3://, gs://, az://; a split atlas with its data
     /// objects), then check the copy there against the local file and print the URL to
     /// open. An object already at the URL is replaced only with --force, unless it is this
     /// very atlas.
     Publish {
         /// The local atlas file.
         atlas: PathBuf,
-        /// Where to put it: s3://bucket/key (AWS_* variables for credentials and endpoint).
+        /// Where to put it: s3://bucket/key, gs://bucket/key or az://container/key (AWS_*,
+        /// GOOGLE_* or AZURE_* variables for credentials and endpoint).
         url: String,
         /// Replace whatever is at the URL.
         #[arg(long)]
@@ -684,7 +685,7 @@ fn layer_name(path: &Path) -> String {
 
 fn run_publish(path: &Path, url: &str, force: bool) -> Result<ExitCode> {
     args::atlas_file(path)?;
-    let bar = Bar::new("publish", 0);
+    let bar = Bar::bytes("publish");
     let report = tessera_core::format::atlas::publish::publish(path, url, force, &[], &bar)?;
     bar.clear();
     if report.already_there {
@@ -695,6 +696,9 @@ fn run_publish(path: &Path, url: &str, force: bool) -> Result<ExitCode> {
             report.uploaded.len(),
             report.bytes as f64 / (1 << 20) as f64
         );
+    }
+    if !report.kept.is_empty() {
+        println!("kept {} data object(s) an earlier publish had uploaded whole", report.kept.len());
     }
     println!(
         "checked the copy: {} index entries and {} tiles read back equal the local atlas",

@@ -42,6 +42,29 @@ impl Bar {
         Self::Terminal(pb)
     }
 
+    /// Progress of `job` counted in bytes (uploads): a bar in bytes on a terminal, lines
+    /// in MiB otherwise.
+    pub(crate) fn bytes(job: &str) -> Self {
+        if !std::io::stderr().is_terminal() {
+            let lines = LogProgress::new(job)
+                .with_unit(tessera_core::progress::Unit::Bytes)
+                .with_interval(interval())
+                .with_sink(|line| {
+                    let _ = writeln!(std::io::stderr().lock(), "{line}");
+                });
+            return Self::Lines(lines);
+        }
+        let pb = ProgressBar::new(0);
+        pb.set_style(
+            ProgressStyle::with_template(
+                "{spinner} {msg:24} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, ETA {eta})",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        Self::Terminal(pb)
+    }
+
     /// Ends the job's progress: removes the bar from the terminal, or writes the last line.
     pub(crate) fn clear(&self) {
         match self {

@@ -106,6 +106,8 @@ pub struct LogProgress {
     /// Set once the line at 100% is out: no line follows it.
     complete: AtomicBool,
     stage: Mutex<String>,
+    /// What a step is: a tile, or a byte (shown in MiB).
+    unit: Unit,
     /// The steps done that the last line said; held while a line is written.
     printed: Mutex<u64>,
     sink: Box<dyn Fn(&str) + Send + Sync>,
@@ -124,6 +126,7 @@ impl LogProgress {
             next_due_ns: AtomicU64::new(DEFAULT_LOG_INTERVAL.as_nanos() as u64),
             complete: AtomicBool::new(false),
             stage: Mutex::new(String::new()),
+            unit: Unit::Tiles,
             printed: Mutex::new(0),
             sink: Box::new(|line| tracing::info!("{line}")),
         }
@@ -133,6 +136,12 @@ impl LogProgress {
     pub fn with_interval(mut self, interval: Duration) -> Self {
         self.interval_ns = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
         *self.next_due_ns.get_mut() = self.interval_ns;
+        self
+    }
+
+    /// Steps counted in `unit` (tiles by default; bytes for uploads and downloads).
+    pub fn with_unit(mut self, unit: Unit) -> Self {
+        self.unit = unit;
         self
     }
 
@@ -156,7 +165,11 @@ impl LogProgress {
         }
         *printed = done;
         let stage = self.stage.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        (self.sink)(&progress_line(&self.job, done, total, self.start.elapsed(), &stage));
+        let line = match self.unit {
+            Unit::Tiles => progress_line(&self.job, done, total, self.start.elapsed(), &stage),
+            Unit::Bytes => byte_progress_line(&self.job, done, total, self.start.elapsed(), &stage),
+        };
+        (self.sink)(&line);
     }
 }
 
@@ -241,6 +254,47 @@ pub fn progress_line(job: &str, done: u64, total: u64, elapsed: Duration, stage:
     line
 }
 
+/// What the steps of a [`LogProgress`] count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Unit {
+    /// Tiles (`1234/5678 tiles`).
+    #[default]
+    Tiles,
+    /// Bytes, shown in MiB (`12.0/48.0 MiB`).
+    Bytes,
+}
+
+/// Like [`progress_line`] for a job counted in bytes: `publish: 12.0/48.0 MiB (25.0%),
+/// 6.0 MiB/s, ETA 6 s [uploading]`.
+pub fn byte_progress_line(job: &str, done: u64, total: u64, elapsed: Duration, stage: &str) -> String {
+    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+    let secs = elapsed.as_secs_f64();
+    let rate = if secs > 0.0 { done as f64 / secs } else { 0.0 };
+    let mut line = if total == 0 {
+        format!("{job}: {:.1} MiB, {:.1} MiB/s", mib(done), rate / f64::from(1u32 << 20))
+    } else {
+        let tenths = u128::from(done.min(total)) * 1000 / u128::from(total);
+        let mut line = format!(
+            "{job}: {:.1}/{:.1} MiB ({}.{}%), {:.1} MiB/s",
+            mib(done),
+            mib(total),
+            tenths / 10,
+            tenths % 10,
+            rate / f64::from(1u32 << 20)
+        );
+        if done >= total {
+            line.push_str(&format!(", done in {}", short_duration(secs)));
+        } else if rate > 0.0 {
+            line.push_str(&format!(", ETA {}", short_duration((total - done) as f64 / rate)));
+        }
+        line
+    };
+    if !stage.is_empty() {
+        line.push_str(&format!(" [{stage}]"));
+    }
+    line
+}
+
 /// `secs` as `14 s`, `3 min 05 s` or `2 h 07 min`.
 fn short_duration(secs: f64) -> String {
     let s = secs.round() as u64;
@@ -269,6 +323,14 @@ mod tests {
         // Rounded down: 100% only at the end.
         assert!(progress_line("verify", 9999, 10000, t, "").contains("(99.9%)"));
         assert_eq!(progress_line("bake", 12, 0, t, ""), "bake: 12 tiles, 3.0 tiles/s");
+        assert_eq!(
+            byte_progress_line("publish", 12 << 20, 48 << 20, t, "uploading"),
+            "publish: 12.0/48.0 MiB (25.0%), 3.0 MiB/s, ETA 12 s [uploading]"
+        );
+        assert_eq!(
+            byte_progress_line("publish", 48 << 20, 48 << 20, t, ""),
+            "publish: 48.0/48.0 MiB (100.0%), 12.0 MiB/s, done in 4 s"
+        );
         assert_eq!(progress_line("bake", 0, 10, Duration::ZERO, ""), "bake: 0/10 tiles (0.0%), 0.0 tiles/s");
         assert_eq!(short_duration(185.0), "3 min 05 s");
         assert_eq!(short_duration(7620.0), "2 h 07 min");

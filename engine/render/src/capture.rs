@@ -61,6 +61,11 @@ pub struct CaptureConfig {
     /// previous one started (`None`: as fast as the GPU goes). Streaming is measured in
     /// frames, so a fast GPU without pacing sees a network round trip as many frames.
     pub frame_interval: Option<std::time::Duration>,
+    /// Render each frame again (same camera, not recorded) until everything its view
+    /// wants is resident at its wanted resolution, or this long has passed, before
+    /// recording it: frames that do not depend on disk or network timing, for remote
+    /// captures and regression images (`None`: record every frame as rendered).
+    pub wait_resident: Option<std::time::Duration>,
 }
 
 /// Statistics of one captured frame (one entry of `stats.json`'s `frames`).
@@ -81,6 +86,14 @@ pub struct FrameStats {
     pub psnr_db: Option<f64>,
     /// Pixels showing the pool's never-written colour (must stay 0).
     pub unwritten_pixels: usize,
+    /// Renders of this frame before the recorded one, while waiting for residency
+    /// ([`CaptureConfig::wait_resident`]; 0 without it).
+    #[serde(default)]
+    pub settle_renders: u32,
+    /// Waiting for residency ran out of time on this frame: it was recorded with
+    /// tiles still missing (a pool too small for the view, tiles unavailable).
+    #[serde(default)]
+    pub settle_timed_out: bool,
 }
 
 impl std::ops::Deref for FrameStats {
@@ -270,26 +283,50 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
                 .any(|k| k.cut && k.frame > frame as f32 && k.frame <= ahead as f32);
             (cut_soon || frame % 4 == 0).then(|| (t, cfg.camera.camera_at(ahead)))
         });
-        let mut encoder = ctx.device.create_command_encoder(&Default::default());
-        let vt_frame = vt.begin(ctx, &mut encoder);
-        if let Some((t, camera)) = &prefetch {
-            // Its own submission: the camera uniform is rewritten for the visible view
-            // below. Its feedback goes into this frame's bitset.
-            scene.set_camera(&ctx.queue, camera, aspect);
-            scene.draw_vt(&mut encoder, &t.color_view, &t.depth_view, vt_frame.vt(), None);
-            ctx.queue.submit([encoder.finish()]);
-            encoder = ctx.device.create_command_encoder(&Default::default());
-        }
-        scene.set_camera(&ctx.queue, &cfg.camera.camera_at(frame), aspect);
-        scene.draw_vt(&mut encoder, &target.color_view, &target.depth_view, vt_frame.vt(), None);
-        target.copy_out(&mut encoder);
-        if let Some(rt) = &ref_target {
-            scene.draw_reference(&mut encoder, &rt.color_view, &rt.depth_view, None);
-            rt.copy_out(&mut encoder);
-        }
-        let stream = vt_frame.finish(ctx, encoder)?;
-        let pixels = target.read(ctx)?;
-        let reference = ref_target.as_ref().map(|rt| rt.read(ctx)).transpose()?;
+        let settle_until = cfg.wait_resident.map(|d| Instant::now() + d);
+        let (mut settle_renders, mut settle_timed_out, mut first_number) = (0u32, false, None);
+        let (stream, pixels) = loop {
+            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            let vt_frame = vt.begin(ctx, &mut encoder);
+            let number = *first_number.get_or_insert(vt_frame.number());
+            if let Some((t, camera)) = prefetch.as_ref().filter(|_| settle_renders == 0) {
+                // Its own submission: the camera uniform is rewritten for the visible
+                // view below. Its feedback goes into this frame's bitset.
+                scene.set_camera(&ctx.queue, camera, aspect);
+                scene.draw_vt(&mut encoder, &t.color_view, &t.depth_view, vt_frame.vt(), None);
+                ctx.queue.submit([encoder.finish()]);
+                encoder = ctx.device.create_command_encoder(&Default::default());
+            }
+            scene.set_camera(&ctx.queue, &cfg.camera.camera_at(frame), aspect);
+            scene.draw_vt(&mut encoder, &target.color_view, &target.depth_view, vt_frame.vt(), None);
+            target.copy_out(&mut encoder);
+            let stream = vt_frame.finish(ctx, encoder)?;
+            let pixels = target.read(ctx)?;
+            let Some(until) = settle_until else { break (stream, pixels) };
+            // Settled once feedback of this very view has come back and everything it
+            // wants is resident (feedback of earlier views says nothing about this one).
+            let own_feedback = stream.feedback_frame.is_some_and(|f| f >= number);
+            if own_feedback && stream.resident_fraction >= 1.0 {
+                break (stream, pixels);
+            }
+            if Instant::now() >= until {
+                settle_timed_out = true;
+                break (stream, pixels);
+            }
+            settle_renders += 1;
+            // Loader threads and uploads move on between renders; no need to spin.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        };
+        let reference = match &ref_target {
+            Some(rt) => {
+                let mut encoder = ctx.device.create_command_encoder(&Default::default());
+                scene.draw_reference(&mut encoder, &rt.color_view, &rt.depth_view, None);
+                rt.copy_out(&mut encoder);
+                ctx.queue.submit([encoder.finish()]);
+                Some(rt.read(ctx)?)
+            }
+            None => None,
+        };
         let psnr_db = reference.as_ref().map(|r| compare(&pixels, r).psnr_db);
         let last = frame + 1 == cfg.frames;
         if let Some(out) = &cfg.out
@@ -307,6 +344,8 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
             at_ms: started.elapsed().as_secs_f64() * 1e3,
             psnr_db,
             unwritten_pixels: count_colour(&pixels, UNWRITTEN, 2),
+            settle_renders,
+            settle_timed_out,
         });
         if let Some(rest) = cfg.frame_interval.and_then(|i| i.checked_sub(t0.elapsed())) {
             std::thread::sleep(rest);

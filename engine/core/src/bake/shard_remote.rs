@@ -68,11 +68,19 @@ impl Remote {
         Ok(())
     }
 
-    /// Replaces the object with the file `local`, in a multipart upload of
-    /// [`UPLOAD_CHUNK_BYTES`] parts (the object appears whole when it completes, or not
-    /// at all). Returns the bytes sent.
+    /// Replaces the object with the file `local`: one PUT when it fits in one part,
+    /// else a multipart upload of [`UPLOAD_CHUNK_BYTES`] parts (either way the object
+    /// appears whole, or not at all). Returns the bytes sent.
     pub(crate) fn upload(&self, local: &Path, progress: &dyn crate::Progress) -> Result<u64, std::io::Error> {
         let mut file = std::fs::File::open(local)?;
+        if file.metadata()?.len() <= UPLOAD_CHUNK_BYTES as u64 {
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes)?;
+            let n = bytes.len() as u64;
+            self.put(bytes).map_err(std::io::Error::other)?;
+            progress.inc(n);
+            return Ok(n);
+        }
         self.runtime.block_on(async {
             let upload = self.store.put_multipart(&self.path).await.map_err(std::io::Error::other)?;
             let mut writer = WriteMultipart::new_with_chunk_size(upload, UPLOAD_CHUNK_BYTES);

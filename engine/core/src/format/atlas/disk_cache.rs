@@ -4,8 +4,8 @@
 //!
 //! - **Keyed by the object's identity.** Each remote object (URL) has a directory, and
 //!   each identity of it (ETag, or size and modification time when there is no ETag)
-//!   a subdirectory: an atlas replaced on the server starts a new one, so old and new
-//!   tiles are never mixed. `current` in the URL's directory names the identity last
+//!   a subdirectory: an atlas replaced on the server starts a new one (and the old one
+//!   is deleted), so old and new tiles are never mixed and folders do not pile up. `current` in the URL's directory names the identity last
 //!   seen, which lets an atlas open from the cache while its server is down.
 //! - **Crash-safe.** An entry is written to a temporary file and renamed into place;
 //!   temporary files left by a killed process are deleted when the cache opens and
@@ -100,6 +100,16 @@ impl DiskCache {
         let dir = object_dir.join(hex_name(identity));
         fs::create_dir_all(&dir)?;
         write_atomic(&object_dir, "current", identity.as_bytes(), 0)?;
+        // The URL's other identities are earlier versions of the object (or the answers
+        // of a server whose ETag changes on every response): never read again, so they
+        // go now, instead of piling up one folder per run.
+        for item in fs::read_dir(&object_dir)?.flatten() {
+            if item.file_name() != dir.file_name().unwrap_or_default()
+                && item.file_type().is_ok_and(|t| t.is_dir())
+            {
+                let _ = fs::remove_dir_all(item.path());
+            }
+        }
         let mut entries = HashMap::new();
         let mut bytes = 0;
         let mut found: Vec<(u64, u64, std::time::SystemTime)> = Vec::new();
@@ -323,6 +333,16 @@ mod tests {
         assert_eq!(DiskCache::current_identity(root.path(), "s3://b/k").unwrap(), "v2");
         let other = DiskCache::open(root.path(), "s3://b/other", "v1", 1 << 20).unwrap();
         assert!(other.get(1, 64, crc32fast::hash(&b)).is_none());
+        // The old identity's folder is gone: one per URL, however often the ETag changes.
+        for v in ["v3", "v4", "v5"] {
+            DiskCache::open(root.path(), "s3://b/k", v, 1 << 20).unwrap().put(1, &b);
+        }
+        let folders = fs::read_dir(root.path().join(hex_name("s3://b/k")))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_type().unwrap().is_dir())
+            .count();
+        assert_eq!(folders, 1);
+        assert!(c.dir().parent().unwrap().join(hex_name("v5")).is_dir() && !c.dir().exists());
     }
 
     /// A killed writer leaves a temporary file (deleted at open, never served); a torn

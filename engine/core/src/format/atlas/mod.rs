@@ -37,9 +37,10 @@ pub use summary::{AtlasSummary, LayerSummary, MipSummary};
 pub use writer::AtlasWriter;
 pub(crate) use writer::blob_hash;
 
-/// URL schemes of remote atlases (`s3://`, `http://`, `https://`): [`Atlas::open`] reads
-/// such a location over the network (with the `remote` feature, on by default).
-pub const REMOTE_SCHEMES: [&str; 3] = ["s3://", "http://", "https://"];
+/// URL schemes of remote atlases (`s3://`, `gs://`, `az://` or `azure://`, `http://`,
+/// `https://`): [`Atlas::open`] reads such a location over the network (with the
+/// `remote` feature, on by default).
+pub const REMOTE_SCHEMES: [&str; 6] = ["s3://", "gs://", "az://", "azure://", "http://", "https://"];
 
 /// Whether `location` names a remote atlas (one of [`REMOTE_SCHEMES`], then something).
 pub fn is_remote_location(location: &std::path::Path) -> bool {
@@ -72,9 +73,12 @@ pub struct RemoteOptions {
     pub disk_cache_dir: Option<PathBuf>,
     /// The disk cache's budget in bytes for one atlas identity.
     pub disk_cache_bytes: u64,
-    /// S3 settings on top of the `AWS_*` environment variables, as object_store's
-    /// configuration keys and values (`("aws_endpoint", "http://127.0.0.1:9000")`,
-    /// `("aws_access_key_id", ...)`, `("aws_allow_http", "true")`...). Never logged.
+    /// Object-store settings on top of the environment variables, as object_store's
+    /// configuration keys and values: `aws_*` for `s3://` (`("aws_endpoint",
+    /// "http://127.0.0.1:9000")`, `("aws_allow_http", "true")`...), `google_*` for `gs://`
+    /// (`("google_service_account", "/path/key.json")`...), `azure_*` for `az://`
+    /// (`("azure_storage_account_name", ...)`...). Each store takes the keys of its own
+    /// prefix and leaves the others'. Never logged.
     pub s3: Vec<(String, String)>,
     /// Never contact the server: open from the disk cache and read only what it holds
     /// (the CLI's `--offline`, `TESSERA_OFFLINE=1`). Without it, only a server that

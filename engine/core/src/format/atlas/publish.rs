@@ -1,4 +1,4 @@
-//! `tessera publish`: an atlas uploaded to object storage (`s3://`), checked there
+//! `tessera publish`: an atlas uploaded to object storage (`s3://`, `gs://`, `az://`), checked there
 //! against the local file, without ever replacing a different atlas by accident.
 
 use std::path::{Path, PathBuf};
@@ -21,6 +21,10 @@ pub struct PublishReport {
     pub url: String,
     /// Objects uploaded (a split atlas: its data objects, then its index).
     pub uploaded: Vec<String>,
+    /// Data objects of a split atlas found already there, equal to the local ones (an
+    /// earlier, interrupted publish), and not uploaded again.
+    #[serde(default)]
+    pub kept: Vec<String>,
     /// Bytes uploaded.
     pub bytes: u64,
     /// The server already held this very atlas: nothing was uploaded.
@@ -39,8 +43,10 @@ pub enum PublishError {
     #[error(transparent)]
     Atlas(#[from] AtlasError),
     /// The destination is not an object store URL.
-    #[error("{0}: publish uploads to object storage: give an s3://bucket/key URL")]
-    NotS3(String),
+    #[error(
+        "{0}: publish uploads to object storage: give an s3://bucket/key, gs://bucket/key or az://container/key URL"
+    )]
+    NotObjectStore(String),
     /// Another atlas (or another object) is at the destination.
     #[error("{url}: {what} is already there; give --force to replace it")]
     Exists {
@@ -69,7 +75,8 @@ pub enum PublishError {
     },
 }
 
-/// Uploads the atlas `local` to `url` (`s3://bucket/key`; a split atlas' data objects go
+/// Uploads the atlas `local` to `url` (`s3://bucket/key`, `gs://bucket/key`,
+/// `az://container/key`; a split atlas' data objects go
 /// to the keys its index names, beside it), in multipart uploads of 16 MiB parts, then
 /// opens the remote copy and checks it against the local one: the same layers, every
 /// index entry equal, and [`CHECKED_BLOBS`] blobs read back equal. An object already at
@@ -82,8 +89,9 @@ pub fn publish(
     s3: &[(String, String)],
     progress: &dyn Progress,
 ) -> Result<PublishReport, PublishError> {
-    if !url.to_ascii_lowercase().starts_with("s3://") {
-        return Err(PublishError::NotS3(url.to_owned()));
+    let lower = url.to_ascii_lowercase();
+    if !["s3://", "gs://", "az://", "azure://"].iter().any(|s| lower.starts_with(s)) {
+        return Err(PublishError::NotObjectStore(url.to_owned()));
     }
     let atlas = Atlas::open(local)?;
     let upload_err = |url: &str, reason: String| PublishError::Upload { url: url.to_owned(), reason };
@@ -106,6 +114,7 @@ pub fn publish(
         }
     }
     let mut uploaded = Vec::new();
+    let mut kept = Vec::new();
     let mut bytes = 0;
     if !already_there {
         // Data objects first: the index names them, so it goes last.
@@ -120,8 +129,16 @@ pub fn publish(
         let total: u64 = files.iter().filter_map(|(p, _)| std::fs::metadata(p).ok()).map(|m| m.len()).sum();
         progress.set_length(total);
         progress.set_message("uploading");
-        for (path, to) in &files {
+        let index = files.len() - 1;
+        for (i, (path, to)) in files.iter().enumerate() {
             let remote = Remote::new(Path::new(to), s3).map_err(|e| upload_err(to, e.to_string()))?;
+            // A rerun after an interrupted publish keeps the data objects that made it
+            // (the index, naming them, always goes again, last).
+            if i < index && same_object(&remote, path) {
+                progress.inc(std::fs::metadata(path).map_or(0, |m| m.len()));
+                kept.push(to.clone());
+                continue;
+            }
             bytes += remote.upload(path, progress).map_err(|e| upload_err(to, e.to_string()))?;
             uploaded.push(to.clone());
         }
@@ -132,7 +149,38 @@ pub fn publish(
         what: format!("it does not open: {e}"),
     })?;
     let (entries_checked, blobs_checked) = check_copy(&atlas, &there, url, local)?;
-    Ok(PublishReport { url: url.to_owned(), uploaded, bytes, already_there, entries_checked, blobs_checked })
+    Ok(PublishReport {
+        url: url.to_owned(),
+        uploaded,
+        kept,
+        bytes,
+        already_there,
+        entries_checked,
+        blobs_checked,
+    })
+}
+
+/// Bytes compared at each end of a data object found already uploaded.
+const ENDS_COMPARED: u64 = 64 << 10;
+
+/// Whether the object at `remote` is already the file `local`: the same size, and the
+/// same first and last [`ENDS_COMPARED`] bytes (a shard part's header and its index
+/// pages, which name every blob's CRC). What follows the upload checks every index
+/// entry and [`CHECKED_BLOBS`] blobs of the copy in any case.
+fn same_object(remote: &Remote, local: &Path) -> bool {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(local) else { return false };
+    let Ok(len) = file.metadata().map(|m| m.len()) else { return false };
+    if !matches!(remote.size_if_any(), Ok(Some(n)) if n == len) {
+        return false;
+    }
+    let head = 0..len.min(ENDS_COMPARED);
+    let tail = len.saturating_sub(ENDS_COMPARED)..len;
+    [head, tail].into_iter().all(|r| {
+        let mut here = vec![0u8; (r.end - r.start) as usize];
+        let read = file.seek(SeekFrom::Start(r.start)).and_then(|_| file.read_exact(&mut here));
+        read.is_ok() && remote.read(r).is_ok_and(|there| there == here)
+    })
 }
 
 /// Whether two opened atlases are the same file: layers, flags, sizes and, through the

@@ -409,7 +409,9 @@ impl Atlas {
         if let Some(scheme) = super::url_scheme(path) {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::Unsupported,
-                format!("unsupported URL scheme {scheme}:// (Tessera reads s3://, http:// and https://)"),
+                format!(
+                    "unsupported URL scheme {scheme}:// (Tessera reads s3://, gs://, az://, http:// and https://)"
+                ),
             ));
         }
         File::open(path).map(Store::File)

@@ -1,5 +1,6 @@
-//! Atlases read over the network: `s3://bucket/key` (any S3-compatible store) and
-//! `http://` / `https://` (a web server or CDN that answers range requests), through
+//! Atlases read over the network: `s3://bucket/key` (any S3-compatible store),
+//! `gs://bucket/key` (Google Cloud Storage), `az://container/key` (Azure Blob Storage)
+//! and `http://` / `https://` (a web server or CDN that answers range requests), through
 //! the `object_store` crate (range requests, timeouts, retries with backoff).
 //!
 //! The object's identity (ETag, else its size) is taken when it is opened, and every
@@ -8,9 +9,12 @@
 //! and new bytes. Reads block the calling thread (a loader thread, never the render
 //! thread) on a small runtime owned by the object.
 //!
-//! S3 credentials, region and endpoint come from the standard environment variables
-//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`,
-//! `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`...); they are never logged or shown in errors.
+//! Credentials, regions and endpoints come from each store's standard environment
+//! variables: S3's `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
+//! `AWS_REGION`, `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`...; GCS's `GOOGLE_SERVICE_ACCOUNT` (a
+//! service-account JSON file), `GOOGLE_APPLICATION_CREDENTIALS`...; Azure's
+//! `AZURE_STORAGE_ACCOUNT_NAME`, `AZURE_STORAGE_ACCOUNT_KEY`, `AZURE_STORAGE_SAS_KEY`,
+//! `AZURE_STORAGE_USE_EMULATOR`... They are never logged or shown in errors.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -28,7 +32,7 @@ use object_store::{BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectSto
 
 pub use super::REMOTE_SCHEMES;
 
-/// Whether `location` names a remote atlas (`s3://`, `http://`, `https://`).
+/// Whether `location` names a remote atlas (one of [`REMOTE_SCHEMES`]).
 pub fn is_remote(location: &str) -> bool {
     super::is_remote_location(std::path::Path::new(location))
 }
@@ -229,7 +233,8 @@ impl std::fmt::Debug for RemoteObject {
 }
 
 impl RemoteObject {
-    /// Opens `location` (`s3://bucket/key`, `http(s)://host[:port]/path`): sets up the
+    /// Opens `location` (`s3://bucket/key`, `gs://bucket/key`, `az://container/key`,
+    /// `http(s)://host[:port]/path`): sets up the
     /// store and asks for the object's size and identity, with the disk cache of
     /// `options`. When the server cannot be reached and the disk cache holds this
     /// URL's index, the object opens offline from the cache (tiles not cached are
@@ -721,7 +726,7 @@ fn parse_identity(id: &str) -> Option<(u64, Option<String>)> {
 /// The store and object path of `location`.
 pub(crate) fn store_for(
     location: &str,
-    s3: &[(String, String)],
+    settings: &[(String, String)],
 ) -> Result<(Arc<dyn ObjectStore>, ObjectPath), RemoteError> {
     install_crypto();
     // The caller names the location.
@@ -736,7 +741,7 @@ pub(crate) fn store_for(
     // A query string (a presigned S3 URL, a signed CDN URL) is sent as it is: the store's
     // base URL is then the whole URL, and the object path empty.
     let (base_path, query) = match key.split_once('?') {
-        Some((k, q)) if scheme_lower != "s3" => (k, Some(q)),
+        Some((k, q)) if matches!(scheme_lower.as_str(), "http" | "https") => (k, Some(q)),
         _ => (key, None),
     };
     let path = if query.is_some() {
@@ -745,7 +750,7 @@ pub(crate) fn store_for(
         ObjectPath::from_url_path(base_path).map_err(|e| bad(&format!("object path: {e}")))?
     };
     if scheme_lower == "s3" {
-        check_s3_endpoint(s3_env().iter().chain(s3)).map_err(RemoteError::Config)?;
+        check_s3_endpoint(Cloud::S3.env().iter().chain(settings)).map_err(RemoteError::Config)?;
     }
     let retry = RetryConfig {
         backoff: BackoffConfig {
@@ -757,26 +762,44 @@ pub(crate) fn store_for(
         retry_timeout: RETRY_WINDOW,
     };
     let client = ClientOptions::new().with_timeout(REQUEST_TIMEOUT).with_connect_timeout(CONNECT_TIMEOUT);
-    let store: Arc<dyn ObjectStore> = match scheme.to_ascii_lowercase().as_str() {
+    let store: Arc<dyn ObjectStore> = match scheme_lower.as_str() {
         "s3" => Arc::new(
-            // Our client options first, then the `AWS_*` environment, then `s3`: later
-            // settings win (`aws_allow_http` and friends change client options).
-            s3_env()
-                .iter()
-                .chain(s3)
-                .try_fold(
-                    object_store::aws::AmazonS3Builder::new().with_client_options(client),
-                    |b, (k, v)| {
-                        let key = k
-                            .parse()
-                            .map_err(|_| RemoteError::Config(format!("unknown S3 setting {k:?}")))?;
-                        Ok(b.with_config(key, v))
-                    },
-                )?
-                .with_bucket_name(authority)
-                .with_retry(retry)
-                .build()
-                .map_err(|e| RemoteError::Config(format!("S3 store for bucket {authority}: {e}")))?,
+            // Our client options first, then the `AWS_*` environment, then `settings`:
+            // later settings win (`aws_allow_http` and friends change client options).
+            configure(
+                Cloud::S3,
+                object_store::aws::AmazonS3Builder::new().with_client_options(client),
+                settings,
+                |b, k: object_store::aws::AmazonS3ConfigKey, v| b.with_config(k, v),
+            )?
+            .with_bucket_name(authority)
+            .with_retry(retry)
+            .build()
+            .map_err(|e| RemoteError::Config(format!("S3 store for bucket {authority}: {e}")))?,
+        ),
+        "gs" => Arc::new(
+            configure(
+                Cloud::Gcs,
+                object_store::gcp::GoogleCloudStorageBuilder::new().with_client_options(client),
+                settings,
+                |b, k: object_store::gcp::GoogleConfigKey, v| b.with_config(k, v),
+            )?
+            .with_bucket_name(authority)
+            .with_retry(retry)
+            .build()
+            .map_err(|e| RemoteError::Config(format!("GCS store for bucket {authority}: {e}")))?,
+        ),
+        "az" | "azure" => Arc::new(
+            configure(
+                Cloud::Azure,
+                object_store::azure::MicrosoftAzureBuilder::new().with_client_options(client),
+                settings,
+                |b, k: object_store::azure::AzureConfigKey, v| b.with_config(k, v),
+            )?
+            .with_container_name(authority)
+            .with_retry(retry)
+            .build()
+            .map_err(|e| RemoteError::Config(format!("Azure store for container {authority}: {e}")))?,
         ),
         s @ ("http" | "https") => Arc::new(
             object_store::http::HttpBuilder::new()
@@ -789,7 +812,7 @@ pub(crate) fn store_for(
                 .build()
                 .map_err(|e| RemoteError::Config(format!("HTTP store for {authority}: {e}")))?,
         ),
-        _ => return Err(bad("unsupported scheme (use s3://, http:// or https://)")),
+        _ => return Err(bad("unsupported scheme (use s3://, gs://, az://, http:// or https://)")),
     };
     Ok((store, path))
 }
@@ -830,14 +853,77 @@ fn check_s3_endpoint<'a>(settings: impl Iterator<Item = &'a (String, String)>) -
     Ok(())
 }
 
-/// The `AWS_*` environment variables object_store knows, as lower-case setting names
-/// (what `AmazonS3Builder::from_env` reads), skipping the ones it does not.
-fn s3_env() -> Vec<(String, String)> {
-    std::env::vars()
-        .filter(|(k, _)| k.starts_with("AWS_"))
-        .map(|(k, v)| (k.to_ascii_lowercase(), v))
-        .filter(|(k, _)| k.parse::<object_store::aws::AmazonS3ConfigKey>().is_ok())
-        .collect()
+/// The object stores reached through `object_store`'s cloud builders, each configured
+/// from its own environment variables and settings (keys with its own prefix).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cloud {
+    /// `s3://bucket/key`: `AWS_*`, `aws_*`.
+    S3,
+    /// `gs://bucket/key`: `GOOGLE_*`, `google_*`.
+    Gcs,
+    /// `az://container/key`: `AZURE_*`, `azure_*`.
+    Azure,
+}
+
+impl Cloud {
+    const ALL: [Cloud; 3] = [Cloud::S3, Cloud::Gcs, Cloud::Azure];
+
+    /// The lower-case prefix of this store's settings.
+    fn prefix(self) -> &'static str {
+        match self {
+            Cloud::S3 => "aws_",
+            Cloud::Gcs => "google_",
+            Cloud::Azure => "azure_",
+        }
+    }
+
+    /// The store's name in messages.
+    fn name(self) -> &'static str {
+        match self {
+            Cloud::S3 => "S3",
+            Cloud::Gcs => "GCS",
+            Cloud::Azure => "Azure",
+        }
+    }
+
+    /// This store's environment variables (`AWS_*`, `GOOGLE_*`, `AZURE_*`), as lower-case
+    /// setting names, the way the builders' `from_env` reads them.
+    fn env(self) -> Vec<(String, String)> {
+        std::env::vars()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v))
+            .filter(|(k, _)| k.starts_with(self.prefix()))
+            .collect()
+    }
+}
+
+/// `builder` with this store's environment and then `settings` applied through `set`
+/// (later ones win). Settings of the other clouds (their prefixes) are left out, so one
+/// list can carry all three; an unknown key of this cloud's own, or one without any
+/// cloud's prefix that this cloud does not know, is an error. Unknown environment
+/// variables are skipped, as `from_env` does.
+fn configure<B, K: std::str::FromStr>(
+    cloud: Cloud,
+    builder: B,
+    settings: &[(String, String)],
+    set: impl Fn(B, K, &str) -> B,
+) -> Result<B, RemoteError> {
+    let mut b = builder;
+    for (k, v) in cloud.env() {
+        if let Ok(key) = k.parse::<K>() {
+            b = set(b, key, &v);
+        }
+    }
+    for (k, v) in settings {
+        let lower = k.to_ascii_lowercase();
+        if Cloud::ALL.iter().any(|c| *c != cloud && lower.starts_with(c.prefix())) {
+            continue;
+        }
+        let key = lower
+            .parse::<K>()
+            .map_err(|_| RemoteError::Config(format!("unknown {} setting {k:?}", cloud.name())))?;
+        b = set(b, key, v);
+    }
+    Ok(b)
 }
 
 /// Selects ring as the TLS crypto provider, once per process (reqwest is built without
@@ -856,6 +942,11 @@ pub(crate) fn map_error(e: object_store::Error) -> RemoteError {
             if chain_text(source.as_ref()).contains("NoSuchBucket") =>
         {
             RemoteError::Config("the bucket does not exist (NoSuchBucket)".into())
+        }
+        object_store::Error::NotFound { ref source, .. }
+            if chain_text(source.as_ref()).contains("ContainerNotFound") =>
+        {
+            RemoteError::Config("the container does not exist (ContainerNotFound)".into())
         }
         object_store::Error::NotFound { .. } => RemoteError::NotFound,
         object_store::Error::Precondition { .. } | object_store::Error::NotModified { .. } => {
@@ -903,14 +994,24 @@ fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-/// Where S3 credentials come from, as far as the environment says (never their values).
-fn credential_source() -> &'static str {
-    if std::env::var_os("AWS_ACCESS_KEY_ID").is_some() {
-        "AWS_ACCESS_KEY_ID from the environment"
-    } else if std::env::var_os("AWS_WEB_IDENTITY_TOKEN_FILE").is_some() {
-        "a web identity token (AWS_WEB_IDENTITY_TOKEN_FILE)"
+/// Where credentials come from, as far as the environment says (the variables' names,
+/// never their values).
+fn credential_source() -> String {
+    const NAMED: [&str; 8] = [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "GOOGLE_SERVICE_ACCOUNT",
+        "GOOGLE_SERVICE_ACCOUNT_KEY",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "AZURE_STORAGE_ACCOUNT_KEY",
+        "AZURE_STORAGE_SAS_KEY",
+        "AZURE_STORAGE_USE_EMULATOR",
+    ];
+    let set: Vec<&str> = NAMED.into_iter().filter(|n| std::env::var_os(n).is_some()).collect();
+    if set.is_empty() {
+        "none in the environment: the instance metadata service's, if any".into()
     } else {
-        "none in the environment: the instance metadata service's, if any"
+        format!("{} from the environment", set.join(", "))
     }
 }
 
@@ -940,14 +1041,18 @@ fn cause(e: &object_store::Error) -> Option<RemoteError> {
         || lower.contains("/latest/meta-data")
     {
         return Some(RemoteError::Denied(
-            "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for \
-             temporary ones), or run where an instance or pod role provides them"
+            "no credentials: for S3 set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN \
+             for temporary ones); for GCS GOOGLE_SERVICE_ACCOUNT or GOOGLE_APPLICATION_CREDENTIALS; for \
+             Azure AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY; or run where an instance or \
+             pod role provides them"
                 .into(),
         ));
     }
     if lower.contains("builder error") || lower.contains("url scheme is not allowed") {
         return Some(RemoteError::Config(
-            "the client refused the URL: an http:// S3 endpoint needs AWS_ALLOW_HTTP=true".into(),
+            "the client refused the URL: a plain-http endpoint needs AWS_ALLOW_HTTP=true (S3), \
+             GOOGLE_ALLOW_HTTP=true (GCS) or AZURE_ALLOW_HTTP=true (Azure)"
+                .into(),
         ));
     }
     if io_kind == Some(std::io::ErrorKind::ConnectionRefused) || lower.contains("connection refused") {
