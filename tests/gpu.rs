@@ -99,13 +99,106 @@ fn golden_views_of_the_builtin_scene() {
         let r = run(&atlas, path, frame + 1, size, VtConfig::default());
         check_golden(&format!("{preset}-{frame}"), size, &r.last_frame, 40.0);
     }
-    // The page table as an R32Uint texture (one textureLoad per lookup) draws the same
-    // goldens as the storage buffer, renamed modules and all (the drawers rewrite the
-    // shader with `shaders::with_page_table`).
-    for (preset, frame) in [("orbit", 30), ("cut", 40)] {
-        let vt = VtConfig { page_table: tessera::PageTableStorage::Texture, ..VtConfig::default() };
-        let r = run(&atlas, CameraPath::preset(preset).unwrap(), frame + 1, size, vt);
-        check_golden(&format!("{preset}-{frame}"), size, &r.last_frame, 40.0);
+    // The shallow page tables, a storage buffer written from the CPU and an R32Uint
+    // texture (one textureLoad per lookup), draw the same goldens as the complete table
+    // (the default), renamed modules and all (the drawers rewrite the shader with
+    // `shaders::with_page_table`).
+    for storage in [tessera::PageTableStorage::Buffer, tessera::PageTableStorage::Texture] {
+        for (preset, frame) in [("orbit", 30), ("cut", 40)] {
+            let vt = VtConfig { page_table: storage, ..VtConfig::default() };
+            let r = run(&atlas, CameraPath::preset(preset).unwrap(), frame + 1, size, vt);
+            check_golden(&format!("{preset}-{frame}"), size, &r.last_frame, 40.0);
+        }
+    }
+}
+
+/// The complete page table's update pass on a real device: random residency changes
+/// over many frames (slots reused, tiles moved, inserted and evicted in one frame, two
+/// layers, a deep mip chain), the buffer read back after each frame equals the CPU model
+/// of the pass (`apply_jobs`, itself checked against brute force in tessera-vt-core)
+/// and names, for every entry, the tile itself or its nearest resident ancestor.
+#[test]
+fn the_complete_page_table_updated_on_the_gpu_names_each_tiles_nearest_resident_tile() {
+    use tessera::page_table::{PageTableBuffer, PageTableStorage};
+    use tessera::page_table_update::TableUpdater;
+    use tessera_core::format::tile::TextureLayout;
+    use tessera_core::stream::complete_table::{UNMAPPED, apply_jobs};
+    use tessera_core::stream::feedback::FeedbackLayout;
+    use tessera_core::stream::page_table::{PageTable, SlotCoord};
+    let ctx = gpu();
+    let layouts =
+        [TextureLayout::new(8192, 4096, 128, 4).unwrap(), TextureLayout::new(1000, 600, 128, 4).unwrap()];
+    let layout = FeedbackLayout::new(&layouts);
+    let n = layout.total_tiles();
+    let table = PageTableBuffer::new(&ctx.device, n, PageTableStorage::Complete, 16384).unwrap();
+    let mut updater = TableUpdater::new(&ctx.device, table.buffer().unwrap(), n);
+    let mut cpu = PageTable::complete(layout.clone());
+    let mut model = vec![UNMAPPED; n];
+    let read = || {
+        let out = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: (n * 4) as u64,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = ctx.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(table.buffer().unwrap(), 0, &out, 0, (n * 4) as u64);
+        ctx.queue.submit([enc.finish()]);
+        out.map_async(wgpu::MapMode::Read, .., |r| r.unwrap());
+        ctx.device.poll(wgpu::PollType::wait_indefinitely()).unwrap();
+        let view = out.get_mapped_range(..).unwrap();
+        bytemuck::cast_slice::<u8, u32>(&view).to_vec()
+    };
+    assert!(read().iter().all(|&e| e == UNMAPPED), "a new complete table is all unmapped");
+    // A small deterministic generator: the same changes on every run.
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move |m: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % m as u64) as usize
+    };
+    let mut slots: Vec<Option<TileId>> = vec![None; 48];
+    for frame in 0..40 {
+        for _ in 0..next(30) {
+            let s = next(slots.len());
+            let tile = layout.tile_at(next(n)).unwrap();
+            // Coarse tiles more often than their share, so deep subtrees change too.
+            let tile = if next(3) == 0 {
+                let up = layout.coarsest_mip(tile.layer).unwrap() - tile.mip;
+                let k = next(usize::from(up) + 1) as u8;
+                TileId::new(tile.layer, tile.mip + k, tile.x >> k, tile.y >> k)
+            } else {
+                tile
+            };
+            if next(4) == 0 {
+                if let Some(old) = slots[s].take() {
+                    cpu.set_evicted(old);
+                }
+            } else {
+                if let Some(old) = slots[s].take().filter(|&o| o != tile) {
+                    cpu.set_evicted(old);
+                }
+                if let Some(moved) = slots.iter_mut().find(|t| **t == Some(tile)) {
+                    *moved = None;
+                }
+                cpu.set_resident(tile, SlotCoord::new(s as u16, 1));
+                slots[s] = Some(tile);
+            }
+        }
+        let jobs = cpu.take_jobs();
+        let mut enc = ctx.device.create_command_encoder(&Default::default());
+        updater.record(&ctx.device, &ctx.queue, &mut enc, &jobs);
+        ctx.queue.submit([enc.finish()]);
+        apply_jobs(&mut model, &jobs);
+        let got = read();
+        for g in 0..n {
+            let want = match cpu.lookup(layout.tile_at(g).unwrap()) {
+                0 => UNMAPPED,
+                e => e,
+            };
+            assert_eq!((got[g], model[g]), (want, want), "frame {frame}, entry {g}: {:?}", layout.tile_at(g));
+        }
     }
 }
 

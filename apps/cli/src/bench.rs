@@ -147,7 +147,11 @@ fn table(r: &BenchReport, camera: &str) -> String {
         "sampling:  {}; early depth test {}; page table in a {}",
         r.sampling,
         if r.early_depth { "forced" } else { "off" },
-        if r.page_table == tessera::PageTableStorage::Texture { "texture" } else { "storage buffer" }
+        match r.page_table {
+            tessera::PageTableStorage::Complete => "complete storage buffer (updated on the GPU)",
+            tessera::PageTableStorage::Buffer => "storage buffer (shallow fallbacks)",
+            tessera::PageTableStorage::Texture => "texture (shallow fallbacks)",
+        }
     );
     if r.shader_probe != ShaderProbe::Off {
         let _ = writeln!(o, "probe:     {:?} (the VT rows price part of the sampling chain)", r.shader_probe);

@@ -66,9 +66,11 @@ pub(crate) struct VtArgs {
     #[arg(long, default_value_t = tessera::staging::DEFAULT_STAGING_MIB,
           value_parser = clap::value_parser!(u32).range(0..=i64::from(tessera::staging::MAX_STAGING_MIB)))]
     pub(crate) staging_mib: u32,
-    /// Where the page table lives on the GPU: buffer (a storage buffer) or texture (an
-    /// R32Uint texture read with textureLoad).
-    #[arg(long, default_value = "buffer", value_parser = parse_page_table)]
+    /// The page table on the GPU: complete (a storage buffer whose every entry names a
+    /// resident tile at any depth, rewritten by a compute pass: one load, no climb),
+    /// buffer (a storage buffer written from the CPU, fallbacks 4 mips deep, the shader
+    /// climbing past them) or texture (the same in an R32Uint texture).
+    #[arg(long, default_value = "complete", value_parser = parse_page_table)]
     pub(crate) page_table: PageTableStorage,
 }
 
@@ -178,9 +180,10 @@ fn parse_trilinear(s: &str) -> Result<Trilinear, String> {
 
 fn parse_page_table(s: &str) -> Result<PageTableStorage, String> {
     match s {
+        "complete" => Ok(PageTableStorage::Complete),
         "buffer" => Ok(PageTableStorage::Buffer),
         "texture" => Ok(PageTableStorage::Texture),
-        _ => Err(format!("'{s}' is not a page-table storage: use buffer or texture")),
+        _ => Err(format!("'{s}' is not a page-table storage: use complete, buffer or texture")),
     }
 }
 

@@ -20,7 +20,10 @@
 //
 // Page-table entry (one u32 per tile, indexed like the atlas' tile index):
 //   bits 0..11 slot x, 12..23 slot y, 24..28 mip of the tile held in that slot
-//   (the tile itself or its nearest resident ancestor), bit 31 valid.
+//   (the tile itself or its nearest resident ancestor), bit 31 valid; all ones is
+//   unmapped too. In the complete table (the default) every entry is valid once the
+//   coarsest mip is resident, at any depth, and the search below never climbs; in the
+//   shallow one, entries more than a few mips below a resident tile are unmapped.
 
 struct VtParams {
     size: vec2<f32>,          // mip-0 size in texels
@@ -146,13 +149,19 @@ fn vt_locate(uv: vec2<f32>, m: u32, gx: vec2<f32>, gy: vec2<f32>, n: f32) -> VtT
     // Fallback entries reach vt_fallback_step - 1 mips below a resident tile; past that
     // an entry is unmapped and the search goes on that many mips further up (the
     // coarsest mip is always resident, so this ends within a few steps).
+    // The complete table never needs the climb: with_page_table(.., Complete) drops
+    // the lines between the markers.
     var mm = m;
     var e = vt_entry(vt_entry_index(uv, mm));
+    // climb: begin
     for (var i = 0u; i < 8u && (e & 0x80000000u) == 0u && mm + 1u < vt.mip_count; i = i + 1u) {
         mm = min(mm + vt_fallback_step, vt.mip_count - 1u);
         e = vt_entry(vt_entry_index(uv, mm));
     }
-    tap.valid = (e & 0x80000000u) != 0u;
+    // climb: end
+    // Unmapped: bit 31 clear (the shallow table's 0), or all ones (the complete
+    // table's initial value, mip field 31).
+    tap.valid = (e & 0x80000000u) != 0u && (e >> 24u) != 0xffu;
     tap.n = n;
     let slot = vec2<f32>(f32(e & 0xfffu), f32((e >> 12u) & 0xfffu));
     let rm = (e >> 24u) & 0x1fu;

@@ -149,6 +149,7 @@ pub mod feedback;
 pub mod material;
 #[doc(hidden)]
 pub mod page_table;
+pub mod page_table_update;
 #[doc(hidden)]
 pub mod params;
 #[doc(hidden)]

@@ -1,10 +1,13 @@
 //! The page table on the GPU, mirrored by `tessera_core::stream::page_table` and read by
 //! `shaders/vt.wgsl` (`vt_entry`); the streamer's plan says which ranges to write.
 //!
-//! Two storages hold the same `u32` entries, indexed like the atlas tile index
-//! ([`PageTableStorage`]): a storage buffer (the default, one load per lookup) or an
-//! `R32Uint` texture [`PAGE_TABLE_ROW`] entries wide (one `textureLoad` per lookup,
-//! through the texture cache). Both are measured by `tessera bench --page-table`.
+//! Three storages hold the same `u32` entries, indexed like the atlas tile index
+//! ([`PageTableStorage`]): a complete storage buffer (the default: every entry valid at
+//! any depth, rewritten by a compute pass, [`crate::page_table_update`]), a storage
+//! buffer whose fallback entries reach a few mips deep (written from the CPU mirror;
+//! the shader climbs past them), or an `R32Uint` texture [`PAGE_TABLE_ROW`] entries wide
+//! laid out like that buffer (one `textureLoad` per lookup, through the texture cache).
+//! All are measured by `tessera bench --page-table`.
 
 use serde::Serialize;
 use tessera_core::stream::streamer::PageTableWrite;
@@ -24,8 +27,14 @@ pub enum PageTableResource {
 /// Where the page table lives on the GPU.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub enum PageTableStorage {
-    /// A read-only storage buffer of `u32` (the default).
+    /// A storage buffer of `u32` in which every entry names the tile itself or its
+    /// nearest resident ancestor, at any depth: the shader does one load and never
+    /// climbs. Residency changes are rewritten on the GPU (the default).
     #[default]
+    Complete,
+    /// A storage buffer of `u32` whose fallback entries reach
+    /// `tessera_core::stream::page_table::FALLBACK_DEPTH` mips below a resident tile,
+    /// written from the CPU mirror; the shader climbs past unmapped entries.
     Buffer,
     /// An `R32Uint` texture [`PAGE_TABLE_ROW`] texels wide, read with `textureLoad`.
     Texture,
@@ -35,7 +44,7 @@ impl PageTableStorage {
     /// The binding type of the page table in the `vt.wgsl` bind group.
     pub fn binding_type(self) -> wgpu::BindingType {
         match self {
-            Self::Buffer => wgpu::BindingType::Buffer {
+            Self::Buffer | Self::Complete => wgpu::BindingType::Buffer {
                 ty: wgpu::BufferBindingType::Storage { read_only: true },
                 has_dynamic_offset: false,
                 min_binding_size: None,
@@ -65,6 +74,7 @@ enum Store {
 pub struct PageTableBuffer {
     store: Store,
     entries: usize,
+    storage: PageTableStorage,
 }
 
 impl PageTableBuffer {
@@ -84,6 +94,25 @@ impl PageTableBuffer {
                 usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
             })),
+            PageTableStorage::Complete => {
+                // Every entry starts unmapped (all ones: above every valid entry, so the
+                // first insertion covering it wins the atomic minimum).
+                let buffer = device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("tessera page table (complete)"),
+                    size: (entries.max(1) * 4) as u64,
+                    // COPY_SRC: tests and debugging read it back.
+                    usage: wgpu::BufferUsages::STORAGE
+                        | wgpu::BufferUsages::COPY_DST
+                        | wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: true,
+                });
+                match buffer.slice(..).get_mapped_range_mut() {
+                    Ok(mut view) => view.slice(..).fill(0xff),
+                    Err(e) => return Err(format!("the new page table could not be mapped: {e}")),
+                }
+                buffer.unmap();
+                Store::Buffer(buffer)
+            }
             PageTableStorage::Texture => {
                 let (width, height) = PageTableStorage::texture_extent(entries);
                 if height > max_side || width > max_side {
@@ -105,7 +134,7 @@ impl PageTableBuffer {
                 Store::Texture(texture, view)
             }
         };
-        Ok(Self { store, entries })
+        Ok(Self { store, entries, storage })
     }
 
     /// Bytes of GPU memory it takes (4 per entry; the texture storage rounds up to
@@ -154,6 +183,29 @@ impl PageTableBuffer {
                 }
             }
         }
+    }
+
+    /// The storage buffer (`None` for the texture storage).
+    pub fn buffer(&self) -> Option<&wgpu::Buffer> {
+        match &self.store {
+            Store::Buffer(buffer) => Some(buffer),
+            Store::Texture(..) => None,
+        }
+    }
+
+    /// Where it lives.
+    pub fn storage(&self) -> PageTableStorage {
+        self.storage
+    }
+
+    /// Entries it holds.
+    pub fn len(&self) -> usize {
+        self.entries
+    }
+
+    /// Whether it holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.entries == 0
     }
 
     /// The page table as an owned handle.

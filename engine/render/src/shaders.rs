@@ -112,13 +112,31 @@ fn rename_identifiers(src: &str, mut rename: impl FnMut(&str) -> Option<String>)
     out.push_str(rest);
     out
 }
+
 /// `src` (one or more virtual-texture modules with a shader of yours) reading the page
-/// table from `storage`: [`VT_WGSL`] and [`vt_module`] declare the storage buffer (the
-/// default); pass the complete source through this for virtual textures made with
-/// [`PageTableStorage::Texture`] ([`crate::VtConfig::page_table`]). Lines other than
-/// the page-table declaration and its `_entry` accessor are left as they are.
+/// table from `storage`: [`VT_WGSL`] and [`vt_module`] declare the storage buffer; pass
+/// the complete source through this for virtual textures made with
+/// [`PageTableStorage::Texture`] ([`crate::VtConfig::page_table`]), which must read a
+/// texture instead. For [`PageTableStorage::Complete`] (the default) the source reads
+/// correctly as it is; this drops the fallback climb it never takes, so each lookup is
+/// one load with no loop. Lines other than the page-table declaration, its `_entry`
+/// accessor and the climb are left as they are.
 pub fn with_page_table(src: &str, storage: PageTableStorage) -> String {
-    if storage == PageTableStorage::Buffer {
+    if storage == PageTableStorage::Complete {
+        // One load, no loop: the lines between the climb markers go.
+        let mut out = String::with_capacity(src.len());
+        let mut skipping = false;
+        for line in src.split_inclusive('\n') {
+            match line.trim() {
+                "// climb: begin" => skipping = true,
+                "// climb: end" => skipping = false,
+                _ if !skipping => out.push_str(line),
+                _ => {}
+            }
+        }
+        return out;
+    }
+    if storage != PageTableStorage::Texture {
         return src.to_owned();
     }
     let mut out = String::with_capacity(src.len() + 256);
@@ -161,6 +179,10 @@ pub const SCENE_REFERENCE_WGSL: &str = include_str!("../shaders/scene_reference.
 /// Feedback compaction compute pass: the non-zero words of the feedback bitset as a
 /// list of (word index, bits) pairs with a counter (see [`crate::feedback`]).
 pub const FEEDBACK_COMPACT_WGSL: &str = include_str!("../shaders/feedback_compact.wgsl");
+
+/// The complete page table's update pass: a frame's eviction and insertion rectangles
+/// (see [`crate::page_table_update`]).
+pub const PAGE_TABLE_UPDATE_WGSL: &str = include_str!("../shaders/page_table_update.wgsl");
 
 /// Level 1 of the tile pool: each uploaded slot's 2× downsample (hardware trilinear).
 pub const SLOT_MIP_WGSL: &str = include_str!("../shaders/slot_mip.wgsl");
@@ -295,6 +317,13 @@ fn fs_main(@builtin(position) frag: vec4<f32>, @location(0) uv: vec2<f32>) -> @l
         validate("material_reference", &material_reference_source());
         validate("feedback_compact", FEEDBACK_COMPACT_WGSL);
         validate("slot_mip", SLOT_MIP_WGSL);
+        validate("page_table_update", PAGE_TABLE_UPDATE_WGSL);
+        for (name, src) in [("scene_vt", scene_vt_source()), ("vt_module", vt_module(2, "albedo").unwrap())] {
+            let complete = with_page_table(&src, PageTableStorage::Complete);
+            assert!(src.contains("for (var i = 0u; i < 8u") && !complete.contains("for (var i = 0u; i < 8u"));
+            assert_eq!(complete.matches("_entry(").count() + 1, src.matches("_entry(").count(), "{name}");
+            validate(&format!("{name} complete page table"), &complete);
+        }
         for (group, name) in [(0, "albedo"), (3, "detail_map2")] {
             validate(&format!("vt_module {name}"), &vt_module(group, name).unwrap());
             let texture = with_page_table(&vt_module(group, name).unwrap(), PageTableStorage::Texture);

@@ -26,6 +26,7 @@ use crate::context::GpuContext;
 use crate::error::RenderError;
 use crate::feedback::Feedback;
 use crate::page_table::{PageTableBuffer, PageTableStorage};
+use crate::page_table_update::TableUpdater;
 use crate::params::{LayerBinding, Resources, ShaderProbe, VtParams, bind_group_layout, pool_sampler};
 use crate::pool::{TilePool, format_support};
 use crate::staging::GpuStaging;
@@ -102,7 +103,8 @@ pub struct VtConfig {
     /// every uploaded tile into a staging belt itself, as it also does for a tile that
     /// finds the staging memory full).
     pub staging_mib: u32,
-    /// Where the page table lives on the GPU: a storage buffer (the default) or an
+    /// Where the page table lives on the GPU: a complete storage buffer updated on the
+    /// GPU (the default), one written from the CPU with shallow fallbacks, or an
     /// `R32Uint` texture. With the texture, shaders must read it that way: pass their
     /// source through [`crate::shaders::with_page_table`] (the built-in drawers do).
     pub page_table: PageTableStorage,
@@ -180,6 +182,7 @@ impl VtConfig {
             target_frame_ms: self.target_frame_ms,
             prefetch_neighbours: self.prefetch_neighbours,
             staleness: Staleness::default(),
+            complete_page_table: self.page_table == PageTableStorage::Complete,
             ..StreamerConfig::default()
         }
     }
@@ -210,6 +213,8 @@ pub struct VirtualTextures {
     /// One pool, or one per layer of a stack (same slot grid).
     pools: Vec<TilePool>,
     page_table: PageTableBuffer,
+    /// The compute pass that keeps a complete page table complete.
+    table_updater: Option<TableUpdater>,
     feedback: Feedback,
     layout_bgl: wgpu::BindGroupLayout,
     /// One per sampled layer (a stack is sampled through layer 0's).
@@ -258,6 +263,7 @@ impl VirtualTextures {
             atlas,
             streamer,
             pools,
+            table_updater: Self::make_updater(ctx, &page_table),
             page_table,
             feedback,
             layout_bgl,
@@ -322,6 +328,13 @@ impl VirtualTextures {
     }
 
     /// The page table of `plan` in the configured storage.
+    /// The update pass of a complete page table (`None` for the other storages).
+    fn make_updater(ctx: &GpuContext, page_table: &PageTableBuffer) -> Option<TableUpdater> {
+        (page_table.storage() == PageTableStorage::Complete)
+            .then(|| page_table.buffer().map(|b| TableUpdater::new(&ctx.device, b, page_table.len())))
+            .flatten()
+    }
+
     fn make_page_table(
         ctx: &GpuContext,
         config: &VtConfig,
@@ -426,6 +439,7 @@ impl VirtualTextures {
         self.streamer = streamer;
         self.staging = staging;
         self.pools = pools;
+        self.table_updater = Self::make_updater(ctx, &page_table);
         self.page_table = page_table;
         self.layers = layers;
         self.trilinear = (plan.trilinear, plan.trilinear_reason.clone());
@@ -537,6 +551,15 @@ impl VirtualTextures {
             staging.retire(&ctx.queue, staged_tiles);
         }
         self.page_table.write(&ctx.queue, &plan.page_table_writes);
+        if !plan.page_table_jobs.is_empty()
+            && let Some(updater) = self.table_updater.as_mut()
+        {
+            // Its own submission, after this frame's queue writes (jobs, uploads) and
+            // before the frame's draws, whatever encoder those go into.
+            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            updater.record(&ctx.device, &ctx.queue, &mut encoder, &plan.page_table_jobs);
+            ctx.queue.submit([encoder.finish()]);
+        }
         for layer in &mut self.layers {
             layer.params.set_frame(&plan.shader);
             layer.write(&ctx.queue);

@@ -3,12 +3,13 @@
 //! page-table mirror, LRU, loader threads, host cache, schedulers, statistics).
 
 pub mod atlas_loader;
+#[doc(hidden)]
+pub mod complete_table;
 pub mod feedback;
 pub mod host_cache;
 pub mod loader;
 #[doc(hidden)]
 pub mod lru;
-#[doc(hidden)]
 pub mod page_table;
 pub mod pool_layout;
 pub mod residency;

@@ -10,6 +10,7 @@
 use std::ops::Range;
 
 use crate::format::tile::{TextureLayout, TileId};
+use crate::stream::complete_table::{ChangeLog, TableJobs, UNMAPPED, subtree_jobs};
 use crate::stream::feedback::FeedbackLayout;
 
 /// Bits of a slot coordinate in an entry (bits 0..11 hold x, 12..23 hold y).
@@ -97,6 +98,10 @@ pub struct PageTable {
     resident: Vec<u64>,
     /// One bit per chunk of [`DIRTY_CHUNK`] entries.
     dirty: Vec<u64>,
+    /// A complete table ([`PageTable::complete`]): the frame's changes, turned into
+    /// GPU jobs by [`PageTable::take_jobs`]; `entries` then hold only resident tiles'
+    /// own entries (0 elsewhere), and nothing is uploaded.
+    complete: Option<ChangeLog>,
 }
 
 impl PageTable {
@@ -113,7 +118,66 @@ impl PageTable {
             entries: vec![0; n],
             resident: vec![0; n.div_ceil(64)],
             dirty: vec![0; n.div_ceil(DIRTY_CHUNK).div_ceil(64)],
+            complete: None,
         }
+    }
+
+    /// A complete table over `layout` (see `complete_table`): every GPU entry names
+    /// the tile itself or its nearest resident ancestor, at any depth, kept so by the
+    /// GPU running [`PageTable::take_jobs`]; the GPU buffer starts all [`UNMAPPED`].
+    pub fn complete(layout: FeedbackLayout) -> Self {
+        Self { complete: Some(ChangeLog::default()), ..Self::with_layout(layout) }
+    }
+
+    /// Whether this is a complete table (updated by jobs on the GPU, not uploads).
+    pub fn is_complete(&self) -> bool {
+        self.complete.is_some()
+    }
+
+    /// A complete table's jobs for the changes since the last call (evictions, then
+    /// insertions); empty for a table of the other kind.
+    pub fn take_jobs(&mut self) -> TableJobs {
+        let Some(mut log) = self.complete.take() else { return TableJobs::default() };
+        let jobs = if log.is_empty() {
+            TableJobs::default()
+        } else {
+            let now = |g: usize| if self.is_resident_at(g) { self.entries[g] } else { UNMAPPED };
+            let ancestor = |t: TileId| self.nearest_resident(t, false);
+            log.take(&self.layout, now, ancestor)
+        };
+        self.complete = Some(log);
+        jobs
+    }
+
+    /// Jobs that build a complete table from scratch (an all-[`UNMAPPED`] GPU buffer,
+    /// e.g. re-created): an insertion for every resident tile. Clears pending changes.
+    pub fn rebuild_jobs(&mut self) -> TableJobs {
+        if let Some(log) = self.complete.as_mut() {
+            *log = ChangeLog::default();
+        }
+        let mut jobs = TableJobs::default();
+        for g in 0..self.entries.len() {
+            if self.is_resident_at(g)
+                && let Some(t) = self.layout.tile_at(g)
+            {
+                jobs.insert.extend(subtree_jobs(&self.layout, t, self.entries[g], UNMAPPED));
+            }
+        }
+        jobs
+    }
+
+    /// The entry of `tile`'s nearest resident ancestor (or of the tile itself when
+    /// `inclusive` and it is resident), by the resident bits; [`UNMAPPED`] when none.
+    fn nearest_resident(&self, tile: TileId, inclusive: bool) -> u32 {
+        let coarsest = self.layout.coarsest_mip(tile.layer).unwrap_or(tile.mip);
+        let mut at = if inclusive { Some(tile) } else { tile.parent(coarsest) };
+        while let Some(t) = at {
+            if let Some(g) = self.global_index(t).filter(|&g| self.is_resident_at(g)) {
+                return self.entries[g];
+            }
+            at = t.parent(coarsest);
+        }
+        UNMAPPED
     }
 
     /// The mapping between tile ids and entry indices.
@@ -156,6 +220,12 @@ impl PageTable {
     /// nearest resident ancestor (or the tile itself) as a full fallback table would
     /// hold it; 0 when nothing above the tile is resident.
     pub fn lookup(&self, tile: TileId) -> u32 {
+        if self.is_complete() {
+            return match self.nearest_resident(tile, true) {
+                UNMAPPED => 0,
+                e => e,
+            };
+        }
         let Some(coarsest) = self.layout.coarsest_mip(tile.layer) else { return 0 };
         let mut t = tile;
         loop {
@@ -177,6 +247,15 @@ impl PageTable {
     pub fn set_resident(&mut self, tile: TileId, slot: SlotCoord) -> bool {
         let Some(g) = self.global_index(tile) else { return false };
         let e = encode_entry(slot, tile.mip);
+        if let Some(log) = self.complete.as_mut() {
+            log.touch(
+                g,
+                if self.resident[g / 64] & (1 << (g % 64)) != 0 { self.entries[g] } else { UNMAPPED },
+            );
+            self.resident[g / 64] |= 1 << (g % 64);
+            self.entries[g] = e;
+            return true;
+        }
         self.resident[g / 64] |= 1 << (g % 64);
         self.write(g, e);
         // A descendant that points at a mip finer than `tile.mip` has a closer resident
@@ -194,6 +273,12 @@ impl PageTable {
         let Some(g) = self.global_index(tile) else { return false };
         if !self.is_resident_at(g) {
             return false;
+        }
+        if let Some(log) = self.complete.as_mut() {
+            log.touch(g, self.entries[g]);
+            self.resident[g / 64] &= !(1 << (g % 64));
+            self.entries[g] = 0;
+            return true;
         }
         self.resident[g / 64] &= !(1 << (g % 64));
         let coarsest = self.layout.coarsest_mip(tile.layer).unwrap_or(tile.mip);

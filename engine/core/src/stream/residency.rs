@@ -45,6 +45,9 @@ pub struct ResidencyConfig {
     /// How many of each layer's coarsest mips are pinned once resident (never evicted,
     /// not even by [`Residency::flush`]). 1 pins the single coarsest mip, 0 nothing.
     pub pin_coarsest_mips: u32,
+    /// Keep a complete page table ([`PageTable::complete`]: every entry valid at any
+    /// depth, updated by GPU jobs) instead of one with fallbacks a few mips deep.
+    pub complete_page_table: bool,
 }
 
 impl Default for ResidencyConfig {
@@ -55,6 +58,7 @@ impl Default for ResidencyConfig {
             max_uploads_per_frame: 256,
             max_upload_bytes_per_frame: 32 << 20,
             pin_coarsest_mips: 1,
+            complete_page_table: false,
         }
     }
 }
@@ -175,7 +179,11 @@ impl Residency {
             .collect();
         Self {
             config,
-            table: PageTable::with_layout(layout),
+            table: if config.complete_page_table {
+                PageTable::complete(layout)
+            } else {
+                PageTable::with_layout(layout)
+            },
             lru: Lru::with_capacity(free.len()),
             free,
             pinned: TileMap::default(),
@@ -592,6 +600,7 @@ mod tests {
             max_uploads_per_frame: max_uploads,
             max_upload_bytes_per_frame: u64::MAX,
             pin_coarsest_mips: 1,
+            complete_page_table: false,
         }
     }
 
@@ -1057,6 +1066,7 @@ mod tests {
                 max_uploads_per_frame: max_uploads,
                 max_upload_bytes_per_frame: max_bytes,
                 pin_coarsest_mips: 1,
+                complete_page_table: false,
             };
             let mut res = Residency::new(&layouts, config);
             res.set_prefetch_ttl(ttl);

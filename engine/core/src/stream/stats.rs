@@ -155,6 +155,10 @@ pub struct StreamFrame {
     /// Tiles a remote atlas could not deliver for now (network or server failure),
     /// shown through their ancestors and waiting to be asked for again.
     pub tiles_unavailable: usize,
+    /// Complete page table: rectangles of entries rewritten on the GPU this frame.
+    pub table_jobs: usize,
+    /// Complete page table: entries those rectangles cover (what the GPU pass reads).
+    pub table_entries: u64,
     /// A remote atlas' request counters so far (`None` for a local file).
     pub network: Option<crate::format::atlas::NetworkStats>,
     /// The same counters for this frame alone (since the previous frame's snapshot; in

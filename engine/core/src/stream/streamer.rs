@@ -85,6 +85,10 @@ pub struct StreamerConfig {
     /// their reads are unavailable for now (a remote atlas' server briefly unreachable
     /// or failing): tried again every [`COARSEST_RETRY`] within it, then an error.
     pub coarsest_patience: std::time::Duration,
+    /// Keep a complete page table (every entry valid at any depth), updated by the GPU
+    /// from [`FramePlan::page_table_jobs`], instead of uploading entries with shallow
+    /// fallbacks ([`FramePlan::page_table_writes`]).
+    pub complete_page_table: bool,
 }
 
 /// How often the coarsest tiles are tried again within
@@ -106,6 +110,7 @@ impl Default for StreamerConfig {
             staleness: Staleness::default(),
             loader_stack_bytes: None,
             coarsest_patience: std::time::Duration::from_secs(10),
+            complete_page_table: false,
         }
     }
 }
@@ -206,8 +211,13 @@ pub struct PageTableWrite {
 pub struct FramePlan {
     /// Texture writes, coarse mips first.
     pub uploads: Vec<Upload>,
-    /// Page-table ranges changed by this plan's uploads and evictions.
+    /// Page-table ranges changed by this plan's uploads and evictions (none with a
+    /// complete page table).
     pub page_table_writes: Vec<PageTableWrite>,
+    /// With a complete page table ([`StreamerConfig::complete_page_table`]): the
+    /// rectangles of entries the GPU rewrites for this plan's uploads and evictions,
+    /// run after the uploads and before drawing.
+    pub page_table_jobs: crate::stream::complete_table::TableJobs,
     /// Shader parameters for this frame.
     pub shader: ShaderParams,
     /// What streaming did this frame (`upload_ms` is the renderer's to fill in).
@@ -413,6 +423,7 @@ impl Streamer {
                 slots_y: u16::try_from(pool.slots_y).unwrap_or(u16::MAX),
                 max_uploads_per_frame: config.max_uploads_per_frame.max(1),
                 max_upload_bytes_per_frame: config.max_upload_bytes_per_frame.max(1),
+                complete_page_table: config.complete_page_table,
                 ..ResidencyConfig::default()
             },
         );
@@ -549,7 +560,16 @@ impl Streamer {
         self.last_fraction = out.resident_fraction;
         self.last_uploads = out.uploads;
         out.feedback_ms = t0.elapsed().as_secs_f64() * 1e3;
-        FramePlan { uploads: plan.uploads, page_table_writes, shader: self.shader_params(frame), stats: out }
+        let page_table_jobs = self.residency.page_table_mut().take_jobs();
+        out.table_jobs = page_table_jobs.evict.len() + page_table_jobs.insert.len();
+        out.table_entries = page_table_jobs.entries();
+        FramePlan {
+            uploads: plan.uploads,
+            page_table_writes,
+            page_table_jobs,
+            shader: self.shader_params(frame),
+            stats: out,
+        }
     }
 
     /// The feedback window, residency, requests, neighbour prefetch, the mip bias and
