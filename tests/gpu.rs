@@ -766,7 +766,8 @@ mod remote {
     /// `cargo test --release --test gpu remote_latency_table -- --ignored --nocapture`;
     /// `TESSERA_BENCH_SIZE=1920x1080` sets the frame size, `TESSERA_BENCH_TEXTURE=WxH` the
     /// generated texture's, `TESSERA_BENCH_SERVER=builtin`
-    /// serves with the harness' range server instead of nginx.
+    /// serves with the harness' range server instead of nginx, `TESSERA_BENCH_CLOUDS=1`
+    /// adds S3, GCS and Azure through their emulators on loopback.
     #[test]
     #[ignore = "a benchmark: prints the table for BENCHMARKS.md"]
     fn remote_latency_table() {
@@ -796,7 +797,7 @@ mod remote {
         let cached = || RemoteOptions::with_disk_cache(cache.path(), 1024);
         let none = RemoteOptions::without_disk_cache;
         let (v1, v2) = (&atlases[0], &atlases[1]);
-        let runs: Vec<(&str, String, RemoteOptions)> = vec![
+        let mut runs: Vec<(&str, String, RemoteOptions)> = vec![
             ("v2, local file", v2.display().to_string(), none()),
             ("v1, HTTP loopback, no disk cache", direct(v1), none()),
             ("v2, HTTP loopback, no disk cache", direct(v2), none()),
@@ -805,6 +806,35 @@ mod remote {
             ("v2, HTTP +20 ms RTT, cold disk cache", far(v2), cached()),
             ("v2, HTTP +20 ms RTT, warm disk cache", far(v2), cached()),
         ];
+        // TESSERA_BENCH_CLOUDS=1: the object stores' emulators on loopback too (moto,
+        // fake-gcs-server, Azurite; not on the GPU machine, which has none of them).
+        let clouds = std::env::var("TESSERA_BENCH_CLOUDS").is_ok_and(|v| v == "1");
+        let moto = clouds.then(tessera_tests::Moto::start);
+        let gcs = clouds.then(tessera_tests::FakeGcs::start);
+        let azure = clouds.then(tessera_tests::Azurite::start);
+        if let (Some(moto), Some(gcs), Some(azure)) = (&moto, &gcs, &azure) {
+            moto.put("bench", "v2.tsa", v2);
+            gcs.put("bench", "v2.tsa", v2);
+            azure.create_container("bench");
+            let settings: Vec<_> =
+                moto.settings().into_iter().chain(gcs.settings()).chain(azure.settings()).collect();
+            let none_s = RemoteOptions { s3: settings.clone(), ..RemoteOptions::without_disk_cache() };
+            tessera_core::format::atlas::publish::publish(
+                v2,
+                "az://bench/v2.tsa",
+                true,
+                &settings,
+                &tessera_core::NoProgress,
+            )
+            .unwrap();
+            runs.push(("v2, S3 (moto) loopback, no disk cache", "s3://bench/v2.tsa".into(), none_s.clone()));
+            runs.push((
+                "v2, GCS (fake-gcs-server) loopback, no disk cache",
+                "gs://bench/v2.tsa".into(),
+                none_s.clone(),
+            ));
+            runs.push(("v2, Azure (Azurite) loopback, no disk cache", "az://bench/v2.tsa".into(), none_s));
+        }
         println!(
             "| source | open ms | first frame: ms, requests | cut → 100% resident: frames, ms | requests | requests/frame (max) | blobs/request | KiB/request | KiB/tile | disk-cache hits |"
         );

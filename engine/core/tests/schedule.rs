@@ -4,7 +4,7 @@
 
 use tessera_core::TextureLayout;
 use tessera_core::stream::feedback::FeedbackLayout;
-use tessera_core::stream::simulate::{CpuScalingRow, cpu_scaling};
+use tessera_core::stream::simulate::{CpuScalingRow, cpu_scaling, cpu_scaling_with};
 
 /// The figures for the "CPU time per frame flat from 16K² to 256K²" target (and 512K²,
 /// the 524288² scale of issue 13). A
@@ -15,20 +15,29 @@ use tessera_core::stream::simulate::{CpuScalingRow, cpu_scaling};
 fn cpu_scaling_table() {
     let frames = std::env::var("TESSERA_SCALING_FRAMES").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
     let sizes = [16_384, 32_768, 65_536, 131_072, 262_144, 524_288];
-    let rows = cpu_scaling(&sizes, frames).unwrap();
-    println!("| size | tiles | words | needed | uploads | median ms | p95 ms | copy median ms |");
-    println!("|---|---|---|---|---|---|---|---|");
-    for &CpuScalingRow { size, tiles, words, median_ms, p95_ms, copy_median_ms, needed_mean, uploads } in
-        &rows
-    {
-        println!(
-            "| {size} | {tiles} | {words} | {needed_mean:.0} | {uploads} | {median_ms:.4} | {p95_ms:.4} | {copy_median_ms:.4} |"
-        );
+    // The complete page table (the renderer's default) and the shallow one.
+    for complete in [true, false] {
+        let rows = cpu_scaling_with(&sizes, frames, complete).unwrap();
+        check_rows(&rows, &sizes);
+        println!("page table: {}", if complete { "complete" } else { "shallow" });
+        println!("| size | tiles | words | needed | uploads | median ms | p95 ms | copy median ms |");
+        println!("|---|---|---|---|---|---|---|---|");
+        for &CpuScalingRow { size, tiles, words, median_ms, p95_ms, copy_median_ms, needed_mean, uploads } in
+            rows.iter()
+        {
+            println!(
+                "| {size} | {tiles} | {words} | {needed_mean:.0} | {uploads} | {median_ms:.4} | {p95_ms:.4} | {copy_median_ms:.4} |"
+            );
+        }
     }
+    assert_eq!(cpu_scaling(&sizes[..1], 4).unwrap().len(), 1);
+}
+
+fn check_rows(rows: &[CpuScalingRow], sizes: &[u32]) {
     // The table only compares like with like when every size ran the same view.
     assert_eq!(rows.iter().map(|r| r.size).collect::<Vec<_>>(), sizes);
     let first = rows[0].needed_mean;
-    for r in &rows {
+    for r in rows {
         assert!(r.median_ms.is_finite() && r.p95_ms >= r.median_ms, "{r:?}");
         assert!(r.uploads > 0, "size {}: nothing streamed", r.size);
         assert!(

@@ -215,6 +215,9 @@ pub struct VirtualTextures {
     page_table: PageTableBuffer,
     /// The compute pass that keeps a complete page table complete.
     table_updater: Option<TableUpdater>,
+    /// The last plan's page-table jobs, recorded at the start of the next frame's
+    /// encoder (before its draws) instead of in a submission of their own.
+    pending_jobs: Option<tessera_core::stream::complete_table::TableJobs>,
     feedback: Feedback,
     layout_bgl: wgpu::BindGroupLayout,
     /// One per sampled layer (a stack is sampled through layer 0's).
@@ -278,6 +281,7 @@ impl VirtualTextures {
             stall_warned: false,
             probe: ShaderProbe::Off,
             staging,
+            pending_jobs: None,
         };
         // Uploads the coarsest tiles the streamer loaded, and writes every parameter block.
         let plan = vt.streamer.frame(FrameInput::default());
@@ -440,6 +444,8 @@ impl VirtualTextures {
         self.staging = staging;
         self.pools = pools;
         self.table_updater = Self::make_updater(ctx, &page_table);
+        // The old table's jobs mean nothing to the new one, which starts unmapped.
+        self.pending_jobs = None;
         self.page_table = page_table;
         self.layers = layers;
         self.trilinear = (plan.trilinear, plan.trilinear_reason.clone());
@@ -478,6 +484,11 @@ impl VirtualTextures {
             last_upload_ms: self.last_upload_ms,
         });
         let stats = self.execute(ctx, plan);
+        if let (Some(jobs), Some(updater)) = (self.pending_jobs.take(), self.table_updater.as_mut()) {
+            // Into this frame's encoder, ahead of its draws: the jobs' data went out
+            // through the queue, which is written before the encoder is submitted.
+            updater.record(&ctx.device, &ctx.queue, encoder, &jobs);
+        }
         self.feedback.begin(encoder);
         VtFrame { vt: self, stats, number: frame, readback_recorded: false, finished: false }
     }
@@ -510,7 +521,7 @@ impl VirtualTextures {
     /// Applies a plan: each pool's part of the uploaded tiles in one batch, then the
     /// page-table ranges, then the parameter blocks. Returns the plan's statistics
     /// with the time this took.
-    fn execute(&mut self, ctx: &GpuContext, plan: FramePlan) -> StreamFrame {
+    fn execute(&mut self, ctx: &GpuContext, mut plan: FramePlan) -> StreamFrame {
         let t0 = Instant::now();
         let lengths = self.streamer.part_lengths();
         // Tiles a loader thread wrote into this ring are copied from there (their chunks
@@ -554,11 +565,15 @@ impl VirtualTextures {
         if !plan.page_table_jobs.is_empty()
             && let Some(updater) = self.table_updater.as_mut()
         {
-            // Its own submission, after this frame's queue writes (jobs, uploads) and
-            // before the frame's draws, whatever encoder those go into.
-            let mut encoder = ctx.device.create_command_encoder(&Default::default());
-            updater.record(&ctx.device, &ctx.queue, &mut encoder, &plan.page_table_jobs);
-            ctx.queue.submit([encoder.finish()]);
+            // Jobs still waiting for a frame (two plans without a frame between them,
+            // as after `new`) go first in a submission of their own: one frame's
+            // evictions must not run ahead of an earlier frame's insertions.
+            if let Some(earlier) = self.pending_jobs.take() {
+                let mut encoder = ctx.device.create_command_encoder(&Default::default());
+                updater.record(&ctx.device, &ctx.queue, &mut encoder, &earlier);
+                ctx.queue.submit([encoder.finish()]);
+            }
+            self.pending_jobs = Some(std::mem::take(&mut plan.page_table_jobs));
         }
         for layer in &mut self.layers {
             layer.params.set_frame(&plan.shader);

@@ -59,22 +59,39 @@ const POOL_SLOTS: (u32, u32) = (64, 32);
 /// [`Streamer::frame`] (decode, needed set, residency, loader requests, renewal,
 /// cancellation, results, upload plan, page-table ranges).
 pub fn cpu_scaling(sizes: &[u32], frames: u32) -> Result<Vec<CpuScalingRow>, StreamerError> {
+    cpu_scaling_with(sizes, frames, false)
+}
+
+/// [`cpu_scaling`] with the page table of the renderer's choice: `complete` (every
+/// entry valid at any depth; the CPU only lists rectangles for the GPU to rewrite,
+/// [`StreamerConfig::complete_page_table`]) or the shallow one (entries rewritten on the
+/// CPU, fallbacks a few mips deep, dirty ranges copied for upload).
+pub fn cpu_scaling_with(
+    sizes: &[u32],
+    frames: u32,
+    complete: bool,
+) -> Result<Vec<CpuScalingRow>, StreamerError> {
     let mut rows = Vec::new();
     for &size in sizes {
         match TextureLayout::new(size, size, 128, 4) {
-            Ok(tl) => rows.push(scaling_row(tl, frames)?),
+            Ok(tl) => rows.push(scaling_row(tl, frames, complete)?),
             Err(e) => tracing::warn!("cpu_scaling: size {size} skipped: {e}"),
         }
     }
     Ok(rows)
 }
 
-fn scaling_row(tl: TextureLayout, frames: u32) -> Result<CpuScalingRow, StreamerError> {
+fn scaling_row(tl: TextureLayout, frames: u32, complete: bool) -> Result<CpuScalingRow, StreamerError> {
     let pool =
         PoolLayout::from_parts(vec![TargetFormat::Rgba8], vec![tl], POOL_SLOTS, false, Trilinear::Hardware);
     let tile: Arc<[u8]> = Arc::from(vec![0u8; pool.tile_bytes()]);
     let loader = move |_: TileId| -> Result<Arc<[u8]>, LoadError> { Ok(tile.clone()) };
-    let config = StreamerConfig { loader_threads: 2, host_cache_mib: 0, ..StreamerConfig::default() };
+    let config = StreamerConfig {
+        loader_threads: 2,
+        host_cache_mib: 0,
+        complete_page_table: complete,
+        ..StreamerConfig::default()
+    };
     let mut streamer = Streamer::with_loader(&pool, config, Arc::new(HostCache::new(0)), Arc::new(loader))?;
     let layout = FeedbackLayout::new(&[tl]);
     let mut words = vec![0u32; layout.words()];

@@ -1,0 +1,42 @@
+#!/bin/bash
+# Render cost (issue 30): the complete page table (one load, updated on the GPU) against
+# the shallow one (fallbacks 4 mips deep, the shader climbing past them), same binary,
+# same machine, one run: VT pass / fully resident reference per scene, the probe
+# breakdown, and per-frame CPU at 16384² and 524288².
+# Carry .gl, .bin/tessera.xz (CARGO_PROFILE_RELEASE_STRIP=true cargo build --release
+# -p tessera-cli; xz -9) and .bin/data (shadedrelief.jpg, bmng.jpg, etopo1.jpg, dungeon/
+# from assets/fetch-data.sh --dungeon).
+set -u
+for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan \
+  TESSERA_DATA=$PWD/.bin/data XDG_CACHE_HOME=/tmp/cache XDG_RUNTIME_DIR=/tmp/xdg
+mkdir -p /tmp/xdg && chmod 700 /tmp/xdg
+xz -dc .bin/tessera.xz > /tmp/tessera 2>/dev/null \
+  || python3 -c "import lzma; open('/tmp/tessera','wb').write(lzma.open('.bin/tessera.xz').read())"
+chmod +x /tmp/tessera
+T=/tmp/tessera
+nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+# Bake the scenes first (not timed): one short capture each.
+for s in "mosaic16k lz4" "mosaic16k etc1s" "dungeon etc1s" "stress512k lz4"; do
+  set -- $s
+  $T capture --scene $1 --codec $2 --frames 2 --size 320x180 --out /tmp/warm > /dev/null 2>&1 || echo "bake $1 $2 failed"
+done
+mkdir -p /tmp/r
+b() { # name, page-table storages, then bench arguments
+  local name=$1 pts=$2; shift 2
+  for pt in $pts; do
+    timeout 240 $T bench "$@" --page-table $pt --frames ${FRAMES:-180} --warmup 30 \
+      --json /tmp/r/$name-$pt.json > /tmp/r/$name-$pt.txt 2>&1 || echo "FAILED $name $pt"
+    echo "== $name $pt"; grep -E "ratio|VT |reference|frame|CPU|feedback|page" /tmp/r/$name-$pt.txt | head -n 14
+  done
+}
+b flyover "complete buffer" --scene mosaic16k --camera flyover --no-feedback-probe
+b orbit "complete buffer" --scene mosaic16k --camera orbit --no-feedback-probe
+b dungeon "complete buffer" --scene dungeon --codec etc1s --camera walk --no-feedback-probe
+b aniso4 "complete buffer" --scene mosaic16k --camera flyover --no-feedback-probe --aniso 4
+b bc7 "complete buffer" --scene mosaic16k --codec etc1s --camera flyover --no-feedback-probe
+for p in lod-only lookup-only no-lookup; do
+  b flyover-$p complete --scene mosaic16k --camera flyover --no-feedback-probe --shader-probe $p
+done
+b stress512k "complete buffer" --scene stress512k --camera flyover --no-feedback-probe
+tar czf $OUT/run30.tgz -C /tmp r
