@@ -272,7 +272,7 @@ impl AsBindGroup for VirtualTexture {
         Self: Sized,
     {
         let mut entries =
-            tessera::shaders::vt_layout_entries(PageTableStorage::Buffer, FIRST_BINDING).to_vec();
+            tessera::shaders::vt_layout_entries(PageTableStorage::Complete, FIRST_BINDING).to_vec();
         entries.push(BindGroupLayoutEntry {
             binding: REGION_BINDING,
             visibility: ShaderStages::FRAGMENT,
@@ -299,9 +299,14 @@ pub struct TesseraPlugin {
 impl Plugin for TesseraPlugin {
     fn build(&self, app: &mut App) {
         let mut shaders = app.world_mut().resource_mut::<Assets<Shader>>();
+        // The complete page table (one load, no climb), updated on the GPU in the
+        // plugin's own submission before Bevy's passes.
         let vt = format!(
             "{}\n// False for an atlas that failed to open (its parameter block is empty).\nfn vt_enabled() -> bool {{ return vt.size.x > 0.0; }}\n",
-            tessera::shaders::vt_bindings_at("constants::MATERIAL_BIND_GROUP", FIRST_BINDING)
+            tessera::shaders::with_page_table(
+                &tessera::shaders::vt_bindings_at("constants::MATERIAL_BIND_GROUP", FIRST_BINDING),
+                PageTableStorage::Complete
+            )
         );
         let _ = shaders.insert(VT_SHADER.id(), Shader::from_wesl(vt, "embedded://tessera/vt.wesl"));
         let _ = shaders.insert(
@@ -315,7 +320,7 @@ impl Plugin for TesseraPlugin {
             .insert_resource(StatsInbox(receiver))
             .add_systems(PreUpdate, receive_stats);
         let mut config = self.config.clone();
-        config.page_table = PageTableStorage::Buffer;
+        config.page_table = PageTableStorage::Complete;
         let Some(render_app) = app.get_sub_app_mut(RenderApp) else {
             warn!("TesseraPlugin: no render app (RenderPlugin missing): virtual textures are off");
             return;
