@@ -188,7 +188,7 @@ fn the_complete_page_table_updated_on_the_gpu_names_each_tiles_nearest_resident_
         }
         let jobs = cpu.take_jobs();
         let mut enc = ctx.device.create_command_encoder(&Default::default());
-        updater.record(&ctx.device, &ctx.queue, &mut enc, &jobs);
+        updater.record(&ctx.device, &ctx.queue, &mut enc, &jobs, None);
         ctx.queue.submit([enc.finish()]);
         apply_jobs(&mut model, &jobs);
         let got = read();

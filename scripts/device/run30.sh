@@ -27,7 +27,7 @@ b() { # name, page-table storages, then bench arguments
   for pt in $pts; do
     timeout 240 $T bench "$@" --page-table $pt --frames ${FRAMES:-180} --warmup 30 \
       --json /tmp/r/$name-$pt.json > /tmp/r/$name-$pt.txt 2>&1 || echo "FAILED $name $pt"
-    echo "== $name $pt"; grep -E "ratio|VT |reference|frame|CPU|feedback|page" /tmp/r/$name-$pt.txt | head -n 14
+    echo "== $name $pt"; grep -E "^virtual|^reference|^ratio|feedback CPU|upload CPU|page-table" /tmp/r/$name-$pt.txt
   done
 }
 b flyover "complete buffer" --scene mosaic16k --camera flyover --no-feedback-probe

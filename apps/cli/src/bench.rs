@@ -236,6 +236,21 @@ fn table(r: &BenchReport, camera: &str) -> String {
         "uploads per frame:                       median {}, max {}; {} in measured frames ({} written into staging by loader threads), {} in warm-up; {} tiles resident at the end",
         u.per_frame.median, u.per_frame.max, u.total, u.staged, u.warmup_total, u.resident_at_end
     );
+    if r.page_table == tessera::PageTableStorage::Complete {
+        let _ = writeln!(
+            o,
+            "page-table update pass (GPU):            entries per frame median {}, max {}; rectangles median {}, max {}; {}",
+            u.table_entries.median,
+            u.table_entries.max,
+            u.table_jobs.median,
+            u.table_jobs.max,
+            u.table_gpu_ms.as_ref().map_or("GPU time n/a (no update measured)".into(), |s| format!(
+                "GPU {} over {} frames with updates",
+                times(s),
+                s.samples
+            ))
+        );
+    }
     if let Some(b) = &u.burst {
         let _ = writeln!(
             o,

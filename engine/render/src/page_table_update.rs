@@ -132,6 +132,7 @@ impl TableUpdater {
         queue: &wgpu::Queue,
         encoder: &mut wgpu::CommandEncoder,
         jobs: &TableJobs,
+        timestamps: Option<wgpu::ComputePassTimestampWrites<'_>>,
     ) {
         if jobs.is_empty() {
             return;
@@ -150,7 +151,7 @@ impl TableUpdater {
         }
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some("tessera page table update"),
-            timestamp_writes: None,
+            timestamp_writes: timestamps,
         });
         pass.set_pipeline(&self.pipeline);
         for (i, (_, list, _)) in phases.iter().enumerate() {

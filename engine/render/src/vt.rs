@@ -218,6 +218,8 @@ pub struct VirtualTextures {
     /// The last plan's page-table jobs, recorded at the start of the next frame's
     /// encoder (before its draws) instead of in a submission of their own.
     pending_jobs: Option<tessera_core::stream::complete_table::TableJobs>,
+    /// Where the update pass writes its begin and end timestamps (benchmarks).
+    update_timestamps: Option<(wgpu::QuerySet, u32)>,
     feedback: Feedback,
     layout_bgl: wgpu::BindGroupLayout,
     /// One per sampled layer (a stack is sampled through layer 0's).
@@ -282,6 +284,7 @@ impl VirtualTextures {
             probe: ShaderProbe::Off,
             staging,
             pending_jobs: None,
+            update_timestamps: None,
         };
         // Uploads the coarsest tiles the streamer loaded, and writes every parameter block.
         let plan = vt.streamer.frame(FrameInput::default());
@@ -487,7 +490,13 @@ impl VirtualTextures {
         if let (Some(jobs), Some(updater)) = (self.pending_jobs.take(), self.table_updater.as_mut()) {
             // Into this frame's encoder, ahead of its draws: the jobs' data went out
             // through the queue, which is written before the encoder is submitted.
-            updater.record(&ctx.device, &ctx.queue, encoder, &jobs);
+            let timestamps =
+                self.update_timestamps.as_ref().map(|(set, first)| wgpu::ComputePassTimestampWrites {
+                    query_set: set,
+                    beginning_of_pass_write_index: Some(*first),
+                    end_of_pass_write_index: Some(first + 1),
+                });
+            updater.record(&ctx.device, &ctx.queue, encoder, &jobs, timestamps);
         }
         self.feedback.begin(encoder);
         VtFrame { vt: self, stats, number: frame, readback_recorded: false, finished: false }
@@ -570,7 +579,7 @@ impl VirtualTextures {
             // evictions must not run ahead of an earlier frame's insertions.
             if let Some(earlier) = self.pending_jobs.take() {
                 let mut encoder = ctx.device.create_command_encoder(&Default::default());
-                updater.record(&ctx.device, &ctx.queue, &mut encoder, &earlier);
+                updater.record(&ctx.device, &ctx.queue, &mut encoder, &earlier, None);
                 ctx.queue.submit([encoder.finish()]);
             }
             self.pending_jobs = Some(std::mem::take(&mut plan.page_table_jobs));
@@ -584,6 +593,14 @@ impl VirtualTextures {
         stats.upload_ms = t0.elapsed().as_secs_f64() * 1e3;
         self.last_upload_ms = stats.upload_ms;
         stats
+    }
+
+    /// Times the complete page table's update pass: when a frame's
+    /// [`VirtualTextures::begin`] records one, it writes timestamps `first` (beginning)
+    /// and `first + 1` (end) of `set` (a `Timestamp` query set on a device with
+    /// `TIMESTAMP_QUERY`); frames without changes write none. `None` stops it.
+    pub fn time_page_table_updates(&mut self, timestamps: Option<(wgpu::QuerySet, u32)>) {
+        self.update_timestamps = timestamps;
     }
 
     /// The number the next [`VirtualTextures::begin`] gives its frame: frames are
