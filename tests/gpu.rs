@@ -890,22 +890,37 @@ mod remote {
         let moto = tessera_tests::Moto::start();
         moto.put("textures", "earth/served.tsa", &atlas);
         let opts = RemoteOptions { s3: moto.settings(), ..RemoteOptions::without_disk_cache() };
-        let url = "s3://textures/earth/served.tsa";
-        let size = (320, 180);
-        let path = || CameraPath::preset("static").unwrap();
-        let local = run(&atlas, path(), 24, size, VtConfig::default());
-        let remote =
-            run_remote(std::path::Path::new(url), path(), 24, size, VtConfig::default(), true, opts.clone());
+        let local = run(&atlas, CameraPath::preset("static").unwrap(), 24, (320, 180), VtConfig::default());
+        let remote = capture_matches_local("s3://textures/earth/served.tsa", &opts, &local);
+        assert!(psnrs(&remote)[23] >= 40.0, "{:?}", psnrs(&remote));
+    }
+
+    /// Captures `url` like `local` (the static preset, 24 frames at 320×180, against
+    /// the reference) and checks the last frames agree (≥ 60 dB), that the network
+    /// answered without failures, and that a missing key beside it is "not found".
+    fn capture_matches_local(url: &str, opts: &RemoteOptions, local: &CaptureReport) -> CaptureReport {
+        let path = CameraPath::preset("static").unwrap();
+        let remote = run_remote(
+            std::path::Path::new(url),
+            path,
+            24,
+            local.size,
+            VtConfig::default(),
+            true,
+            opts.clone(),
+        );
         let same = compare(&remote.last_frame, &local.last_frame);
         if same.psnr_db < 60.0 {
-            write_failure("remote-s3", size, &remote.last_frame, &local.last_frame);
+            let label = format!("remote-{}", url.split(':').next().unwrap_or("url"));
+            write_failure(&label, local.size, &remote.last_frame, &local.last_frame);
         }
-        assert!(same.psnr_db >= 60.0, "the s3:// frame differs from the local one: {same:?}");
-        assert!(psnrs(&remote)[23] >= 40.0, "{:?}", psnrs(&remote));
+        assert!(same.psnr_db >= 60.0, "the {url} frame differs from the local one: {same:?}");
         let net = remote.frames.last().and_then(|f| f.network).unwrap();
-        assert!(net.requests > 0 && net.failures == 0, "{net:?}");
-        let missing = Atlas::open_with("s3://textures/earth/none.tsa", &opts).unwrap_err().to_string();
-        assert!(missing.contains("not found"), "{missing}");
+        assert!(net.requests > 0 && net.failures == 0, "{url}: {net:?}");
+        let missing = url.replace("served", "none");
+        let e = Atlas::open_with(&missing, opts).unwrap_err().to_string();
+        assert!(e.contains("not found"), "{missing}: {e}");
+        remote
     }
 
     /// Google Cloud Storage and Azure Blob Storage through their emulators on loopback
@@ -928,29 +943,9 @@ mod remote {
                 .unwrap();
         assert!(report.blobs_checked > 0 && report.uploaded.len() == 1, "{report:?}");
         let opts = RemoteOptions { s3: settings, ..RemoteOptions::without_disk_cache() };
-        let size = (320, 180);
-        let path = || CameraPath::preset("static").unwrap();
-        let local = run(&atlas, path(), 24, size, VtConfig::default());
+        let local = run(&atlas, CameraPath::preset("static").unwrap(), 24, (320, 180), VtConfig::default());
         for url in ["gs://textures/earth/served.tsa", "az://textures/earth/served.tsa"] {
-            let remote = run_remote(
-                std::path::Path::new(url),
-                path(),
-                24,
-                size,
-                VtConfig::default(),
-                true,
-                opts.clone(),
-            );
-            let same = compare(&remote.last_frame, &local.last_frame);
-            if same.psnr_db < 60.0 {
-                write_failure(&format!("remote-{}", &url[..2]), size, &remote.last_frame, &local.last_frame);
-            }
-            assert!(same.psnr_db >= 60.0, "the {url} frame differs from the local one: {same:?}");
-            let net = remote.frames.last().and_then(|f| f.network).unwrap();
-            assert!(net.requests > 0 && net.failures == 0, "{url}: {net:?}");
-            let missing = url.replace("served", "none");
-            let e = Atlas::open_with(&missing, &opts).unwrap_err().to_string();
-            assert!(e.contains("not found"), "{missing}: {e}");
+            capture_matches_local(url, &opts, &local);
         }
         let e = Atlas::open_with("az://nocontainer/served.tsa", &opts).unwrap_err().to_string();
         assert!(e.contains("container does not exist"), "{e}");

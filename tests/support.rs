@@ -346,24 +346,15 @@ impl Moto {
             "moto is not installed: the S3 tests need a real S3-compatible server. Install it \
              with `python3 -m pip install 'moto[server]'` (scripts/test does this)"
         );
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = std::process::Command::new("python3")
+        let port = free_port();
+        let mut child = std::process::Command::new("python3")
             .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("starting moto: {e}"));
-        let mut m = Self { child, port };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(status) = m.child.try_wait().unwrap() {
-                panic!("moto exited with {status}");
-            }
-            assert!(std::time::Instant::now() < deadline, "moto did not listen on port {port} within 30 s");
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        m.port = port;
-        m
+        wait_listening(&mut child, port, "moto");
+        Self { child, port }
     }
 
     /// The endpoint URL.

@@ -233,14 +233,28 @@ impl Progress for LogProgress {
 /// (`total` 0) only the count and the rate. The percentage is rounded down, so it says
 /// 100% only when every tile is done; the stage in brackets only when there is one.
 pub fn progress_line(job: &str, done: u64, total: u64, elapsed: Duration, stage: &str) -> String {
+    line_in(Unit::Tiles, job, done, total, elapsed, stage)
+}
+
+/// [`progress_line`] or [`byte_progress_line`], by `unit`.
+fn line_in(unit: Unit, job: &str, done: u64, total: u64, elapsed: Duration, stage: &str) -> String {
     let secs = elapsed.as_secs_f64();
     let rate = if secs > 0.0 { done as f64 / secs } else { 0.0 };
+    let mib = |b: f64| b / f64::from(1u32 << 20);
+    let (count, of, per) = match unit {
+        Unit::Tiles => (done.to_string(), format!("{total} tiles"), format!("{rate:.1} tiles/s")),
+        Unit::Bytes => (
+            format!("{:.1}", mib(done as f64)),
+            format!("{:.1} MiB", mib(total as f64)),
+            format!("{:.1} MiB/s", mib(rate)),
+        ),
+    };
     let mut line = if total == 0 {
-        format!("{job}: {done} tiles, {rate:.1} tiles/s")
+        let unit_word = if unit == Unit::Tiles { "tiles" } else { "MiB" };
+        format!("{job}: {count} {unit_word}, {per}")
     } else {
         let tenths = u128::from(done.min(total)) * 1000 / u128::from(total);
-        let mut line =
-            format!("{job}: {done}/{total} tiles ({}.{}%), {rate:.1} tiles/s", tenths / 10, tenths % 10);
+        let mut line = format!("{job}: {count}/{of} ({}.{}%), {per}", tenths / 10, tenths % 10);
         if done >= total {
             line.push_str(&format!(", done in {}", short_duration(secs)));
         } else if rate > 0.0 {
@@ -267,32 +281,7 @@ pub enum Unit {
 /// Like [`progress_line`] for a job counted in bytes: `publish: 12.0/48.0 MiB (25.0%),
 /// 6.0 MiB/s, ETA 6 s [uploading]`.
 pub fn byte_progress_line(job: &str, done: u64, total: u64, elapsed: Duration, stage: &str) -> String {
-    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
-    let secs = elapsed.as_secs_f64();
-    let rate = if secs > 0.0 { done as f64 / secs } else { 0.0 };
-    let mut line = if total == 0 {
-        format!("{job}: {:.1} MiB, {:.1} MiB/s", mib(done), rate / f64::from(1u32 << 20))
-    } else {
-        let tenths = u128::from(done.min(total)) * 1000 / u128::from(total);
-        let mut line = format!(
-            "{job}: {:.1}/{:.1} MiB ({}.{}%), {:.1} MiB/s",
-            mib(done),
-            mib(total),
-            tenths / 10,
-            tenths % 10,
-            rate / f64::from(1u32 << 20)
-        );
-        if done >= total {
-            line.push_str(&format!(", done in {}", short_duration(secs)));
-        } else if rate > 0.0 {
-            line.push_str(&format!(", ETA {}", short_duration((total - done) as f64 / rate)));
-        }
-        line
-    };
-    if !stage.is_empty() {
-        line.push_str(&format!(" [{stage}]"));
-    }
-    line
+    line_in(Unit::Bytes, job, done, total, elapsed, stage)
 }
 
 /// `secs` as `14 s`, `3 min 05 s` or `2 h 07 min`.
