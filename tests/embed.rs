@@ -83,6 +83,33 @@ fn frame_api_misuse_is_reported() {
     }
     assert!(!vt.feedback_stalled(), "feedback arrives again once frames are finished");
     assert!(vt.resident_fraction().is_some());
+    // The page-table jobs recorded into the dropped frames' encoders never ran: the
+    // first finished frame rebuilt the complete table, which names every tile's nearest
+    // resident tile (the coarsest mips, queued by `new`, among them).
+    let layer = vt.layer(0).unwrap();
+    let tessera::PageTableResource::Buffer(table) = vt.binding_resources(layer).page_table.clone() else {
+        panic!("the default page table is a buffer")
+    };
+    let out = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size: table.size(),
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut enc = ctx.device.create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(&table, 0, &out, 0, table.size());
+    ctx.queue.submit([enc.finish()]);
+    out.map_async(wgpu::MapMode::Read, .., |r| r.unwrap());
+    ctx.device.poll(wgpu::PollType::wait_indefinitely()).unwrap();
+    let got: Vec<u32> = bytemuck::cast_slice(&out.get_mapped_range(..).unwrap()).to_vec();
+    let pt = vt.residency().page_table();
+    for (g, &entry) in got.iter().enumerate().take(pt.len()) {
+        let want = match pt.lookup(pt.layout().tile_at(g).unwrap()) {
+            0 => tessera_core::stream::complete_table::UNMAPPED,
+            e => e,
+        };
+        assert_eq!(entry, want, "entry {g}: {:?}", pt.layout().tile_at(g));
+    }
 }
 
 /// A layer handle binds only for the virtual textures that made it: another one's is a

@@ -1,5 +1,6 @@
 // Rewrites rectangles of the complete page table (tessera_core::stream::complete_table):
-// one dispatch for a frame's evictions, then one for its insertions. Workgroup z picks
+// a dispatch for a rebuild's resets (rare), then one for a frame's evictions, then one
+// for its insertions. Workgroup z picks
 // the job; the workgroups along x stride over the job's rectangle, so a rectangle of any
 // size is covered whatever the dispatch's width.
 
@@ -17,7 +18,7 @@ struct Job {
 struct Params {
     first: u32,  // first job of this dispatch
     count: u32,  // jobs of this dispatch
-    evict: u32,  // 1: evictions, 0: insertions
+    mode: u32,   // 0: insertions (minimum), 1: evictions (compare, store), 2: resets (store)
     entries: u32, // entries in the table (indices at or past it are skipped)
 }
 
@@ -47,7 +48,9 @@ fn update(
         if at >= params.entries {
             continue;
         }
-        if params.evict != 0u {
+        if params.mode == 2u {
+            atomicStore(&table[at], job.value);
+        } else if params.mode == 1u {
             // Only entries naming the evicted tile match, inside its own subtree; no
             // other job of this phase writes there, so load and store do not race.
             if atomicLoad(&table[at]) == job.value {

@@ -1,7 +1,8 @@
 //! The compute pass that keeps the complete page table ([`PageTableStorage::Complete`])
 //! complete: a frame's [`TableJobs`] (rectangles of entries per mip, from
-//! `tessera_core::stream::complete_table`) rewritten on the GPU, evictions in one
-//! dispatch, then insertions in another (`shaders/page_table_update.wgsl`).
+//! `tessera_core::stream::complete_table`) rewritten on the GPU: resets (a rebuild),
+//! evictions and insertions, a dispatch each, in that order
+//! (`shaders/page_table_update.wgsl`).
 //!
 //! [`PageTableStorage::Complete`]: crate::page_table::PageTableStorage::Complete
 
@@ -16,9 +17,14 @@ const GROUP: u64 = 64;
 const MAX_GROUPS_PER_JOB: u64 = 1024;
 /// Jobs per dispatch row (the z dimension's limit); more go to further rows (y).
 const JOBS_PER_ROW: u32 = 65535;
-/// Bytes between the two parameter blocks (the dynamic-offset alignment wgpu requires
-/// at most).
+/// Bytes between the phases' parameter blocks (the dynamic-offset alignment wgpu
+/// requires at most).
 const PARAMS_STRIDE: u64 = 256;
+/// Phase modes of the shader: entries set to the job's value (resets), entries equal
+/// to `value` set to `swap` (evictions), the minimum kept (insertions).
+const MODE_INSERT: u32 = 0;
+const MODE_EVICT: u32 = 1;
+const MODE_SET: u32 = 2;
 
 /// Runs [`TableJobs`] on a complete page table.
 pub struct TableUpdater {
@@ -26,9 +32,6 @@ pub struct TableUpdater {
     layout: wgpu::BindGroupLayout,
     table: wgpu::Buffer,
     entries: u32,
-    params: wgpu::Buffer,
-    jobs: wgpu::Buffer,
-    bind_group: wgpu::BindGroup,
 }
 
 impl TableUpdater {
@@ -77,59 +80,17 @@ impl TableUpdater {
             compilation_options: Default::default(),
             cache: None,
         });
-        let params = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("tessera page table update params"),
-            size: 2 * PARAMS_STRIDE,
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let jobs = Self::jobs_buffer(device, 256);
         let entries = u32::try_from(entries).unwrap_or(u32::MAX);
-        let bind_group = Self::bind(device, &layout, table, &jobs, &params);
-        Self { pipeline, layout, table: table.clone(), entries, params, jobs, bind_group }
+        Self { pipeline, layout, table: table.clone(), entries }
     }
 
-    fn jobs_buffer(device: &wgpu::Device, jobs: u64) -> wgpu::Buffer {
-        device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("tessera page table jobs"),
-            size: jobs * std::mem::size_of::<TableJob>() as u64,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        })
-    }
-
-    fn bind(
-        device: &wgpu::Device,
-        layout: &wgpu::BindGroupLayout,
-        table: &wgpu::Buffer,
-        jobs: &wgpu::Buffer,
-        params: &wgpu::Buffer,
-    ) -> wgpu::BindGroup {
-        device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("tessera page table update"),
-            layout,
-            entries: &[
-                wgpu::BindGroupEntry { binding: 0, resource: table.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 1, resource: jobs.as_entire_binding() },
-                wgpu::BindGroupEntry {
-                    binding: 2,
-                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                        buffer: params,
-                        offset: 0,
-                        size: wgpu::BufferSize::new(16),
-                    }),
-                },
-            ],
-        })
-    }
-
-    /// Records `jobs` (evictions, then insertions) into `encoder`; their data is
-    /// written through `queue`, so the encoder must be submitted after this call's
-    /// writes (any later submission is). Nothing is recorded for no jobs.
+    /// Records `jobs` (resets, evictions, then insertions) into `encoder`. The jobs and
+    /// their parameters go into buffers of this call's own, filled when created, so any
+    /// number of calls may be recorded and submitted in any grouping, in order. Nothing
+    /// is recorded for no jobs.
     pub fn record(
-        &mut self,
+        &self,
         device: &wgpu::Device,
-        queue: &wgpu::Queue,
         encoder: &mut wgpu::CommandEncoder,
         jobs: &TableJobs,
         timestamps: Option<wgpu::ComputePassTimestampWrites<'_>>,
@@ -137,18 +98,48 @@ impl TableUpdater {
         if jobs.is_empty() {
             return;
         }
-        let all: Vec<TableJob> = jobs.evict.iter().chain(&jobs.insert).copied().collect();
-        let need = all.len() as u64;
-        if need * std::mem::size_of::<TableJob>() as u64 > self.jobs.size() {
-            self.jobs = Self::jobs_buffer(device, need.next_power_of_two());
-            self.bind_group = Self::bind(device, &self.layout, &self.table, &self.jobs, &self.params);
+        let all: Vec<TableJob> = jobs.reset.iter().chain(&jobs.evict).chain(&jobs.insert).copied().collect();
+        let phases = [
+            (0u32, &jobs.reset, MODE_SET),
+            (jobs.reset.len() as u32, &jobs.evict, MODE_EVICT),
+            ((jobs.reset.len() + jobs.evict.len()) as u32, &jobs.insert, MODE_INSERT),
+        ];
+        let mut params = vec![0u8; phases.len() * PARAMS_STRIDE as usize];
+        for (i, (first, list, mode)) in phases.iter().enumerate() {
+            let block = [*first, list.len() as u32, *mode, self.entries];
+            let at = i * PARAMS_STRIDE as usize;
+            params[at..at + 16].copy_from_slice(bytemuck::cast_slice(&block));
         }
-        queue.write_buffer(&self.jobs, 0, bytemuck::cast_slice(&all));
-        let phases = [(0u32, &jobs.evict, 1u32), (jobs.evict.len() as u32, &jobs.insert, 0u32)];
-        for (i, (first, list, evict)) in phases.iter().enumerate() {
-            let block = [*first, list.len() as u32, *evict, self.entries];
-            queue.write_buffer(&self.params, i as u64 * PARAMS_STRIDE, bytemuck::cast_slice(&block));
-        }
+        // A lost device cannot map them: nothing it ran would show anyway.
+        let Some(params) =
+            filled(device, "tessera page table update params", &params, wgpu::BufferUsages::UNIFORM)
+        else {
+            return;
+        };
+        let Some(list) = filled(
+            device,
+            "tessera page table jobs",
+            bytemuck::cast_slice(&all),
+            wgpu::BufferUsages::STORAGE,
+        ) else {
+            return;
+        };
+        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("tessera page table update"),
+            layout: &self.layout,
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: self.table.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: list.as_entire_binding() },
+                wgpu::BindGroupEntry {
+                    binding: 2,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &params,
+                        offset: 0,
+                        size: wgpu::BufferSize::new(16),
+                    }),
+                },
+            ],
+        });
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some("tessera page table update"),
             timestamp_writes: timestamps,
@@ -162,8 +153,36 @@ impl TableUpdater {
             let x = largest.div_ceil(GROUP).clamp(1, MAX_GROUPS_PER_JOB) as u32;
             let count = list.len() as u32;
             let (y, z) = (count.div_ceil(JOBS_PER_ROW), count.min(JOBS_PER_ROW));
-            pass.set_bind_group(0, &self.bind_group, &[(i as u64 * PARAMS_STRIDE) as u32]);
+            pass.set_bind_group(0, &bind_group, &[(i as u64 * PARAMS_STRIDE) as u32]);
             pass.dispatch_workgroups(x, y, z);
         }
     }
+}
+
+/// A buffer holding `contents` from its creation (mapped at creation, then unmapped),
+/// or `None` when it cannot be mapped (a lost device).
+fn filled(
+    device: &wgpu::Device,
+    label: &str,
+    contents: &[u8],
+    usage: wgpu::BufferUsages,
+) -> Option<wgpu::Buffer> {
+    let size = (contents.len() as u64)
+        .next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT)
+        .max(wgpu::COPY_BUFFER_ALIGNMENT);
+    let buffer = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size,
+        usage,
+        mapped_at_creation: true,
+    });
+    match buffer.get_mapped_range_mut(..) {
+        Ok(mut view) => view.slice(..contents.len()).copy_from_slice(contents),
+        Err(e) => {
+            tracing::debug!("{label} not written: {e}");
+            return None;
+        }
+    }
+    buffer.unmap();
+    Some(buffer)
 }

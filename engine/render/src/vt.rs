@@ -218,6 +218,10 @@ pub struct VirtualTextures {
     /// The last plan's page-table jobs, recorded at the start of the next frame's
     /// encoder (before its draws) instead of in a submission of their own.
     pending_jobs: Option<tessera_core::stream::complete_table::TableJobs>,
+    /// Jobs were recorded into a frame's encoder that has not been confirmed submitted
+    /// ([`VtFrame::finish`], [`VirtualTextures::submitted`]): if the next frame begins
+    /// first, they may never have run, and the table is rebuilt.
+    table_unconfirmed: bool,
     /// Where the update pass writes its begin and end timestamps (benchmarks).
     update_timestamps: Option<(wgpu::QuerySet, u32)>,
     feedback: Feedback,
@@ -284,6 +288,7 @@ impl VirtualTextures {
             probe: ShaderProbe::Off,
             staging,
             pending_jobs: None,
+            table_unconfirmed: false,
             update_timestamps: None,
         };
         // Uploads the coarsest tiles the streamer loaded, and writes every parameter block.
@@ -449,6 +454,7 @@ impl VirtualTextures {
         self.table_updater = Self::make_updater(ctx, &page_table);
         // The old table's jobs mean nothing to the new one, which starts unmapped.
         self.pending_jobs = None;
+        self.table_unconfirmed = false;
         self.page_table = page_table;
         self.layers = layers;
         self.trilinear = (plan.trilinear, plan.trilinear_reason.clone());
@@ -487,16 +493,24 @@ impl VirtualTextures {
             last_upload_ms: self.last_upload_ms,
         });
         let stats = self.execute(ctx, plan);
-        if let (Some(jobs), Some(updater)) = (self.pending_jobs.take(), self.table_updater.as_mut()) {
-            // Into this frame's encoder, ahead of its draws: the jobs' data went out
-            // through the queue, which is written before the encoder is submitted.
+        if self.table_unconfirmed && self.table_updater.is_some() {
+            // The last frame's encoder may never have been submitted (a frame dropped
+            // without `finish`): its jobs may not have run, so rebuild the whole table
+            // from the residency, which already holds this plan's changes too.
+            tracing::debug!(frame, "the previous frame was not finished: rebuilding the page table");
+            self.pending_jobs = Some(self.streamer.rebuild_page_table_jobs());
+        }
+        if let (Some(jobs), Some(updater)) = (self.pending_jobs.take(), self.table_updater.as_ref()) {
+            // Into this frame's encoder, ahead of its draws; the jobs live in buffers of
+            // their own, so the encoder may be submitted with others in any grouping.
+            self.table_unconfirmed = true;
             let timestamps =
                 self.update_timestamps.as_ref().map(|(set, first)| wgpu::ComputePassTimestampWrites {
                     query_set: set,
                     beginning_of_pass_write_index: Some(*first),
                     end_of_pass_write_index: Some(first + 1),
                 });
-            updater.record(&ctx.device, &ctx.queue, encoder, &jobs, timestamps);
+            updater.record(&ctx.device, encoder, &jobs, timestamps);
         }
         self.feedback.begin(encoder);
         VtFrame { vt: self, stats, number: frame, readback_recorded: false, finished: false }
@@ -572,14 +586,14 @@ impl VirtualTextures {
         }
         self.page_table.write(&ctx.queue, &plan.page_table_writes);
         if !plan.page_table_jobs.is_empty()
-            && let Some(updater) = self.table_updater.as_mut()
+            && let Some(updater) = self.table_updater.as_ref()
         {
             // Jobs still waiting for a frame (two plans without a frame between them,
             // as after `new`) go first in a submission of their own: one frame's
             // evictions must not run ahead of an earlier frame's insertions.
             if let Some(earlier) = self.pending_jobs.take() {
                 let mut encoder = ctx.device.create_command_encoder(&Default::default());
-                updater.record(&ctx.device, &ctx.queue, &mut encoder, &earlier, None);
+                updater.record(&ctx.device, &mut encoder, &earlier, None);
                 ctx.queue.submit([encoder.finish()]);
             }
             self.pending_jobs = Some(std::mem::take(&mut plan.page_table_jobs));
@@ -939,6 +953,7 @@ impl VtFrame<'_> {
         self.record_readback(&mut encoder);
         ctx.queue.submit([encoder.finish()]);
         self.vt.feedback.after_submit();
+        self.vt.table_unconfirmed = false;
         self.finished = true;
         match ctx.lost() {
             Some(lost) => Err(lost.into()),
@@ -1013,6 +1028,7 @@ impl VirtualTextures {
     /// (never waited on): call it once the encoder holding it was submitted.
     pub fn submitted(&mut self) {
         self.feedback.after_submit();
+        self.table_unconfirmed = false;
     }
 }
 

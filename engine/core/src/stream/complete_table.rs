@@ -69,10 +69,13 @@ impl TableJob {
     }
 }
 
-/// A frame's page-table rewrites, in the order they must run: every eviction, then
-/// every insertion.
+/// A frame's page-table rewrites, in the order they must run: every reset (only when
+/// the table is rebuilt), every eviction, then every insertion.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TableJobs {
+    /// Phase 0: entries become `value` ([`UNMAPPED`]), whatever they held: a rebuild
+    /// ([`PageTable::rebuild_jobs`](crate::stream::page_table::PageTable::rebuild_jobs)).
+    pub reset: Vec<TableJob>,
     /// Phase 1: entries equal to `value` become `target`.
     pub evict: Vec<TableJob>,
     /// Phase 2: entries become `min(entry, value)`.
@@ -82,17 +85,22 @@ pub struct TableJobs {
 impl TableJobs {
     /// Whether there is nothing to do.
     pub fn is_empty(&self) -> bool {
-        self.evict.is_empty() && self.insert.is_empty()
+        self.reset.is_empty() && self.evict.is_empty() && self.insert.is_empty()
+    }
+
+    /// Rectangles of every phase.
+    pub fn len(&self) -> usize {
+        self.reset.len() + self.evict.len() + self.insert.len()
     }
 
     /// Entries the jobs cover (what the GPU pass touches).
     pub fn entries(&self) -> u64 {
-        self.evict.iter().chain(&self.insert).map(TableJob::len).sum()
+        self.reset.iter().chain(&self.evict).chain(&self.insert).map(TableJob::len).sum()
     }
 
     /// The largest rectangle, in entries (what one job's dispatch must cover).
     pub fn largest(&self) -> u64 {
-        self.evict.iter().chain(&self.insert).map(TableJob::len).max().unwrap_or(0)
+        self.reset.iter().chain(&self.evict).chain(&self.insert).map(TableJob::len).max().unwrap_or(0)
     }
 }
 
@@ -126,8 +134,8 @@ pub fn subtree_jobs(layout: &FeedbackLayout, tile: TileId, value: u32, target: u
     out
 }
 
-/// What the GPU pass does, on the CPU: the evictions, then the insertions, on
-/// `entries` (indices out of range are skipped, as the shader does).
+/// What the GPU pass does, on the CPU: the resets, the evictions, then the insertions,
+/// on `entries` (indices out of range are skipped, as the shader does).
 pub fn apply_jobs(entries: &mut [u32], jobs: &TableJobs) {
     let mut each = |job: &TableJob, f: &mut dyn FnMut(&mut u32)| {
         for y in job.y0..job.y0 + job.h {
@@ -139,6 +147,9 @@ pub fn apply_jobs(entries: &mut [u32], jobs: &TableJobs) {
             }
         }
     };
+    for job in &jobs.reset {
+        each(job, &mut |e| *e = job.value);
+    }
     for job in &jobs.evict {
         each(job, &mut |e| {
             if *e == job.value {
@@ -261,10 +272,14 @@ mod tests {
                 assert_eq!(lookup, if got == UNMAPPED { 0 } else { got });
             }
         }
-        // Rebuilding from scratch gives the same table.
+        // Rebuilding gives the same table, from scratch or over any garbage.
+        let jobs = table.rebuild_jobs();
         let mut fresh = vec![UNMAPPED; n];
-        apply_jobs(&mut fresh, &table.rebuild_jobs());
+        apply_jobs(&mut fresh, &jobs);
         assert_eq!(fresh, gpu);
+        let mut garbage: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+        apply_jobs(&mut garbage, &jobs);
+        assert_eq!(garbage, gpu);
     }
 
     proptest! {

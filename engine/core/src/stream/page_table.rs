@@ -10,7 +10,7 @@
 use std::ops::Range;
 
 use crate::format::tile::{TextureLayout, TileId};
-use crate::stream::complete_table::{ChangeLog, TableJobs, UNMAPPED, subtree_jobs};
+use crate::stream::complete_table::{ChangeLog, TableJob, TableJobs, UNMAPPED, subtree_jobs};
 use crate::stream::feedback::FeedbackLayout;
 
 /// Bits of a slot coordinate in an entry (bits 0..11 hold x, 12..23 hold y).
@@ -149,13 +149,34 @@ impl PageTable {
         jobs
     }
 
-    /// Jobs that build a complete table from scratch (an all-[`UNMAPPED`] GPU buffer,
-    /// e.g. re-created): an insertion for every resident tile. Clears pending changes.
+    /// Jobs that rebuild a complete table whatever the GPU buffer holds (after a frame
+    /// whose jobs may never have run, say): every mip of every layer reset to
+    /// [`UNMAPPED`], then an insertion for every resident tile. Clears pending changes.
     pub fn rebuild_jobs(&mut self) -> TableJobs {
         if let Some(log) = self.complete.as_mut() {
             *log = ChangeLog::default();
         }
         let mut jobs = TableJobs::default();
+        for layer in 0..self.layout.layer_count() {
+            let layer = layer as u16;
+            let Some(coarsest) = self.layout.coarsest_mip(layer) else { continue };
+            for mip in 0..=coarsest {
+                let base = self.global_index(TileId::new(layer, mip, 0, 0));
+                if let (Some((w, h)), Some(base)) = (self.layout.tiles_at(layer, mip), base) {
+                    let pitch = w;
+                    jobs.reset.push(TableJob {
+                        base: base as u32,
+                        pitch,
+                        x0: 0,
+                        y0: 0,
+                        w,
+                        h,
+                        value: UNMAPPED,
+                        target: UNMAPPED,
+                    });
+                }
+            }
+        }
         for g in 0..self.entries.len() {
             if self.is_resident_at(g)
                 && let Some(t) = self.layout.tile_at(g)

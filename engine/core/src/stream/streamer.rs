@@ -561,7 +561,7 @@ impl Streamer {
         self.last_uploads = out.uploads;
         out.feedback_ms = t0.elapsed().as_secs_f64() * 1e3;
         let page_table_jobs = self.residency.page_table_mut().take_jobs();
-        out.table_jobs = page_table_jobs.evict.len() + page_table_jobs.insert.len();
+        out.table_jobs = page_table_jobs.len();
         out.table_entries = page_table_jobs.entries();
         FramePlan {
             uploads: plan.uploads,
@@ -907,6 +907,14 @@ impl Streamer {
     /// The residency manager (page-table mirror, slots, counters).
     pub fn residency(&self) -> &Residency {
         &self.residency
+    }
+
+    /// Jobs that rebuild a complete page table from the residency as it is, whatever
+    /// the GPU buffer holds: for a renderer whose earlier jobs may never have run (a
+    /// frame begun and never submitted). Empty for the shallow table.
+    pub fn rebuild_page_table_jobs(&mut self) -> crate::stream::complete_table::TableJobs {
+        let table = self.residency.page_table_mut();
+        if table.is_complete() { table.rebuild_jobs() } else { Default::default() }
     }
 
     /// The host page cache: this streamer's partition of it with [`Streamer::new_shared`].
