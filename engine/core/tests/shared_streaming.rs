@@ -69,6 +69,7 @@ impl Driver {
             feedback: Some(&feedback),
             last_frame_ms: None,
             last_upload_ms: 0.0,
+            predicted: None,
         });
         for u in plan.uploads {
             self.uploaded.insert(u.tile, u.bytes);

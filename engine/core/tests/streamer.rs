@@ -69,18 +69,31 @@ impl Sim {
 
     /// One frame whose read-back feedback (of the previous frame) asked for `view`.
     fn step(&mut self, view: Option<&[TileId]>, frame_ms: Option<f64>) -> FramePlan {
-        let feedback = view.map(|tiles| {
+        self.step_predicting(view, None, frame_ms)
+    }
+
+    /// [`Sim::step`] with the feedback of a predicted view too.
+    fn step_predicting(
+        &mut self,
+        view: Option<&[TileId]>,
+        predicted: Option<&[TileId]>,
+        frame_ms: Option<f64>,
+    ) -> FramePlan {
+        let sparse = |tiles: &[TileId]| {
             let mut words = vec![0u32; self.layout.words()];
             for &t in tiles {
                 self.layout.mark_tile(&mut words, t);
             }
             SparseFeedback { frame: self.frame.saturating_sub(1), pairs: compact(&words) }
-        });
+        };
+        let feedback = view.map(sparse);
+        let predicted = predicted.map(sparse);
         let plan = self.streamer.frame(FrameInput {
             frame: self.frame,
             feedback: feedback.as_ref(),
             last_frame_ms: frame_ms,
             last_upload_ms: 0.0,
+            predicted: predicted.as_ref(),
         });
         self.frame += 1;
         // Loader threads deliver between frames.
@@ -379,4 +392,70 @@ proptest! {
             assert_page_table_consistent(&sim.streamer);
         }
     }
+}
+
+/// A predicted view (`FrameInput::predicted`, the next stretch of a known camera path)
+/// streams before the camera gets there: once the camera arrives, its first feedback
+/// finds every tile resident, where without the prediction it misses them.
+#[test]
+fn a_predicted_view_is_resident_before_the_camera_gets_there() {
+    let p = pool(vec![texture()], (8, 8), vec![TargetFormat::Rgba8]);
+    let config = StreamerConfig { prefetch_neighbours: false, ..Default::default() };
+    let (here, there) = (block(0, 0, 0, 2, 2), block(0, 6, 6, 2, 2));
+    let mut misses = Vec::new();
+    for predict in [false, true] {
+        let mut sim = Sim::new(&p, config.clone(), vec![], vec![]);
+        sim.settle(&here, 50);
+        let mut requested = 0;
+        for _ in 0..20 {
+            requested +=
+                sim.step_predicting(Some(&here), predict.then_some(&there[..]), None).stats.predicted;
+        }
+        assert_eq!(requested > 0, predict);
+        misses.push(sim.step(Some(&there), None).stats.misses);
+        assert!(there.iter().all(|&t| sim.streamer.residency().is_resident(t)) == predict);
+    }
+    assert!(misses[0] > 0 && misses[1] == 0, "misses without and with the prediction: {misses:?}");
+}
+
+/// A prediction never takes a slot the current view needs: with a pool that holds the
+/// view and one tile more, the view stays resident however long the prediction asks.
+#[test]
+fn a_prediction_never_evicts_what_the_view_needs() {
+    // 7 slots: the view (4 tiles of mip 0 and their 3 ancestors), nothing to spare.
+    let p = pool(vec![texture()], (7, 1), vec![TargetFormat::Rgba8]);
+    let config = StreamerConfig { prefetch_neighbours: false, auto_mip_bias: false, ..Default::default() };
+    let mut sim = Sim::new(&p, config, vec![], vec![]);
+    let (here, there) = (block(0, 0, 0, 2, 2), block(0, 6, 6, 2, 2));
+    sim.settle(&here, 50);
+    for _ in 0..40 {
+        sim.step_predicting(Some(&here), Some(&there), None);
+        for &t in &here {
+            assert!(sim.streamer.residency().is_resident(t), "{t} was evicted for a prediction");
+        }
+    }
+    assert!(!there.iter().any(|&t| sim.streamer.residency().is_resident(t)));
+    assert!(sim.streamer.fully_resident());
+}
+
+/// A prediction that went wrong (asked for a while, then no more) is dropped after the
+/// prefetch lifetime: its loaded tiles are forgotten, nothing of it stays pending.
+#[test]
+fn a_prediction_that_went_wrong_is_dropped() {
+    let p = pool(vec![texture()], (7, 1), vec![TargetFormat::Rgba8]);
+    let staleness = tessera_core::stream::streamer::Staleness { request_frames: 8, prefetch_frames: 6 };
+    let config =
+        StreamerConfig { prefetch_neighbours: false, auto_mip_bias: false, staleness, ..Default::default() };
+    let mut sim = Sim::new(&p, config, vec![], vec![]);
+    let (here, there) = (block(0, 0, 0, 2, 2), block(0, 6, 6, 2, 2));
+    sim.settle(&here, 50);
+    for _ in 0..5 {
+        sim.step_predicting(Some(&here), Some(&there), None);
+    }
+    assert!(sim.streamer.residency().prefetched_count() > 0, "the prediction is pending (no free slot)");
+    for _ in 0..8 {
+        sim.step(Some(&here), None);
+    }
+    assert_eq!(sim.streamer.residency().prefetched_count(), 0, "the prediction was not dropped");
+    assert!(here.iter().all(|&t| sim.streamer.residency().is_resident(t)));
 }

@@ -491,6 +491,7 @@ impl VirtualTextures {
             feedback: arrived.as_ref(),
             last_frame_ms,
             last_upload_ms: self.last_upload_ms,
+            predicted: None,
         });
         let stats = self.execute(ctx, plan);
         if self.table_unconfirmed && self.table_updater.is_some() {

@@ -113,6 +113,7 @@ fn scaling_row(tl: TextureLayout, frames: u32, complete: bool) -> Result<CpuScal
             feedback: Some(&feedback),
             last_frame_ms: None,
             last_upload_ms: 0.0,
+            predicted: None,
         });
         let t2 = Instant::now();
         std::hint::black_box(&plan);
@@ -216,6 +217,7 @@ pub fn soak(config: SoakConfig) -> Result<Vec<SoakSample>, StreamerError> {
             feedback: Some(&feedback),
             last_frame_ms: None,
             last_upload_ms: 0.0,
+            predicted: None,
         });
         times.push(t0.elapsed().as_secs_f64() * 1e3);
         uploads += plan.uploads.len() as u64;

@@ -152,6 +152,9 @@ pub struct StreamFrame {
     pub upload_budget: usize,
     /// Prefetch requests (neighbours, regions) handed to the loader this frame.
     pub prefetches: usize,
+    /// Requests for a predicted view's tiles (`FrameInput::predicted`) handed to the
+    /// loader this frame.
+    pub predicted: usize,
     /// Tiles a remote atlas could not deliver for now (network or server failure),
     /// shown through their ancestors and waiting to be asked for again.
     pub tiles_unavailable: usize,

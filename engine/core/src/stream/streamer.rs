@@ -178,6 +178,12 @@ pub struct FrameInput<'a> {
     pub frame: u64,
     /// The newest feedback that arrived since the last call, if any.
     pub feedback: Option<&'a SparseFeedback>,
+    /// Feedback of a view the caller predicts for the coming frames (a camera
+    /// extrapolated along its motion, or the next stretch of a known path), if any.
+    /// Its tiles are requested at the lowest priority, as prefetches: they take only
+    /// free slots or slots of tiles the current view does not need, and a prediction
+    /// not repeated goes stale and is cancelled like any prefetch.
+    pub predicted: Option<&'a SparseFeedback>,
     /// Wall time of the previous frame, ms (for the adaptive upload budget).
     pub last_frame_ms: Option<f64>,
     /// Time the renderer spent executing the previous plan's uploads, ms.
@@ -534,6 +540,9 @@ impl Streamer {
             Some(fb) => self.take_feedback(frame, fb, &mut out),
             None => out.tiles_needed = self.residency.needed_count(),
         }
+        if let Some(p) = input.predicted.filter(|_| !self.frozen) {
+            out.predicted = self.take_prediction(frame, p);
+        }
         for tile in self.residency.drop_stale_prefetch(frame) {
             self.loader.cancel(tile);
         }
@@ -618,6 +627,17 @@ impl Streamer {
         self.loader.renew_many(self.residency.needed_sorted(), 1, frame);
         self.wanted = needed;
         self.seen_feedback = true;
+    }
+
+    /// Requests the tiles of a predicted view (and their ancestors) not yet resident,
+    /// needed or requested, at priority 0 (below every needed tile), and keeps the ones
+    /// already queued wanted; returns the requests handed to the loader.
+    fn take_prediction(&mut self, frame: u64, predicted: &SparseFeedback) -> usize {
+        let tiles = self.layout.with_ancestors(&self.layout.decode_sparse(&predicted.pairs));
+        let requests = self.residency.prefetch(frame, &tiles, 0);
+        let queued = self.loader.request_many(&requests, frame);
+        self.loader.renew_many(&tiles, 0, frame);
+        queued
     }
 
     /// Lets tiles whose wait after a transient failure is over be asked for again.
