@@ -347,14 +347,9 @@ impl Moto {
              with `python3 -m pip install 'moto[server]'` (scripts/test does this)"
         );
         let port = free_port();
-        let mut child = std::process::Command::new("python3")
-            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting moto: {e}"));
-        wait_listening(&mut child, port, "moto");
-        Self { child, port }
+        let mut cmd = std::process::Command::new("python3");
+        cmd.args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()]);
+        Self { child: start_server(cmd, port, "moto"), port }
     }
 
     /// The endpoint URL.
@@ -422,6 +417,17 @@ impl Drop for Moto {
     }
 }
 
+/// Starts the server `cmd` (its output discarded) and waits until it listens on `port`.
+fn start_server(mut cmd: std::process::Command, port: u16, what: &str) -> std::process::Child {
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {what}: {e}"));
+    wait_listening(&mut child, port, what);
+    child
+}
+
 /// Waits until something listens on `port` of 127.0.0.1 (30 s at most), failing when the
 /// server `child` exits first.
 fn wait_listening(child: &mut std::process::Child, port: u16, what: &str) {
@@ -473,15 +479,10 @@ impl FakeGcs {
             )
         });
         let port = free_port();
-        let mut child = std::process::Command::new(bin)
-            .args(["-scheme", "http", "-host", "127.0.0.1", "-backend", "memory", "-log-level", "error"])
-            .args(["-port", &port.to_string(), "-public-host", &format!("127.0.0.1:{port}")])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting fake-gcs-server: {e}"));
-        wait_listening(&mut child, port, "fake-gcs-server");
-        Self { child, port, dir: tempfile::tempdir().unwrap() }
+        let mut cmd = std::process::Command::new(bin);
+        cmd.args(["-scheme", "http", "-host", "127.0.0.1", "-backend", "memory", "-log-level", "error"])
+            .args(["-port", &port.to_string(), "-public-host", &format!("127.0.0.1:{port}")]);
+        Self { child: start_server(cmd, port, "fake-gcs-server"), port, dir: tempfile::tempdir().unwrap() }
     }
 
     /// The base URL.
@@ -560,15 +561,13 @@ impl Azurite {
             bin.display()
         );
         let port = free_port();
-        let mut child = std::process::Command::new(bin)
-            .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
-            .args(["--inMemoryPersistence", "--silent", "--skipApiVersionCheck"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting Azurite: {e}"));
-        wait_listening(&mut child, port, "Azurite");
-        Self { child, port }
+        let mut cmd = std::process::Command::new(bin);
+        cmd.args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()]).args([
+            "--inMemoryPersistence",
+            "--silent",
+            "--skipApiVersionCheck",
+        ]);
+        Self { child: start_server(cmd, port, "Azurite"), port }
     }
 
     /// The account's endpoint URL.

@@ -6,6 +6,7 @@ use std::io::{IsTerminal as _, Write as _};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use tessera_core::progress::Unit;
 use tessera_core::{LogProgress, Progress};
 
 /// The environment variable that sets the seconds between progress lines when stderr is
@@ -23,42 +24,33 @@ pub(crate) enum Bar {
 impl Bar {
     /// Progress of `job` (e.g. `bake`) over `len` tiles (0 until the job announces its length).
     pub(crate) fn new(job: &str, len: u64) -> Self {
+        Self::counting(job, len, Unit::Tiles)
+    }
+
+    /// Progress of `job` counted in bytes (uploads): a bar in bytes on a terminal, lines
+    /// in MiB otherwise.
+    pub(crate) fn bytes(job: &str) -> Self {
+        Self::counting(job, 0, Unit::Bytes)
+    }
+
+    fn counting(job: &str, len: u64, unit: Unit) -> Self {
         if !std::io::stderr().is_terminal() {
-            let lines = LogProgress::new(job).with_interval(interval()).with_sink(|line| {
+            let lines = LogProgress::new(job).with_unit(unit).with_interval(interval()).with_sink(|line| {
                 // A closed stderr must not stop the job.
                 let _ = writeln!(std::io::stderr().lock(), "{line}");
             });
             lines.set_length(len);
             return Self::Lines(lines);
         }
+        let counts = match unit {
+            Unit::Tiles => "{pos}/{len} tiles ({per_sec}",
+            Unit::Bytes => "{bytes}/{total_bytes} ({bytes_per_sec}",
+        };
         let pb = ProgressBar::new(len);
         pb.set_style(
-            ProgressStyle::with_template(
-                "{spinner} {msg:24} [{bar:40}] {pos}/{len} tiles ({per_sec}, ETA {eta})",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-        );
-        Self::Terminal(pb)
-    }
-
-    /// Progress of `job` counted in bytes (uploads): a bar in bytes on a terminal, lines
-    /// in MiB otherwise.
-    pub(crate) fn bytes(job: &str) -> Self {
-        if !std::io::stderr().is_terminal() {
-            let lines = LogProgress::new(job)
-                .with_unit(tessera_core::progress::Unit::Bytes)
-                .with_interval(interval())
-                .with_sink(|line| {
-                    let _ = writeln!(std::io::stderr().lock(), "{line}");
-                });
-            return Self::Lines(lines);
-        }
-        let pb = ProgressBar::new(0);
-        pb.set_style(
-            ProgressStyle::with_template(
-                "{spinner} {msg:24} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, ETA {eta})",
-            )
+            ProgressStyle::with_template(&format!(
+                "{{spinner}} {{msg:24}} [{{bar:40}}] {counts}, ETA {{eta}})"
+            ))
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> "),
         );

@@ -215,9 +215,10 @@ pub struct VirtualTextures {
     page_table: PageTableBuffer,
     /// The compute pass that keeps a complete page table complete.
     table_updater: Option<TableUpdater>,
-    /// The last plan's page-table jobs, recorded at the start of the next frame's
-    /// encoder (before its draws) instead of in a submission of their own.
-    pending_jobs: Option<tessera_core::stream::complete_table::TableJobs>,
+    /// The page-table jobs of the plans executed since the last frame began (usually
+    /// one; two after `new` or `set_pool_mib`), recorded in order at the start of the
+    /// next frame's encoder, before its draws.
+    pending_jobs: Vec<tessera_core::stream::complete_table::TableJobs>,
     /// Jobs were recorded into a frame's encoder that has not been confirmed submitted
     /// ([`VtFrame::finish`], [`VirtualTextures::submitted`]): if the next frame begins
     /// first, they may never have run, and the table is rebuilt.
@@ -287,7 +288,7 @@ impl VirtualTextures {
             stall_warned: false,
             probe: ShaderProbe::Off,
             staging,
-            pending_jobs: None,
+            pending_jobs: Vec::new(),
             table_unconfirmed: false,
             update_timestamps: None,
         };
@@ -339,14 +340,15 @@ impl VirtualTextures {
         Ok((plan, pools))
     }
 
-    /// The page table of `plan` in the configured storage.
     /// The update pass of a complete page table (`None` for the other storages).
     fn make_updater(ctx: &GpuContext, page_table: &PageTableBuffer) -> Option<TableUpdater> {
-        (page_table.storage() == PageTableStorage::Complete)
-            .then(|| page_table.buffer().map(|b| TableUpdater::new(&ctx.device, b, page_table.len())))
-            .flatten()
+        if page_table.storage() != PageTableStorage::Complete {
+            return None;
+        }
+        page_table.buffer().map(|b| TableUpdater::new(&ctx.device, b, page_table.len()))
     }
 
+    /// The page table of `plan` in the configured storage.
     fn make_page_table(
         ctx: &GpuContext,
         config: &VtConfig,
@@ -453,7 +455,7 @@ impl VirtualTextures {
         self.pools = pools;
         self.table_updater = Self::make_updater(ctx, &page_table);
         // The old table's jobs mean nothing to the new one, which starts unmapped.
-        self.pending_jobs = None;
+        self.pending_jobs.clear();
         self.table_unconfirmed = false;
         self.page_table = page_table;
         self.layers = layers;
@@ -499,19 +501,25 @@ impl VirtualTextures {
             // without `finish`): its jobs may not have run, so rebuild the whole table
             // from the residency, which already holds this plan's changes too.
             tracing::debug!(frame, "the previous frame was not finished: rebuilding the page table");
-            self.pending_jobs = Some(self.streamer.rebuild_page_table_jobs());
+            self.pending_jobs = vec![self.streamer.rebuild_page_table_jobs()];
         }
-        if let (Some(jobs), Some(updater)) = (self.pending_jobs.take(), self.table_updater.as_ref()) {
-            // Into this frame's encoder, ahead of its draws; the jobs live in buffers of
-            // their own, so the encoder may be submitted with others in any grouping.
+        if let Some(updater) = self.table_updater.as_ref().filter(|_| !self.pending_jobs.is_empty()) {
+            // Into this frame's encoder, ahead of its draws, one pass per plan in order;
+            // each recording's jobs live in buffers of its own, so the encoder may be
+            // submitted with others in any grouping.
             self.table_unconfirmed = true;
-            let timestamps =
-                self.update_timestamps.as_ref().map(|(set, first)| wgpu::ComputePassTimestampWrites {
-                    query_set: set,
-                    beginning_of_pass_write_index: Some(*first),
-                    end_of_pass_write_index: Some(first + 1),
+            let last = self.pending_jobs.len() - 1;
+            for (i, jobs) in self.pending_jobs.drain(..).enumerate() {
+                // The benchmark times this frame's own plan.
+                let timestamps = self.update_timestamps.as_ref().filter(|_| i == last).map(|(set, first)| {
+                    wgpu::ComputePassTimestampWrites {
+                        query_set: set,
+                        beginning_of_pass_write_index: Some(*first),
+                        end_of_pass_write_index: Some(first + 1),
+                    }
                 });
-            updater.record(&ctx.device, encoder, &jobs, timestamps);
+                updater.record(&ctx.device, encoder, &jobs, timestamps);
+            }
         }
         self.feedback.begin(encoder);
         VtFrame { vt: self, stats, number: frame, readback_recorded: false, finished: false }
@@ -586,18 +594,8 @@ impl VirtualTextures {
             staging.retire(&ctx.queue, staged_tiles);
         }
         self.page_table.write(&ctx.queue, &plan.page_table_writes);
-        if !plan.page_table_jobs.is_empty()
-            && let Some(updater) = self.table_updater.as_ref()
-        {
-            // Jobs still waiting for a frame (two plans without a frame between them,
-            // as after `new`) go first in a submission of their own: one frame's
-            // evictions must not run ahead of an earlier frame's insertions.
-            if let Some(earlier) = self.pending_jobs.take() {
-                let mut encoder = ctx.device.create_command_encoder(&Default::default());
-                updater.record(&ctx.device, &mut encoder, &earlier, None);
-                ctx.queue.submit([encoder.finish()]);
-            }
-            self.pending_jobs = Some(std::mem::take(&mut plan.page_table_jobs));
+        if !plan.page_table_jobs.is_empty() && self.table_updater.is_some() {
+            self.pending_jobs.push(std::mem::take(&mut plan.page_table_jobs));
         }
         for layer in &mut self.layers {
             layer.params.set_frame(&plan.shader);

@@ -201,11 +201,6 @@ impl ChangeLog {
         }
         jobs
     }
-
-    /// Whether nothing changed since the last [`ChangeLog::take`].
-    pub(crate) fn is_empty(&self) -> bool {
-        self.before.is_empty()
-    }
 }
 
 #[cfg(test)]

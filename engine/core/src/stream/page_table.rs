@@ -10,7 +10,7 @@
 use std::ops::Range;
 
 use crate::format::tile::{TextureLayout, TileId};
-use crate::stream::complete_table::{ChangeLog, TableJob, TableJobs, UNMAPPED, subtree_jobs};
+use crate::stream::complete_table::{ChangeLog, TableJobs, UNMAPPED, subtree_jobs};
 use crate::stream::feedback::FeedbackLayout;
 
 /// Bits of a slot coordinate in an entry (bits 0..11 hold x, 12..23 hold y).
@@ -138,13 +138,7 @@ impl PageTable {
     /// insertions); empty for a table of the other kind.
     pub fn take_jobs(&mut self) -> TableJobs {
         let Some(mut log) = self.complete.take() else { return TableJobs::default() };
-        let jobs = if log.is_empty() {
-            TableJobs::default()
-        } else {
-            let now = |g: usize| if self.is_resident_at(g) { self.entries[g] } else { UNMAPPED };
-            let ancestor = |t: TileId| self.nearest_resident(t, false);
-            log.take(&self.layout, now, ancestor)
-        };
+        let jobs = log.take(&self.layout, |g| self.own_entry(g), |t| self.nearest_resident(t, false));
         self.complete = Some(log);
         jobs
     }
@@ -157,24 +151,17 @@ impl PageTable {
             *log = ChangeLog::default();
         }
         let mut jobs = TableJobs::default();
-        for layer in 0..self.layout.layer_count() {
-            let layer = layer as u16;
-            let Some(coarsest) = self.layout.coarsest_mip(layer) else { continue };
-            for mip in 0..=coarsest {
-                let base = self.global_index(TileId::new(layer, mip, 0, 0));
-                if let (Some((w, h)), Some(base)) = (self.layout.tiles_at(layer, mip), base) {
-                    let pitch = w;
-                    jobs.reset.push(TableJob {
-                        base: base as u32,
-                        pitch,
-                        x0: 0,
-                        y0: 0,
-                        w,
-                        h,
-                        value: UNMAPPED,
-                        target: UNMAPPED,
-                    });
-                }
+        // The subtrees of the coarsest mip's tiles cover every entry of the layer.
+        for layer in 0..self.layout.layer_count() as u16 {
+            let Some(top) = self.layout.coarsest_mip(layer) else { continue };
+            let (w, h) = self.layout.tiles_at(layer, top).unwrap_or((0, 0));
+            for (x, y) in (0..h).flat_map(|y| (0..w).map(move |x| (x, y))) {
+                jobs.reset.extend(subtree_jobs(
+                    &self.layout,
+                    TileId::new(layer, top, x, y),
+                    UNMAPPED,
+                    UNMAPPED,
+                ));
             }
         }
         for g in 0..self.entries.len() {
@@ -185,6 +172,11 @@ impl PageTable {
             }
         }
         jobs
+    }
+
+    /// The entry of the tile at `g` when it is resident, else [`UNMAPPED`].
+    fn own_entry(&self, g: usize) -> u32 {
+        if self.is_resident_at(g) { self.entries[g] } else { UNMAPPED }
     }
 
     /// The entry of `tile`'s nearest resident ancestor (or of the tile itself when
@@ -268,11 +260,11 @@ impl PageTable {
     pub fn set_resident(&mut self, tile: TileId, slot: SlotCoord) -> bool {
         let Some(g) = self.global_index(tile) else { return false };
         let e = encode_entry(slot, tile.mip);
-        if let Some(log) = self.complete.as_mut() {
-            log.touch(
-                g,
-                if self.resident[g / 64] & (1 << (g % 64)) != 0 { self.entries[g] } else { UNMAPPED },
-            );
+        if self.complete.is_some() {
+            let was = self.own_entry(g);
+            if let Some(log) = self.complete.as_mut() {
+                log.touch(g, was);
+            }
             self.resident[g / 64] |= 1 << (g % 64);
             self.entries[g] = e;
             return true;

@@ -5,8 +5,9 @@
 //! - **Keyed by the object's identity.** Each remote object (URL) has a directory, and
 //!   each identity of it (ETag, or size and modification time when there is no ETag)
 //!   a subdirectory: an atlas replaced on the server starts a new one (and the old one
-//!   is deleted), so old and new tiles are never mixed and folders do not pile up. `current` in the URL's directory names the identity last
-//!   seen, which lets an atlas open from the cache while its server is down.
+//!   is deleted), so old and new tiles are never mixed and folders do not pile up.
+//!   `current` in the URL's directory names the identity last seen, which lets an
+//!   atlas open from the cache while its server is down.
 //! - **Crash-safe.** An entry is written to a temporary file and renamed into place;
 //!   temporary files left by a killed process are deleted when the cache opens and
 //!   never read. Every read is checked against the CRC-32 and length the atlas index

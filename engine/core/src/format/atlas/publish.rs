@@ -89,8 +89,9 @@ pub fn publish(
     s3: &[(String, String)],
     progress: &dyn Progress,
 ) -> Result<PublishReport, PublishError> {
+    // The remote schemes but plain web servers, which take no uploads.
     let lower = url.to_ascii_lowercase();
-    if !["s3://", "gs://", "az://", "azure://"].iter().any(|s| lower.starts_with(s)) {
+    if !super::REMOTE_SCHEMES.iter().any(|s| !s.starts_with("http") && lower.starts_with(s)) {
         return Err(PublishError::NotObjectStore(url.to_owned()));
     }
     let atlas = Atlas::open(local)?;
