@@ -549,3 +549,80 @@ fn flooded_staging_keeps_every_slot_equal_to_its_tile() {
         assert!(checked > 20, "{name}: only {checked} resident tiles");
     }
 }
+
+/// The tiles each frame's feedback requested, by the frame that recorded it, for the
+/// built-in scene seen from frame 60 of the `flyover` preset (grazing: many mips and
+/// the globe and cube over the ground), with feedback written to the colour
+/// target or to the storage bitset.
+fn requested_tiles(
+    ctx: &GpuContext,
+    atlas: &std::sync::Arc<tessera_core::Atlas>,
+    feedback_target: bool,
+    stride: u32,
+) -> BTreeMap<u64, Vec<tessera_core::format::tile::TileId>> {
+    let config = tessera::VtConfig {
+        feedback_target,
+        feedback_stride: stride,
+        auto_mip_bias: false,
+        pool_mib: 64,
+        ..tessera::VtConfig::default()
+    };
+    let mut vt = tessera::VirtualTextures::new(ctx, atlas.clone(), config).unwrap();
+    let scene = tessera::drawer::drawer_for(ctx, &vt, None).unwrap();
+    let (w, h) = (960, 540);
+    let out = tessera::scene::OffscreenTarget::new(&ctx.device, w, h);
+    let camera = tessera_core::scene::camera::CameraPath::preset("flyover").unwrap().camera_at(60);
+    let mut seen = BTreeMap::new();
+    for _ in 0..(stride * stride + 4) {
+        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        let frame = vt.begin(ctx, &mut encoder);
+        scene.set_camera(&ctx.queue, &camera, w as f32 / h as f32);
+        scene.draw_vt(&mut encoder, &out.color_view, &out.depth_view, frame.vt(), None);
+        frame.finish(ctx, encoder).unwrap();
+        ctx.wait_idle().unwrap();
+        if let Some(fb) = vt.last_feedback() {
+            seen.insert(fb.frame, vt.streamer().layout().decode_sparse(&fb.pairs));
+        }
+    }
+    seen
+}
+
+/// On a fixed view, the feedback target (each pixel's request written to an R32Uint
+/// attachment, one pixel per block read by the resolve pass) requests the tiles the
+/// storage path's atomics request, frame by frame and phase by phase.
+#[test]
+fn the_feedback_target_requests_what_the_storage_path_requests() {
+    use tessera_core::bake::source::Generated;
+    use tessera_core::bake::{BakeInput, BakeOptions, bake};
+    use tessera_core::{Atlas, NoProgress};
+    let ctx = gpu();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fixed-view.tsa");
+    bake(
+        vec![BakeInput::new("fixed", Generated::new(8192, 8192))],
+        &path,
+        &BakeOptions::default(),
+        &NoProgress,
+    )
+    .unwrap();
+    let atlas = std::sync::Arc::new(Atlas::open(&path).unwrap());
+    for stride in [1, 4] {
+        let storage = requested_tiles(ctx, &atlas, false, stride);
+        let target = requested_tiles(ctx, &atlas, true, stride);
+        let mut compared = 0;
+        for (frame, tiles) in &target {
+            let Some(expected) = storage.get(frame) else { continue };
+            let only_target: Vec<_> = tiles.iter().filter(|t| !expected.contains(t)).collect();
+            let only_storage: Vec<_> = expected.iter().filter(|t| !tiles.contains(t)).collect();
+            assert!(
+                only_target.is_empty() && only_storage.is_empty(),
+                "stride {stride} frame {frame}: of {} tiles, {only_target:?} only through the target, \
+                 {only_storage:?} only through storage",
+                tiles.len()
+            );
+            assert!(tiles.len() >= 20, "stride {stride} frame {frame}: only {} tiles on screen", tiles.len());
+            compared += 1;
+        }
+        assert!(compared >= 3, "stride {stride}: only {compared} frames arrived through both paths");
+    }
+}

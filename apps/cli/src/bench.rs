@@ -144,9 +144,13 @@ fn table(r: &BenchReport, camera: &str) -> String {
     let _ = writeln!(o, "atlas:     {} (virtual {})", r.atlas.display(), sizes.join(", "));
     let _ = writeln!(
         o,
-        "sampling:  {}; early depth test {}; page table in a {}",
+        "sampling:  {}; {}; page table in a {}",
         r.sampling,
-        if r.early_depth { "forced" } else { "off" },
+        match (r.feedback_target, r.early_depth) {
+            (true, _) => "feedback to a colour target (no side effect: early depth as the driver likes)",
+            (false, true) => "feedback to storage, early depth test forced",
+            (false, false) => "feedback to storage, early depth test off",
+        },
         match r.page_table {
             tessera::PageTableStorage::Complete => "complete storage buffer (updated on the GPU)",
             tessera::PageTableStorage::Buffer => "storage buffer (shallow fallbacks)",

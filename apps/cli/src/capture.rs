@@ -72,6 +72,13 @@ pub(crate) struct VtArgs {
     /// climbing past them) or texture (the same in an R32Uint texture).
     #[arg(long, default_value = "complete", value_parser = parse_page_table)]
     pub(crate) page_table: PageTableStorage,
+    /// Where the built-in drawers write feedback: target (each pixel's request into an
+    /// R32Uint colour target that a compute pass reads after the frame, so the main
+    /// pass has no side effect and keeps early depth) or storage (atomics into the
+    /// request bitset from the fragment shader, the depth test forced early where the
+    /// device allows).
+    #[arg(long, default_value = "target", value_parser = parse_feedback_path)]
+    pub(crate) feedback: bool,
 }
 
 impl VtArgs {
@@ -92,6 +99,7 @@ impl VtArgs {
             early_depth: !self.no_early_depth,
             staging_mib: self.staging_mib,
             page_table: self.page_table,
+            feedback_target: self.feedback,
             ..VtConfig::default()
         }
     }
@@ -184,6 +192,15 @@ fn parse_page_table(s: &str) -> Result<PageTableStorage, String> {
         "buffer" => Ok(PageTableStorage::Buffer),
         "texture" => Ok(PageTableStorage::Texture),
         _ => Err(format!("'{s}' is not a page-table storage: use complete, buffer or texture")),
+    }
+}
+
+/// `--feedback`: true for the colour target.
+fn parse_feedback_path(s: &str) -> Result<bool, String> {
+    match s {
+        "target" => Ok(true),
+        "storage" => Ok(false),
+        _ => Err(format!("'{s}' is not a feedback path: use target or storage")),
     }
 }
 

@@ -208,6 +208,9 @@ pub(crate) struct BenchReport {
     pub shader_probe: ShaderProbe,
     /// Whether the built-in drawers forced early depth tests in the VT pass.
     pub early_depth: bool,
+    /// Whether the built-in drawers wrote feedback to a colour target (else the
+    /// storage bitset).
+    pub feedback_target: bool,
     /// Where the page table lived on the GPU.
     pub page_table: tessera::PageTableStorage,
     /// GPU tile pool size (all pools of a stack), MiB.
@@ -627,7 +630,8 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
         virtual_sizes: atlas.layers().iter().map(|l| (l.layout.width(), l.layout.height())).collect(),
         sampling: main.vt.trilinear().1.to_string(),
         shader_probe: cfg.shader_probe,
-        early_depth: main.vt.early_depth_on(&ctx.device),
+        early_depth: main.vt.early_depth_on(&ctx.device) && !main.vt.config().feedback_target,
+        feedback_target: main.vt.config().feedback_target,
         page_table: main.vt.page_table_storage(),
         pool_mib: mib(main.vt.pools().iter().map(|p| p.bytes()).sum()),
         reference_mib: main.scene.reference_bytes().map(mib),

@@ -1,8 +1,7 @@
 // Fragment stage of material scenes through the stacked virtual texture (needs vt.wgsl
 // and material.wgsl): one page-table lookup serves albedo, normal and roughness-metal.
 
-@fragment
-fn fs_main(v: MeshOut, @builtin(front_facing) front: bool) -> @location(0) vec4<f32> {
+fn material_vt_colour(v: MeshOut, front: bool) -> vec4<f32> {
     var base = vec4<f32>(1.0);
     var nrm = vec3<f32>(0.5, 0.5, 1.0);
     var orm = vec4<f32>(1.0);
@@ -16,4 +15,22 @@ fn fs_main(v: MeshOut, @builtin(front_facing) front: bool) -> @location(0) vec4<
         orm = layers.l2;
     }
     return finish_material(v, front, base, nrm, orm);
+}
+
+@fragment
+fn fs_main(v: MeshOut, @builtin(front_facing) front: bool) -> @location(0) vec4<f32> {
+    return material_vt_colour(v, front);
+}
+
+// With a feedback target (tessera::shaders::with_feedback_target): the colour, and the
+// tile its sample wanted. A fragment the material discards requests nothing.
+struct FeedbackOut {
+    @location(0) colour: vec4<f32>,
+    @location(1) request: u32,
+}
+
+@fragment
+fn fs_main_feedback(v: MeshOut, @builtin(front_facing) front: bool) -> FeedbackOut {
+    let colour = material_vt_colour(v, front);
+    return FeedbackOut(colour, vt_request());
 }

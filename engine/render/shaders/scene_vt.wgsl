@@ -4,3 +4,16 @@
 fn fs_main(v: VertexOut) -> @location(0) vec4<f32> {
     return shade(vt_sample(v.uv, v.clip), v.normal);
 }
+
+// With a feedback target (tessera::shaders::with_feedback_target): the colour, and the
+// tile its sample wanted.
+struct FeedbackOut {
+    @location(0) colour: vec4<f32>,
+    @location(1) request: u32,
+}
+
+@fragment
+fn fs_main_feedback(v: VertexOut) -> FeedbackOut {
+    let colour = shade(vt_sample(v.uv, v.clip), v.normal);
+    return FeedbackOut(colour, vt_request());
+}

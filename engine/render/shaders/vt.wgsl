@@ -18,6 +18,11 @@
 //       a layer the atlas lacks repeats layer 0). The level of detail is limited to
 //       `max_lod`, e.g. the coarsest mip at which a packed texture still owns whole tiles.
 //
+//   vt_request() -> u32
+//       With a feedback target (tessera::shaders::with_feedback_target), the value to
+//       write to the R32Uint feedback attachment after sampling; the main pass then has
+//       no side effect and keeps early depth on every driver.
+//
 // Page-table entry (one u32 per tile, indexed like the atlas' tile index):
 //   bits 0..11 slot x, 12..23 slot y, 24..28 mip of the tile held in that slot
 //   (the tile itself or its nearest resident ancestor), bit 31 valid; all ones is
@@ -123,7 +128,24 @@ fn vt_lod(gx: vec2<f32>, gy: vec2<f32>, max_lod: f32) -> vec2<f32> {
     return vec2<f32>(clamp(lod, 0.0, min(f32(vt.mip_count - 1u), max_lod)), n);
 }
 
+// The tile the last sample of this invocation wants (its entry + 1; 0: no sample yet),
+// kept for a shader that writes feedback to a colour target (see vt_request).
+var<private> vt_request_value: u32;
+
+// Feedback for a colour target: the value to write to the R32Uint attachment of
+// `VtFrame::feedback_attachment`, after sampling (the last sample's tile wins). Only a
+// source passed through `tessera::shaders::with_feedback_target` sets it; without,
+// feedback goes to the storage buffer and this is 0 (no request).
+fn vt_request() -> u32 {
+    return vt_request_value;
+}
+
+// Records that the pixel at `frag` wants tile (uv, m): into the storage bitset (pixels
+// of this frame's phase only), or, with a feedback target, into `vt_request_value`
+// (every pixel; the resolve pass reads the phase's pixels), which has no side effect.
 fn vt_mark(uv: vec2<f32>, m: u32, frag: vec4<f32>) {
+    // feedback target: vt_request_value = vt_entry_index(uv, m) + 1u;
+    // feedback storage: begin
     let px = vec2<u32>(frag.xy);
     let phase = vec2<u32>(vt.feedback_phase & 0xffu, vt.feedback_phase >> 8u);
     if any((px & vec2<u32>(vt.feedback_mask)) != phase) {
@@ -137,6 +159,7 @@ fn vt_mark(uv: vec2<f32>, m: u32, frag: vec4<f32>) {
     if (atomicLoad(&vt_feedback[word]) & bit) == 0u {
         atomicOr(&vt_feedback[word], bit);
     }
+    // feedback storage: end
 }
 
 // Where mip `m` (or its nearest resident ancestor) is read for `uv`: bilinear, or `n`

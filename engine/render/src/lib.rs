@@ -145,6 +145,7 @@ pub mod vt;
 pub mod drawer;
 #[doc(hidden)]
 pub mod feedback;
+mod feedback_target;
 #[doc(hidden)]
 pub mod material;
 #[doc(hidden)]
@@ -163,6 +164,7 @@ pub mod staging;
 
 pub use context::{GpuContext, OPTIONAL_FEATURES};
 pub use error::RenderError;
+pub use feedback_target::{FEEDBACK_TARGET_FORMAT, FeedbackAttachment};
 pub use lost::DeviceLost;
 pub use page_table::{PageTableResource, PageTableStorage};
 pub use params::BindingResources;

@@ -16,7 +16,7 @@ use crate::context::GpuContext;
 use crate::drawer::Drawer;
 use crate::error::RenderError;
 use crate::reference;
-use crate::scene::{SceneRenderer, frame_uniform, mesh_pipeline};
+use crate::scene::{SceneRenderer, feedback_for, frame_uniform, mesh_pipeline, vt_shader};
 use crate::shaders;
 use crate::vt::VirtualTextures;
 
@@ -218,28 +218,17 @@ impl MaterialRenderer {
         });
         let (frame_layout, frame_buffer, frame_group) =
             frame_uniform(device, "material frame", std::mem::size_of::<FrameUniform>() as u64);
-        let vt_pipeline = mesh_pipeline(
-            device,
-            "material vt",
-            shaders::with_page_table(&shaders::material_vt_source(), vt.page_table_storage()),
-            &[Some(&frame_layout), Some(vt.bind_group_layout()), Some(&material_layout)],
-            color_format,
-            None,
-        );
-        // Opaque materials with forced early depth; alpha-tested ones keep the pipeline
-        // above, since their fragments may be discarded after the test.
-        let vt_pipeline_early = vt.early_depth_on(device).then(|| {
-            mesh_pipeline(
-                device,
-                "material vt early depth",
-                shaders::with_early_depth_test(&shaders::with_page_table(
-                    &shaders::material_vt_source(),
-                    vt.page_table_storage(),
-                )),
-                &[Some(&frame_layout), Some(vt.bind_group_layout()), Some(&material_layout)],
-                color_format,
-                None,
-            )
+        let layouts = [Some(&frame_layout), Some(vt.bind_group_layout()), Some(&material_layout)];
+        let (source, feedback_target) = vt_shader(device, vt, &shaders::material_vt_source(), false);
+        let vt_pipeline =
+            mesh_pipeline(device, "material vt", source, &layouts, color_format, None, feedback_target);
+        // Opaque materials with forced early depth where feedback goes to the storage
+        // bitset (with a feedback target the shader has no side effect and the depth test
+        // runs early anyway); alpha-tested ones keep the pipeline above, since their
+        // fragments may be discarded after the test.
+        let vt_pipeline_early = (!feedback_target && vt.early_depth_on(device)).then(|| {
+            let (early, _) = vt_shader(device, vt, &shaders::material_vt_source(), true);
+            mesh_pipeline(device, "material vt early depth", early, &layouts, color_format, None, false)
         });
         Ok(Self {
             meshes,
@@ -356,6 +345,7 @@ impl Drawer for MaterialRenderer {
             &[Some(&self.frame_layout), Some(&layout), Some(&self.material_layout)],
             self.color_format,
             None,
+            false,
         );
         self.reference = Some(ReferencePass { pipeline, group, bytes });
         Ok(())
@@ -390,7 +380,8 @@ impl Drawer for MaterialRenderer {
     ) {
         let Some(layer) = vt.layer(0) else { return };
         let group = vt.bind_group(layer);
-        let mut pass = SceneRenderer::pass(encoder, color, depth, timestamps);
+        let feedback = feedback_for(vt, color);
+        let mut pass = SceneRenderer::pass(encoder, color, depth, feedback.as_ref(), timestamps);
         pass.set_bind_group(0, &self.frame_group, &[]);
         pass.set_bind_group(1, group, &[]);
         let opaque = self.vt_pipeline_early.as_ref().unwrap_or(&self.vt_pipeline);
@@ -406,7 +397,7 @@ impl Drawer for MaterialRenderer {
         timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
     ) {
         let Some(r) = &self.reference else { return };
-        let mut pass = SceneRenderer::pass(encoder, color, depth, timestamps);
+        let mut pass = SceneRenderer::pass(encoder, color, depth, None, timestamps);
         pass.set_pipeline(&r.pipeline);
         pass.set_bind_group(0, &self.frame_group, &[]);
         pass.set_bind_group(1, &r.group, &[]);

@@ -11,6 +11,7 @@ use wgpu::util::DeviceExt;
 use crate::context::GpuContext;
 use crate::drawer::Drawer;
 use crate::error::RenderError;
+use crate::feedback_target::FeedbackAttachment;
 use crate::reference::{self, ReferenceTexture};
 use crate::shaders;
 use crate::vt::VirtualTextures;
@@ -65,8 +66,39 @@ fn pipeline(
     source: String,
     layouts: &[Option<&wgpu::BindGroupLayout>],
     color_format: wgpu::TextureFormat,
+    feedback_target: bool,
 ) -> wgpu::RenderPipeline {
-    mesh_pipeline(device, label, source, layouts, color_format, Some(wgpu::Face::Back))
+    mesh_pipeline(device, label, source, layouts, color_format, Some(wgpu::Face::Back), feedback_target)
+}
+
+/// A built-in drawer's virtual-texture shader from `src`: reading the page table `vt`
+/// keeps, and writing feedback the way its configuration says (to the feedback target,
+/// or to the storage bitset with the depth test forced early where `early` allows it
+/// and the device can). Returns the source and whether it writes the feedback target
+/// (entry point `fs_main_feedback`, see [`mesh_pipeline`]).
+pub(crate) fn vt_shader(
+    device: &wgpu::Device,
+    vt: &VirtualTextures,
+    src: &str,
+    early: bool,
+) -> (String, bool) {
+    let src = shaders::with_page_table(src, vt.page_table_storage());
+    if vt.config().feedback_target {
+        (shaders::with_feedback_target(&src), true)
+    } else if early && vt.early_depth_on(device) {
+        (shaders::with_early_depth_test(&src), false)
+    } else {
+        (src, false)
+    }
+}
+
+/// The feedback attachment for a pass drawing into `color` through `vt`, when the
+/// drawers write feedback to a target.
+pub(crate) fn feedback_for(vt: &VirtualTextures, color: &wgpu::TextureView) -> Option<FeedbackAttachment> {
+    vt.config().feedback_target.then(|| {
+        let size = color.texture().size();
+        vt.feedback_attachment(size.width, size.height)
+    })
 }
 
 /// The per-frame uniform of a scene: a bind group layout with one uniform buffer at
@@ -104,7 +136,8 @@ pub(crate) fn frame_uniform(
 }
 
 /// A pipeline drawing [`Vertex`] meshes with depth into `color_format`, from a WGSL
-/// source with `vs_main` and `fs_main`.
+/// source with `vs_main` and `fs_main`; with `feedback_target`, `fs_main_feedback`
+/// writing a second target of [`crate::FEEDBACK_TARGET_FORMAT`] as well.
 pub(crate) fn mesh_pipeline(
     device: &wgpu::Device,
     label: &str,
@@ -112,6 +145,7 @@ pub(crate) fn mesh_pipeline(
     layouts: &[Option<&wgpu::BindGroupLayout>],
     color_format: wgpu::TextureFormat,
     cull_mode: Option<wgpu::Face>,
+    feedback_target: bool,
 ) -> wgpu::RenderPipeline {
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some(label),
@@ -122,6 +156,7 @@ pub(crate) fn mesh_pipeline(
         bind_group_layouts: layouts,
         immediate_size: 0,
     });
+    let targets = [Some(color_format.into()), Some(crate::FEEDBACK_TARGET_FORMAT.into())];
     device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
         label: Some(label),
         layout: Some(&layout),
@@ -142,9 +177,9 @@ pub(crate) fn mesh_pipeline(
         multisample: Default::default(),
         fragment: Some(wgpu::FragmentState {
             module: &module,
-            entry_point: Some("fs_main"),
+            entry_point: Some(if feedback_target { "fs_main_feedback" } else { "fs_main" }),
             compilation_options: Default::default(),
-            targets: &[Some(color_format.into())],
+            targets: &targets[..if feedback_target { 2 } else { 1 }],
         }),
         multiview_mask: None,
         cache: None,
@@ -179,28 +214,29 @@ impl SceneRenderer {
             .collect();
         let (frame_layout, frame_buffer, frame_group) =
             frame_uniform(device, "frame", std::mem::size_of::<FrameUniform>() as u64);
-        let source = shaders::with_page_table(&shaders::scene_vt_source(), vt.page_table_storage());
-        let source = if vt.early_depth_on(device) { shaders::with_early_depth_test(&source) } else { source };
+        let (source, feedback_target) = vt_shader(device, vt, &shaders::scene_vt_source(), true);
         let vt_pipeline = pipeline(
             device,
             "scene vt",
             source,
             &[Some(&frame_layout), Some(vt.bind_group_layout())],
             color_format,
+            feedback_target,
         );
         Self { meshes, frame_buffer, frame_group, frame_layout, vt_pipeline, reference: None, color_format }
     }
 
-    /// A render pass clearing `color` and `depth`, for drawing a scene.
+    /// A render pass clearing `color` and `depth`, for drawing a scene, with the
+    /// feedback target as its second colour attachment when given.
     pub(crate) fn pass<'a>(
         encoder: &'a mut wgpu::CommandEncoder,
         color: &'a wgpu::TextureView,
         depth: &'a wgpu::TextureView,
+        feedback: Option<&'a FeedbackAttachment>,
         timestamps: Option<wgpu::RenderPassTimestampWrites<'a>>,
     ) -> wgpu::RenderPass<'a> {
-        encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
-            label: Some("scene"),
-            color_attachments: &[Some(wgpu::RenderPassColorAttachment {
+        let attachments = [
+            Some(wgpu::RenderPassColorAttachment {
                 view: color,
                 depth_slice: None,
                 resolve_target: None,
@@ -208,7 +244,14 @@ impl SceneRenderer {
                     load: wgpu::LoadOp::Clear(wgpu::Color { r: 0.05, g: 0.06, b: 0.08, a: 1.0 }),
                     store: wgpu::StoreOp::Store,
                 },
-            })],
+            }),
+            feedback.map(FeedbackAttachment::attachment),
+        ];
+        // A trailing `None` would not match a one-target pipeline.
+        let count = if feedback.is_some() { 2 } else { 1 };
+        encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
+            label: Some("scene"),
+            color_attachments: &attachments[..count],
             depth_stencil_attachment: Some(wgpu::RenderPassDepthStencilAttachment {
                 view: depth,
                 depth_ops: Some(wgpu::Operations {
@@ -411,6 +454,7 @@ impl Drawer for SceneRenderer {
             shaders::scene_reference_source(),
             &[Some(&self.frame_layout), Some(&layout)],
             self.color_format,
+            false,
         );
         self.reference = Some(ReferencePass { pipeline, groups, bytes });
         Ok(())
@@ -439,7 +483,8 @@ impl Drawer for SceneRenderer {
         vt: &VirtualTextures,
         timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
     ) {
-        let mut pass = Self::pass(encoder, color, depth, timestamps);
+        let feedback = feedback_for(vt, color);
+        let mut pass = Self::pass(encoder, color, depth, feedback.as_ref(), timestamps);
         pass.set_pipeline(&self.vt_pipeline);
         pass.set_bind_group(0, &self.frame_group, &[]);
         for m in &self.meshes {
@@ -462,7 +507,7 @@ impl Drawer for SceneRenderer {
         timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
     ) {
         let Some(r) = &self.reference else { return };
-        let mut pass = Self::pass(encoder, color, depth, timestamps);
+        let mut pass = Self::pass(encoder, color, depth, None, timestamps);
         pass.set_pipeline(&r.pipeline);
         pass.set_bind_group(0, &self.frame_group, &[]);
         for m in &self.meshes {

@@ -169,6 +169,37 @@ pub fn with_page_table(src: &str, storage: PageTableStorage) -> String {
     out
 }
 
+/// `src` (one or more virtual-texture modules with a shader of yours) writing its
+/// feedback to a colour target instead of the storage bitset: the sampling functions
+/// only remember the tile they wanted (`vt_request()`, or `NAME_request()` for a
+/// [`vt_module`] named `NAME`), and the fragment shader writes that value to an extra
+/// `@location` of format [`crate::FEEDBACK_TARGET_FORMAT`], attached with
+/// [`crate::VirtualTextures::feedback_attachment`]. The shader then has no side effect
+/// (no storage writes or atomics), so every driver keeps early depth testing and
+/// skips hidden fragments without `@early_depth_test(force)`; after the passes, a
+/// compute pass reads one pixel per feedback block of the target into the bitset.
+/// Lines other than the feedback store are left as they are.
+pub fn with_feedback_target(src: &str) -> String {
+    let mut out = String::with_capacity(src.len());
+    let mut skipping = false;
+    for line in src.split_inclusive('\n') {
+        let trimmed = line.trim();
+        if trimmed == "// feedback storage: begin" {
+            skipping = true;
+        } else if trimmed == "// feedback storage: end" {
+            skipping = false;
+        } else if let Some(code) = trimmed.strip_prefix("// feedback target: ") {
+            let indent = &line[..line.len() - line.trim_start().len()];
+            out.push_str(indent);
+            out.push_str(code);
+            out.push('\n');
+        } else if !skipping {
+            out.push_str(line);
+        }
+    }
+    out
+}
+
 /// Built-in scene: camera, vertex stage, shading.
 pub const SCENE_WGSL: &str = include_str!("../shaders/scene.wgsl");
 /// Built-in scene fragment stage through the virtual texture.
@@ -179,6 +210,10 @@ pub const SCENE_REFERENCE_WGSL: &str = include_str!("../shaders/scene_reference.
 /// Feedback compaction compute pass: the non-zero words of the feedback bitset as a
 /// list of (word index, bits) pairs with a counter (see [`crate::feedback`]).
 pub const FEEDBACK_COMPACT_WGSL: &str = include_str!("../shaders/feedback_compact.wgsl");
+
+/// Feedback target resolve compute pass: the requests a frame wrote to the feedback
+/// target, one pixel per feedback block, into the bitset (see [`with_feedback_target`]).
+pub const FEEDBACK_RESOLVE_WGSL: &str = include_str!("../shaders/feedback_resolve.wgsl");
 
 /// The complete page table's update pass: a frame's eviction and insertion rectangles
 /// (see [`crate::page_table_update`]).
@@ -341,6 +376,28 @@ fn fs_main(@builtin(position) frag: vec4<f32>, @location(0) uv: vec2<f32>) -> @l
             validate(&format!("{name} texture page table"), &texture);
             assert_eq!(with_page_table(&src, PageTableStorage::Buffer), src);
         }
+        validate("feedback_resolve", FEEDBACK_RESOLVE_WGSL);
+        for (name, src) in [
+            ("scene_vt", scene_vt_source()),
+            ("material_vt", material_vt_source()),
+            ("vt_module", vt_module(2, "albedo").unwrap()),
+        ] {
+            // No storage write or atomic is left: the shader has no side effect.
+            let target = with_feedback_target(&with_page_table(&src, PageTableStorage::Complete));
+            assert!(
+                src.contains("atomicOr(") && !target.contains("atomicOr(") && !target.contains("atomicLoad(")
+            );
+            assert_eq!(target.matches("_request_value = ").count(), 1, "{name}");
+            assert!(
+                !target.contains("// feedback storage:") && !target.contains("// feedback target:"),
+                "{name}"
+            );
+            validate(&format!("{name} feedback target"), &target);
+        }
+        assert!(
+            with_feedback_target(&vt_module(0, "albedo").unwrap())
+                .contains("    albedo_request_value = albedo_entry_index(uv, m) + 1u;\n")
+        );
         for (name, src) in [("scene_vt", scene_vt_source()), ("material_vt", material_vt_source())] {
             let early = with_early_depth_test(&src);
             assert!(early.contains("@early_depth_test(force)"), "{name}: no fs_main entry found");

@@ -25,6 +25,7 @@ use tessera_core::{Atlas, HostCache};
 use crate::context::GpuContext;
 use crate::error::RenderError;
 use crate::feedback::Feedback;
+use crate::feedback_target::{FeedbackAttachment, FeedbackTargets};
 use crate::page_table::{PageTableBuffer, PageTableStorage};
 use crate::page_table_update::TableUpdater;
 use crate::params::{LayerBinding, Resources, ShaderProbe, VtParams, bind_group_layout, pool_sampler};
@@ -108,6 +109,12 @@ pub struct VtConfig {
     /// `R32Uint` texture. With the texture, shaders must read it that way: pass their
     /// source through [`crate::shaders::with_page_table`] (the built-in drawers do).
     pub page_table: PageTableStorage,
+    /// Let the built-in drawers write feedback to a colour target
+    /// ([`crate::shaders::with_feedback_target`], the default) instead of the storage
+    /// bitset: their fragment shaders then have no side effect, so early depth holds
+    /// without `SHADER_EARLY_DEPTH_TEST`. Your own pipelines choose by their shader;
+    /// the virtual textures take feedback from both paths in the same frame.
+    pub feedback_target: bool,
 }
 
 impl Default for VtConfig {
@@ -132,6 +139,7 @@ impl Default for VtConfig {
             shared: None,
             staging_mib: crate::staging::DEFAULT_STAGING_MIB,
             page_table: PageTableStorage::default(),
+            feedback_target: true,
         }
     }
 }
@@ -226,6 +234,8 @@ pub struct VirtualTextures {
     /// Where the update pass writes its begin and end timestamps (benchmarks).
     update_timestamps: Option<(wgpu::QuerySet, u32)>,
     feedback: Feedback,
+    /// The colour-target feedback path: its target and resolve pass.
+    feedback_targets: FeedbackTargets,
     layout_bgl: wgpu::BindGroupLayout,
     /// One per sampled layer (a stack is sampled through layer 0's).
     layers: Vec<LayerBinding>,
@@ -236,6 +246,8 @@ pub struct VirtualTextures {
     next_frame: u64,
     last_begin: Option<Instant>,
     last_upload_ms: f64,
+    /// The latest feedback that arrived ([`VirtualTextures::last_feedback`]).
+    last_feedback: Option<SparseFeedback>,
     /// The frame at which feedback last arrived (or the first frame), for the stall warning.
     last_feedback_frame: u64,
     stall_warned: bool,
@@ -275,6 +287,7 @@ impl VirtualTextures {
             pools,
             table_updater: Self::make_updater(ctx, &page_table),
             page_table,
+            feedback_targets: FeedbackTargets::new(device, feedback.bitset()),
             feedback,
             layout_bgl,
             layers: bindings,
@@ -284,6 +297,7 @@ impl VirtualTextures {
             next_frame: 0,
             last_begin: None,
             last_upload_ms: 0.0,
+            last_feedback: None,
             last_feedback_frame: 0,
             stall_warned: false,
             probe: ShaderProbe::Off,
@@ -496,6 +510,9 @@ impl VirtualTextures {
             predicted: None,
         });
         let stats = self.execute(ctx, plan);
+        if arrived.is_some() {
+            self.last_feedback = arrived;
+        }
         if self.table_unconfirmed && self.table_updater.is_some() {
             // The last frame's encoder may never have been submitted (a frame dropped
             // without `finish`): its jobs may not have run, so rebuild the whole table
@@ -601,6 +618,7 @@ impl VirtualTextures {
             layer.params.set_frame(&plan.shader);
             layer.write(&ctx.queue);
         }
+        self.feedback_targets.begin(&ctx.queue, plan.shader.feedback_mask, plan.shader.feedback_phase);
         let mut stats = plan.stats;
         stats.uploads_staged = staged_count;
         stats.upload_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -718,6 +736,27 @@ impl VirtualTextures {
         self.streamer.host_cache()
     }
 
+    /// The feedback target for a render pass of `width × height` pixels whose
+    /// fragment shaders write feedback to a colour target
+    /// ([`crate::shaders::with_feedback_target`]): add
+    /// [`FeedbackAttachment::attachment`] to the pass at the `@location` the shader
+    /// writes `vt_request()` to, format [`crate::FEEDBACK_TARGET_FORMAT`]. Ask for it
+    /// while recording the frame's passes (after [`VirtualTextures::begin`]): the first
+    /// attachment of a frame clears the target, later ones (more passes) keep it, and
+    /// [`VtFrame::finish`] (or [`VirtualTextures::end_detached`]) reads one pixel per
+    /// feedback block of it into the frame's feedback. The target is made, or remade
+    /// when the size changes, here. Single-sampled passes only.
+    pub fn feedback_attachment(&self, width: u32, height: u32) -> FeedbackAttachment {
+        self.feedback_targets.attachment(width, height)
+    }
+
+    /// The latest feedback read back (by the last [`VirtualTextures::begin`] that found
+    /// one): the frame that recorded it and the non-zero words of its request bitset
+    /// (decode with [`Streamer::layout`]'s `decode_sparse`). `None` before any arrives.
+    pub fn last_feedback(&self) -> Option<&SparseFeedback> {
+        self.last_feedback.as_ref()
+    }
+
     /// Bytes of feedback read back per frame.
     pub fn feedback_bytes(&self) -> u64 {
         self.feedback.bytes()
@@ -730,6 +769,7 @@ impl VirtualTextures {
         self.pools.iter().map(TilePool::bytes).sum::<u64>()
             + self.page_table.bytes()
             + self.feedback.gpu_bytes()
+            + self.feedback_targets.gpu_bytes()
     }
 
     /// Fraction (0 to 1) of the tiles the latest feedback window wants that are resident
@@ -930,11 +970,17 @@ impl VtFrame<'_> {
         self.vt.bind_group(layer)
     }
 
+    /// See [`VirtualTextures::feedback_attachment`].
+    pub fn feedback_attachment(&self, width: u32, height: u32) -> FeedbackAttachment {
+        self.vt.feedback_attachment(width, height)
+    }
+
     /// Records the feedback readback into `encoder` now, so that commands recorded
     /// after it (a timestamp, say) come after it. Optional: [`VtFrame::finish`] does it
     /// when this was not called.
     pub fn record_readback(&mut self, encoder: &mut wgpu::CommandEncoder) {
         if !self.readback_recorded {
+            self.vt.feedback_targets.resolve(encoder);
             self.vt.feedback.end(encoder, self.number);
             self.readback_recorded = true;
         }
@@ -1018,6 +1064,7 @@ impl VirtualTextures {
         mut frame: DetachedFrame,
         encoder: &mut wgpu::CommandEncoder,
     ) -> StreamFrame {
+        self.feedback_targets.resolve(encoder);
         self.feedback.end(encoder, frame.number);
         frame.ended = true;
         std::mem::take(&mut frame.stats)

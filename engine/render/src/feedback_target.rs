@@ -1,0 +1,261 @@
+//! Feedback through a colour target: the main pass writes each pixel's request (the
+//! wanted tile's page-table entry + 1) to an `R32Uint` attachment instead of setting
+//! bits in a storage buffer, so its fragment shader has no side effect and early depth
+//! testing holds on every driver; after the passes, a compute pass
+//! (`shaders/feedback_resolve.wgsl`) reads one pixel per feedback block of the target
+//! (this frame's phase, as the storage path) into the bitset, which the compaction
+//! pass and the readback ring then treat as before.
+//!
+//! The target belongs to the virtual textures and follows the size asked for (it is
+//! remade when the size changes). Several passes of one frame may share it: the first
+//! attachment handed out in a frame clears it, later ones load it.
+
+use std::sync::Mutex;
+
+use wgpu::util::DeviceExt;
+
+use crate::shaders::FEEDBACK_RESOLVE_WGSL;
+
+/// The texel format of the feedback target: one request per pixel.
+pub const FEEDBACK_TARGET_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::R32Uint;
+
+/// Side of the resolve pass' workgroups (`@workgroup_size(8, 8)`).
+const WORKGROUP: u32 = 8;
+
+/// A colour attachment for this frame's feedback target, from
+/// [`crate::VirtualTextures::feedback_attachment`].
+#[derive(Clone, Debug)]
+pub struct FeedbackAttachment {
+    view: wgpu::TextureView,
+    clear: bool,
+}
+
+impl FeedbackAttachment {
+    /// The attachment to add to the render pass, at the `@location` the fragment shader
+    /// writes `vt_request()` to: it clears the target to "no request" when it is the
+    /// frame's first, and keeps what earlier passes wrote otherwise.
+    pub fn attachment(&self) -> wgpu::RenderPassColorAttachment<'_> {
+        let load =
+            if self.clear { wgpu::LoadOp::Clear(wgpu::Color::TRANSPARENT) } else { wgpu::LoadOp::Load };
+        wgpu::RenderPassColorAttachment {
+            view: &self.view,
+            depth_slice: None,
+            resolve_target: None,
+            ops: wgpu::Operations { load, store: wgpu::StoreOp::Store },
+        }
+    }
+
+    /// The target's view.
+    pub fn view(&self) -> &wgpu::TextureView {
+        &self.view
+    }
+
+    /// Whether this attachment clears the target (the frame's first).
+    pub fn clears(&self) -> bool {
+        self.clear
+    }
+}
+
+/// The target of one size, and the resolve pass' bind group reading it.
+struct Target {
+    size: (u32, u32),
+    view: wgpu::TextureView,
+    bind_group: wgpu::BindGroup,
+}
+
+/// What changes between frames.
+struct State {
+    target: Option<Target>,
+    /// Attachments handed out since the frame began.
+    handed_out: u32,
+    /// Feedback mask (stride − 1) of the frame.
+    mask: u32,
+}
+
+/// The feedback target, its resolve pipeline and the parameters of the current frame.
+pub(crate) struct FeedbackTargets {
+    device: wgpu::Device,
+    bitset: wgpu::Buffer,
+    params: wgpu::Buffer,
+    pipeline: wgpu::ComputePipeline,
+    layout: wgpu::BindGroupLayout,
+    state: Mutex<State>,
+}
+
+impl FeedbackTargets {
+    /// The resolve pipeline writing into `bitset` (`words` u32 words); no target until
+    /// one is asked for.
+    pub(crate) fn new(device: &wgpu::Device, bitset: &wgpu::Buffer) -> Self {
+        let words = u32::try_from(bitset.size() / 4).unwrap_or(u32::MAX);
+        let params = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("tessera feedback resolve params"),
+            contents: bytemuck::cast_slice(&[0u32, 0, words, 0]),
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        });
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("tessera feedback resolve"),
+            source: wgpu::ShaderSource::Wgsl(FEEDBACK_RESOLVE_WGSL.into()),
+        });
+        let compute = wgpu::ShaderStages::COMPUTE;
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("tessera feedback resolve"),
+            entries: &[
+                wgpu::BindGroupLayoutEntry {
+                    binding: 0,
+                    visibility: compute,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Uniform,
+                        has_dynamic_offset: false,
+                        min_binding_size: None,
+                    },
+                    count: None,
+                },
+                wgpu::BindGroupLayoutEntry {
+                    binding: 1,
+                    visibility: compute,
+                    ty: wgpu::BindingType::Texture {
+                        sample_type: wgpu::TextureSampleType::Uint,
+                        view_dimension: wgpu::TextureViewDimension::D2,
+                        multisampled: false,
+                    },
+                    count: None,
+                },
+                wgpu::BindGroupLayoutEntry {
+                    binding: 2,
+                    visibility: compute,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Storage { read_only: false },
+                        has_dynamic_offset: false,
+                        min_binding_size: None,
+                    },
+                    count: None,
+                },
+            ],
+        });
+        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("tessera feedback resolve"),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("tessera feedback resolve"),
+            layout: Some(&pipeline_layout),
+            module: &module,
+            entry_point: Some("resolve"),
+            compilation_options: wgpu::PipelineCompilationOptions::default(),
+            cache: None,
+        });
+        Self {
+            device: device.clone(),
+            bitset: bitset.clone(),
+            params,
+            pipeline,
+            layout,
+            state: Mutex::new(State { target: None, handed_out: 0, mask: 0 }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // The state is plain data: a panic elsewhere cannot leave it half-updated.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new frame with feedback mask `mask` and phase `phase` (see `ShaderParams`):
+    /// its first attachment clears the target.
+    pub(crate) fn begin(&self, queue: &wgpu::Queue, mask: u32, phase: u32) {
+        let mut state = self.state();
+        state.handed_out = 0;
+        state.mask = mask;
+        queue.write_buffer(&self.params, 0, bytemuck::cast_slice(&[mask, phase]));
+    }
+
+    /// The attachment for a pass of `width × height` pixels (at least 1 × 1), making
+    /// the target when there is none of that size.
+    pub(crate) fn attachment(&self, width: u32, height: u32) -> FeedbackAttachment {
+        let size = (width.max(1), height.max(1));
+        let mut state = self.state();
+        if state.target.as_ref().is_some_and(|t| t.size != size) {
+            state.target = None;
+        }
+        let view = state.target.get_or_insert_with(|| self.make_target(size)).view.clone();
+        let clear = state.handed_out == 0;
+        state.handed_out += 1;
+        FeedbackAttachment { view, clear }
+    }
+
+    fn make_target(&self, (width, height): (u32, u32)) -> Target {
+        let texture = self.device.create_texture(&wgpu::TextureDescriptor {
+            label: Some("tessera feedback target"),
+            size: wgpu::Extent3d { width, height, depth_or_array_layers: 1 },
+            mip_level_count: 1,
+            sample_count: 1,
+            dimension: wgpu::TextureDimension::D2,
+            format: FEEDBACK_TARGET_FORMAT,
+            usage: wgpu::TextureUsages::RENDER_ATTACHMENT | wgpu::TextureUsages::TEXTURE_BINDING,
+            view_formats: &[],
+        });
+        let view = texture.create_view(&wgpu::TextureViewDescriptor::default());
+        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("tessera feedback resolve"),
+            layout: &self.layout,
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: self.params.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: wgpu::BindingResource::TextureView(&view) },
+                wgpu::BindGroupEntry { binding: 2, resource: self.bitset.as_entire_binding() },
+            ],
+        });
+        Target { size: (width, height), view, bind_group }
+    }
+
+    /// After the frame's passes, before the compaction: when an attachment was handed
+    /// out this frame, records the resolve pass into `encoder`. Returns whether it did.
+    pub(crate) fn resolve(&self, encoder: &mut wgpu::CommandEncoder) -> bool {
+        let state = self.state();
+        let Some(target) = state.target.as_ref().filter(|_| state.handed_out > 0) else {
+            return false;
+        };
+        let (x, y) = resolve_grid(target.size, state.mask + 1);
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("tessera feedback resolve"),
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(&self.pipeline);
+        pass.set_bind_group(0, &target.bind_group, &[]);
+        pass.dispatch_workgroups(x, y, 1);
+        true
+    }
+
+    /// GPU bytes of the target (0 before one is asked for).
+    pub(crate) fn gpu_bytes(&self) -> u64 {
+        self.state().target.as_ref().map_or(0, |t| 4 * u64::from(t.size.0) * u64::from(t.size.1))
+    }
+}
+
+/// Workgroups of the resolve pass over a target of `size` read at `stride`: one
+/// invocation per feedback block.
+pub(crate) fn resolve_grid(size: (u32, u32), stride: u32) -> (u32, u32) {
+    let stride = stride.max(1);
+    (size.0.div_ceil(stride).div_ceil(WORKGROUP).max(1), size.1.div_ceil(stride).div_ceil(WORKGROUP).max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every block of every size and stride has an invocation, and no row or column
+    /// of workgroups is wholly outside the target.
+    #[test]
+    fn the_resolve_grid_covers_each_block_once() {
+        for size in [(1, 1), (7, 9), (8, 8), (640, 360), (1920, 1080), (1921, 1)] {
+            for stride in [1, 2, 4, 8] {
+                let (x, y) = resolve_grid(size, stride);
+                let blocks = (size.0.div_ceil(stride), size.1.div_ceil(stride));
+                assert!(x * WORKGROUP >= blocks.0 && y * WORKGROUP >= blocks.1, "{size:?} {stride}");
+                assert!(
+                    (x - 1) * WORKGROUP < blocks.0 && (y - 1) * WORKGROUP < blocks.1,
+                    "{size:?} {stride}"
+                );
+            }
+        }
+    }
+}
