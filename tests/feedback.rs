@@ -51,7 +51,7 @@ fn frame(ctx: &GpuContext, fb: &mut Feedback, n: u64, words: &[u32]) -> Feedback
     // Stands in for the scene passes: queued writes land before the next submission.
     ctx.queue.write_buffer(fb.bitset(), 0, &word_bytes(words));
     let mut enc = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-    fb.end(&mut enc, n);
+    fb.end(&mut enc, n, None);
     ctx.queue.submit([enc.finish()]);
     fb.after_submit();
     for _ in 0..1000 {
@@ -624,5 +624,65 @@ fn the_feedback_target_requests_what_the_storage_path_requests() {
             compared += 1;
         }
         assert!(compared >= 3, "stride {stride}: only {compared} frames arrived through both paths");
+    }
+}
+
+/// With feedback through the colour target, each frame's statistics say which share of
+/// the pixels was shown through a coarser tile than wanted: most of them on the first
+/// frames (only the coarsest mip is resident), none once everything the view wants is
+/// resident. Through the storage bitset nothing is measured.
+#[test]
+fn the_feedback_target_counts_the_pixels_shown_coarser() {
+    use tessera_core::bake::source::Generated;
+    use tessera_core::bake::{BakeInput, BakeOptions, bake};
+    use tessera_core::{Atlas, NoProgress};
+    let ctx = gpu();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("coarse.tsa");
+    bake(
+        vec![BakeInput::new("coarse", Generated::new(8192, 8192))],
+        &path,
+        &BakeOptions::default(),
+        &NoProgress,
+    )
+    .unwrap();
+    let atlas = std::sync::Arc::new(Atlas::open(&path).unwrap());
+    let camera = tessera_core::scene::camera::CameraPath::preset("flyover").unwrap().camera_at(60);
+    let (w, h) = (640, 360);
+    let out = tessera::scene::OffscreenTarget::new(&ctx.device, w, h);
+    for feedback_target in [true, false] {
+        let config = tessera::VtConfig { feedback_target, pool_mib: 64, ..tessera::VtConfig::default() };
+        let mut vt = tessera::VirtualTextures::new(ctx, atlas.clone(), config).unwrap();
+        let scene = tessera::drawer::drawer_for(ctx, &vt, None).unwrap();
+        let mut shares = Vec::new();
+        let mut settled = false;
+        for _ in 0..200 {
+            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            let frame = vt.begin(ctx, &mut encoder);
+            scene.set_camera(&ctx.queue, &camera, w as f32 / h as f32);
+            scene.draw_vt(&mut encoder, &out.color_view, &out.depth_view, frame.vt(), None);
+            let stats = frame.finish(ctx, encoder).unwrap();
+            ctx.wait_idle().unwrap();
+            if let Some(share) = stats.coarse_pixel_share {
+                assert!((0.0..=1.0).contains(&share), "{share}");
+                assert!(stats.coarse_pixel_frame <= stats.feedback_frame, "{stats:?}");
+                shares.push(share);
+                // Settled: this feedback found everything resident, and so did its pixels.
+                if stats.resident_fraction >= 1.0 && stats.misses == 0 && share == 0.0 {
+                    settled = true;
+                    break;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        if !feedback_target {
+            assert!(shares.is_empty(), "the storage path measured {shares:?}");
+            continue;
+        }
+        assert!(
+            shares.first().is_some_and(|&s| s > 0.5),
+            "the first frames show mostly coarse tiles: {shares:?}"
+        );
+        assert!(settled, "never all pixels at their wanted mip: {shares:?}");
     }
 }

@@ -2,7 +2,8 @@
 # Render cost (issue 30): the complete page table (one load, updated on the GPU) against
 # the shallow one (fallbacks 4 mips deep, the shader climbing past them), same binary,
 # same machine, one run: VT pass / fully resident reference per scene, the probe
-# breakdown, and per-frame CPU at 16384² and 524288².
+# breakdown, per-frame CPU at 16384² and 524288², and feedback through a colour target
+# (the default) against the storage bitset.
 # Carry .gl, .bin/tessera.xz (CARGO_PROFILE_RELEASE_STRIP=true cargo build --release
 # -p tessera-cli; xz -9) and .bin/data (shadedrelief.jpg, bmng.jpg, etopo1.jpg, dungeon/
 # from assets/fetch-data.sh --dungeon).
@@ -39,4 +40,15 @@ for p in lod-only lookup-only no-lookup; do
   b flyover-$p complete --scene mosaic16k --camera flyover --no-feedback-probe --shader-probe $p
 done
 b stress512k "complete buffer" --scene stress512k --camera flyover --no-feedback-probe
+# Feedback through the storage bitset (the rows above write a colour target): with the
+# depth test forced early, and without (what a renderer that cannot force it gets).
+b flyover-storage complete --scene mosaic16k --camera flyover --no-feedback-probe --feedback storage
+b dungeon-storage complete --scene dungeon --codec etc1s --camera walk --no-feedback-probe --feedback storage
+b dungeon-storage-late complete --scene dungeon --codec etc1s --camera walk --no-feedback-probe \
+  --feedback storage --no-early-depth
+# Motion quality (issue 31): the demo's fully resident frames and blurry-pixel share.
+for fb in target storage; do
+  timeout 120 $T demo --size 1920x1080 --feedback $fb --out /tmp/r/demo-$fb > /dev/null 2>&1 || echo "FAILED demo $fb"
+  echo "== demo $fb"; grep -E "fully resident \(|coarser" /tmp/r/demo-$fb/report.md
+done
 tar czf $OUT/run30.tgz -C /tmp r

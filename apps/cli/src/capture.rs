@@ -57,8 +57,9 @@ pub(crate) struct VtArgs {
     /// two bilinear fetches blended in the shader).
     #[arg(long, default_value = "hardware", value_parser = parse_trilinear)]
     pub(crate) trilinear: Trilinear,
-    /// Do not force the depth test before the virtual-texture fragment shaders (they
-    /// write feedback, which otherwise makes many drivers shade hidden fragments too).
+    /// With --feedback storage: do not force the depth test before the virtual-texture
+    /// fragment shaders (they write feedback, which otherwise makes many drivers shade
+    /// hidden fragments too). Feedback through the target needs no forcing.
     #[arg(long)]
     pub(crate) no_early_depth: bool,
     /// MiB of staging memory the loader threads write tiles into for the GPU copies
@@ -77,7 +78,7 @@ pub(crate) struct VtArgs {
     /// pass has no side effect and keeps early depth) or storage (atomics into the
     /// request bitset from the fragment shader, the depth test forced early where the
     /// device allows).
-    #[arg(long, default_value = "target", value_parser = parse_feedback_path)]
+    #[arg(long, default_value = "target", value_parser = parse_feedback_path, action = clap::ArgAction::Set)]
     pub(crate) feedback: bool,
 }
 

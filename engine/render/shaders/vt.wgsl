@@ -129,15 +129,25 @@ fn vt_lod(gx: vec2<f32>, gy: vec2<f32>, max_lod: f32) -> vec2<f32> {
 }
 
 // The tile the last sample of this invocation wants (its entry + 1; 0: no sample yet),
-// kept for a shader that writes feedback to a colour target (see vt_request).
+// bit 31 set when that sample was shown through a coarser tile, kept for a shader that
+// writes feedback to a colour target (see vt_request).
 var<private> vt_request_value: u32;
 
 // Feedback for a colour target: the value to write to the R32Uint attachment of
-// `VtFrame::feedback_attachment`, after sampling (the last sample's tile wins). Only a
+// `VtFrame::feedback_attachment`, after sampling (the last sample's tile wins; bit 31
+// flags a sample shown through a coarser tile than it wanted). Only a
 // source passed through `tessera::shaders::with_feedback_target` sets it; without,
 // feedback goes to the storage buffer and this is 0 (no request).
 fn vt_request() -> u32 {
     return vt_request_value;
+}
+
+// With a feedback target: flags the request when the tile found (mip `rm`) is coarser
+// than the mip `m` wanted, so the resolve pass counts the pixels shown blurry.
+fn vt_note_found(rm: u32, m: u32) {
+    if rm > m {
+        vt_request_value = vt_request_value | 0x80000000u;
+    }
 }
 
 // Records that the pixel at `frag` wants tile (uv, m): into the storage bitset (pixels
@@ -313,9 +323,12 @@ fn vt_sample_grad(uv_in: vec2<f32>, gx: vec2<f32>, gy: vec2<f32>, frag: vec4<f32
     if vt.slot_mips != 0u {
         // One lookup and one hardware-trilinear fetch.
         let tap = vt_locate(uv, m0, gx, gy, lod_n.y);
+        // feedback target: vt_note_found(tap.rm, m0);
         return vt_debug(vt_fetch(vt_pool, tap, vt_slot_level(tap, m0, f)), uv, m0, gx, gy);
     }
-    var c = vt_sample_level(uv, m0, gx, gy, lod_n.y);
+    let a = vt_locate(uv, m0, gx, gy, lod_n.y);
+    // feedback target: vt_note_found(a.rm, m0);
+    var c = vt_fetch(vt_pool, a, 0.0);
     if f > 0.0 && m0 + 1u < vt.mip_count {
         c = mix(c, vt_sample_level(uv, m0 + 1u, gx, gy, lod_n.y), f);
     }
@@ -342,6 +355,7 @@ fn vt_sample_layers(uv_in: vec2<f32>, gx: vec2<f32>, gy: vec2<f32>, frag: vec4<f
         return out;
     }
     let a = vt_locate(uv, m0, gx, gy, lod_n.y);
+    // feedback target: vt_note_found(a.rm, m0);
     if vt.slot_mips != 0u {
         // One lookup, one hardware-trilinear fetch per layer.
         let level = vt_slot_level(a, m0, f);

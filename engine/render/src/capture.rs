@@ -294,6 +294,8 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
                 // view below. Its feedback goes into this frame's bitset.
                 scene.set_camera(&ctx.queue, camera, aspect);
                 scene.draw_vt(&mut encoder, &t.color_view, &t.depth_view, vt_frame.vt(), None);
+                // Before the visible view's pass overwrites the feedback target.
+                vt_frame.resolve_feedback(&mut encoder);
                 ctx.queue.submit([encoder.finish()]);
                 encoder = ctx.device.create_command_encoder(&Default::default());
             }

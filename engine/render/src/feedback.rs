@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use wgpu::util::DeviceExt;
 
+use crate::feedback_target::COUNTS_BYTES;
 use crate::shaders::FEEDBACK_COMPACT_WGSL;
 
 const FREE: u8 = 0;
@@ -66,6 +67,8 @@ struct Slot {
     content: Content,
     /// Bytes copied into `buffer` (and mapped).
     bytes: u64,
+    /// Where the feedback target's pixel counters were copied, if they were.
+    counts_at: Option<u64>,
 }
 
 /// The feedback bitset (one bit per tile of the atlas), its compaction pass and its
@@ -107,6 +110,25 @@ pub struct FeedbackFrame {
     /// False when the compacted list held more words than were read back: `sparse` is
     /// then a subset of the frame's requests (the next frames read back the full bitset).
     pub complete: bool,
+    /// With feedback through a colour target: the pixels its resolve read that requested
+    /// a tile, and how many of them were shown through a coarser tile than they wanted.
+    pub pixels: Option<PixelCounts>,
+}
+
+/// Pixels a frame's feedback-target resolve read (one per feedback block).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PixelCounts {
+    /// Pixels that requested a tile.
+    pub sampled: u32,
+    /// Of those, pixels shown through a coarser tile than the one they wanted.
+    pub coarse: u32,
+}
+
+impl PixelCounts {
+    /// `coarse / sampled` (0 when nothing was sampled).
+    pub fn coarse_share(self) -> f64 {
+        if self.sampled == 0 { 0.0 } else { f64::from(self.coarse) / f64::from(self.sampled) }
+    }
 }
 
 impl Feedback {
@@ -144,8 +166,8 @@ impl Feedback {
             usage: wgpu::BufferUsages::UNIFORM,
         });
         let (pipeline, bind_group) = compaction_pipeline(device, &params, &bitset, &list);
-        // Each staging buffer holds either readback.
-        let slot_bytes = list_bytes.max(bitset_bytes);
+        // Each staging buffer holds either readback, then (8-byte aligned) the pixel counters.
+        let slot_bytes = list_bytes.max(bitset_bytes).next_multiple_of(8) + COUNTS_BYTES;
         let ring = (0..ring.max(2))
             .map(|i| Slot {
                 buffer: device.create_buffer(&wgpu::BufferDescriptor {
@@ -158,6 +180,7 @@ impl Feedback {
                 frame: 0,
                 content: Content::Full,
                 bytes: 0,
+                counts_at: None,
             })
             .collect();
         let mut me = Self {
@@ -254,9 +277,10 @@ impl Feedback {
 
     /// After the frame's passes: compacts the bitset and copies the counter and the
     /// pairs of the copy window (or, after an incomplete frame, the whole bitset) into a
-    /// free staging buffer; when every buffer is still in flight, this frame's feedback
-    /// is skipped.
-    pub fn end(&mut self, encoder: &mut wgpu::CommandEncoder, frame: u64) {
+    /// free staging buffer, with the feedback target's pixel counters (`counts`, the
+    /// first 8 bytes) when given; when every buffer is still in flight, this frame's
+    /// feedback is skipped.
+    pub fn end(&mut self, encoder: &mut wgpu::CommandEncoder, frame: u64, counts: Option<&wgpu::Buffer>) {
         let (content, bytes) = self.next_readback();
         let Some(slot) = self.ring.iter_mut().find(|s| s.state.load(Ordering::Acquire) == FREE) else {
             self.skipped += 1;
@@ -282,9 +306,15 @@ impl Feedback {
                 encoder.copy_buffer_to_buffer(&self.list, 0, &slot.buffer, 0, bytes);
             }
         }
+        let counts_at = counts.map(|c| {
+            let at = bytes.next_multiple_of(8);
+            encoder.copy_buffer_to_buffer(c, 0, &slot.buffer, at, 8);
+            at
+        });
         slot.frame = frame;
         slot.content = content;
-        slot.bytes = bytes;
+        slot.bytes = counts_at.map_or(bytes, |at| at + 8);
+        slot.counts_at = counts_at;
         slot.state.store(COPIED, Ordering::Release);
         self.last_bytes = bytes;
         self.total_bytes += bytes;
@@ -320,7 +350,10 @@ impl Feedback {
             match slot.state.load(Ordering::Acquire) {
                 MAPPED => {
                     let read = match slot.buffer.get_mapped_range(0..slot.bytes) {
-                        Ok(view) => Some(read_frame(&view, slot.content, self.words)),
+                        Ok(view) => Some((
+                            read_frame(&view, slot.content, self.words),
+                            read_counts(&view, slot.counts_at),
+                        )),
                         Err(e) => {
                             tracing::warn!("feedback readback could not be read: {e}");
                             None
@@ -329,13 +362,13 @@ impl Feedback {
                     slot.buffer.unmap();
                     slot.state.store(FREE, Ordering::Release);
                     let (frame, content) = (slot.frame, slot.content);
-                    if let Some((sparse, found)) = read {
+                    if let Some(((sparse, found), pixels)) = read {
                         let complete = match content {
                             Content::Sparse { pairs } => found <= pairs,
                             Content::Full => true,
                         };
                         self.note_readback(found, complete, content);
-                        arrived.push(FeedbackFrame { frame, sparse, complete });
+                        arrived.push(FeedbackFrame { frame, sparse, complete, pixels });
                     }
                 }
                 FAILED => {
@@ -389,6 +422,15 @@ pub fn dispatch_grid(words: u32, max_per_dimension: u32) -> (u32, u32) {
     let total = words.div_ceil(WORKGROUP).max(1);
     let x = total.min(max_per_dimension.max(1));
     (x, total.div_ceil(x))
+}
+
+/// The pixel counters copied at `at` of a mapped readback, if any.
+fn read_counts(bytes: &[u8], at: Option<u64>) -> Option<PixelCounts> {
+    let at = usize::try_from(at?).ok()?;
+    let word = |i: usize| {
+        bytes.get(at + 4 * i..at + 4 * i + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    Some(PixelCounts { sampled: word(0)?, coarse: word(1)? })
 }
 
 /// The non-zero words of a mapped readback, sorted by word index, and the number of
@@ -487,6 +529,20 @@ mod tests {
             // No row more than needed.
             assert!((u64::from(x) * u64::from(y - 1)) * 256 < u64::from(words).max(1));
         }
+    }
+
+    /// The pixel counters sit where `end` copied them; a readback without them has none.
+    #[test]
+    fn pixel_counters_are_read_from_their_offset() {
+        let mut bytes = vec![0u8; 24];
+        bytes[16..20].copy_from_slice(&400u32.to_le_bytes());
+        bytes[20..24].copy_from_slice(&100u32.to_le_bytes());
+        let counts = read_counts(&bytes, Some(16)).unwrap();
+        assert_eq!(counts, PixelCounts { sampled: 400, coarse: 100 });
+        assert_eq!(counts.coarse_share(), 0.25);
+        assert_eq!(read_counts(&bytes, None), None);
+        assert_eq!(read_counts(&bytes, Some(20)), None, "past the mapped bytes");
+        assert_eq!(PixelCounts::default().coarse_share(), 0.0);
     }
 
     #[test]

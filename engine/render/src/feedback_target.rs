@@ -6,9 +6,16 @@
 //! (this frame's phase, as the storage path) into the bitset, which the compaction
 //! pass and the readback ring then treat as before.
 //!
+//! Each request also says whether the pixel was shown through a coarser tile than it
+//! wanted (bit 31), and the resolve pass counts the pixels read and those shown coarser:
+//! the share of blurry pixels per frame, read back with the frame's feedback.
+//!
 //! The target belongs to the virtual textures and follows the size asked for (it is
 //! remade when the size changes). Several passes of one frame may share it: the first
-//! attachment handed out in a frame clears it, later ones load it.
+//! attachment handed out since the last resolve clears it, later ones load it. Passes
+//! that draw different views (a prefetch view, then the visible one) resolve in
+//! between ([`crate::VirtualTextures::resolve_feedback`]), or the second overwrites
+//! the first's requests where they overlap.
 
 use std::sync::Mutex;
 
@@ -18,6 +25,9 @@ use crate::shaders::FEEDBACK_RESOLVE_WGSL;
 
 /// The texel format of the feedback target: one request per pixel.
 pub const FEEDBACK_TARGET_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::R32Uint;
+
+/// Bytes of the resolve counters (`ResolveCounts`: two counters and padding).
+pub(crate) const COUNTS_BYTES: u64 = 16;
 
 /// Side of the resolve pass' workgroups (`@workgroup_size(8, 8)`).
 const WORKGROUP: u32 = 8;
@@ -66,8 +76,10 @@ struct Target {
 /// What changes between frames.
 struct State {
     target: Option<Target>,
-    /// Attachments handed out since the frame began.
-    handed_out: u32,
+    /// Attachments handed out since the frame began or the last resolve.
+    unresolved: u32,
+    /// A resolve ran this frame: the counters hold this frame's pixels.
+    resolved: bool,
     /// Feedback mask (stride − 1) of the frame.
     mask: u32,
 }
@@ -77,6 +89,8 @@ pub(crate) struct FeedbackTargets {
     device: wgpu::Device,
     bitset: wgpu::Buffer,
     params: wgpu::Buffer,
+    /// Pixels read and pixels shown coarser (`ResolveCounts`), summed over the frame.
+    counts: wgpu::Buffer,
     pipeline: wgpu::ComputePipeline,
     layout: wgpu::BindGroupLayout,
     state: Mutex<State>,
@@ -92,11 +106,27 @@ impl FeedbackTargets {
             contents: bytemuck::cast_slice(&[0u32, 0, words, 0]),
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
         });
+        let counts = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tessera feedback resolve counts"),
+            size: COUNTS_BYTES,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some("tessera feedback resolve"),
             source: wgpu::ShaderSource::Wgsl(FEEDBACK_RESOLVE_WGSL.into()),
         });
         let compute = wgpu::ShaderStages::COMPUTE;
+        let storage = |binding| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: compute,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage { read_only: false },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        };
         let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some("tessera feedback resolve"),
             entries: &[
@@ -120,16 +150,8 @@ impl FeedbackTargets {
                     },
                     count: None,
                 },
-                wgpu::BindGroupLayoutEntry {
-                    binding: 2,
-                    visibility: compute,
-                    ty: wgpu::BindingType::Buffer {
-                        ty: wgpu::BufferBindingType::Storage { read_only: false },
-                        has_dynamic_offset: false,
-                        min_binding_size: None,
-                    },
-                    count: None,
-                },
+                storage(2),
+                storage(3),
             ],
         });
         let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
@@ -149,9 +171,10 @@ impl FeedbackTargets {
             device: device.clone(),
             bitset: bitset.clone(),
             params,
+            counts,
             pipeline,
             layout,
-            state: Mutex::new(State { target: None, handed_out: 0, mask: 0 }),
+            state: Mutex::new(State { target: None, unresolved: 0, resolved: false, mask: 0 }),
         }
     }
 
@@ -161,12 +184,21 @@ impl FeedbackTargets {
     }
 
     /// A new frame with feedback mask `mask` and phase `phase` (see `ShaderParams`):
-    /// its first attachment clears the target.
-    pub(crate) fn begin(&self, queue: &wgpu::Queue, mask: u32, phase: u32) {
+    /// clears the counters in `encoder` (the frame's, before its passes); its first
+    /// attachment clears the target.
+    pub(crate) fn begin(
+        &self,
+        queue: &wgpu::Queue,
+        encoder: &mut wgpu::CommandEncoder,
+        mask: u32,
+        phase: u32,
+    ) {
         let mut state = self.state();
-        state.handed_out = 0;
+        state.unresolved = 0;
+        state.resolved = false;
         state.mask = mask;
         queue.write_buffer(&self.params, 0, bytemuck::cast_slice(&[mask, phase]));
+        encoder.clear_buffer(&self.counts, 0, None);
     }
 
     /// The attachment for a pass of `width × height` pixels (at least 1 × 1), making
@@ -178,8 +210,8 @@ impl FeedbackTargets {
             state.target = None;
         }
         let view = state.target.get_or_insert_with(|| self.make_target(size)).view.clone();
-        let clear = state.handed_out == 0;
-        state.handed_out += 1;
+        let clear = state.unresolved == 0;
+        state.unresolved += 1;
         FeedbackAttachment { view, clear }
     }
 
@@ -202,18 +234,23 @@ impl FeedbackTargets {
                 wgpu::BindGroupEntry { binding: 0, resource: self.params.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 1, resource: wgpu::BindingResource::TextureView(&view) },
                 wgpu::BindGroupEntry { binding: 2, resource: self.bitset.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 3, resource: self.counts.as_entire_binding() },
             ],
         });
         Target { size: (width, height), view, bind_group }
     }
 
-    /// After the frame's passes, before the compaction: when an attachment was handed
-    /// out this frame, records the resolve pass into `encoder`. Returns whether it did.
-    pub(crate) fn resolve(&self, encoder: &mut wgpu::CommandEncoder) -> bool {
-        let state = self.state();
-        let Some(target) = state.target.as_ref().filter(|_| state.handed_out > 0) else {
-            return false;
-        };
+    /// After a pass that wrote the target (before the next one that would overwrite it,
+    /// and before the compaction): when an attachment was handed out since the last
+    /// resolve, records the resolve pass into `encoder`.
+    pub(crate) fn resolve(&self, encoder: &mut wgpu::CommandEncoder) {
+        let mut state = self.state();
+        if state.unresolved == 0 {
+            return;
+        }
+        state.unresolved = 0;
+        state.resolved = true;
+        let Some(target) = state.target.as_ref() else { return };
         let (x, y) = resolve_grid(target.size, state.mask + 1);
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some("tessera feedback resolve"),
@@ -222,7 +259,12 @@ impl FeedbackTargets {
         pass.set_pipeline(&self.pipeline);
         pass.set_bind_group(0, &target.bind_group, &[]);
         pass.dispatch_workgroups(x, y, 1);
-        true
+    }
+
+    /// The counters (pixels read that requested a tile, pixels shown coarser: two
+    /// little-endian u32 in [`COUNTS_BYTES`]) when a resolve ran this frame.
+    pub(crate) fn counts(&self) -> Option<&wgpu::Buffer> {
+        self.state().resolved.then_some(&self.counts)
     }
 
     /// GPU bytes of the target (0 before one is asked for).

@@ -24,7 +24,7 @@ use tessera_core::{Atlas, HostCache};
 
 use crate::context::GpuContext;
 use crate::error::RenderError;
-use crate::feedback::Feedback;
+use crate::feedback::{Feedback, PixelCounts};
 use crate::feedback_target::{FeedbackAttachment, FeedbackTargets};
 use crate::page_table::{PageTableBuffer, PageTableStorage};
 use crate::page_table_update::TableUpdater;
@@ -246,6 +246,8 @@ pub struct VirtualTextures {
     next_frame: u64,
     last_begin: Option<Instant>,
     last_upload_ms: f64,
+    /// The pixel counters of the latest feedback that arrived with them, and its frame.
+    last_pixels: Option<(u64, PixelCounts)>,
     /// The latest feedback that arrived ([`VirtualTextures::last_feedback`]).
     last_feedback: Option<SparseFeedback>,
     /// The frame at which feedback last arrived (or the first frame), for the stall warning.
@@ -276,6 +278,14 @@ impl VirtualTextures {
         .map_err(|e| RenderError::Config(e.to_string()))?;
         let staging = Self::make_staging(ctx, &pools, &mut streamer, config.staging_mib);
         let page_table = Self::make_page_table(ctx, &config, &plan)?;
+        if config.feedback_target && streamer.layout().words() as u64 * 32 >= 1 << 31 {
+            // A request is the entry + 1 in 31 bits (bit 31 flags a coarser sample).
+            return Err(RenderError::Config(format!(
+                "{} tiles are too many for feedback through a colour target (at most 2^31 - 2): \
+                 set feedback_target to false",
+                streamer.layout().words() * 32
+            )));
+        }
         let feedback = Feedback::new(device, streamer.layout().words(), FEEDBACK_RING);
         let layout_bgl = bind_group_layout(device, config.page_table);
         let bindings =
@@ -298,6 +308,7 @@ impl VirtualTextures {
             last_begin: None,
             last_upload_ms: 0.0,
             last_feedback: None,
+            last_pixels: None,
             last_feedback_frame: 0,
             stall_warned: false,
             probe: ShaderProbe::Off,
@@ -499,7 +510,10 @@ impl VirtualTextures {
         }
         let arrived = match ctx.lost() {
             Some(_) => None,
-            None => self.feedback.collect().map(|f| SparseFeedback { frame: f.frame, pairs: f.sparse }),
+            None => self.feedback.collect().map(|f| {
+                self.last_pixels = f.pixels.map(|p| (f.frame, p));
+                SparseFeedback { frame: f.frame, pairs: f.sparse }
+            }),
         };
         self.watch_feedback(frame, arrived.is_some());
         let plan = self.streamer.frame(FrameInput {
@@ -509,7 +523,11 @@ impl VirtualTextures {
             last_upload_ms: self.last_upload_ms,
             predicted: None,
         });
-        let stats = self.execute(ctx, plan);
+        let mut stats = self.execute(ctx, plan);
+        if let Some((recorded, pixels)) = self.last_pixels.filter(|_| arrived.is_some()) {
+            stats.coarse_pixel_share = Some(pixels.coarse_share());
+            stats.coarse_pixel_frame = Some(recorded);
+        }
         if arrived.is_some() {
             self.last_feedback = arrived;
         }
@@ -539,6 +557,8 @@ impl VirtualTextures {
             }
         }
         self.feedback.begin(encoder);
+        let shader = self.streamer.shader_params(frame);
+        self.feedback_targets.begin(&ctx.queue, encoder, shader.feedback_mask, shader.feedback_phase);
         VtFrame { vt: self, stats, number: frame, readback_recorded: false, finished: false }
     }
 
@@ -618,7 +638,6 @@ impl VirtualTextures {
             layer.params.set_frame(&plan.shader);
             layer.write(&ctx.queue);
         }
-        self.feedback_targets.begin(&ctx.queue, plan.shader.feedback_mask, plan.shader.feedback_phase);
         let mut stats = plan.stats;
         stats.uploads_staged = staged_count;
         stats.upload_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -748,6 +767,16 @@ impl VirtualTextures {
     /// when the size changes, here. Single-sampled passes only.
     pub fn feedback_attachment(&self, width: u32, height: u32) -> FeedbackAttachment {
         self.feedback_targets.attachment(width, height)
+    }
+
+    /// Reads what the passes since the last resolve wrote to the feedback target into
+    /// this frame's feedback, now (recorded into `encoder`, after those passes): call it
+    /// between passes that draw different views into the target (a prefetch view, then
+    /// the visible one), which would otherwise overwrite each other's requests;
+    /// [`VtFrame::finish`] does it for the last. Nothing happens when no attachment was
+    /// handed out since the last resolve.
+    pub fn resolve_feedback(&self, encoder: &mut wgpu::CommandEncoder) {
+        self.feedback_targets.resolve(encoder);
     }
 
     /// The latest feedback read back (by the last [`VirtualTextures::begin`] that found
@@ -975,13 +1004,18 @@ impl VtFrame<'_> {
         self.vt.feedback_attachment(width, height)
     }
 
+    /// See [`VirtualTextures::resolve_feedback`].
+    pub fn resolve_feedback(&self, encoder: &mut wgpu::CommandEncoder) {
+        self.vt.resolve_feedback(encoder);
+    }
+
     /// Records the feedback readback into `encoder` now, so that commands recorded
     /// after it (a timestamp, say) come after it. Optional: [`VtFrame::finish`] does it
     /// when this was not called.
     pub fn record_readback(&mut self, encoder: &mut wgpu::CommandEncoder) {
         if !self.readback_recorded {
             self.vt.feedback_targets.resolve(encoder);
-            self.vt.feedback.end(encoder, self.number);
+            self.vt.feedback.end(encoder, self.number, self.vt.feedback_targets.counts());
             self.readback_recorded = true;
         }
     }
@@ -1065,7 +1099,7 @@ impl VirtualTextures {
         encoder: &mut wgpu::CommandEncoder,
     ) -> StreamFrame {
         self.feedback_targets.resolve(encoder);
-        self.feedback.end(encoder, frame.number);
+        self.feedback.end(encoder, frame.number, self.feedback_targets.counts());
         frame.ended = true;
         std::mem::take(&mut frame.stats)
     }

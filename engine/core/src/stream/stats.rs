@@ -158,6 +158,14 @@ pub struct StreamFrame {
     /// Tiles a remote atlas could not deliver for now (network or server failure),
     /// shown through their ancestors and waiting to be asked for again.
     pub tiles_unavailable: usize,
+    /// Share (0 to 1) of the pixels the newest feedback read (one per feedback block)
+    /// that were shown through a coarser tile than the one they wanted: how blurry the
+    /// view recorded at [`StreamFrame::coarse_pixel_frame`] was. Measured by the
+    /// feedback target's resolve pass; `None` with feedback through the storage bitset
+    /// or when no feedback arrived this frame.
+    pub coarse_pixel_share: Option<f64>,
+    /// The frame whose pixels [`StreamFrame::coarse_pixel_share`] counts.
+    pub coarse_pixel_frame: Option<u64>,
     /// Complete page table: rectangles of entries rewritten on the GPU this frame.
     pub table_jobs: usize,
     /// Complete page table: entries those rectangles cover (what the GPU pass reads).
