@@ -387,7 +387,13 @@ fn fs_main(@builtin(position) frag: vec4<f32>, @location(0) uv: vec2<f32>) -> @l
             assert!(
                 src.contains("atomicOr(") && !target.contains("atomicOr(") && !target.contains("atomicLoad(")
             );
-            assert_eq!(target.matches("_request_value = ").count(), 1, "{name}");
+            let code = |pattern: &str| {
+                target.lines().map(str::trim).filter(|l| !l.starts_with("//") && l.contains(pattern)).count()
+            };
+            // One store of the request, and a note of the tile found after each lookup
+            // of the wanted mip (hardware trilinear, software trilinear, layers).
+            assert_eq!(code("_request_value = "), 2, "{name}");
+            assert_eq!(code("_note_found("), 4, "{name}");
             assert!(
                 !target.contains("// feedback storage:") && !target.contains("// feedback target:"),
                 "{name}"
