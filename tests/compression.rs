@@ -61,6 +61,7 @@ fn run(atlas: &Path, reference: Option<&Path>, pool: TargetFormat) -> CaptureRep
         remote: Default::default(),
         frame_interval: None,
         wait_resident: None,
+        predict: 0,
     };
     let r = capture(gpu(), &cfg).unwrap_or_else(|e| panic!("{e} (does this Vulkan driver sample BC7?)"));
     assert!(r.frames.iter().all(|f| f.unwritten_pixels == 0), "unwritten pool texels shown");
@@ -126,6 +127,7 @@ fn corrupted_compressed_tile_is_replaced_by_its_ancestor() {
         remote: Default::default(),
         frame_interval: None,
         wait_resident: None,
+        predict: 0,
     };
     let r = capture(gpu(), &cfg).unwrap();
     let failed = r.final_stats.loader.failed;

@@ -686,3 +686,83 @@ fn the_feedback_target_counts_the_pixels_shown_coarser() {
         assert!(settled, "never all pixels at their wanted mip: {shares:?}");
     }
 }
+
+/// A predicted view streams its tiles before the camera gets there: the camera holds a
+/// wide view while the prediction shows a close-up of a ground corner; when the camera
+/// cuts to the close-up, the first feedback of it finds everything resident. Without
+/// the prediction the same cut finds the close-up's fine tiles missing.
+#[test]
+fn a_predicted_view_is_resident_before_the_camera_gets_there() {
+    use tessera_core::bake::source::Generated;
+    use tessera_core::bake::{BakeInput, BakeOptions, bake};
+    use tessera_core::scene::camera::CameraPath;
+    use tessera_core::{Atlas, NoProgress};
+    let ctx = gpu();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("predicted.tsa");
+    bake(
+        vec![BakeInput::new("predicted", Generated::new(8192, 8192))],
+        &path,
+        &BakeOptions::default(),
+        &NoProgress,
+    )
+    .unwrap();
+    let atlas = std::sync::Arc::new(Atlas::open(&path).unwrap());
+    let wide = CameraPath::preset("static").unwrap().camera_at(0);
+    let close = CameraPath::preset("cut").unwrap().camera_at(100);
+    let (w, h) = (640, 360);
+    let aspect = w as f32 / h as f32;
+    let out = tessera::scene::OffscreenTarget::new(&ctx.device, w, h);
+    for prediction in [true, false] {
+        let config = tessera::VtConfig {
+            prediction,
+            pool_mib: 64,
+            auto_mip_bias: false,
+            ..tessera::VtConfig::default()
+        };
+        let mut vt = tessera::VirtualTextures::new(ctx, atlas.clone(), config).unwrap();
+        let scene = tessera::drawer::drawer_for(ctx, &vt, None).unwrap();
+        let render = |vt: &mut tessera::VirtualTextures, camera, predicted: Option<_>| {
+            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            let frame = vt.begin(ctx, &mut encoder);
+            if let Some(p) = predicted {
+                scene.set_predicted_camera(&ctx.queue, p, aspect);
+                scene.draw_predicted(&mut encoder, frame.vt(), (w / 2, h / 2));
+            }
+            scene.set_camera(&ctx.queue, camera, aspect);
+            scene.draw_vt(&mut encoder, &out.color_view, &out.depth_view, frame.vt(), None);
+            let number = frame.number();
+            let stats = frame.finish(ctx, encoder).unwrap();
+            ctx.wait_idle().unwrap();
+            // The loader threads get time to read what was asked for.
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            (number, stats)
+        };
+        let mut predicted_requests = 0;
+        for _ in 0..40 {
+            let (_, stats) = render(&mut vt, &wide, prediction.then_some(&close));
+            predicted_requests += stats.predicted;
+        }
+        let (cut, _) = render(&mut vt, &close, None);
+        let first = (0..20)
+            .map(|_| render(&mut vt, &close, None).1)
+            .find(|s| s.feedback_frame.is_some_and(|f| f >= cut))
+            .expect("feedback of the close-up arrives");
+        if prediction {
+            assert!(predicted_requests > 10, "only {predicted_requests} predicted requests");
+            assert!(
+                first.resident_fraction >= 0.95 && first.coarse_pixel_share.is_some_and(|s| s < 0.05),
+                "predicted: the close-up's first feedback found {:.1}% resident, {:?} of its pixels coarse",
+                100.0 * first.resident_fraction,
+                first.coarse_pixel_share
+            );
+        } else {
+            assert_eq!(predicted_requests, 0);
+            assert!(
+                first.resident_fraction < 0.8,
+                "without prediction the close-up's first feedback found {:.1}% resident",
+                100.0 * first.resident_fraction
+            );
+        }
+    }
+}

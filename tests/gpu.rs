@@ -77,6 +77,7 @@ fn run_paced(
         remote,
         frame_interval,
         wait_resident: None,
+        predict: 0,
     };
     let report = capture(gpu(), &cfg).unwrap();
     for f in &report.frames {
@@ -294,6 +295,7 @@ fn camera_cut_reaches_full_residency_and_signals_it() {
         remote: Default::default(),
         frame_interval: None,
         wait_resident: None,
+        predict: 0,
     };
     let p = capture(gpu(), &cfg).unwrap();
     assert_eq!(
@@ -986,6 +988,7 @@ mod remote {
                 remote: RemoteOptions::without_disk_cache(),
                 frame_interval: None,
                 wait_resident: wait,
+                predict: 0,
             };
             capture(gpu(), &cfg).unwrap()
         };

@@ -55,6 +55,7 @@ fn run(
         remote: Default::default(),
         frame_interval: None,
         wait_resident: None,
+        predict: 0,
     };
     let report = capture(gpu(), &cfg).unwrap();
     for f in &report.frames {
@@ -184,6 +185,7 @@ fn stress_scene_of_64k_squared_streams_into_a_small_pool() {
         remote: Default::default(),
         frame_interval: None,
         wait_resident: None,
+        predict: 0,
     };
     let r = capture(gpu(), &cfg).unwrap();
     for f in &r.frames {

@@ -106,6 +106,11 @@ impl VtArgs {
     }
 }
 
+/// Frames ahead of the camera path that `capture` and `demo` predict by default: the
+/// demo flyover on lavapipe was fully resident in 115 of 120 frames with 4 and with 8,
+/// 110–113 with 16, 25–26 without (BENCHMARKS.md); 8 leaves room for faster frames.
+pub(crate) const PREDICT_FRAMES: u32 = 8;
+
 /// Arguments of `tessera capture`.
 #[derive(clap::Args)]
 pub(crate) struct CaptureArgs {
@@ -153,6 +158,12 @@ pub(crate) struct CaptureArgs {
     /// (and any view after a coming cut) is drawn hidden so its tiles stream in early.
     #[arg(long, default_value_t = 0)]
     prefetch: u32,
+    /// Predict along the camera path this many frames ahead (0: off): each frame also
+    /// draws the view the path shows then, at half size and without shading, as a
+    /// predicted view whose tiles stream at the lowest priority, never evicting what is
+    /// on screen, and are dropped when the path turns elsewhere.
+    #[arg(long, default_value_t = PREDICT_FRAMES)]
+    predict_frames: u32,
     /// Evict the VRAM pool (host cache kept) before these frames, e.g. before cutting
     /// back to a view seen earlier, to measure a cut served from the host cache.
     #[arg(long, value_delimiter = ',')]
@@ -256,6 +267,7 @@ pub(crate) fn run(args: &CaptureArgs) -> Result<ExitCode> {
         remote: Default::default(),
         frame_interval: args.fps.map(|hz| std::time::Duration::from_secs_f64(1.0 / f64::from(hz))),
         wait_resident: args.wait_resident,
+        predict: args.predict_frames,
     };
     let ctx = GpuContext::headless()?;
     println!("adapter: {}", ctx.describe());

@@ -41,6 +41,12 @@ pub(crate) struct DemoArgs {
     #[arg(long)]
     camera: Option<String>,
     /// Frames to render.
+    /// Predict along the camera path this many frames ahead (0: off): each frame also
+    /// draws the view the path shows then, at half size and without shading, as a
+    /// predicted view whose tiles stream at the lowest priority, never evicting what is
+    /// on screen, and are dropped when the path turns elsewhere.
+    #[arg(long, default_value_t = crate::capture::PREDICT_FRAMES)]
+    predict_frames: u32,
     #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u32).range(1..))]
     frames: u32,
     /// Frame size.
@@ -111,6 +117,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
         remote: Default::default(),
         frame_interval: None,
         wait_resident: None,
+        predict: args.predict_frames,
     };
     println!(
         "capturing {} frames of '{}' at {}x{} ({})",

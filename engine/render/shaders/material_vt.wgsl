@@ -34,3 +34,15 @@ fn fs_main_feedback(v: MeshOut, @builtin(front_facing) front: bool) -> FeedbackO
     let colour = material_vt_colour(v, front);
     return FeedbackOut(colour, vt_request());
 }
+
+// A predicted view's feedback only (no shading, no alpha test), drawn at half the
+// view's size: half the derivatives ask for the mips the full-size view will want.
+@fragment
+fn fs_request(v: MeshOut) -> @location(0) u32 {
+    if material.textured < 0.5 {
+        return 0u;
+    }
+    let gx = 0.5 * dpdx(v.uv) * material.rect.zw;
+    let gy = 0.5 * dpdy(v.uv) * material.rect.zw;
+    return vt_request_at(material_uv(v.uv), gx, gy, material.max_lod);
+}

@@ -17,3 +17,10 @@ fn fs_main_feedback(v: VertexOut) -> FeedbackOut {
     let colour = shade(vt_sample(v.uv, v.clip), v.normal);
     return FeedbackOut(colour, vt_request());
 }
+
+// A predicted view's feedback only (no shading), drawn at half the view's size: half
+// the derivatives ask for the mips the full-size view will want.
+@fragment
+fn fs_request(v: VertexOut) -> @location(0) u32 {
+    return vt_request_at(v.uv, 0.5 * dpdx(v.uv), 0.5 * dpdy(v.uv), f32(vt.mip_count));
+}

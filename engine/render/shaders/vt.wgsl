@@ -18,6 +18,8 @@
 //       a layer the atlas lacks repeats layer 0). The level of detail is limited to
 //       `max_lod`, e.g. the coarsest mip at which a packed texture still owns whole tiles.
 //
+//   vt_request_at(uv, ddx_uv, ddy_uv, max_lod) -> u32
+//       The request a sample would make, without sampling: for feedback-only passes.
 //   vt_request() -> u32
 //       With a feedback target (tessera::shaders::with_feedback_target), the value to
 //       write to the R32Uint feedback attachment after sampling; the main pass then has
@@ -140,6 +142,16 @@ var<private> vt_request_value: u32;
 // feedback goes to the storage buffer and this is 0 (no request).
 fn vt_request() -> u32 {
     return vt_request_value;
+}
+
+// The request (entry + 1) of a pixel that would sample `uv` with derivatives gx, gy,
+// without sampling or side effects: for passes that only write feedback, such as a
+// predicted view drawn ahead of the camera (scale the derivatives for a pass drawn at
+// another size than the view it stands for).
+fn vt_request_at(uv_in: vec2<f32>, gx: vec2<f32>, gy: vec2<f32>, max_lod: f32) -> u32 {
+    let uv = vt_address(uv_in);
+    let lod = vt_lod(gx, gy, max_lod).x;
+    return vt_entry_index(uv, u32(lod)) + 1u;
 }
 
 // With a feedback target: flags the request when the tile found (mip `rm`) is coarser

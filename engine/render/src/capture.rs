@@ -66,6 +66,11 @@ pub struct CaptureConfig {
     /// recording it: frames that do not depend on disk or network timing, for remote
     /// captures and regression images (`None`: record every frame as rendered).
     pub wait_resident: Option<std::time::Duration>,
+    /// Predict along the known camera path, this many frames ahead (0: off): each
+    /// frame also draws the view the path shows then as a predicted view
+    /// ([`crate::drawer::Drawer::draw_predicted`], half size, requests only; turns
+    /// [`VtConfig::prediction`] on), whose tiles stream at the lowest priority.
+    pub predict: u32,
 }
 
 /// Statistics of one captured frame (one entry of `stats.json`'s `frames`).
@@ -249,7 +254,8 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
     if let Some(out) = &cfg.out {
         std::fs::create_dir_all(out).map_err(|source| RenderError::Io { path: out.clone(), source })?;
     }
-    let mut vt = VirtualTextures::new(ctx, atlas.clone(), cfg.vt.clone())?;
+    let vt_config = VtConfig { prediction: cfg.vt.prediction || cfg.predict > 0, ..cfg.vt.clone() };
+    let mut vt = VirtualTextures::new(ctx, atlas.clone(), vt_config)?;
     let mut scene = drawer_for(ctx, &vt, cfg.scene.as_deref())?;
     if cfg.reference {
         match &cfg.reference_atlas {
@@ -298,6 +304,11 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
                 vt_frame.resolve_feedback(&mut encoder);
                 ctx.queue.submit([encoder.finish()]);
                 encoder = ctx.device.create_command_encoder(&Default::default());
+            }
+            if cfg.predict > 0 {
+                // A uniform of its own: no submission needed before the visible view.
+                scene.set_predicted_camera(&ctx.queue, &cfg.camera.camera_at(frame + cfg.predict), aspect);
+                scene.draw_predicted(&mut encoder, vt_frame.vt(), (w.div_ceil(2), h.div_ceil(2)));
             }
             scene.set_camera(&ctx.queue, &cfg.camera.camera_at(frame), aspect);
             scene.draw_vt(&mut encoder, &target.color_view, &target.depth_view, vt_frame.vt(), None);

@@ -26,6 +26,9 @@ use crate::shaders::FEEDBACK_RESOLVE_WGSL;
 /// The texel format of the feedback target: one request per pixel.
 pub const FEEDBACK_TARGET_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::R32Uint;
 
+/// The depth format of a predicted view's pass (the built-in drawers' own).
+pub const PREDICTED_DEPTH_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::Depth32Float;
+
 /// Bytes of the resolve counters (`ResolveCounts`: two counters and padding).
 pub(crate) const COUNTS_BYTES: u64 = 16;
 
@@ -38,6 +41,8 @@ const WORKGROUP: u32 = 8;
 pub struct FeedbackAttachment {
     view: wgpu::TextureView,
     clear: bool,
+    /// A depth buffer of the same size (predicted views, which have none of their own).
+    depth: Option<wgpu::TextureView>,
 }
 
 impl FeedbackAttachment {
@@ -64,12 +69,24 @@ impl FeedbackAttachment {
     pub fn clears(&self) -> bool {
         self.clear
     }
+
+    /// The depth attachment that goes with a predicted view's target (cleared with it),
+    /// `None` for the main feedback target, whose passes bring their own.
+    pub fn depth_attachment(&self) -> Option<wgpu::RenderPassDepthStencilAttachment<'_>> {
+        let load = if self.clear { wgpu::LoadOp::Clear(1.0) } else { wgpu::LoadOp::Load };
+        self.depth.as_ref().map(|view| wgpu::RenderPassDepthStencilAttachment {
+            view,
+            depth_ops: Some(wgpu::Operations { load, store: wgpu::StoreOp::Store }),
+            stencil_ops: None,
+        })
+    }
 }
 
 /// The target of one size, and the resolve pass' bind group reading it.
 struct Target {
     size: (u32, u32),
     view: wgpu::TextureView,
+    depth: Option<wgpu::TextureView>,
     bind_group: wgpu::BindGroup,
 }
 
@@ -93,13 +110,15 @@ pub(crate) struct FeedbackTargets {
     counts: wgpu::Buffer,
     pipeline: wgpu::ComputePipeline,
     layout: wgpu::BindGroupLayout,
+    /// Make a depth buffer beside each target (a predicted view's).
+    with_depth: bool,
     state: Mutex<State>,
 }
 
 impl FeedbackTargets {
-    /// The resolve pipeline writing into `bitset` (`words` u32 words); no target until
-    /// one is asked for.
-    pub(crate) fn new(device: &wgpu::Device, bitset: &wgpu::Buffer) -> Self {
+    /// The resolve pipeline writing into `bitset`; no target until one is asked for.
+    /// `with_depth`: each target comes with a depth buffer of its size.
+    pub(crate) fn new(device: &wgpu::Device, bitset: &wgpu::Buffer, with_depth: bool) -> Self {
         let words = u32::try_from(bitset.size() / 4).unwrap_or(u32::MAX);
         let params = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("tessera feedback resolve params"),
@@ -174,6 +193,7 @@ impl FeedbackTargets {
             counts,
             pipeline,
             layout,
+            with_depth,
             state: Mutex::new(State { target: None, unresolved: 0, resolved: false, mask: 0 }),
         }
     }
@@ -209,10 +229,11 @@ impl FeedbackTargets {
         if state.target.as_ref().is_some_and(|t| t.size != size) {
             state.target = None;
         }
-        let view = state.target.get_or_insert_with(|| self.make_target(size)).view.clone();
+        let target = state.target.get_or_insert_with(|| self.make_target(size));
+        let (view, depth) = (target.view.clone(), target.depth.clone());
         let clear = state.unresolved == 0;
         state.unresolved += 1;
-        FeedbackAttachment { view, clear }
+        FeedbackAttachment { view, clear, depth }
     }
 
     fn make_target(&self, (width, height): (u32, u32)) -> Target {
@@ -237,7 +258,21 @@ impl FeedbackTargets {
                 wgpu::BindGroupEntry { binding: 3, resource: self.counts.as_entire_binding() },
             ],
         });
-        Target { size: (width, height), view, bind_group }
+        let depth = self.with_depth.then(|| {
+            self.device
+                .create_texture(&wgpu::TextureDescriptor {
+                    label: Some("tessera predicted view depth"),
+                    size: wgpu::Extent3d { width, height, depth_or_array_layers: 1 },
+                    mip_level_count: 1,
+                    sample_count: 1,
+                    dimension: wgpu::TextureDimension::D2,
+                    format: PREDICTED_DEPTH_FORMAT,
+                    usage: wgpu::TextureUsages::RENDER_ATTACHMENT,
+                    view_formats: &[],
+                })
+                .create_view(&wgpu::TextureViewDescriptor::default())
+        });
+        Target { size: (width, height), view, depth, bind_group }
     }
 
     /// After a pass that wrote the target (before the next one that would overwrite it,
@@ -261,6 +296,12 @@ impl FeedbackTargets {
         pass.dispatch_workgroups(x, y, 1);
     }
 
+    /// Whether a pass wrote the target this frame (an attachment was handed out).
+    pub(crate) fn written(&self) -> bool {
+        let state = self.state();
+        state.resolved || state.unresolved > 0
+    }
+
     /// The counters (pixels read that requested a tile, pixels shown coarser: two
     /// little-endian u32 in [`COUNTS_BYTES`]) when a resolve ran this frame.
     pub(crate) fn counts(&self) -> Option<&wgpu::Buffer> {
@@ -269,7 +310,8 @@ impl FeedbackTargets {
 
     /// GPU bytes of the target (0 before one is asked for).
     pub(crate) fn gpu_bytes(&self) -> u64 {
-        self.state().target.as_ref().map_or(0, |t| 4 * u64::from(t.size.0) * u64::from(t.size.1))
+        let per_texel = if self.with_depth { 8 } else { 4 };
+        self.state().target.as_ref().map_or(0, |t| per_texel * u64::from(t.size.0) * u64::from(t.size.1))
     }
 }
 

@@ -155,6 +155,7 @@ pub mod page_table_update;
 pub mod params;
 #[doc(hidden)]
 pub mod pool;
+mod prediction;
 #[doc(hidden)]
 pub mod reference;
 #[doc(hidden)]
@@ -164,7 +165,7 @@ pub mod staging;
 
 pub use context::{GpuContext, OPTIONAL_FEATURES};
 pub use error::RenderError;
-pub use feedback_target::{FEEDBACK_TARGET_FORMAT, FeedbackAttachment};
+pub use feedback_target::{FEEDBACK_TARGET_FORMAT, FeedbackAttachment, PREDICTED_DEPTH_FORMAT};
 pub use lost::DeviceLost;
 pub use page_table::{PageTableResource, PageTableStorage};
 pub use params::BindingResources;

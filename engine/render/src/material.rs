@@ -16,7 +16,9 @@ use crate::context::GpuContext;
 use crate::drawer::Drawer;
 use crate::error::RenderError;
 use crate::reference;
-use crate::scene::{SceneRenderer, feedback_for, frame_uniform, mesh_pipeline, vt_shader};
+use crate::scene::{
+    Outputs, PredictedPass, SceneRenderer, feedback_for, frame_uniform, mesh_pipeline, vt_shader,
+};
 use crate::shaders;
 use crate::vt::VirtualTextures;
 
@@ -79,6 +81,8 @@ pub struct MaterialRenderer {
     vt_pipeline: wgpu::RenderPipeline,
     /// The VT pipeline with forced early depth, for opaque materials (when available).
     vt_pipeline_early: Option<wgpu::RenderPipeline>,
+    /// The predicted view's pass, when the virtual textures take predictions.
+    predicted: Option<PredictedPass>,
     reference: Option<ReferencePass>,
     color_format: wgpu::TextureFormat,
     sun: Vec3,
@@ -220,15 +224,38 @@ impl MaterialRenderer {
             frame_uniform(device, "material frame", std::mem::size_of::<FrameUniform>() as u64);
         let layouts = [Some(&frame_layout), Some(vt.bind_group_layout()), Some(&material_layout)];
         let (source, feedback_target) = vt_shader(device, vt, &shaders::material_vt_source(), false);
-        let vt_pipeline =
-            mesh_pipeline(device, "material vt", source, &layouts, color_format, None, feedback_target);
+        let vt_pipeline = mesh_pipeline(
+            device,
+            "material vt",
+            source,
+            &layouts,
+            color_format,
+            None,
+            Outputs::colour(feedback_target),
+        );
         // Opaque materials with forced early depth where feedback goes to the storage
         // bitset (with a feedback target the shader has no side effect and the depth test
         // runs early anyway); alpha-tested ones keep the pipeline above, since their
         // fragments may be discarded after the test.
+        let predicted = PredictedPass::new(
+            device,
+            vt,
+            &shaders::material_vt_source(),
+            &layouts,
+            std::mem::size_of::<FrameUniform>() as u64,
+            None,
+        );
         let vt_pipeline_early = (!feedback_target && vt.early_depth_on(device)).then(|| {
             let (early, _) = vt_shader(device, vt, &shaders::material_vt_source(), true);
-            mesh_pipeline(device, "material vt early depth", early, &layouts, color_format, None, false)
+            mesh_pipeline(
+                device,
+                "material vt early depth",
+                early,
+                &layouts,
+                color_format,
+                None,
+                Outputs::Colour,
+            )
         });
         Ok(Self {
             meshes,
@@ -239,6 +266,7 @@ impl MaterialRenderer {
             material_group,
             vt_pipeline,
             vt_pipeline_early,
+            predicted,
             reference: None,
             color_format,
             sun: scene.sun_direction.unwrap_or(DEFAULT_SUN).normalize_or(DEFAULT_SUN.normalize()),
@@ -252,6 +280,18 @@ impl MaterialRenderer {
     }
 
     /// Draws every mesh; with `pipelines` (opaque, masked), each mesh with its own.
+    /// The frame uniform of `camera`, with the scene's sun.
+    fn frame_uniform(&self, camera: &Camera, aspect: f32) -> FrameUniform {
+        let vp = camera.view_projection(aspect);
+        let p = camera.position;
+        FrameUniform {
+            view_proj: vp.to_cols_array_2d(),
+            camera_pos: [p.x, p.y, p.z, 1.0],
+            light_dir: [self.sun.x, self.sun.y, self.sun.z, 2.2],
+            light_colour: [1.0, 0.97, 0.92, 0.35],
+        }
+    }
+
     fn draw(
         &self,
         pass: &mut wgpu::RenderPass<'_>,
@@ -345,7 +385,7 @@ impl Drawer for MaterialRenderer {
             &[Some(&self.frame_layout), Some(&layout), Some(&self.material_layout)],
             self.color_format,
             None,
-            false,
+            Outputs::Colour,
         );
         self.reference = Some(ReferencePass { pipeline, group, bytes });
         Ok(())
@@ -358,15 +398,22 @@ impl Drawer for MaterialRenderer {
 
     /// Sets the camera (and the light) for the next draws.
     fn set_camera(&self, queue: &wgpu::Queue, camera: &Camera, aspect: f32) {
-        let vp = camera.view_projection(aspect);
-        let p = camera.position;
-        let u = FrameUniform {
-            view_proj: vp.to_cols_array_2d(),
-            camera_pos: [p.x, p.y, p.z, 1.0],
-            light_dir: [self.sun.x, self.sun.y, self.sun.z, 2.2],
-            light_colour: [1.0, 0.97, 0.92, 0.35],
-        };
-        queue.write_buffer(&self.frame_buffer, 0, bytemuck::bytes_of(&u));
+        queue.write_buffer(&self.frame_buffer, 0, bytemuck::bytes_of(&self.frame_uniform(camera, aspect)));
+    }
+
+    fn set_predicted_camera(&self, queue: &wgpu::Queue, camera: &Camera, aspect: f32) {
+        if let Some(p) = &self.predicted {
+            p.write(queue, bytemuck::bytes_of(&self.frame_uniform(camera, aspect)));
+        }
+    }
+
+    fn draw_predicted(&self, encoder: &mut wgpu::CommandEncoder, vt: &VirtualTextures, size: (u32, u32)) {
+        let Some(p) = &self.predicted else { return };
+        let Some(layer) = vt.layer(0) else { return };
+        let Some(target) = vt.predicted_attachment(size.0, size.1) else { return };
+        let mut pass = p.begin(encoder, &target);
+        pass.set_bind_group(1, vt.bind_group(layer), &[]);
+        self.draw(&mut pass, None);
     }
 
     /// Draws the scene through the virtual texture.

@@ -46,6 +46,7 @@ pub struct SceneRenderer {
     frame_group: wgpu::BindGroup,
     frame_layout: wgpu::BindGroupLayout,
     vt_pipeline: wgpu::RenderPipeline,
+    predicted: Option<PredictedPass>,
     reference: Option<ReferencePass>,
     color_format: wgpu::TextureFormat,
 }
@@ -66,9 +67,27 @@ fn pipeline(
     source: String,
     layouts: &[Option<&wgpu::BindGroupLayout>],
     color_format: wgpu::TextureFormat,
-    feedback_target: bool,
+    outputs: Outputs,
 ) -> wgpu::RenderPipeline {
-    mesh_pipeline(device, label, source, layouts, color_format, Some(wgpu::Face::Back), feedback_target)
+    mesh_pipeline(device, label, source, layouts, color_format, Some(wgpu::Face::Back), outputs)
+}
+
+/// What a mesh pipeline's fragment stage writes, and from which entry point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outputs {
+    /// `fs_main`: the colour.
+    Colour,
+    /// `fs_main_feedback`: the colour, then the request for the feedback target.
+    ColourAndFeedback,
+    /// `fs_request`: only the request, into the prediction's feedback target.
+    Feedback,
+}
+
+impl Outputs {
+    /// The colour outputs of a virtual-texture pass, with the feedback target or not.
+    pub(crate) fn colour(feedback_target: bool) -> Self {
+        if feedback_target { Self::ColourAndFeedback } else { Self::Colour }
+    }
 }
 
 /// A built-in drawer's virtual-texture shader from `src`: reading the page table `vt`
@@ -89,6 +108,81 @@ pub(crate) fn vt_shader(
         (shaders::with_early_depth_test(&src), false)
     } else {
         (src, false)
+    }
+}
+
+/// The predicted view's pass of a built-in drawer: a pipeline writing requests only
+/// (`fs_request`, into [`VirtualTextures::predicted_attachment`]) and the camera
+/// uniform it draws with (group 0, the drawer's frame layout).
+pub(crate) struct PredictedPass {
+    pipeline: wgpu::RenderPipeline,
+    buffer: wgpu::Buffer,
+    group: wgpu::BindGroup,
+}
+
+impl PredictedPass {
+    /// The pass for a drawer whose virtual-texture shader is `src`, with `layouts` (the
+    /// frame layout first) and a frame uniform of `size` bytes; `None` unless `vt`
+    /// takes predictions.
+    pub(crate) fn new(
+        device: &wgpu::Device,
+        vt: &VirtualTextures,
+        src: &str,
+        layouts: &[Option<&wgpu::BindGroupLayout>],
+        size: u64,
+        cull_mode: Option<wgpu::Face>,
+    ) -> Option<Self> {
+        if !vt.config().prediction {
+            return None;
+        }
+        let frame_layout = layouts.first().copied().flatten()?;
+        let source = shaders::with_page_table(src, vt.page_table_storage());
+        let pipeline = mesh_pipeline(
+            device,
+            "predicted view",
+            source,
+            layouts,
+            crate::FEEDBACK_TARGET_FORMAT,
+            cull_mode,
+            Outputs::Feedback,
+        );
+        let buffer = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("predicted view camera"),
+            size,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("predicted view camera"),
+            layout: frame_layout,
+            entries: &[wgpu::BindGroupEntry { binding: 0, resource: buffer.as_entire_binding() }],
+        });
+        Some(Self { pipeline, buffer, group })
+    }
+
+    /// Sets the predicted view's frame uniform.
+    pub(crate) fn write(&self, queue: &wgpu::Queue, bytes: &[u8]) {
+        queue.write_buffer(&self.buffer, 0, bytes);
+    }
+
+    /// Begins the predicted view's pass into `target` (with its depth), pipeline and
+    /// camera set.
+    pub(crate) fn begin<'a>(
+        &'a self,
+        encoder: &'a mut wgpu::CommandEncoder,
+        target: &'a FeedbackAttachment,
+    ) -> wgpu::RenderPass<'a> {
+        let mut pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
+            label: Some("predicted view"),
+            color_attachments: &[Some(target.attachment())],
+            depth_stencil_attachment: target.depth_attachment(),
+            timestamp_writes: None,
+            occlusion_query_set: None,
+            multiview_mask: None,
+        });
+        pass.set_pipeline(&self.pipeline);
+        pass.set_bind_group(0, &self.group, &[]);
+        pass
     }
 }
 
@@ -135,9 +229,9 @@ pub(crate) fn frame_uniform(
     (layout, buffer, group)
 }
 
-/// A pipeline drawing [`Vertex`] meshes with depth into `color_format`, from a WGSL
-/// source with `vs_main` and `fs_main`; with `feedback_target`, `fs_main_feedback`
-/// writing a second target of [`crate::FEEDBACK_TARGET_FORMAT`] as well.
+/// A pipeline drawing [`Vertex`] meshes with depth, from a WGSL source with `vs_main`
+/// and the fragment entry point of `outputs`, into `color_format` and / or a target of
+/// [`crate::FEEDBACK_TARGET_FORMAT`].
 pub(crate) fn mesh_pipeline(
     device: &wgpu::Device,
     label: &str,
@@ -145,7 +239,7 @@ pub(crate) fn mesh_pipeline(
     layouts: &[Option<&wgpu::BindGroupLayout>],
     color_format: wgpu::TextureFormat,
     cull_mode: Option<wgpu::Face>,
-    feedback_target: bool,
+    outputs: Outputs,
 ) -> wgpu::RenderPipeline {
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some(label),
@@ -156,7 +250,13 @@ pub(crate) fn mesh_pipeline(
         bind_group_layouts: layouts,
         immediate_size: 0,
     });
-    let targets = [Some(color_format.into()), Some(crate::FEEDBACK_TARGET_FORMAT.into())];
+    let colour = Some(color_format.into());
+    let feedback = Some(crate::FEEDBACK_TARGET_FORMAT.into());
+    let (entry, targets) = match outputs {
+        Outputs::Colour => ("fs_main", vec![colour]),
+        Outputs::ColourAndFeedback => ("fs_main_feedback", vec![colour, feedback]),
+        Outputs::Feedback => ("fs_request", vec![feedback]),
+    };
     device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
         label: Some(label),
         layout: Some(&layout),
@@ -177,9 +277,9 @@ pub(crate) fn mesh_pipeline(
         multisample: Default::default(),
         fragment: Some(wgpu::FragmentState {
             module: &module,
-            entry_point: Some(if feedback_target { "fs_main_feedback" } else { "fs_main" }),
+            entry_point: Some(entry),
             compilation_options: Default::default(),
-            targets: &targets[..if feedback_target { 2 } else { 1 }],
+            targets: &targets,
         }),
         multiview_mask: None,
         cache: None,
@@ -221,9 +321,46 @@ impl SceneRenderer {
             source,
             &[Some(&frame_layout), Some(vt.bind_group_layout())],
             color_format,
-            feedback_target,
+            Outputs::colour(feedback_target),
         );
-        Self { meshes, frame_buffer, frame_group, frame_layout, vt_pipeline, reference: None, color_format }
+        let predicted = PredictedPass::new(
+            device,
+            vt,
+            &shaders::scene_vt_source(),
+            &[Some(&frame_layout), Some(vt.bind_group_layout())],
+            std::mem::size_of::<FrameUniform>() as u64,
+            Some(wgpu::Face::Back),
+        );
+        Self {
+            meshes,
+            frame_buffer,
+            frame_group,
+            frame_layout,
+            vt_pipeline,
+            predicted,
+            reference: None,
+            color_format,
+        }
+    }
+
+    /// The frame uniform of `camera`.
+    fn frame_uniform(camera: &Camera, aspect: f32) -> FrameUniform {
+        let vp: Mat4 = camera.view_projection(aspect);
+        let light = Vec3::new(0.4, 1.0, 0.3).normalize();
+        FrameUniform { view_proj: vp.to_cols_array_2d(), light_dir: [light.x, light.y, light.z, 0.0] }
+    }
+
+    /// Draws every mesh through the virtual textures, each with its layer's group.
+    fn draw_meshes(&self, pass: &mut wgpu::RenderPass<'_>, vt: &VirtualTextures) {
+        for m in &self.meshes {
+            // A mesh whose layer the atlas lacks (or a stacked atlas, sampled through
+            // layer 0's group) uses layer 0.
+            let Some(layer) = vt.layer(m.layer).or_else(|| vt.layer(0)) else { continue };
+            pass.set_bind_group(1, vt.bind_group(layer), &[]);
+            pass.set_vertex_buffer(0, m.vertices.slice(..));
+            pass.set_index_buffer(m.indices.slice(..), wgpu::IndexFormat::Uint32);
+            pass.draw_indexed(0..m.count, 0, 0..1);
+        }
     }
 
     /// A render pass clearing `color` and `depth`, for drawing a scene, with the
@@ -454,7 +591,7 @@ impl Drawer for SceneRenderer {
             shaders::scene_reference_source(),
             &[Some(&self.frame_layout), Some(&layout)],
             self.color_format,
-            false,
+            Outputs::Colour,
         );
         self.reference = Some(ReferencePass { pipeline, groups, bytes });
         Ok(())
@@ -467,11 +604,20 @@ impl Drawer for SceneRenderer {
 
     /// Sets the camera for the next draws.
     fn set_camera(&self, queue: &wgpu::Queue, camera: &Camera, aspect: f32) {
-        let vp: Mat4 = camera.view_projection(aspect);
-        let light = Vec3::new(0.4, 1.0, 0.3).normalize();
-        let u =
-            FrameUniform { view_proj: vp.to_cols_array_2d(), light_dir: [light.x, light.y, light.z, 0.0] };
-        queue.write_buffer(&self.frame_buffer, 0, bytemuck::bytes_of(&u));
+        queue.write_buffer(&self.frame_buffer, 0, bytemuck::bytes_of(&Self::frame_uniform(camera, aspect)));
+    }
+
+    fn set_predicted_camera(&self, queue: &wgpu::Queue, camera: &Camera, aspect: f32) {
+        if let Some(p) = &self.predicted {
+            p.write(queue, bytemuck::bytes_of(&Self::frame_uniform(camera, aspect)));
+        }
+    }
+
+    fn draw_predicted(&self, encoder: &mut wgpu::CommandEncoder, vt: &VirtualTextures, size: (u32, u32)) {
+        let Some(p) = &self.predicted else { return };
+        let Some(target) = vt.predicted_attachment(size.0, size.1) else { return };
+        let mut pass = p.begin(encoder, &target);
+        self.draw_meshes(&mut pass, vt);
     }
 
     /// Draws the scene through the virtual textures.
@@ -487,15 +633,7 @@ impl Drawer for SceneRenderer {
         let mut pass = Self::pass(encoder, color, depth, feedback.as_ref(), timestamps);
         pass.set_pipeline(&self.vt_pipeline);
         pass.set_bind_group(0, &self.frame_group, &[]);
-        for m in &self.meshes {
-            // A mesh whose layer the atlas lacks (or a stacked atlas, sampled through
-            // layer 0's group) uses layer 0.
-            let Some(layer) = vt.layer(m.layer).or_else(|| vt.layer(0)) else { continue };
-            pass.set_bind_group(1, vt.bind_group(layer), &[]);
-            pass.set_vertex_buffer(0, m.vertices.slice(..));
-            pass.set_index_buffer(m.indices.slice(..), wgpu::IndexFormat::Uint32);
-            pass.draw_indexed(0..m.count, 0, 0..1);
-        }
+        self.draw_meshes(&mut pass, vt);
     }
 
     /// Draws the scene through the fully resident reference textures (no-op unless enabled).

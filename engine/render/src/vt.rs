@@ -30,6 +30,7 @@ use crate::page_table::{PageTableBuffer, PageTableStorage};
 use crate::page_table_update::TableUpdater;
 use crate::params::{LayerBinding, Resources, ShaderProbe, VtParams, bind_group_layout, pool_sampler};
 use crate::pool::{TilePool, format_support};
+use crate::prediction::Prediction;
 use crate::staging::GpuStaging;
 
 pub use crate::params::MAX_ANISOTROPY;
@@ -115,6 +116,12 @@ pub struct VtConfig {
     /// without `SHADER_EARLY_DEPTH_TEST`. Your own pipelines choose by their shader;
     /// the virtual textures take feedback from both paths in the same frame.
     pub feedback_target: bool,
+    /// Take a predicted view's feedback each frame: passes drawn where the camera is
+    /// going write it to [`VirtualTextures::predicted_attachment`] (the built-in
+    /// drawers' `draw_predicted`), and its tiles stream at the lowest priority, never
+    /// evicting what the current view needs (`FrameInput::predicted`). Costs a second
+    /// request bitset and its readback; off by default.
+    pub prediction: bool,
 }
 
 impl Default for VtConfig {
@@ -140,6 +147,7 @@ impl Default for VtConfig {
             staging_mib: crate::staging::DEFAULT_STAGING_MIB,
             page_table: PageTableStorage::default(),
             feedback_target: true,
+            prediction: false,
         }
     }
 }
@@ -236,6 +244,8 @@ pub struct VirtualTextures {
     feedback: Feedback,
     /// The colour-target feedback path: its target and resolve pass.
     feedback_targets: FeedbackTargets,
+    /// The predicted view's feedback ([`VtConfig::prediction`]).
+    prediction: Option<Prediction>,
     layout_bgl: wgpu::BindGroupLayout,
     /// One per sampled layer (a stack is sampled through layer 0's).
     layers: Vec<LayerBinding>,
@@ -297,7 +307,8 @@ impl VirtualTextures {
             pools,
             table_updater: Self::make_updater(ctx, &page_table),
             page_table,
-            feedback_targets: FeedbackTargets::new(device, feedback.bitset()),
+            feedback_targets: FeedbackTargets::new(device, feedback.bitset(), false),
+            prediction: config.prediction.then(|| Prediction::new(device, feedback.words())),
             feedback,
             layout_bgl,
             layers: bindings,
@@ -516,12 +527,14 @@ impl VirtualTextures {
             }),
         };
         self.watch_feedback(frame, arrived.is_some());
+        let predicted =
+            self.prediction.as_mut().filter(|_| ctx.lost().is_none()).and_then(Prediction::collect);
         let plan = self.streamer.frame(FrameInput {
             frame,
             feedback: arrived.as_ref(),
             last_frame_ms,
             last_upload_ms: self.last_upload_ms,
-            predicted: None,
+            predicted: predicted.as_ref(),
         });
         let mut stats = self.execute(ctx, plan);
         if let Some((recorded, pixels)) = self.last_pixels.filter(|_| arrived.is_some()) {
@@ -559,6 +572,9 @@ impl VirtualTextures {
         self.feedback.begin(encoder);
         let shader = self.streamer.shader_params(frame);
         self.feedback_targets.begin(&ctx.queue, encoder, shader.feedback_mask, shader.feedback_phase);
+        if let Some(prediction) = &self.prediction {
+            prediction.begin(&ctx.queue, encoder, shader.feedback_mask, shader.feedback_phase);
+        }
         VtFrame { vt: self, stats, number: frame, readback_recorded: false, finished: false }
     }
 
@@ -769,6 +785,18 @@ impl VirtualTextures {
         self.feedback_targets.attachment(width, height)
     }
 
+    /// The feedback target of a predicted view of `width × height` pixels, with its
+    /// depth buffer ([`FeedbackAttachment::depth_attachment`], format
+    /// [`crate::PREDICTED_DEPTH_FORMAT`]); `None` unless [`VtConfig::prediction`] is on.
+    /// Draw the view where the camera is going (an extrapolated camera, or a known path
+    /// a few frames ahead) with a fragment shader writing `vt_request_at(...)` (no
+    /// shading needed; a smaller size with derivatives scaled to match is cheaper) while
+    /// recording the frame's passes; [`VtFrame::finish`] reads it back, and the next
+    /// frames stream its tiles at the lowest priority.
+    pub fn predicted_attachment(&self, width: u32, height: u32) -> Option<FeedbackAttachment> {
+        self.prediction.as_ref().map(|p| p.attachment(width, height))
+    }
+
     /// Reads what the passes since the last resolve wrote to the feedback target into
     /// this frame's feedback, now (recorded into `encoder`, after those passes): call it
     /// between passes that draw different views into the target (a prefetch view, then
@@ -799,6 +827,7 @@ impl VirtualTextures {
             + self.page_table.bytes()
             + self.feedback.gpu_bytes()
             + self.feedback_targets.gpu_bytes()
+            + self.prediction.as_ref().map_or(0, Prediction::gpu_bytes)
     }
 
     /// Fraction (0 to 1) of the tiles the latest feedback window wants that are resident
@@ -1004,6 +1033,11 @@ impl VtFrame<'_> {
         self.vt.feedback_attachment(width, height)
     }
 
+    /// See [`VirtualTextures::predicted_attachment`].
+    pub fn predicted_attachment(&self, width: u32, height: u32) -> Option<FeedbackAttachment> {
+        self.vt.predicted_attachment(width, height)
+    }
+
     /// See [`VirtualTextures::resolve_feedback`].
     pub fn resolve_feedback(&self, encoder: &mut wgpu::CommandEncoder) {
         self.vt.resolve_feedback(encoder);
@@ -1016,6 +1050,9 @@ impl VtFrame<'_> {
         if !self.readback_recorded {
             self.vt.feedback_targets.resolve(encoder);
             self.vt.feedback.end(encoder, self.number, self.vt.feedback_targets.counts());
+            if let Some(prediction) = self.vt.prediction.as_mut() {
+                prediction.end(encoder, self.number);
+            }
             self.readback_recorded = true;
         }
     }
@@ -1032,6 +1069,9 @@ impl VtFrame<'_> {
         self.record_readback(&mut encoder);
         ctx.queue.submit([encoder.finish()]);
         self.vt.feedback.after_submit();
+        if let Some(prediction) = self.vt.prediction.as_mut() {
+            prediction.after_submit();
+        }
         self.vt.table_unconfirmed = false;
         self.finished = true;
         match ctx.lost() {
@@ -1100,6 +1140,9 @@ impl VirtualTextures {
     ) -> StreamFrame {
         self.feedback_targets.resolve(encoder);
         self.feedback.end(encoder, frame.number, self.feedback_targets.counts());
+        if let Some(prediction) = self.prediction.as_mut() {
+            prediction.end(encoder, frame.number);
+        }
         frame.ended = true;
         std::mem::take(&mut frame.stats)
     }
@@ -1108,6 +1151,9 @@ impl VirtualTextures {
     /// (never waited on): call it once the encoder holding it was submitted.
     pub fn submitted(&mut self) {
         self.feedback.after_submit();
+        if let Some(prediction) = self.prediction.as_mut() {
+            prediction.after_submit();
+        }
         self.table_unconfirmed = false;
     }
 }
