@@ -47,8 +47,10 @@ b dungeon-storage complete --scene dungeon --codec etc1s --camera walk --no-feed
 b dungeon-storage-late complete --scene dungeon --codec etc1s --camera walk --no-feedback-probe \
   --feedback storage --no-early-depth
 # Motion quality (issue 31): the demo's fully resident frames and blurry-pixel share.
-for fb in target storage; do
-  timeout 120 $T demo --size 1920x1080 --feedback $fb --out /tmp/r/demo-$fb > /dev/null 2>&1 || echo "FAILED demo $fb"
-  echo "== demo $fb"; grep -E "fully resident \(|coarser" /tmp/r/demo-$fb/report.md
+for run in "target 8" "target 0" "storage 8" "target 16"; do
+  set -- $run
+  timeout 120 $T demo --size 1920x1080 --feedback $1 --predict-frames $2 --out /tmp/r/demo-$1-$2 > /dev/null 2>&1 \
+    || echo "FAILED demo $1 $2"
+  echo "== demo feedback $1 predict $2"; grep -E "fully resident \(|coarser" /tmp/r/demo-$1-$2/report.md
 done
 tar czf $OUT/run30.tgz -C /tmp r
