@@ -766,3 +766,142 @@ fn a_predicted_view_is_resident_before_the_camera_gets_there() {
         }
     }
 }
+
+/// A solid BC7 block (mode 6, both endpoints `rgba`, every index 0); each channel of
+/// `rgba` even, so the p-bits are 0 and the block decodes to exactly `rgba`.
+fn bc7_solid(rgba: [u8; 4]) -> [u8; 16] {
+    let mut bits: u128 = 1 << 6; // mode 6
+    let mut pos = 7;
+    for c in rgba {
+        let v = u128::from(c >> 1);
+        bits |= (v | v << 7) << pos;
+        pos += 14;
+    }
+    bits.to_le_bytes()
+}
+
+/// A solid BC1 block of the RGB565 colour `c` (both endpoints, every index 0).
+fn bc1_solid(c: u16) -> [u8; 8] {
+    let mut b = [0u8; 8];
+    b[0..2].copy_from_slice(&c.to_le_bytes());
+    b[2..4].copy_from_slice(&c.to_le_bytes());
+    b
+}
+
+/// The RGBA8 texels of a decoded 4×4 block (texture2ddecoder writes BGRA in a u32).
+fn decoded(block: &[u8], bc1: bool) -> [[u8; 4]; 16] {
+    let mut out = [0u32; 16];
+    if bc1 {
+        texture2ddecoder::decode_bc1_block(block, &mut out);
+    } else {
+        texture2ddecoder::decode_bc7_block(block, &mut out);
+    }
+    out.map(|p| {
+        let [b, g, r, a] = p.to_le_bytes();
+        [r, g, b, a]
+    })
+}
+
+/// Level 1 of a BC7 and a BC1 pool (hardware trilinear) holds each uploaded slot's 2×
+/// downsample, encoded on the GPU: decoded on the CPU (an independent decoder), it is
+/// within a few levels of the exact downsample of the tile's decoded texels, in linear
+/// light for sRGB; slots never uploaded keep the unwritten colour.
+#[test]
+fn level_one_of_each_uploaded_bc_slot_is_its_tiles_downsample() {
+    use tessera_core::bake::{linear_to_srgb, srgb_to_linear};
+    let ctx = gpu();
+    assert!(
+        ctx.device.features().contains(wgpu::Features::TEXTURE_COMPRESSION_BC),
+        "lavapipe samples BC textures; this adapter cannot ({})",
+        ctx.describe()
+    );
+    for (target, color) in [
+        (TargetFormat::Bc7, ColorSpace::Srgb),
+        (TargetFormat::Bc7, ColorSpace::Linear),
+        (TargetFormat::Bc1, ColorSpace::Srgb),
+    ] {
+        let bc1 = target == TargetFormat::Bc1;
+        let pool = TilePool::with_grid(&ctx.device, &ctx.queue, (5, 3), 136, target, color, 2).unwrap();
+        assert_eq!(pool.levels(), 2, "{target:?}");
+        let blocks = 34usize;
+        // A gradient of solid blocks, different in every slot.
+        let tile = |seed: usize| -> Vec<u8> {
+            (0..blocks * blocks)
+                .flat_map(|b| {
+                    let (bx, by) = (b % blocks, b / blocks);
+                    let r = ((bx * 3 + seed * 17) % 128) as u8 * 2;
+                    let g = ((by * 3 + seed * 5) % 128) as u8 * 2;
+                    let bl = ((bx + by + seed * 11) % 128) as u8 * 2;
+                    if bc1 {
+                        let c565 = (u16::from(r >> 3) << 11) | (u16::from(g >> 2) << 5) | u16::from(bl >> 3);
+                        bc1_solid(c565).to_vec()
+                    } else {
+                        bc7_solid([r, g, bl, 254 - 2 * (bx % 8) as u8]).to_vec()
+                    }
+                })
+                .collect()
+        };
+        let tiles: Vec<Vec<u8>> = (0..4).map(tile).collect();
+        assert_eq!(tiles[0].len() as u64, pool.tile_bytes());
+        let slots = [(4u16, 2u16), (0, 0), (2, 1), (1, 2)].map(|(x, y)| SlotCoord { x, y });
+        let items: Vec<(SlotCoord, &[u8])> =
+            slots.iter().copied().zip(tiles.iter().map(Vec::as_slice)).collect();
+        pool.upload_batch(&ctx.device, &ctx.queue, &items[..1]);
+        pool.upload_batch(&ctx.device, &ctx.queue, &items[1..]);
+        let level1 = read_pool_level(ctx, &pool, 1);
+        let block_bytes = if bc1 { 8 } else { 16 };
+        let row = 5 * 17 * block_bytes;
+        // Texel (x, y) of level 1 of slot (sx, sy), decoded.
+        let texel = |sx: usize, sy: usize, x: usize, y: usize| {
+            let (bx, by) = (sx * 17 + x / 4, sy * 17 + y / 4);
+            let at = by * row + bx * block_bytes;
+            decoded(&level1[at..at + block_bytes], bc1)[(y % 4) * 4 + x % 4]
+        };
+        type Conversions = (fn(u8) -> f32, fn(f32) -> u8);
+        let (to_lin, from_lin): Conversions = match color {
+            ColorSpace::Srgb => (srgb_to_linear, linear_to_srgb),
+            ColorSpace::Linear => (|c| f32::from(c) / 255.0, |l| (l * 255.0 + 0.5).clamp(0.0, 255.0) as u8),
+        };
+        let (mut worst, mut squared, mut count) = (0u8, 0f64, 0f64);
+        for (slot, tile) in slots.iter().zip(&tiles) {
+            // Level 0 decoded: solid blocks, one colour per 4×4.
+            let level0 = |x: usize, y: usize| {
+                let b = (y / 4) * blocks + x / 4;
+                decoded(&tile[b * block_bytes..(b + 1) * block_bytes], bc1)[0]
+            };
+            for y in 0..68 {
+                for x in 0..68 {
+                    let got = texel(usize::from(slot.x), usize::from(slot.y), x, y);
+                    let four = [
+                        level0(2 * x, 2 * y),
+                        level0(2 * x + 1, 2 * y),
+                        level0(2 * x, 2 * y + 1),
+                        level0(2 * x + 1, 2 * y + 1),
+                    ];
+                    for c in 0..4 {
+                        let want = if c == 3 {
+                            ((four.iter().map(|t| u32::from(t[3])).sum::<u32>() + 2) / 4) as u8
+                        } else {
+                            from_lin(four.iter().map(|t| to_lin(t[c])).sum::<f32>() / 4.0)
+                        };
+                        let d = got[c].abs_diff(want);
+                        worst = worst.max(d);
+                        squared += f64::from(d) * f64::from(d);
+                        count += 1.0;
+                    }
+                }
+            }
+        }
+        let psnr = 10.0 * (255.0f64 * 255.0 / (squared / count).max(1e-9)).log10();
+        eprintln!(
+            "{target:?} {color:?}: level 1 against the exact downsample: {psnr:.1} dB, max error {worst}"
+        );
+        let (floor, max) = if bc1 { (38.0, 10) } else { (40.0, 6) };
+        assert!(psnr >= floor && worst <= max, "{target:?} {color:?}: {psnr:.1} dB, max error {worst}");
+        // A slot never uploaded still shows the unwritten colour at level 1.
+        let unwritten = texel(3, 0, 30, 30);
+        for c in 0..3 {
+            assert!(unwritten[c].abs_diff(tessera::pool::UNWRITTEN[c]) <= 8, "{target:?}: {unwritten:?}");
+        }
+    }
+}

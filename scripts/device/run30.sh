@@ -36,6 +36,9 @@ b orbit "complete buffer" --scene mosaic16k --camera orbit --no-feedback-probe
 b dungeon "complete buffer" --scene dungeon --codec etc1s --camera walk --no-feedback-probe
 b aniso4 "complete buffer" --scene mosaic16k --camera flyover --no-feedback-probe --aniso 4
 b bc7 "complete buffer" --scene mosaic16k --codec etc1s --camera flyover --no-feedback-probe
+# BC7 pools on the hardware path (level 1 encoded on the GPU) against the software blend.
+b bc7-software complete --scene mosaic16k --codec etc1s --camera flyover --no-feedback-probe --trilinear software
+b bc7-uastc complete --scene mosaic16k --codec uastc --camera flyover --no-feedback-probe
 for p in lod-only lookup-only no-lookup; do
   b flyover-$p complete --scene mosaic16k --camera flyover --no-feedback-probe --shader-probe $p
 done

@@ -6,6 +6,7 @@ use std::sync::{Mutex, PoisonError};
 use tessera_core::format::atlas::ColorSpace;
 use tessera_core::format::codec::{Codec, EncodeOptions, TargetFormat, transcode};
 use tessera_core::stream::page_table::SlotCoord;
+use tessera_core::stream::pool_layout::level_one_possible;
 
 use crate::error::RenderError;
 
@@ -146,8 +147,17 @@ pub struct TilePool {
     slot_mips: Option<SlotMips>,
 }
 
-/// Level 1 of a two-level pool: a render pass that downsamples each uploaded slot.
-struct SlotMips {
+/// Level 1 of a two-level pool.
+enum SlotMips {
+    /// Uncompressed pools: rendered.
+    Rendered(RenderedMips),
+    /// BC1 and BC7 pools: encoded by a compute pass, then copied.
+    Encoded(EncodedMips),
+}
+
+/// Level 1 of a two-level uncompressed pool: a render pass that downsamples each
+/// uploaded slot.
+struct RenderedMips {
     pipeline: wgpu::RenderPipeline,
     bind_group: wgpu::BindGroup,
     level1: wgpu::TextureView,
@@ -158,7 +168,7 @@ struct SlotMips {
 /// Bytes of one instance of the level-1 pass: a slot's (x, y).
 const SLOT_INSTANCE_BYTES: u64 = 8;
 
-impl SlotMips {
+impl RenderedMips {
     fn new(
         device: &wgpu::Device,
         texture: &wgpu::Texture,
@@ -323,6 +333,208 @@ impl SlotMips {
     }
 }
 
+/// Level 1 of a two-level BC1 or BC7 pool: a compute pass downsamples each uploaded
+/// slot and encodes it (`shaders/slot_mip_encode.wgsl`) into a buffer, copied into the
+/// slot's place in level 1 (block-compressed textures cannot be rendered to).
+struct EncodedMips {
+    pipeline: wgpu::ComputePipeline,
+    layout: wgpu::BindGroupLayout,
+    level0: wgpu::TextureView,
+    /// Side of a level-1 slot in texels (a whole number of blocks).
+    half: u32,
+    /// Blocks across a level-1 slot.
+    blocks: u32,
+    /// Bytes per row of blocks in the output buffer (aligned for the copy).
+    row_bytes: u32,
+    slot_texels: u32,
+    srgb: bool,
+    bc1: bool,
+    /// The encoded blocks of one batch, reused (commands run in order, so a later batch
+    /// of the same submission only overwrites it after the earlier one's copies).
+    out: Mutex<(wgpu::Buffer, u64)>,
+}
+
+/// Invocations per workgroup of the encoding pass (`@workgroup_size` in the shader).
+const ENCODE_WORKGROUP: u32 = 64;
+
+impl EncodedMips {
+    fn new(
+        device: &wgpu::Device,
+        texture: &wgpu::Texture,
+        target: TargetFormat,
+        srgb: bool,
+        slot_texels: u32,
+    ) -> Self {
+        let level0 = texture.create_view(&wgpu::TextureViewDescriptor {
+            label: Some("tessera pool level 0"),
+            base_mip_level: 0,
+            mip_level_count: Some(1),
+            ..Default::default()
+        });
+        let half = slot_texels / 2;
+        let blocks = half / 4;
+        let block_bytes = if target == TargetFormat::Bc1 { 8 } else { 16 };
+        let row_bytes = (blocks * block_bytes).next_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("tessera slot mip encode"),
+            source: wgpu::ShaderSource::Wgsl(crate::shaders::SLOT_MIP_ENCODE_WGSL.into()),
+        });
+        let compute = wgpu::ShaderStages::COMPUTE;
+        let buffer = |binding, ty| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: compute,
+            ty: wgpu::BindingType::Buffer { ty, has_dynamic_offset: false, min_binding_size: None },
+            count: None,
+        };
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("tessera slot mip encode"),
+            entries: &[
+                wgpu::BindGroupLayoutEntry {
+                    binding: 0,
+                    visibility: compute,
+                    ty: wgpu::BindingType::Texture {
+                        sample_type: wgpu::TextureSampleType::Float { filterable: true },
+                        view_dimension: wgpu::TextureViewDimension::D2,
+                        multisampled: false,
+                    },
+                    count: None,
+                },
+                buffer(1, wgpu::BufferBindingType::Uniform),
+                buffer(2, wgpu::BufferBindingType::Storage { read_only: true }),
+                buffer(3, wgpu::BufferBindingType::Storage { read_only: false }),
+            ],
+        });
+        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("tessera slot mip encode"),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("tessera slot mip encode"),
+            layout: Some(&pipeline_layout),
+            module: &module,
+            entry_point: Some("encode"),
+            compilation_options: wgpu::PipelineCompilationOptions::default(),
+            cache: None,
+        });
+        let slot_out = u64::from(blocks) * u64::from(row_bytes);
+        let out = Mutex::new((Self::out_buffer(device, 64 * slot_out), 64));
+        Self {
+            pipeline,
+            layout,
+            level0,
+            half,
+            blocks,
+            row_bytes,
+            slot_texels,
+            srgb,
+            bc1: target == TargetFormat::Bc1,
+            out,
+        }
+    }
+
+    fn out_buffer(device: &wgpu::Device, bytes: u64) -> wgpu::Buffer {
+        device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tessera slot mip blocks"),
+            size: bytes,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// Records the encoding pass over `slots` and their copies into level 1 of
+    /// `texture` into `encoder` (after their uploads).
+    fn record(
+        &self,
+        device: &wgpu::Device,
+        encoder: &mut wgpu::CommandEncoder,
+        texture: &wgpu::Texture,
+        slots: &[[u32; 2]],
+    ) {
+        if slots.is_empty() {
+            return;
+        }
+        let n = slots.len() as u64;
+        let slot_out = u64::from(self.blocks) * u64::from(self.row_bytes);
+        let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
+        if n > out.1 {
+            let capacity = n.next_power_of_two();
+            *out = (Self::out_buffer(device, capacity * slot_out), capacity);
+        }
+        let params: [u32; 8] = [
+            self.slot_texels,
+            self.blocks,
+            self.row_bytes / 4,
+            slots.len() as u32,
+            u32::from(self.srgb),
+            u32::from(self.bc1),
+            0,
+            0,
+        ];
+        // Buffers of this batch's own: a later batch in the same submission cannot
+        // overwrite them before this pass runs.
+        let init = |label, contents: &[u8], usage| {
+            wgpu::util::DeviceExt::create_buffer_init(
+                device,
+                &wgpu::util::BufferInitDescriptor { label: Some(label), contents, usage },
+            )
+        };
+        let params = init(
+            "tessera slot mip encode params",
+            bytemuck::cast_slice(&params),
+            wgpu::BufferUsages::UNIFORM,
+        );
+        let slot_list =
+            init("tessera slot mip encode slots", bytemuck::cast_slice(slots), wgpu::BufferUsages::STORAGE);
+        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("tessera slot mip encode"),
+            layout: &self.layout,
+            entries: &[
+                wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: wgpu::BindingResource::TextureView(&self.level0),
+                },
+                wgpu::BindGroupEntry { binding: 1, resource: params.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 2, resource: slot_list.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 3, resource: out.0.as_entire_binding() },
+            ],
+        });
+        let blocks = n * u64::from(self.blocks) * u64::from(self.blocks);
+        let groups = u32::try_from(blocks.div_ceil(u64::from(ENCODE_WORKGROUP))).unwrap_or(u32::MAX);
+        let max = device.limits().max_compute_workgroups_per_dimension.max(1);
+        let (x, y) = (groups.min(max), groups.div_ceil(max));
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("tessera slot mip encode"),
+                timestamp_writes: None,
+            });
+            pass.set_pipeline(&self.pipeline);
+            pass.set_bind_group(0, &bind_group, &[]);
+            pass.dispatch_workgroups(x, y, 1);
+        }
+        let extent = wgpu::Extent3d { width: self.half, height: self.half, depth_or_array_layers: 1 };
+        for (i, slot) in slots.iter().enumerate() {
+            encoder.copy_buffer_to_texture(
+                wgpu::TexelCopyBufferInfo {
+                    buffer: &out.0,
+                    layout: wgpu::TexelCopyBufferLayout {
+                        offset: i as u64 * slot_out,
+                        bytes_per_row: Some(self.row_bytes),
+                        rows_per_image: Some(self.blocks),
+                    },
+                },
+                wgpu::TexelCopyTextureInfo {
+                    texture,
+                    mip_level: 1,
+                    origin: wgpu::Origin3d { x: slot[0] * self.half, y: slot[1] * self.half, z: 0 },
+                    aspect: wgpu::TextureAspect::All,
+                },
+                extent,
+            );
+        }
+    }
+}
+
 impl TilePool {
     /// A pool of about `mib` MiB of `slot_texels²` slots in `target` format, as square
     /// as the adapter's texture limit allows, every slot filled with [`UNWRITTEN`].
@@ -372,9 +584,10 @@ impl TilePool {
         levels: u32,
     ) -> Result<Self, RenderError> {
         let (slots_x, slots_y) = grid;
-        if levels == 2 && (target.is_block_compressed() || !slot_texels.is_multiple_of(2)) {
+        if levels == 2 && !level_one_possible(target, slot_texels) {
             return Err(RenderError::Config(format!(
-                "a two-level pool needs an uncompressed format and an even slot side, not {} with {slot_texels}² slots",
+                "a two-level pool needs an uncompressed, BC1 or BC7 format and a slot side whose half is a \
+                 whole number of blocks, not {} with {slot_texels}² slots",
                 target.name()
             )));
         }
@@ -404,8 +617,24 @@ impl TilePool {
             view_formats: &[],
         });
         let view = texture.create_view(&wgpu::TextureViewDescriptor::default());
-        let slot_mips = (levels == 2)
-            .then(|| SlotMips::new(device, &texture, wgpu_format_for(target, color), slot_texels));
+        let slot_mips = (levels == 2).then(|| {
+            if target.is_block_compressed() {
+                SlotMips::Encoded(EncodedMips::new(
+                    device,
+                    &texture,
+                    target,
+                    color == ColorSpace::Srgb,
+                    slot_texels,
+                ))
+            } else {
+                SlotMips::Rendered(RenderedMips::new(
+                    device,
+                    &texture,
+                    wgpu_format_for(target, color),
+                    slot_texels,
+                ))
+            }
+        });
         let pool = Self {
             target,
             texture,
@@ -688,8 +917,10 @@ impl TilePool {
             }
         }
         belt.finish();
-        if let Some(mips) = &self.slot_mips {
-            mips.record(device, queue, &mut encoder, &copied);
+        match &self.slot_mips {
+            Some(SlotMips::Rendered(mips)) => mips.record(device, queue, &mut encoder, &copied),
+            Some(SlotMips::Encoded(mips)) => mips.record(device, &mut encoder, &self.texture, &copied),
+            None => {}
         }
         if !copied.is_empty() {
             queue.submit([encoder.finish()]);

@@ -222,6 +222,10 @@ pub const PAGE_TABLE_UPDATE_WGSL: &str = include_str!("../shaders/page_table_upd
 /// Level 1 of the tile pool: each uploaded slot's 2× downsample (hardware trilinear).
 pub const SLOT_MIP_WGSL: &str = include_str!("../shaders/slot_mip.wgsl");
 
+/// Level 1 of a BC1 / BC7 tile pool: each uploaded slot's 2× downsample, encoded on the
+/// GPU into blocks that are copied into level 1 (hardware trilinear for those pools).
+pub const SLOT_MIP_ENCODE_WGSL: &str = include_str!("../shaders/slot_mip_encode.wgsl");
+
 /// Material scenes (glTF): camera, vertex stage, material block and lighting.
 pub const MATERIAL_WGSL: &str = include_str!("../shaders/material.wgsl");
 /// Material scene fragment stage through the stacked virtual texture.
@@ -352,6 +356,7 @@ fn fs_main(@builtin(position) frag: vec4<f32>, @location(0) uv: vec2<f32>) -> @l
         validate("material_reference", &material_reference_source());
         validate("feedback_compact", FEEDBACK_COMPACT_WGSL);
         validate("slot_mip", SLOT_MIP_WGSL);
+        validate("slot_mip_encode", SLOT_MIP_ENCODE_WGSL);
         validate("page_table_update", PAGE_TABLE_UPDATE_WGSL);
         for (name, src) in [("scene_vt", scene_vt_source()), ("vt_module", vt_module(2, "albedo").unwrap())] {
             let complete = with_page_table(&src, PageTableStorage::Complete);

@@ -235,28 +235,42 @@ impl PoolLayout {
     }
 }
 
+/// Whether a pool of `target` with `slot_texels²` slots can keep each slot's 2×
+/// downsample as its level 1 (hardware trilinear): an even side for RGBA8, rendered;
+/// for BC1 and BC7, encoded on the GPU, a half side that is a whole number of 4×4
+/// blocks, so each level-1 slot is copied block-aligned. ASTC and ETC2 have no GPU
+/// encoder.
+pub fn level_one_possible(target: TargetFormat, slot_texels: u32) -> bool {
+    match target {
+        TargetFormat::Rgba8 => slot_texels.is_multiple_of(2),
+        TargetFormat::Bc7 | TargetFormat::Bc1 => slot_texels.is_multiple_of(8),
+        _ => false,
+    }
+}
+
 /// The sampling path a pool of `targets` with `slot`² slots gets when `wanted` is
 /// asked for, and why.
 fn sampling_path(wanted: Trilinear, targets: &[TargetFormat], slot: u32) -> (Trilinear, String) {
     if wanted == Trilinear::Software {
         return (Trilinear::Software, "software trilinear, as configured".into());
     }
-    if let Some(t) = targets.iter().find(|t| t.is_block_compressed()) {
-        return (
-            Trilinear::Software,
-            format!(
-                "software trilinear: the {} pool is block-compressed, and its level-1 copies are made \
-                 by rendering, which needs an uncompressed pool",
-                t.name()
-            ),
-        );
+    if let Some(t) = targets.iter().find(|t| !level_one_possible(**t, slot)) {
+        let why = match t {
+            TargetFormat::Rgba8 => format!("{slot}² slots have no exact half size"),
+            TargetFormat::Bc7 | TargetFormat::Bc1 => {
+                format!("half of a {slot}² slot is not a whole number of {} blocks", t.name())
+            }
+            _ => format!("the {} pool has no GPU encoder for its level-1 copies", t.name()),
+        };
+        return (Trilinear::Software, format!("software trilinear: {why}"));
     }
-    if !slot.is_multiple_of(2) {
-        return (Trilinear::Software, format!("software trilinear: {slot}² slots have no exact half size"));
-    }
+    let encoded = if targets.iter().any(|t| t.is_block_compressed()) { ", encoded on the GPU" } else { "" };
     (
         Trilinear::Hardware,
-        format!("hardware trilinear: each {slot}² slot keeps its 2x downsample ({}²) as level 1", slot / 2),
+        format!(
+            "hardware trilinear: each {slot}² slot keeps its 2x downsample ({}²{encoded}) as level 1",
+            slot / 2
+        ),
     )
 }
 
@@ -296,6 +310,28 @@ pub fn slot_grid(mib: u32, slot_bytes: u64, max_side: u32) -> (u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// RGBA8, BC1 and BC7 pools keep a level 1 where its slots are whole blocks; ASTC
+    /// and ETC2 pools, and slots without an exact block-aligned half, blend in software.
+    #[test]
+    fn the_sampling_path_follows_the_pool_format() {
+        use TargetFormat::*;
+        for (targets, slot, path) in [
+            (&[Rgba8][..], 136, Trilinear::Hardware),
+            (&[Bc7], 136, Trilinear::Hardware),
+            (&[Bc1, Bc7], 136, Trilinear::Hardware),
+            (&[Rgba8], 135, Trilinear::Software),
+            (&[Bc7], 132, Trilinear::Software),
+            (&[Astc4x4], 136, Trilinear::Software),
+            (&[Bc7, Etc2Rgba], 136, Trilinear::Software),
+        ] {
+            let (got, why) = sampling_path(Trilinear::Hardware, targets, slot);
+            assert_eq!(got, path, "{targets:?} {slot}: {why}");
+        }
+        assert!(sampling_path(Trilinear::Hardware, &[Bc7], 136).1.contains("encoded on the GPU"));
+        assert!(sampling_path(Trilinear::Hardware, &[Astc4x4], 136).1.contains("no GPU encoder"));
+        assert_eq!(sampling_path(Trilinear::Software, &[Rgba8], 136).0, Trilinear::Software);
+    }
 
     #[test]
     fn an_oversized_pool_is_reported_with_the_largest_possible() {
