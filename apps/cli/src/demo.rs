@@ -225,6 +225,24 @@ fn coarse_pixels_line(r: &CaptureReport) -> String {
     )
 }
 
+/// How late feedback arrives: frames between drawing it and deciding from it.
+fn feedback_age_line(r: &CaptureReport) -> String {
+    let mut ages: Vec<u64> = r.frames.iter().filter_map(|f| f.feedback_age).collect();
+    if ages.is_empty() {
+        return "feedback: none arrived".into();
+    }
+    ages.sort_unstable();
+    let at = |q: f64| ages[((ages.len() - 1) as f64 * q).round() as usize];
+    format!(
+        "feedback read back {} frame(s) after it was drawn (median; p95 {}, max {}) in {} of {} frames",
+        at(0.5),
+        at(0.95),
+        at(1.0),
+        ages.len(),
+        r.frames.len()
+    )
+}
+
 /// The short human report: scale, convergence, tier residency, timings.
 fn report_text(r: &CaptureReport, camera: &str, scale: &Scale) -> String {
     let mut o = String::new();
@@ -282,6 +300,7 @@ fn report_text(r: &CaptureReport, camera: &str, scale: &Scale) -> String {
         100.0 * lowest
     );
     let _ = writeln!(o, "{}\n", coarse_pixels_line(r));
+    let _ = writeln!(o, "{}\n", feedback_age_line(r));
     let s = &r.final_stats;
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     let _ = writeln!(o, "## Tier residency after the last frame\n");

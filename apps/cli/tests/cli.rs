@@ -279,6 +279,14 @@ fn demo_report_leads_with_the_pool_share_of_the_resident_size() {
     assert!(first.contains(&format!("1/{:.0}", ratio)) && first.contains("4096x4096"), "{report}");
     assert!(scale["no_reference"].is_null(), "a 4096² reference fits every GPU: {scale}");
     assert!(report.contains("PSNR"), "{report}");
+    // The motion figures: blurry pixels (feedback through the colour target) and latency.
+    assert!(report.contains("pixels shown coarser than wanted") && report.contains("% over "), "{report}");
+    assert!(report.contains("feedback read back "), "{report}");
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("frames/stats.json")).unwrap()).unwrap();
+    let shares: Vec<f64> =
+        stats["frames"].as_array().unwrap().iter().filter_map(|f| f["coarse_pixel_share"].as_f64()).collect();
+    assert!(!shares.is_empty() && shares.iter().all(|s| (0.0..=1.0).contains(s)), "{shares:?}");
 }
 
 /// The `job: done/total tiles` counts of the progress lines of `job` in `err`.

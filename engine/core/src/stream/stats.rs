@@ -124,6 +124,10 @@ pub struct StreamFrame {
     pub requests: usize,
     /// Frame whose feedback was used (none when no readback arrived).
     pub feedback_frame: Option<u64>,
+    /// Frames between the one that drew the feedback used and this one (1: read back
+    /// for the very next frame, as fast as a readback can be); none when no readback
+    /// arrived.
+    pub feedback_age: Option<u64>,
     /// CPU time spent decoding feedback and planning, milliseconds.
     pub feedback_ms: f64,
     /// CPU time spent issuing uploads and page-table writes, milliseconds.

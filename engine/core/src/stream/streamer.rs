@@ -600,6 +600,7 @@ impl Streamer {
         out.tiles_needed = self.residency.needed_count();
         out.misses = (self.residency.counters().misses - misses_before) as usize;
         out.feedback_frame = Some(fb.frame);
+        out.feedback_age = Some(frame.saturating_sub(fb.frame));
         let now = Instant::now();
         for &(tile, _) in &requests {
             self.request_times.entry(tile).or_insert((fb.frame, now));
