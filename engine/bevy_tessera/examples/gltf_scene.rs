@@ -10,15 +10,14 @@
 
 mod common;
 
-use bevy::core_pipeline::tonemapping::Tonemapping;
 use bevy::prelude::*;
+use bevy_tessera::Codec;
 use bevy_tessera::TesseraPlugin;
+use bevy_tessera::VtConfig;
 use bevy_tessera::scene::{
     BakedScene, camera_transform, resident_bytes, resident_materials, scene_mesh, streamed_materials, sun,
 };
-use tessera::VtConfig;
-use tessera::core::format::codec::Codec;
-use tessera::core::scene::camera::{CameraPath, Shot};
+use bevy_tessera::{CameraPath, Shot};
 use tessera::core::scene::catalog;
 
 /// The level, its atlas and its manifest.
@@ -122,7 +121,6 @@ fn setup(
     let size = Vec3::from_array((level.scene.bounds_max - level.scene.bounds_min).to_array());
     commands.spawn((
         Camera3d::default(),
-        Tonemapping::AcesFitted,
         transform,
         projection,
         common::Fly::new((size.length() * 0.05).max(1.0), &transform),

@@ -8,12 +8,11 @@
 
 mod common;
 
-use bevy::core_pipeline::tonemapping::Tonemapping;
 use bevy::prelude::*;
+use bevy_tessera::Codec;
+use bevy_tessera::VtConfig;
 use bevy_tessera::{TesseraMaterial, TesseraPlugin, VirtualTexture};
-use tessera::VtConfig;
 use tessera::core::bake::source::data_dir;
-use tessera::core::format::codec::Codec;
 use tessera::core::scene::catalog;
 
 #[derive(Resource)]
@@ -74,10 +73,5 @@ fn setup(
         Transform::from_xyz(3.0, 10.0, 4.0).looking_at(Vec3::ZERO, Vec3::Y),
     ));
     let transform = Transform::from_xyz(0.0, 4.0, 30.0).looking_at(Vec3::new(0.0, 0.0, 10.0), Vec3::Y);
-    commands.spawn((
-        Camera3d::default(),
-        Tonemapping::AcesFitted,
-        transform,
-        common::Fly::new(8.0, &transform),
-    ));
+    commands.spawn((Camera3d::default(), transform, common::Fly::new(8.0, &transform)));
 }

@@ -38,7 +38,18 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+pub mod diagnostics;
 pub mod scene;
+
+/// The engine crate, for anything the plugin's API does not re-export.
+pub use tessera;
+/// What the plugin's settings and scene helpers take, so a Bevy app needs no direct
+/// dependency on the engine crate: the configuration, codecs and progress for baking,
+/// camera paths for the examples' flights.
+pub use tessera::VtConfig;
+pub use tessera::core::format::codec::Codec;
+pub use tessera::core::progress::NoProgress;
+pub use tessera::core::scene::camera::{CameraPath, Shot};
 
 use bevy::asset::uuid_handle;
 use bevy::ecs::system::SystemParamItem;
@@ -57,7 +68,7 @@ use crossbeam_channel::{Receiver, Sender};
 use tessera::core::Atlas;
 use tessera::core::format::atlas::Wrap;
 use tessera::core::scene::scene_bake::PackedMaterial;
-use tessera::{DetachedFrame, GpuContext, PageTableStorage, VirtualTextures, VtConfig, wgpu};
+use tessera::{DetachedFrame, GpuContext, PageTableStorage, VirtualTextures, wgpu};
 
 /// The first binding of the virtual texture in the material bind group (Bevy leaves
 /// 0 to 99 to the base material).
@@ -288,7 +299,8 @@ impl AsBindGroup for VirtualTexture {
 }
 
 /// Adds [`TesseraMaterial`], the `tessera::vt` shader module, streaming in the render
-/// world, [`TesseraStats`] and [`FullyResident`].
+/// world, [`TesseraStats`], [`FullyResident`] and the [`diagnostics`] in Bevy's
+/// `DiagnosticsStore`.
 #[derive(Clone, Debug, Default)]
 pub struct TesseraPlugin {
     /// The configuration of every atlas' virtual textures (pool size, host cache,
@@ -319,6 +331,7 @@ impl Plugin for TesseraPlugin {
             .add_message::<FullyResident>()
             .insert_resource(StatsInbox(receiver))
             .add_systems(PreUpdate, receive_stats);
+        diagnostics::register(app);
         let mut config = self.config.clone();
         config.page_table = PageTableStorage::Complete;
         let Some(render_app) = app.get_sub_app_mut(RenderApp) else {

@@ -452,3 +452,95 @@ fn gltf_scene_converges_to_the_standard_material() {
     golden_sized("dungeon-first", &first, SCENE_SIZE, 40.0);
     golden_sized("dungeon-converged", &streamed, SCENE_SIZE, 40.0);
 }
+
+/// Everything logged at ERROR level in this test process (a global subscriber: the
+/// tests' apps run without Bevy's LogPlugin).
+fn logged_errors() -> &'static std::sync::Mutex<Vec<u8>> {
+    static ERRORS: std::sync::OnceLock<std::sync::Mutex<Vec<u8>>> = std::sync::OnceLock::new();
+    let errors = ERRORS.get_or_init(|| std::sync::Mutex::new(Vec::new()));
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        struct Sink;
+        impl std::io::Write for Sink {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                logged_errors().lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let subscriber = bevy::log::tracing_subscriber::fmt()
+            .with_max_level(bevy::log::Level::ERROR)
+            .with_writer(|| Sink)
+            .finish();
+        let _ = bevy::log::tracing::subscriber::set_global_default(subscriber);
+    });
+    errors
+}
+
+/// A plain `Camera3d` (Bevy's default tonemapping, TonyMcMapface) beside a streamed
+/// plane logs no error (the crate turns on `tonemapping_luts`), and the plugin's
+/// figures are in Bevy's `DiagnosticsStore` with plausible values.
+#[test]
+fn default_camera_renders_without_errors_and_diagnostics_are_in_the_store() {
+    use bevy::diagnostic::DiagnosticsStore;
+    use bevy_tessera::diagnostics;
+    let errors = logged_errors();
+    // The capture works: an error logged here is seen.
+    bevy::log::error!("capture check");
+    assert!(String::from_utf8_lossy(&errors.lock().unwrap()).contains("capture check"));
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = bake_texture(dir.path());
+    let mut app = app();
+    let world = app.world_mut();
+    let image = Image::new_target_texture(SIZE, SIZE, TextureFormat::Rgba8UnormSrgb, None);
+    let image = world.resource_mut::<Assets<Image>>().add(image);
+    // No Tonemapping component: Bevy's default.
+    world.spawn((
+        Camera3d::default(),
+        RenderTarget::Image(image.into()),
+        // Close enough to want mip 0 of a few tiles.
+        Transform::from_xyz(0.0, 0.6, 0.0).looking_at(Vec3::ZERO, Vec3::NEG_Z),
+    ));
+    light(world);
+    let mesh = plane(world);
+    let vt = world
+        .resource_mut::<Assets<TesseraMaterial>>()
+        .add(VirtualTexture::material(atlas.to_string_lossy()));
+    world.spawn((Mesh3d(mesh), MeshMaterial3d(vt)));
+    let mut resident = false;
+    for _ in 0..300 {
+        app.update();
+        let stats = app.world().resource::<TesseraStats>();
+        // Resident once the plane is drawn (its pipeline compiles in the background:
+        // the first frames want nothing, which counts as resident).
+        resident = stats
+            .atlases
+            .values()
+            .next()
+            .is_some_and(|s| s.resident_fraction == Some(1.0) && s.stream.tiles_needed > 1);
+        if resident {
+            break;
+        }
+    }
+    assert!(resident, "the plane never became fully resident");
+    // One more frame for the figures of that frame to reach the store.
+    app.update();
+    let stats = app.world().resource::<TesseraStats>().atlases.values().next().unwrap().clone();
+    let store = app.world().resource::<DiagnosticsStore>();
+    let value = |path: &bevy::diagnostic::DiagnosticPath| {
+        store.get(path).and_then(|d| d.value()).unwrap_or_else(|| panic!("no measurement of {path}"))
+    };
+    assert_eq!(value(&diagnostics::RESIDENT_PERCENT), 100.0 * stats.resident_fraction.unwrap_or(0.0));
+    let (tiles, slots) = (value(&diagnostics::VRAM_TILES), value(&diagnostics::VRAM_SLOTS));
+    assert!(tiles > 1.0 && tiles <= slots, "{tiles} tiles in {slots} slots");
+    assert_eq!(slots, stats.vram_slots.1 as f64);
+    assert!(value(&diagnostics::HOST_TILES) >= 1.0 && value(&diagnostics::HOST_MIB) > 0.0);
+    let gpu = value(&diagnostics::GPU_MIB);
+    assert!(gpu > 1.0 && gpu < 64.0, "{gpu} MiB of GPU memory for a 16 MiB pool");
+    assert!(value(&diagnostics::UPLOADS) >= 0.0 && value(&diagnostics::MISSES) >= 0.0);
+    assert_eq!(value(&diagnostics::NETWORK_MIB), 0.0, "a local atlas fetches nothing");
+    let logged = String::from_utf8_lossy(&errors.lock().unwrap_or_else(|e| e.into_inner())).to_string();
+    assert!(!logged.to_lowercase().contains("tonemapping"), "{logged}");
+}
