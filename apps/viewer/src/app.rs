@@ -102,10 +102,22 @@ struct App {
     /// `None` after the scene was rebuilt: apply every control again.
     applied: Option<Applied>,
     history: History,
+    /// The camera of the previous frame, to extrapolate the next ones from.
+    previous_camera: Option<Camera>,
     frame: u64,
     start: Instant,
     last_frame: Instant,
     error: Option<anyhow::Error>,
+}
+
+/// Frames ahead of a moving camera that the viewer predicts (as `tessera demo` does
+/// along its path; BENCHMARKS.md, "Prediction in the renderer").
+const PREDICT_FRAMES: f32 = 8.0;
+
+/// Whether the camera moved since `previous` (enough to predict where it goes).
+fn camera_moved(previous: &Camera, now: &Camera) -> bool {
+    previous.position.distance_squared(now.position) > 1e-10
+        || previous.target.distance_squared(now.target) > 1e-10
 }
 
 /// Opens the window and runs until it closes (or the screenshot is written).
@@ -153,6 +165,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode> {
         applied: None,
         controls,
         history: History::default(),
+        previous_camera: None,
         frame: 0,
         start: Instant::now(),
         last_frame: Instant::now(),
@@ -411,6 +424,13 @@ impl App {
         let vt_frame = g.scene.as_mut().map(|scene| {
             let f = scene.vt.begin(&g.ctx, &mut encoder);
             scene.drawer.set_camera(&g.ctx.queue, &camera, aspect);
+            // While the camera moves, the view it is heading for streams ahead of it.
+            if let Some(previous) = self.previous_camera.as_ref().filter(|p| camera_moved(p, &camera)) {
+                let ahead = camera.extrapolated(previous, PREDICT_FRAMES);
+                scene.drawer.set_predicted_camera(&g.ctx.queue, &ahead, aspect);
+                let half = (size.width.div_ceil(2), size.height.div_ceil(2));
+                scene.drawer.draw_predicted(&mut encoder, f.vt(), half);
+            }
             let stream = *f.stats();
             let stats = f.vt().stats();
             self.history.push(
@@ -430,6 +450,7 @@ impl App {
             );
             (f, &scene.drawer, stats)
         });
+        self.previous_camera = Some(camera.clone());
         let raw = g.egui_state.take_egui_input(&g.window);
         let overlay = self.overlay;
         self.controls.pool_thumbnail = match (&vt_frame, g.pool_texture) {

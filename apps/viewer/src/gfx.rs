@@ -50,6 +50,8 @@ pub(crate) fn load_scene(ctx: &GpuContext, opened: &Opened, args: &Args, pool_mi
         mip_bias: args.mip_bias,
         // Interactive: streaming adapts its per-frame upload budget to a 60 Hz frame.
         target_frame_ms: Some(1000.0 / 60.0),
+        // The camera extrapolated PREDICT_FRAMES on is drawn as a predicted view.
+        prediction: true,
         ..VtConfig::default()
     };
     let vt = VirtualTextures::new(ctx, atlas.clone(), cfg)
