@@ -450,7 +450,7 @@ impl App {
             );
             (f, &scene.drawer, stats)
         });
-        self.previous_camera = Some(camera.clone());
+        self.previous_camera = Some(camera);
         let raw = g.egui_state.take_egui_input(&g.window);
         let overlay = self.overlay;
         self.controls.pool_thumbnail = match (&vt_frame, g.pool_texture) {

@@ -86,7 +86,7 @@ impl Camera {
         Camera {
             position: self.position + (self.position - previous.position) * frames,
             target: self.target + (self.target - previous.target) * frames,
-            ..self.clone()
+            ..*self
         }
     }
 
