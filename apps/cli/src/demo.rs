@@ -40,13 +40,13 @@ pub(crate) struct DemoArgs {
     /// the dungeon and fly for the globe.
     #[arg(long)]
     camera: Option<String>,
-    /// Frames to render.
     /// Predict along the camera path this many frames ahead (0: off): each frame also
     /// draws the view the path shows then, at half size and without shading, as a
     /// predicted view whose tiles stream at the lowest priority, never evicting what is
     /// on screen, and are dropped when the path turns elsewhere.
     #[arg(long, default_value_t = crate::capture::PREDICT_FRAMES)]
     predict_frames: u32,
+    /// Frames to render.
     #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u32).range(1..))]
     frames: u32,
     /// Frame size.

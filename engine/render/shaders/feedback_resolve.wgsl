@@ -42,7 +42,7 @@ fn resolve(@builtin(global_invocation_id) id: vec3<u32>, @builtin(local_invocati
     }
     let idx = (v & 0x7fffffffu) - 1u;
     let word = idx >> 5u;
-    if v != 0u && word < rp.words {
+    if (v & 0x7fffffffu) != 0u && word < rp.words {
         let bit = 1u << (idx & 31u);
         // Neighbouring pixels mostly want the same tile: load before the atomic.
         if (atomicLoad(&fb_bits[word]) & bit) == 0u {

@@ -40,15 +40,16 @@ pub trait Drawer {
         timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
     );
 
-    /// Sets the camera of the predicted view ([`Drawer::draw_predicted`]).
-    fn set_predicted_camera(&self, queue: &wgpu::Queue, camera: &Camera, aspect: f32);
+    /// Sets the camera of the predicted view ([`Drawer::draw_predicted`]); the default
+    /// does nothing (a drawer without a predicted pass).
+    fn set_predicted_camera(&self, _queue: &wgpu::Queue, _camera: &Camera, _aspect: f32) {}
 
     /// Draws the predicted view's feedback only (depth and tile requests, no shading)
     /// into the virtual textures' prediction target, at `size`: half the size of the
     /// view it stands for (the shader halves the derivatives to ask for that view's
     /// mips). Nothing unless the virtual textures take predictions
-    /// ([`crate::VtConfig::prediction`]).
-    fn draw_predicted(&self, encoder: &mut wgpu::CommandEncoder, vt: &VirtualTextures, size: (u32, u32));
+    /// ([`crate::VtConfig::prediction`]); the default draws nothing.
+    fn draw_predicted(&self, _encoder: &mut wgpu::CommandEncoder, _vt: &VirtualTextures, _size: (u32, u32)) {}
 
     /// Draws through the reference textures (nothing unless enabled).
     fn draw_reference(

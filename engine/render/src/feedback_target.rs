@@ -27,7 +27,7 @@ use crate::shaders::FEEDBACK_RESOLVE_WGSL;
 pub const FEEDBACK_TARGET_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::R32Uint;
 
 /// The depth format of a predicted view's pass (the built-in drawers' own).
-pub const PREDICTED_DEPTH_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::Depth32Float;
+pub const PREDICTED_DEPTH_FORMAT: wgpu::TextureFormat = crate::scene::DEPTH_FORMAT;
 
 /// Bytes of the resolve counters (`ResolveCounts`: two counters and padding).
 pub(crate) const COUNTS_BYTES: u64 = 16;
@@ -87,7 +87,10 @@ struct Target {
     size: (u32, u32),
     view: wgpu::TextureView,
     depth: Option<wgpu::TextureView>,
+    /// The resolve's bind group, counting into the frame's counters.
     bind_group: wgpu::BindGroup,
+    /// The same, counting into a buffer nobody reads (resolves of other views).
+    uncounted: wgpu::BindGroup,
 }
 
 /// What changes between frames.
@@ -106,8 +109,11 @@ pub(crate) struct FeedbackTargets {
     device: wgpu::Device,
     bitset: wgpu::Buffer,
     params: wgpu::Buffer,
-    /// Pixels read and pixels shown coarser (`ResolveCounts`), summed over the frame.
+    /// Pixels read and pixels shown coarser (`ResolveCounts`), summed over the frame's
+    /// counted resolves.
     counts: wgpu::Buffer,
+    /// Where uncounted resolves count.
+    discarded: wgpu::Buffer,
     pipeline: wgpu::ComputePipeline,
     layout: wgpu::BindGroupLayout,
     /// Make a depth buffer beside each target (a predicted view's).
@@ -129,6 +135,12 @@ impl FeedbackTargets {
             label: Some("tessera feedback resolve counts"),
             size: COUNTS_BYTES,
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let discarded = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tessera feedback resolve uncounted"),
+            size: COUNTS_BYTES,
+            usage: wgpu::BufferUsages::STORAGE,
             mapped_at_creation: false,
         });
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
@@ -191,6 +203,7 @@ impl FeedbackTargets {
             bitset: bitset.clone(),
             params,
             counts,
+            discarded,
             pipeline,
             layout,
             with_depth,
@@ -227,6 +240,15 @@ impl FeedbackTargets {
         let size = (width.max(1), height.max(1));
         let mut state = self.state();
         if state.target.as_ref().is_some_and(|t| t.size != size) {
+            if state.unresolved > 0 {
+                // The earlier pass's requests would be lost with its target.
+                tracing::warn!(
+                    "feedback target asked for at {}x{} after a pass at another size without resolve_feedback \
+                     in between: that pass's requests are lost",
+                    size.0,
+                    size.1
+                );
+            }
             state.target = None;
         }
         let target = state.target.get_or_insert_with(|| self.make_target(size));
@@ -248,16 +270,19 @@ impl FeedbackTargets {
             view_formats: &[],
         });
         let view = texture.create_view(&wgpu::TextureViewDescriptor::default());
-        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("tessera feedback resolve"),
-            layout: &self.layout,
-            entries: &[
-                wgpu::BindGroupEntry { binding: 0, resource: self.params.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 1, resource: wgpu::BindingResource::TextureView(&view) },
-                wgpu::BindGroupEntry { binding: 2, resource: self.bitset.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 3, resource: self.counts.as_entire_binding() },
-            ],
-        });
+        let group = |counts: &wgpu::Buffer| {
+            self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("tessera feedback resolve"),
+                layout: &self.layout,
+                entries: &[
+                    wgpu::BindGroupEntry { binding: 0, resource: self.params.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 1, resource: wgpu::BindingResource::TextureView(&view) },
+                    wgpu::BindGroupEntry { binding: 2, resource: self.bitset.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 3, resource: counts.as_entire_binding() },
+                ],
+            })
+        };
+        let (bind_group, uncounted) = (group(&self.counts), group(&self.discarded));
         let depth = self.with_depth.then(|| {
             self.device
                 .create_texture(&wgpu::TextureDescriptor {
@@ -272,19 +297,21 @@ impl FeedbackTargets {
                 })
                 .create_view(&wgpu::TextureViewDescriptor::default())
         });
-        Target { size: (width, height), view, depth, bind_group }
+        Target { size: (width, height), view, depth, bind_group, uncounted }
     }
 
     /// After a pass that wrote the target (before the next one that would overwrite it,
     /// and before the compaction): when an attachment was handed out since the last
-    /// resolve, records the resolve pass into `encoder`.
-    pub(crate) fn resolve(&self, encoder: &mut wgpu::CommandEncoder) {
+    /// resolve, records the resolve pass into `encoder`. Only `counted` resolves add to
+    /// the frame's pixel counters (the view the frame shows, not a hidden one drawn
+    /// ahead of it).
+    pub(crate) fn resolve(&self, encoder: &mut wgpu::CommandEncoder, counted: bool) {
         let mut state = self.state();
         if state.unresolved == 0 {
             return;
         }
         state.unresolved = 0;
-        state.resolved = true;
+        state.resolved |= counted;
         let Some(target) = state.target.as_ref() else { return };
         let (x, y) = resolve_grid(target.size, state.mask + 1);
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
@@ -292,14 +319,13 @@ impl FeedbackTargets {
             timestamp_writes: None,
         });
         pass.set_pipeline(&self.pipeline);
-        pass.set_bind_group(0, &target.bind_group, &[]);
+        pass.set_bind_group(0, if counted { &target.bind_group } else { &target.uncounted }, &[]);
         pass.dispatch_workgroups(x, y, 1);
     }
 
-    /// Whether a pass wrote the target this frame (an attachment was handed out).
-    pub(crate) fn written(&self) -> bool {
-        let state = self.state();
-        state.resolved || state.unresolved > 0
+    /// Whether a pass wrote the target since the last resolve.
+    pub(crate) fn unresolved(&self) -> bool {
+        self.state().unresolved > 0
     }
 
     /// The counters (pixels read that requested a tile, pixels shown coarser: two

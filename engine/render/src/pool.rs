@@ -349,10 +349,14 @@ struct EncodedMips {
     slot_texels: u32,
     srgb: bool,
     bc1: bool,
-    /// The encoded blocks of one batch, reused (commands run in order, so a later batch
-    /// of the same submission only overwrites it after the earlier one's copies).
-    out: Mutex<(wgpu::Buffer, u64)>,
+    /// The encoded blocks of [`ENCODE_CHUNK`] slots, reused by every chunk (commands run
+    /// in order, so a later chunk only overwrites it after the earlier one's copies).
+    out: wgpu::Buffer,
 }
+
+/// Slots encoded per dispatch: the scratch buffer holds this many level-1 slots (2.2 MiB
+/// for BC7 136² slots), whatever the batch (filling a new pool uploads every slot).
+const ENCODE_CHUNK: usize = 256;
 
 /// Invocations per workgroup of the encoding pass (`@workgroup_size` in the shader).
 const ENCODE_WORKGROUP: u32 = 64;
@@ -418,7 +422,12 @@ impl EncodedMips {
             cache: None,
         });
         let slot_out = u64::from(blocks) * u64::from(row_bytes);
-        let out = Mutex::new((Self::out_buffer(device, 64 * slot_out), 64));
+        let out = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tessera slot mip blocks"),
+            size: ENCODE_CHUNK as u64 * slot_out,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
         Self {
             pipeline,
             layout,
@@ -433,18 +442,23 @@ impl EncodedMips {
         }
     }
 
-    fn out_buffer(device: &wgpu::Device, bytes: u64) -> wgpu::Buffer {
-        device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("tessera slot mip blocks"),
-            size: bytes,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: false,
-        })
+    /// Records the encoding pass over `slots` and their copies into level 1 of
+    /// `texture` into `encoder` (after their uploads), [`ENCODE_CHUNK`] slots at a time
+    /// through the one scratch buffer (commands run in order, so each chunk's copies
+    /// read it before the next chunk's pass writes it).
+    fn record(
+        &self,
+        device: &wgpu::Device,
+        encoder: &mut wgpu::CommandEncoder,
+        texture: &wgpu::Texture,
+        slots: &[[u32; 2]],
+    ) {
+        for chunk in slots.chunks(ENCODE_CHUNK) {
+            self.record_chunk(device, encoder, texture, chunk);
+        }
     }
 
-    /// Records the encoding pass over `slots` and their copies into level 1 of
-    /// `texture` into `encoder` (after their uploads).
-    fn record(
+    fn record_chunk(
         &self,
         device: &wgpu::Device,
         encoder: &mut wgpu::CommandEncoder,
@@ -456,11 +470,6 @@ impl EncodedMips {
         }
         let n = slots.len() as u64;
         let slot_out = u64::from(self.blocks) * u64::from(self.row_bytes);
-        let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
-        if n > out.1 {
-            let capacity = n.next_power_of_two();
-            *out = (Self::out_buffer(device, capacity * slot_out), capacity);
-        }
         let params: [u32; 8] = [
             self.slot_texels,
             self.blocks,
@@ -471,7 +480,7 @@ impl EncodedMips {
             0,
             0,
         ];
-        // Buffers of this batch's own: a later batch in the same submission cannot
+        // Buffers of this chunk's own: a later batch in the same submission cannot
         // overwrite them before this pass runs.
         let init = |label, contents: &[u8], usage| {
             wgpu::util::DeviceExt::create_buffer_init(
@@ -496,7 +505,7 @@ impl EncodedMips {
                 },
                 wgpu::BindGroupEntry { binding: 1, resource: params.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 2, resource: slot_list.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 3, resource: out.0.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 3, resource: self.out.as_entire_binding() },
             ],
         });
         let blocks = n * u64::from(self.blocks) * u64::from(self.blocks);
@@ -516,7 +525,7 @@ impl EncodedMips {
         for (i, slot) in slots.iter().enumerate() {
             encoder.copy_buffer_to_texture(
                 wgpu::TexelCopyBufferInfo {
-                    buffer: &out.0,
+                    buffer: &self.out,
                     layout: wgpu::TexelCopyBufferLayout {
                         offset: i as u64 * slot_out,
                         bytes_per_row: Some(self.row_bytes),
@@ -532,6 +541,11 @@ impl EncodedMips {
                 extent,
             );
         }
+    }
+
+    /// Bytes of the scratch buffer.
+    fn bytes(&self) -> u64 {
+        self.out.size()
     }
 }
 
@@ -749,6 +763,15 @@ impl TilePool {
     pub fn bytes(&self) -> u64 {
         u64::from(self.slot_count()) * self.slot_bytes()
     }
+    /// Bytes of GPU memory besides the texture: the scratch buffer a BC1 / BC7 pool
+    /// encodes its level-1 copies through (0 for other pools).
+    pub fn scratch_bytes(&self) -> u64 {
+        match &self.slot_mips {
+            Some(SlotMips::Encoded(mips)) => mips.bytes(),
+            _ => 0,
+        }
+    }
+
     /// Size of the pool texture in texels.
     pub fn texels(&self) -> (u32, u32) {
         (self.slots_x * self.slot_texels, self.slots_y * self.slot_texels)

@@ -46,7 +46,9 @@ impl Prediction {
         self.targets.begin(queue, encoder, mask, phase);
     }
 
-    /// The target (and its depth buffer) for a predicted view of `width × height`.
+    /// The target (and its depth buffer) for a predicted view of `width × height`: one
+    /// predicted view per frame (a second one would be depth-tested against the first
+    /// and overwrite its requests).
     pub(crate) fn attachment(&self, width: u32, height: u32) -> FeedbackAttachment {
         self.targets.attachment(width, height)
     }
@@ -54,8 +56,8 @@ impl Prediction {
     /// After the frame's passes: when a predicted view was drawn, resolves its target
     /// into the bitset and records its readback.
     pub(crate) fn end(&mut self, encoder: &mut wgpu::CommandEncoder, frame: u64) {
-        if self.targets.written() {
-            self.targets.resolve(encoder);
+        if self.targets.unresolved() {
+            self.targets.resolve(encoder, false);
             self.feedback.end(encoder, frame, None);
         }
     }

@@ -178,7 +178,10 @@ pub fn with_page_table(src: &str, storage: PageTableStorage) -> String {
 /// (no storage writes or atomics), so every driver keeps early depth testing and
 /// skips hidden fragments without `@early_depth_test(force)`; after the passes, a
 /// compute pass reads one pixel per feedback block of the target into the bitset.
-/// Lines other than the feedback store are left as they are.
+/// One request per pixel: where a shader samples a virtual texture several times, the
+/// last sample's tile is the one requested (the storage path requests every sample's),
+/// so sample the texture whose detail matters most last, or keep such shaders on the
+/// storage path. Lines other than the feedback store are left as they are.
 pub fn with_feedback_target(src: &str) -> String {
     let mut out = String::with_capacity(src.len());
     let mut skipping = false;

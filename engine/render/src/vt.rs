@@ -288,11 +288,11 @@ impl VirtualTextures {
         .map_err(|e| RenderError::Config(e.to_string()))?;
         let staging = Self::make_staging(ctx, &pools, &mut streamer, config.staging_mib);
         let page_table = Self::make_page_table(ctx, &config, &plan)?;
-        if config.feedback_target && streamer.layout().words() as u64 * 32 >= 1 << 31 {
+        if (config.feedback_target || config.prediction) && streamer.layout().words() as u64 * 32 >= 1 << 31 {
             // A request is the entry + 1 in 31 bits (bit 31 flags a coarser sample).
             return Err(RenderError::Config(format!(
-                "{} tiles are too many for feedback through a colour target (at most 2^31 - 2): \
-                 set feedback_target to false",
+                "a bitset of {} tiles is too large for feedback through a colour target or a predicted \
+                 view (under 2^31): set feedback_target and prediction to false",
                 streamer.layout().words() * 32
             )));
         }
@@ -802,9 +802,11 @@ impl VirtualTextures {
     /// between passes that draw different views into the target (a prefetch view, then
     /// the visible one), which would otherwise overwrite each other's requests;
     /// [`VtFrame::finish`] does it for the last. Nothing happens when no attachment was
-    /// handed out since the last resolve.
+    /// handed out since the last resolve. The pixels resolved here are requested but not
+    /// counted in [`StreamFrame::coarse_pixel_share`], which describes the view the
+    /// frame shows: draw that one last.
     pub fn resolve_feedback(&self, encoder: &mut wgpu::CommandEncoder) {
-        self.feedback_targets.resolve(encoder);
+        self.feedback_targets.resolve(encoder, false);
     }
 
     /// The latest feedback read back (by the last [`VirtualTextures::begin`] that found
@@ -823,7 +825,7 @@ impl VirtualTextures {
     /// and the feedback buffers (bitset and readback ring). What a fully resident
     /// texture's mip chain is compared against.
     pub fn gpu_bytes(&self) -> u64 {
-        self.pools.iter().map(TilePool::bytes).sum::<u64>()
+        self.pools.iter().map(|p| p.bytes() + p.scratch_bytes()).sum::<u64>()
             + self.page_table.bytes()
             + self.feedback.gpu_bytes()
             + self.feedback_targets.gpu_bytes()
@@ -1048,7 +1050,7 @@ impl VtFrame<'_> {
     /// when this was not called.
     pub fn record_readback(&mut self, encoder: &mut wgpu::CommandEncoder) {
         if !self.readback_recorded {
-            self.vt.feedback_targets.resolve(encoder);
+            self.vt.feedback_targets.resolve(encoder, true);
             self.vt.feedback.end(encoder, self.number, self.vt.feedback_targets.counts());
             if let Some(prediction) = self.vt.prediction.as_mut() {
                 prediction.end(encoder, self.number);
@@ -1138,7 +1140,7 @@ impl VirtualTextures {
         mut frame: DetachedFrame,
         encoder: &mut wgpu::CommandEncoder,
     ) -> StreamFrame {
-        self.feedback_targets.resolve(encoder);
+        self.feedback_targets.resolve(encoder, true);
         self.feedback.end(encoder, frame.number, self.feedback_targets.counts());
         if let Some(prediction) = self.prediction.as_mut() {
             prediction.end(encoder, frame.number);

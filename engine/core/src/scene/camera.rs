@@ -81,11 +81,20 @@ impl Camera {
 
     /// Where this camera will be `frames` frames from now if it keeps moving as it did
     /// since `previous` (one frame ago): position and target carried on linearly, the
-    /// rest kept. A camera that did not move predicts itself.
+    /// rest kept. Closing in on the target is limited to half the distance, so zooming in
+    /// never predicts a view past (or onto) the target; a camera that did not move
+    /// predicts itself.
     pub fn extrapolated(&self, previous: &Camera, frames: f32) -> Camera {
+        let (step, target_step) = (self.position - previous.position, self.target - previous.target);
+        // How fast the camera closes in on its target along the line between them.
+        let offset = self.position - self.target;
+        let distance = offset.length();
+        let approach = if distance > 0.0 { -(step - target_step).dot(offset / distance) } else { 0.0 };
+        let frames =
+            if approach * frames > 0.5 * distance { (0.5 * distance / approach).min(frames) } else { frames };
         Camera {
-            position: self.position + (self.position - previous.position) * frames,
-            target: self.target + (self.target - previous.target) * frames,
+            position: self.position + step * frames,
+            target: self.target + target_step * frames,
             ..*self
         }
     }
@@ -737,6 +746,13 @@ mod tests {
         assert_eq!(ahead.target, Vec3::new(5.5, 0.0, 0.0));
         assert_eq!(ahead.fov_y_degrees, 30.0);
         assert_eq!(now.extrapolated(&now, 8.0), now);
+        // Zooming in at 0.5 a frame from 2.0 away: carried on at most 1.0, not past the target.
+        let (far, near) = (
+            Camera::look_at(Vec3::new(0.0, 0.0, 2.5), Vec3::ZERO),
+            Camera::look_at(Vec3::new(0.0, 0.0, 2.0), Vec3::ZERO),
+        );
+        let ahead = near.extrapolated(&far, 8.0);
+        assert!((ahead.position.z - 1.0).abs() < 1e-6, "{ahead:?}");
     }
 
     fn path_with_cut() -> CameraPath {
