@@ -550,6 +550,16 @@ fn flooded_staging_keeps_every_slot_equal_to_its_tile() {
     }
 }
 
+/// An 8192² generated texture baked (LZ4) into `dir`, opened.
+fn generated_atlas(dir: &std::path::Path, name: &str) -> std::sync::Arc<tessera_core::Atlas> {
+    use tessera_core::bake::source::Generated;
+    use tessera_core::bake::{BakeInput, BakeOptions, bake};
+    let path = dir.join(format!("{name}.tsa"));
+    let input = BakeInput::new(name, Generated::new(8192, 8192));
+    bake(vec![input], &path, &BakeOptions::default(), &tessera_core::NoProgress).unwrap();
+    std::sync::Arc::new(tessera_core::Atlas::open(&path).unwrap())
+}
+
 /// The tiles each frame's feedback requested, by the frame that recorded it, for the
 /// built-in scene seen from frame 60 of the `flyover` preset (grazing: many mips and
 /// the globe and cube over the ground), with feedback written to the colour
@@ -592,20 +602,9 @@ fn requested_tiles(
 /// storage path's atomics request, frame by frame and phase by phase.
 #[test]
 fn the_feedback_target_requests_what_the_storage_path_requests() {
-    use tessera_core::bake::source::Generated;
-    use tessera_core::bake::{BakeInput, BakeOptions, bake};
-    use tessera_core::{Atlas, NoProgress};
     let ctx = gpu();
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fixed-view.tsa");
-    bake(
-        vec![BakeInput::new("fixed", Generated::new(8192, 8192))],
-        &path,
-        &BakeOptions::default(),
-        &NoProgress,
-    )
-    .unwrap();
-    let atlas = std::sync::Arc::new(Atlas::open(&path).unwrap());
+    let atlas = generated_atlas(dir.path(), "fixed");
     for stride in [1, 4] {
         let storage = requested_tiles(ctx, &atlas, false, stride);
         let target = requested_tiles(ctx, &atlas, true, stride);
@@ -633,20 +632,9 @@ fn the_feedback_target_requests_what_the_storage_path_requests() {
 /// resident. Through the storage bitset nothing is measured.
 #[test]
 fn the_feedback_target_counts_the_pixels_shown_coarser() {
-    use tessera_core::bake::source::Generated;
-    use tessera_core::bake::{BakeInput, BakeOptions, bake};
-    use tessera_core::{Atlas, NoProgress};
     let ctx = gpu();
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("coarse.tsa");
-    bake(
-        vec![BakeInput::new("coarse", Generated::new(8192, 8192))],
-        &path,
-        &BakeOptions::default(),
-        &NoProgress,
-    )
-    .unwrap();
-    let atlas = std::sync::Arc::new(Atlas::open(&path).unwrap());
+    let atlas = generated_atlas(dir.path(), "coarse");
     let camera = tessera_core::scene::camera::CameraPath::preset("flyover").unwrap().camera_at(60);
     let (w, h) = (640, 360);
     let out = tessera::scene::OffscreenTarget::new(&ctx.device, w, h);
@@ -693,21 +681,10 @@ fn the_feedback_target_counts_the_pixels_shown_coarser() {
 /// the prediction the same cut finds the close-up's fine tiles missing.
 #[test]
 fn a_predicted_view_is_resident_before_the_camera_gets_there() {
-    use tessera_core::bake::source::Generated;
-    use tessera_core::bake::{BakeInput, BakeOptions, bake};
     use tessera_core::scene::camera::CameraPath;
-    use tessera_core::{Atlas, NoProgress};
     let ctx = gpu();
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("predicted.tsa");
-    bake(
-        vec![BakeInput::new("predicted", Generated::new(8192, 8192))],
-        &path,
-        &BakeOptions::default(),
-        &NoProgress,
-    )
-    .unwrap();
-    let atlas = std::sync::Arc::new(Atlas::open(&path).unwrap());
+    let atlas = generated_atlas(dir.path(), "predicted");
     let wide = CameraPath::preset("static").unwrap().camera_at(0);
     let close = CameraPath::preset("cut").unwrap().camera_at(100);
     let (w, h) = (640, 360);
