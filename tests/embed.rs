@@ -499,3 +499,138 @@ fn fs_main(in: VsOut) -> @location(0) vec4<f32> {{
         compare_golden_psnr("own-bind-group", SIZE, &actual, &expected, 60.0);
     }
 }
+
+mod feedback_target {
+    //! The colour-target feedback path through the public API alone: a user's shader
+    //! passed through `with_feedback_target`, writing `vt_request()` to a second target
+    //! attached with `VtFrame::feedback_attachment`, streams the texture to full
+    //! residency and shows what the storage path shows.
+    use std::sync::Arc;
+
+    use tessera::core::Atlas;
+    use tessera::core::bake::source::Generated;
+    use tessera::scene::{OffscreenTarget, TARGET_FORMAT};
+    use tessera::shaders::{VT_WGSL, with_feedback_target};
+    use tessera::{FEEDBACK_TARGET_FORMAT, VirtualTextures, VtConfig, wgpu};
+    use tessera_tests::gpu;
+
+    const SIZE: (u32, u32) = (256, 128);
+
+    /// A fullscreen triangle over the whole texture, with a second output for the
+    /// request when `target`.
+    fn shader(target: bool) -> String {
+        let (out, ret) = if target {
+            (
+                "struct Out { @location(0) colour: vec4<f32>, @location(1) request: u32 }",
+                "return Out(c, vt_request());",
+            )
+        } else {
+            ("struct Out { @location(0) colour: vec4<f32> }", "return Out(c);")
+        };
+        let vt = if target { with_feedback_target(VT_WGSL) } else { VT_WGSL.to_owned() };
+        format!(
+            r#"{vt}
+struct VsOut {{ @builtin(position) pos: vec4<f32>, @location(0) uv: vec2<f32> }}
+{out}
+@vertex
+fn vs_main(@builtin(vertex_index) i: u32) -> VsOut {{
+    let p = vec2<f32>(f32((i << 1u) & 2u), f32(i & 2u));
+    var o: VsOut;
+    o.pos = vec4<f32>(p * 2.0 - 1.0, 0.0, 1.0);
+    o.uv = vec2<f32>(p.x, 1.0 - p.y);
+    return o;
+}}
+@fragment
+fn fs_main(in: VsOut) -> Out {{
+    let c = vt_sample(in.uv, in.pos);
+    {ret}
+}}
+"#
+        )
+    }
+
+    /// Renders until fully resident; returns the last frame and the blurry-pixel shares
+    /// the frames reported.
+    fn render(atlas: &Arc<Atlas>, target: bool) -> (Vec<u8>, Vec<f64>) {
+        let ctx = gpu();
+        let device = &ctx.device;
+        let config = VtConfig { pool_mib: 8, feedback_target: target, ..VtConfig::default() };
+        let mut vt = VirtualTextures::new(ctx, atlas.clone(), config).unwrap();
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("user shader"),
+            source: wgpu::ShaderSource::Wgsl(shader(target).into()),
+        });
+        let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: None,
+            bind_group_layouts: &[None, Some(vt.bind_group_layout())],
+            immediate_size: 0,
+        });
+        let targets = [Some(TARGET_FORMAT.into()), Some(FEEDBACK_TARGET_FORMAT.into())];
+        let pipeline = device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
+            label: Some("user pipeline"),
+            layout: Some(&layout),
+            vertex: wgpu::VertexState {
+                module: &module,
+                entry_point: Some("vs_main"),
+                compilation_options: Default::default(),
+                buffers: &[],
+            },
+            primitive: wgpu::PrimitiveState::default(),
+            depth_stencil: None,
+            multisample: Default::default(),
+            fragment: Some(wgpu::FragmentState {
+                module: &module,
+                entry_point: Some("fs_main"),
+                compilation_options: Default::default(),
+                targets: &targets[..if target { 2 } else { 1 }],
+            }),
+            multiview_mask: None,
+            cache: None,
+        });
+        let out = OffscreenTarget::new(device, SIZE.0, SIZE.1);
+        let layer = vt.layer(0).unwrap();
+        let mut shares = Vec::new();
+        for _ in 0..60 {
+            let mut encoder = device.create_command_encoder(&Default::default());
+            let frame = vt.begin(ctx, &mut encoder);
+            let feedback = target.then(|| frame.feedback_attachment(SIZE.0, SIZE.1));
+            {
+                let colour = Some(wgpu::RenderPassColorAttachment {
+                    view: &out.color_view,
+                    depth_slice: None,
+                    resolve_target: None,
+                    ops: wgpu::Operations::default(),
+                });
+                let attachments = [colour, feedback.as_ref().map(|f| f.attachment())];
+                let mut pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
+                    color_attachments: &attachments[..if target { 2 } else { 1 }],
+                    ..Default::default()
+                });
+                pass.set_pipeline(&pipeline);
+                pass.set_bind_group(1, frame.bind_group(layer), &[]);
+                pass.draw(0..3, 0..1);
+            }
+            out.copy_out(&mut encoder);
+            let stats = frame.finish(ctx, encoder).unwrap();
+            shares.extend(stats.coarse_pixel_share);
+            ctx.wait_idle().unwrap();
+            if vt.fully_resident() && stats.tiles_needed > 1 {
+                return (out.read(ctx).unwrap(), shares);
+            }
+        }
+        panic!("target {target}: never fully resident");
+    }
+
+    #[test]
+    fn a_users_shader_streams_through_the_feedback_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = tessera_tests::bake_source(dir.path(), "user", Generated::new(1024, 512));
+        let atlas = Arc::new(Atlas::open(path).unwrap());
+        let (storage, none) = render(&atlas, false);
+        let (target, shares) = render(&atlas, true);
+        assert!(none.is_empty(), "the storage path measured blur: {none:?}");
+        assert!(shares.first().is_some_and(|&s| s > 0.0), "the first frames were not blurry: {shares:?}");
+        let d = tessera::core::compare::compare(&target, &storage);
+        assert!(d.psnr_db >= 60.0, "{:.1} dB, max error {} between the two paths", d.psnr_db, d.max_error);
+    }
+}

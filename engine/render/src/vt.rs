@@ -537,7 +537,8 @@ impl VirtualTextures {
             predicted: predicted.as_ref(),
         });
         let mut stats = self.execute(ctx, plan);
-        if let Some((recorded, pixels)) = self.last_pixels.filter(|_| arrived.is_some()) {
+        if let Some((recorded, pixels)) = self.last_pixels.filter(|(_, p)| arrived.is_some() && p.sampled > 0)
+        {
             stats.coarse_pixel_share = Some(pixels.coarse_share());
             stats.coarse_pixel_frame = Some(recorded);
         }
@@ -775,8 +776,9 @@ impl VirtualTextures {
     /// fragment shaders write feedback to a colour target
     /// ([`crate::shaders::with_feedback_target`]): add
     /// [`FeedbackAttachment::attachment`] to the pass at the `@location` the shader
-    /// writes `vt_request()` to, format [`crate::FEEDBACK_TARGET_FORMAT`]. Ask for it
-    /// while recording the frame's passes (after [`VirtualTextures::begin`]): the first
+    /// writes `vt_request()` to, format [`crate::FEEDBACK_TARGET_FORMAT`]; ask for it
+    /// only for a pass that attaches it (the resolve reads the target whether a pass
+    /// drew into it or not), while recording the frame's passes (after [`VirtualTextures::begin`]): the first
     /// attachment of a frame clears the target, later ones (more passes) keep it, and
     /// [`VtFrame::finish`] (or [`VirtualTextures::end_detached`]) reads one pixel per
     /// feedback block of it into the frame's feedback. The target is made, or remade

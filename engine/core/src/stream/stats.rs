@@ -165,8 +165,8 @@ pub struct StreamFrame {
     /// Share (0 to 1) of the pixels the newest feedback read (one per feedback block)
     /// that were shown through a coarser tile than the one they wanted: how blurry the
     /// view recorded at [`StreamFrame::coarse_pixel_frame`] was. Measured by the
-    /// feedback target's resolve pass; `None` with feedback through the storage bitset
-    /// or when no feedback arrived this frame.
+    /// feedback target's resolve pass; `None` with feedback through the storage bitset,
+    /// when no feedback arrived this frame, or when no pixel of it sampled a texture.
     pub coarse_pixel_share: Option<f64>,
     /// The frame whose pixels [`StreamFrame::coarse_pixel_share`] counts.
     pub coarse_pixel_frame: Option<u64>,
