@@ -34,8 +34,12 @@ use crate::scene::material_scene::{
 };
 
 /// Memory one image decode may take inside a harness: larger images are refused before
-/// they are decoded.
-pub const MEMORY_LIMIT: u64 = 64 << 20;
+/// they are decoded. 16 MiB (4 megapixels of RGBA8) keeps every input well under AFL's
+/// 2-second timeout: a 355-byte JPEG declaring 2572×5132 grey pixels, accepted under the
+/// earlier 64 MiB, took 2 s to decode twice in the instrumented build (a smoke run
+/// reported it as a hang). The bake's own limit is the process-wide one
+/// (`bake::source::memory_limit`).
+pub const MEMORY_LIMIT: u64 = 16 << 20;
 
 /// Decoded bytes one atlas input may produce; the tiles past it are not decoded (a small
 /// file can index the same 16 MiB LZ4 tile thousands of times).
