@@ -195,6 +195,16 @@ fn fs_main(in: VsOut) -> @location(0) vec4<f32> {{
         src: String,
         groups: &[Option<&wgpu::BindGroupLayout>],
     ) -> wgpu::RenderPipeline {
+        pipeline_with_targets(ctx, src, groups, &[Some(TARGET_FORMAT.into())])
+    }
+
+    /// A pipeline of `src` (`vs_main` and `fs_main`, no vertex buffers) writing `targets`.
+    pub(super) fn pipeline_with_targets(
+        ctx: &GpuContext,
+        src: String,
+        groups: &[Option<&wgpu::BindGroupLayout>],
+        targets: &[Option<wgpu::ColorTargetState>],
+    ) -> wgpu::RenderPipeline {
         let device = &ctx.device;
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some("two textures"),
@@ -221,7 +231,7 @@ fn fs_main(in: VsOut) -> @location(0) vec4<f32> {{
                 module: &module,
                 entry_point: Some("fs_main"),
                 compilation_options: Default::default(),
-                targets: &[Some(TARGET_FORMAT.into())],
+                targets,
             }),
             multiview_mask: None,
             cache: None,
@@ -556,37 +566,13 @@ fn fs_main(in: VsOut) -> Out {{
         let device = &ctx.device;
         let config = VtConfig { pool_mib: 8, feedback_target: target, ..VtConfig::default() };
         let mut vt = VirtualTextures::new(ctx, atlas.clone(), config).unwrap();
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some("user shader"),
-            source: wgpu::ShaderSource::Wgsl(shader(target).into()),
-        });
-        let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: None,
-            bind_group_layouts: &[None, Some(vt.bind_group_layout())],
-            immediate_size: 0,
-        });
         let targets = [Some(TARGET_FORMAT.into()), Some(FEEDBACK_TARGET_FORMAT.into())];
-        let pipeline = device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
-            label: Some("user pipeline"),
-            layout: Some(&layout),
-            vertex: wgpu::VertexState {
-                module: &module,
-                entry_point: Some("vs_main"),
-                compilation_options: Default::default(),
-                buffers: &[],
-            },
-            primitive: wgpu::PrimitiveState::default(),
-            depth_stencil: None,
-            multisample: Default::default(),
-            fragment: Some(wgpu::FragmentState {
-                module: &module,
-                entry_point: Some("fs_main"),
-                compilation_options: Default::default(),
-                targets: &targets[..if target { 2 } else { 1 }],
-            }),
-            multiview_mask: None,
-            cache: None,
-        });
+        let pipeline = super::two::pipeline_with_targets(
+            ctx,
+            shader(target),
+            &[None, Some(vt.bind_group_layout())],
+            &targets[..if target { 2 } else { 1 }],
+        );
         let out = OffscreenTarget::new(device, SIZE.0, SIZE.1);
         let layer = vt.layer(0).unwrap();
         let mut shares = Vec::new();

@@ -24,6 +24,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use wgpu::util::DeviceExt;
 
+use tessera_core::stream::streamer::SparseFeedback;
+
 use crate::feedback_target::COUNTS_BYTES;
 use crate::shaders::FEEDBACK_COMPACT_WGSL;
 
@@ -113,6 +115,13 @@ pub struct FeedbackFrame {
     /// With feedback through a colour target: the pixels its resolve read that requested
     /// a tile, and how many of them were shown through a coarser tile than they wanted.
     pub pixels: Option<PixelCounts>,
+}
+
+impl From<FeedbackFrame> for SparseFeedback {
+    /// What the streamer takes of a read-back frame.
+    fn from(f: FeedbackFrame) -> Self {
+        SparseFeedback { frame: f.frame, pairs: f.sparse }
+    }
 }
 
 /// Pixels a frame's feedback-target resolve read (one per feedback block).

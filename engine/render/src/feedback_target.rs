@@ -19,6 +19,7 @@
 
 use std::sync::Mutex;
 
+use tessera_core::stream::streamer::ShaderParams;
 use wgpu::util::DeviceExt;
 
 use crate::shaders::FEEDBACK_RESOLVE_WGSL;
@@ -65,11 +66,6 @@ impl FeedbackAttachment {
         &self.view
     }
 
-    /// Whether this attachment clears the target (the frame's first).
-    pub fn clears(&self) -> bool {
-        self.clear
-    }
-
     /// The depth attachment that goes with a predicted view's target (cleared with it),
     /// `None` for the main feedback target, whose passes bring their own.
     pub fn depth_attachment(&self) -> Option<wgpu::RenderPassDepthStencilAttachment<'_>> {
@@ -96,8 +92,8 @@ struct Target {
 /// What changes between frames.
 struct State {
     target: Option<Target>,
-    /// Attachments handed out since the frame began or the last resolve.
-    unresolved: u32,
+    /// An attachment was handed out since the frame began or the last resolve.
+    unresolved: bool,
     /// A resolve ran this frame: the counters hold this frame's pixels.
     resolved: bool,
     /// Feedback mask (stride − 1) of the frame.
@@ -207,7 +203,7 @@ impl FeedbackTargets {
             pipeline,
             layout,
             with_depth,
-            state: Mutex::new(State { target: None, unresolved: 0, resolved: false, mask: 0 }),
+            state: Mutex::new(State { target: None, unresolved: false, resolved: false, mask: 0 }),
         }
     }
 
@@ -216,21 +212,24 @@ impl FeedbackTargets {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A new frame with feedback mask `mask` and phase `phase` (see `ShaderParams`):
-    /// clears the counters in `encoder` (the frame's, before its passes); its first
-    /// attachment clears the target.
+    /// A new frame whose feedback block is `shader`'s (mask and phase): clears the
+    /// counters in `encoder` (the frame's, before its passes); its first attachment
+    /// clears the target.
     pub(crate) fn begin(
         &self,
         queue: &wgpu::Queue,
         encoder: &mut wgpu::CommandEncoder,
-        mask: u32,
-        phase: u32,
+        shader: &ShaderParams,
     ) {
         let mut state = self.state();
-        state.unresolved = 0;
+        state.unresolved = false;
         state.resolved = false;
-        state.mask = mask;
-        queue.write_buffer(&self.params, 0, bytemuck::cast_slice(&[mask, phase]));
+        state.mask = shader.feedback_mask;
+        queue.write_buffer(
+            &self.params,
+            0,
+            bytemuck::cast_slice(&[shader.feedback_mask, shader.feedback_phase]),
+        );
         encoder.clear_buffer(&self.counts, 0, None);
     }
 
@@ -240,7 +239,7 @@ impl FeedbackTargets {
         let size = (width.max(1), height.max(1));
         let mut state = self.state();
         if state.target.as_ref().is_some_and(|t| t.size != size) {
-            if state.unresolved > 0 {
+            if state.unresolved {
                 // The earlier pass's requests would be lost with its target.
                 tracing::warn!(
                     "feedback target asked for at {}x{} after a pass at another size without resolve_feedback \
@@ -253,8 +252,8 @@ impl FeedbackTargets {
         }
         let target = state.target.get_or_insert_with(|| self.make_target(size));
         let (view, depth) = (target.view.clone(), target.depth.clone());
-        let clear = state.unresolved == 0;
-        state.unresolved += 1;
+        let clear = !state.unresolved;
+        state.unresolved = true;
         FeedbackAttachment { view, clear, depth }
     }
 
@@ -307,10 +306,10 @@ impl FeedbackTargets {
     /// ahead of it).
     pub(crate) fn resolve(&self, encoder: &mut wgpu::CommandEncoder, counted: bool) {
         let mut state = self.state();
-        if state.unresolved == 0 {
+        if !state.unresolved {
             return;
         }
-        state.unresolved = 0;
+        state.unresolved = false;
         state.resolved |= counted;
         let Some(target) = state.target.as_ref() else { return };
         let (x, y) = resolve_grid(target.size, state.mask + 1);
@@ -325,7 +324,7 @@ impl FeedbackTargets {
 
     /// Whether a pass wrote the target since the last resolve.
     pub(crate) fn unresolved(&self) -> bool {
-        self.state().unresolved > 0
+        self.state().unresolved
     }
 
     /// The counters (pixels read that requested a tile, pixels shown coarser: two

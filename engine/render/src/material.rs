@@ -233,10 +233,6 @@ impl MaterialRenderer {
             None,
             Outputs::colour(feedback_target),
         );
-        // Opaque materials with forced early depth where feedback goes to the storage
-        // bitset (with a feedback target the shader has no side effect and the depth test
-        // runs early anyway); alpha-tested ones keep the pipeline above, since their
-        // fragments may be discarded after the test.
         let predicted = PredictedPass::new(
             device,
             vt,
@@ -245,6 +241,10 @@ impl MaterialRenderer {
             std::mem::size_of::<FrameUniform>() as u64,
             None,
         );
+        // Opaque materials with forced early depth where feedback goes to the storage
+        // bitset (with a feedback target the shader has no side effect and the depth test
+        // runs early anyway); alpha-tested ones keep the pipeline above, since their
+        // fragments may be discarded after the test.
         let vt_pipeline_early = (!feedback_target && vt.early_depth_on(device)).then(|| {
             let (early, _) = vt_shader(device, vt, &shaders::material_vt_source(), true);
             mesh_pipeline(
@@ -279,7 +279,6 @@ impl MaterialRenderer {
         self.triangles
     }
 
-    /// Draws every mesh; with `pipelines` (opaque, masked), each mesh with its own.
     /// The frame uniform of `camera`, with the scene's sun.
     fn frame_uniform(&self, camera: &Camera, aspect: f32) -> FrameUniform {
         let vp = camera.view_projection(aspect);
@@ -292,6 +291,7 @@ impl MaterialRenderer {
         }
     }
 
+    /// Draws every mesh; with `pipelines` (opaque, masked), each mesh with its own.
     fn draw(
         &self,
         pass: &mut wgpu::RenderPass<'_>,

@@ -6,7 +6,7 @@
 //! priority, never evicting what the current view needs, and a prediction not repeated
 //! is dropped.
 
-use tessera_core::stream::streamer::SparseFeedback;
+use tessera_core::stream::streamer::{ShaderParams, SparseFeedback};
 
 use crate::feedback::Feedback;
 use crate::feedback_target::{FeedbackAttachment, FeedbackTargets};
@@ -30,20 +30,20 @@ impl Prediction {
 
     /// The newest predicted feedback that arrived (never waits).
     pub(crate) fn collect(&mut self) -> Option<SparseFeedback> {
-        self.feedback.collect().map(|f| SparseFeedback { frame: f.frame, pairs: f.sparse })
+        self.feedback.collect().map(SparseFeedback::from)
     }
 
     /// A new frame: clears the bitset and the target's state in `encoder`, before the
-    /// frame's passes; the feedback block read is the main feedback's (`mask`, `phase`).
+    /// frame's passes; the feedback block read is the main feedback's (`shader`'s mask and
+    /// phase).
     pub(crate) fn begin(
         &self,
         queue: &wgpu::Queue,
         encoder: &mut wgpu::CommandEncoder,
-        mask: u32,
-        phase: u32,
+        shader: &ShaderParams,
     ) {
         self.feedback.begin(encoder);
-        self.targets.begin(queue, encoder, mask, phase);
+        self.targets.begin(queue, encoder, shader);
     }
 
     /// The target (and its depth buffer) for a predicted view of `width × height`: one

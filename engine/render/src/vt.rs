@@ -24,7 +24,7 @@ use tessera_core::{Atlas, HostCache};
 
 use crate::context::GpuContext;
 use crate::error::RenderError;
-use crate::feedback::{Feedback, PixelCounts};
+use crate::feedback::Feedback;
 use crate::feedback_target::{FeedbackAttachment, FeedbackTargets};
 use crate::page_table::{PageTableBuffer, PageTableStorage};
 use crate::page_table_update::TableUpdater;
@@ -256,8 +256,6 @@ pub struct VirtualTextures {
     next_frame: u64,
     last_begin: Option<Instant>,
     last_upload_ms: f64,
-    /// The pixel counters of the latest feedback that arrived with them, and its frame.
-    last_pixels: Option<(u64, PixelCounts)>,
     /// The latest feedback that arrived ([`VirtualTextures::last_feedback`]).
     last_feedback: Option<SparseFeedback>,
     /// The frame at which feedback last arrived (or the first frame), for the stall warning.
@@ -319,7 +317,6 @@ impl VirtualTextures {
             last_begin: None,
             last_upload_ms: 0.0,
             last_feedback: None,
-            last_pixels: None,
             last_feedback_frame: 0,
             stall_warned: false,
             probe: ShaderProbe::Off,
@@ -519,12 +516,12 @@ impl VirtualTextures {
         if let Some(staging) = self.staging.as_mut() {
             staging.maintain();
         }
-        let arrived = match ctx.lost() {
-            Some(_) => None,
-            None => self.feedback.collect().map(|f| {
-                self.last_pixels = f.pixels.map(|p| (f.frame, p));
-                SparseFeedback { frame: f.frame, pairs: f.sparse }
-            }),
+        let (arrived, pixels) = match ctx.lost().map_or_else(|| self.feedback.collect(), |_| None) {
+            Some(f) => {
+                let pixels = f.pixels.map(|p| (f.frame, p));
+                (Some(SparseFeedback::from(f)), pixels)
+            }
+            None => (None, None),
         };
         self.watch_feedback(frame, arrived.is_some());
         let predicted =
@@ -537,8 +534,7 @@ impl VirtualTextures {
             predicted: predicted.as_ref(),
         });
         let mut stats = self.execute(ctx, plan);
-        if let Some((recorded, pixels)) = self.last_pixels.filter(|(_, p)| arrived.is_some() && p.sampled > 0)
-        {
+        if let Some((recorded, pixels)) = pixels.filter(|(_, p)| p.sampled > 0) {
             stats.coarse_pixel_share = Some(pixels.coarse_share());
             stats.coarse_pixel_frame = Some(recorded);
         }
@@ -572,9 +568,9 @@ impl VirtualTextures {
         }
         self.feedback.begin(encoder);
         let shader = self.streamer.shader_params(frame);
-        self.feedback_targets.begin(&ctx.queue, encoder, shader.feedback_mask, shader.feedback_phase);
+        self.feedback_targets.begin(&ctx.queue, encoder, &shader);
         if let Some(prediction) = &self.prediction {
-            prediction.begin(&ctx.queue, encoder, shader.feedback_mask, shader.feedback_phase);
+            prediction.begin(&ctx.queue, encoder, &shader);
         }
         VtFrame { vt: self, stats, number: frame, readback_recorded: false, finished: false }
     }
@@ -776,13 +772,15 @@ impl VirtualTextures {
     /// fragment shaders write feedback to a colour target
     /// ([`crate::shaders::with_feedback_target`]): add
     /// [`FeedbackAttachment::attachment`] to the pass at the `@location` the shader
-    /// writes `vt_request()` to, format [`crate::FEEDBACK_TARGET_FORMAT`]; ask for it
-    /// only for a pass that attaches it (the resolve reads the target whether a pass
-    /// drew into it or not), while recording the frame's passes (after [`VirtualTextures::begin`]): the first
-    /// attachment of a frame clears the target, later ones (more passes) keep it, and
-    /// [`VtFrame::finish`] (or [`VirtualTextures::end_detached`]) reads one pixel per
-    /// feedback block of it into the frame's feedback. The target is made, or remade
-    /// when the size changes, here. Single-sampled passes only.
+    /// writes `vt_request()` to, format [`crate::FEEDBACK_TARGET_FORMAT`].
+    ///
+    /// Ask for it while recording the frame's passes (after [`VirtualTextures::begin`]),
+    /// and only for a pass that attaches it: the resolve reads the target whether a pass
+    /// drew into it or not. The first attachment of a frame clears the target, later
+    /// ones (more passes) keep it, and [`VtFrame::finish`] (or
+    /// [`VirtualTextures::end_detached`]) reads one pixel per feedback block of it into
+    /// the frame's feedback. The target is made here, or remade when the size changes.
+    /// Single-sampled passes only.
     pub fn feedback_attachment(&self, width: u32, height: u32) -> FeedbackAttachment {
         self.feedback_targets.attachment(width, height)
     }
@@ -1052,11 +1050,7 @@ impl VtFrame<'_> {
     /// when this was not called.
     pub fn record_readback(&mut self, encoder: &mut wgpu::CommandEncoder) {
         if !self.readback_recorded {
-            self.vt.feedback_targets.resolve(encoder, true);
-            self.vt.feedback.end(encoder, self.number, self.vt.feedback_targets.counts());
-            if let Some(prediction) = self.vt.prediction.as_mut() {
-                prediction.end(encoder, self.number);
-            }
+            self.vt.end_feedback(encoder, self.number);
             self.readback_recorded = true;
         }
     }
@@ -1072,11 +1066,7 @@ impl VtFrame<'_> {
     ) -> Result<StreamFrame, RenderError> {
         self.record_readback(&mut encoder);
         ctx.queue.submit([encoder.finish()]);
-        self.vt.feedback.after_submit();
-        if let Some(prediction) = self.vt.prediction.as_mut() {
-            prediction.after_submit();
-        }
-        self.vt.table_unconfirmed = false;
+        self.vt.submitted();
         self.finished = true;
         match ctx.lost() {
             Some(lost) => Err(lost.into()),
@@ -1142,13 +1132,19 @@ impl VirtualTextures {
         mut frame: DetachedFrame,
         encoder: &mut wgpu::CommandEncoder,
     ) -> StreamFrame {
-        self.feedback_targets.resolve(encoder, true);
-        self.feedback.end(encoder, frame.number, self.feedback_targets.counts());
-        if let Some(prediction) = self.prediction.as_mut() {
-            prediction.end(encoder, frame.number);
-        }
+        self.end_feedback(encoder, frame.number);
         frame.ended = true;
         std::mem::take(&mut frame.stats)
+    }
+
+    /// After frame `number`'s passes: resolves the feedback target (the view shown,
+    /// counted), compacts and copies the feedback, and the predicted view's.
+    fn end_feedback(&mut self, encoder: &mut wgpu::CommandEncoder, number: u64) {
+        self.feedback_targets.resolve(encoder, true);
+        self.feedback.end(encoder, number, self.feedback_targets.counts());
+        if let Some(prediction) = self.prediction.as_mut() {
+            prediction.end(encoder, number);
+        }
     }
 
     /// Starts mapping the readback recorded by [`VirtualTextures::end_detached`]
