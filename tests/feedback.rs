@@ -442,6 +442,74 @@ fn staged_copies_match_single_uploads_rgba8_bc1_bc7() {
     }
 }
 
+/// Tiles bound for slots one below the other whose bytes follow each other go in one
+/// copy: a flood with runs down columns and scattered slots, half staged by a loader
+/// thread and half through the render thread's belt, leaves the pool exactly as one
+/// copy per tile does, in 11 copies instead of 26 (RGBA8, BC1, BC7).
+fn merged_copies_match_per_tile(target: TargetFormat) {
+    use tessera::staging::GpuStaging;
+    use tessera_core::stream::staging::StagingLayout;
+    let ctx = gpu();
+    let make = |merged: bool| {
+        let mut pool =
+            TilePool::with_grid(&ctx.device, &ctx.queue, (8, 8), 136, target, ColorSpace::Srgb, 1).unwrap();
+        pool.set_merged_copies(merged);
+        pool
+    };
+    let (single, merged, per_tile) = (make(false), make(true), make(false));
+    let len = single.slot_bytes() as usize;
+    let column = |x: u16, ys: std::ops::Range<u16>| ys.map(move |y| SlotCoord::new(x, y));
+    // Staged in this order (consecutive records): runs of 6, 3 and 3, three lone slots.
+    let staged_slots: Vec<SlotCoord> = column(0, 0..6)
+        .chain(column(1, 0..3))
+        .chain([SlotCoord::new(5, 2), SlotCoord::new(3, 5), SlotCoord::new(6, 0)])
+        .chain(column(2, 1..4))
+        .collect();
+    // Through the belt: a run of 6, three lone slots (one above the last), a run of 2.
+    let item_slots: Vec<SlotCoord> = column(4, 0..6)
+        .chain([SlotCoord::new(7, 3), SlotCoord::new(7, 1), SlotCoord::new(6, 4)])
+        .chain(column(7, 4..6))
+        .collect();
+    let tiles: Vec<Vec<u8>> =
+        (0..staged_slots.len() + item_slots.len()).map(|i| tile_bytes(len, 900 + i as u32)).collect();
+    let (staged_tiles, item_tiles) = tiles.split_at(staged_slots.len());
+    for (slot, t) in staged_slots.iter().chain(&item_slots).zip(&tiles) {
+        single.upload(&ctx.queue, *slot, t);
+    }
+    let items: Vec<(SlotCoord, &[u8])> =
+        item_slots.iter().copied().zip(item_tiles.iter().map(Vec::as_slice)).collect();
+    let mut commands = Vec::new();
+    for pool in [&merged, &per_tile] {
+        let layout = StagingLayout::new(&[pool.tile_rows()], wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
+        let mut staging = GpuStaging::new(&ctx.device, layout, 4);
+        let staged: Vec<_> =
+            staged_tiles.iter().map(|t| staging.ring().stage(t).expect("room in 4 MiB")).collect();
+        let to_slots: Vec<(SlotCoord, &_)> = staged_slots.iter().copied().zip(&staged).collect();
+        let copies = staging.copies(0, &to_slots);
+        commands.push(pool.upload_mixed(&ctx.device, &ctx.queue, &items, &copies));
+        drop((copies, to_slots));
+        staging.retire(&ctx.queue, staged);
+        ctx.wait_idle().unwrap();
+    }
+    assert_eq!(commands, [11, 26], "{}: copy commands merged / per tile", target.name());
+    let want = read_pool(ctx, &single);
+    assert!(
+        read_pool(ctx, &per_tile) == want,
+        "{}: per-tile copies differ from single uploads",
+        target.name()
+    );
+    assert!(read_pool(ctx, &merged) == want, "{}: merged copies differ from per-tile uploads", target.name());
+}
+
+#[test]
+fn merged_copies_match_per_tile_rgba8_bc1_bc7() {
+    merged_copies_match_per_tile(TargetFormat::Rgba8);
+    if gpu().device.features().contains(wgpu::Features::TEXTURE_COMPRESSION_BC) {
+        merged_copies_match_per_tile(TargetFormat::Bc1);
+        merged_copies_match_per_tile(TargetFormat::Bc7);
+    }
+}
+
 /// A flood of uploads through staging memory too small for it (two chunks of 4 MiB,
 /// a 4 MiB pool, a camera cut every 4 frames over a 8192² texture): tiles go through
 /// the ring, its chunks are sealed and mapped again many times, tiles that find it full

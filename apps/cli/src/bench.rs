@@ -237,8 +237,8 @@ fn table(r: &BenchReport, camera: &str) -> String {
     let _ = writeln!(o, "upload CPU (uploads, page table):        {}", times(&u.cpu_ms));
     let _ = writeln!(
         o,
-        "uploads per frame:                       median {}, max {}; {} in measured frames ({} written into staging by loader threads), {} in warm-up; {} tiles resident at the end",
-        u.per_frame.median, u.per_frame.max, u.total, u.staged, u.warmup_total, u.resident_at_end
+        "uploads per frame:                       median {}, max {}; {} in measured frames ({} written into staging by loader threads, {} copy commands), {} in warm-up; {} tiles resident at the end",
+        u.per_frame.median, u.per_frame.max, u.total, u.staged, u.copies, u.warmup_total, u.resident_at_end
     );
     if r.page_table == tessera::PageTableStorage::Complete {
         let _ = writeln!(
@@ -259,7 +259,7 @@ fn table(r: &BenchReport, camera: &str) -> String {
         let _ = writeln!(
             o,
             "upload bursts (>= 256 tiles):           {} frames, uploads median {} max {}; frame {:.3} ms median, {:.3} max \
-             vs {:.3} idle: spike {:.3} ms (target < 1); upload CPU median {:.3} ms",
+             vs {:.3} idle: spike {:.3} ms (target < 1); upload CPU median {:.3} ms, decisions {:.3} ms, copy commands median {}",
             b.frames,
             b.uploads.median,
             b.uploads.max,
@@ -267,7 +267,9 @@ fn table(r: &BenchReport, camera: &str) -> String {
             b.frame_ms.max,
             b.idle_frame_ms.median,
             b.spike_ms,
-            b.upload_cpu_ms.median
+            b.upload_cpu_ms.median,
+            b.decisions_ms.median,
+            b.copies.median
         );
     }
     o

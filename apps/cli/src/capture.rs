@@ -80,6 +80,10 @@ pub(crate) struct VtArgs {
     /// device allows).
     #[arg(long, default_value = "target", value_parser = parse_feedback_path, action = clap::ArgAction::Set)]
     pub(crate) feedback: bool,
+    /// Record one copy command per uploaded tile instead of one per run of tiles bound
+    /// for slots one below the other (to compare; the default merges them).
+    #[arg(long)]
+    pub(crate) per_tile_copies: bool,
 }
 
 impl VtArgs {
@@ -101,6 +105,7 @@ impl VtArgs {
             staging_mib: self.staging_mib,
             page_table: self.page_table,
             feedback_target: self.feedback,
+            merged_copies: !self.per_tile_copies,
             ..VtConfig::default()
         }
     }

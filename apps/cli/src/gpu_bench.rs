@@ -138,6 +138,8 @@ pub(crate) struct UploadStats {
     pub per_frame: Stat,
     /// Tiles uploaded over the measured frames.
     pub total: u64,
+    /// Copy commands those uploads took, all pools together.
+    pub copies: u64,
     /// Of those, tiles copied from staging memory a loader thread wrote
     /// (`--staging-mib`); the render thread copied the rest into staging itself.
     pub staged: u64,
@@ -487,6 +489,8 @@ fn burst_stats(frames: &[BenchFrame]) -> Option<BurstStats> {
         frame_ms: busy_ms,
         idle_frame_ms: idle,
         upload_cpu_ms: Stat::of(busy.iter().map(|f| f.stream.upload_ms)).unwrap_or_default(),
+        decisions_ms: Stat::of(busy.iter().map(|f| f.stream.feedback_ms)).unwrap_or_default(),
+        copies: Stat::of(busy.iter().map(|f| f.stream.upload_copies as f64)).unwrap_or_default(),
         spike_ms: busy_ms.max - idle.median,
     })
 }
@@ -507,6 +511,12 @@ pub(crate) struct BurstStats {
     pub idle_frame_ms: Stat,
     /// CPU time of their uploads and page-table writes, ms.
     pub upload_cpu_ms: Stat,
+    /// CPU time of their feedback decode and streaming decisions, ms.
+    pub decisions_ms: Stat,
+    /// Copy commands their uploads took (runs merged, [`VtConfig::merged_copies`]).
+    ///
+    /// [`VtConfig::merged_copies`]: tessera::VtConfig::merged_copies
+    pub copies: Stat,
     /// Worst burst frame minus the median idle frame, ms (target: under 1 ms).
     pub spike_ms: f64,
 }
@@ -657,6 +667,7 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
             cpu_ms: Stat::of(per_frame.iter().map(|f| f.stream.upload_ms)).unwrap_or_default(),
             per_frame: Stat::of(per_frame.iter().map(|f| f.stream.uploads as f64)).unwrap_or_default(),
             total: per_frame.iter().map(|f| f.stream.uploads as u64).sum(),
+            copies: per_frame.iter().map(|f| f.stream.upload_copies as u64).sum(),
             staged: per_frame.iter().map(|f| f.stream.uploads_staged as u64).sum(),
             warmup_total: warmup_uploads,
             resident_at_end: main.vt.residency().resident_count(),

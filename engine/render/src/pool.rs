@@ -1,10 +1,12 @@
 //! The physical tile pool: one fixed-size texture divided into a grid of bordered
 //! tile slots. Which tile lives in which slot is decided by `tessera_core::stream::residency`.
 
+use std::ops::Range;
 use std::sync::{Mutex, PoisonError};
 
 use tessera_core::format::atlas::ColorSpace;
 use tessera_core::format::codec::{Codec, EncodeOptions, TargetFormat, transcode};
+use tessera_core::stream::copy_runs::{TileCopy, vertical_runs};
 use tessera_core::stream::page_table::SlotCoord;
 use tessera_core::stream::pool_layout::level_one_possible;
 
@@ -145,6 +147,8 @@ pub struct TilePool {
     staging: Mutex<wgpu::util::StagingBelt>,
     /// With hardware trilinear: what makes level 1 of each uploaded slot.
     slot_mips: Option<SlotMips>,
+    /// Whether runs of tiles go in one copy ([`TilePool::set_merged_copies`]).
+    merged_copies: bool,
 }
 
 /// Level 1 of a two-level pool.
@@ -658,6 +662,7 @@ impl TilePool {
             slots_y,
             staging: Mutex::new(wgpu::util::StagingBelt::new(device.clone(), STAGING_CHUNK_BYTES)),
             slot_mips,
+            merged_copies: true,
         };
         if target.is_block_compressed() {
             pool.fill_unwritten(device, queue)?;
@@ -844,20 +849,20 @@ impl TilePool {
 
     /// [`TilePool::upload_batch`] for `items`, plus `staged` tiles that a loader
     /// thread already wrote into staging memory (each copied straight from its buffer),
-    /// in one submission with one level-1 pass over every slot written.
+    /// in one submission with one level-1 pass over every slot written. Returns the
+    /// copy commands recorded: one per run of tiles bound for slots one below the
+    /// other whose bytes follow each other (in `staged` as given, and in `items`).
     pub fn upload_mixed(
         &self,
         device: &wgpu::Device,
         queue: &wgpu::Queue,
         items: &[(SlotCoord, &[u8])],
         staged: &[StagedCopy<'_>],
-    ) {
+    ) -> usize {
         let want = self.tile_bytes() as usize;
         let (row_bytes, rows) = self.tile_rows();
         let padded_row = row_bytes.next_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
         let stride = u64::from(padded_row) * u64::from(rows);
-        let s = self.slot_texels;
-        let extent = wgpu::Extent3d { width: s, height: s, depth_or_array_layers: 1 };
         let valid: Vec<(SlotCoord, &[u8])> = items
             .iter()
             .filter(|(slot, texels)| {
@@ -882,28 +887,44 @@ impl TilePool {
         let mut encoder = device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera tile uploads") });
         let mut copied: Vec<[u32; 2]> = Vec::with_capacity(valid.len() + staged.len());
-        for c in staged {
-            if u32::from(c.slot.x) >= self.slots_x
-                || u32::from(c.slot.y) >= self.slots_y
-                || c.pitch < row_bytes
-                || !c.pitch.is_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT)
-            {
-                tracing::warn!(slot = ?c.slot, pitch = c.pitch, "staged tile copy skipped: outside the pool or misaligned");
-                continue;
-            }
-            encoder.copy_buffer_to_texture(
-                wgpu::TexelCopyBufferInfo {
-                    buffer: c.buffer,
-                    layout: wgpu::TexelCopyBufferLayout {
-                        offset: c.offset,
-                        bytes_per_row: Some(c.pitch),
-                        rows_per_image: Some(rows),
-                    },
-                },
-                self.slot_region(c.slot),
-                extent,
+        let mut commands = 0;
+        let staged: Vec<&StagedCopy<'_>> = staged
+            .iter()
+            .filter(|c| {
+                let ok = u32::from(c.slot.x) < self.slots_x
+                    && u32::from(c.slot.y) < self.slots_y
+                    && c.pitch >= row_bytes
+                    && c.pitch.is_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
+                if !ok {
+                    tracing::warn!(slot = ?c.slot, pitch = c.pitch, "staged tile copy skipped: outside the pool or misaligned");
+                }
+                ok
+            })
+            .collect();
+        // Staged copies of one pitch (every pool's part has one) in runs: a record that
+        // starts where the previous one's rows end, bound for the slot below it.
+        let runs: Vec<TileCopy> = staged
+            .iter()
+            .map(|c| TileCopy {
+                slot: c.slot,
+                source: std::ptr::from_ref(c.buffer) as usize,
+                offset: c.offset,
+            })
+            .collect();
+        let span = staged.first().map_or(0, |c| u64::from(c.pitch) * u64::from(rows));
+        let uniform = staged.iter().all(|c| u64::from(c.pitch) * u64::from(rows) == span);
+        for run in self.runs(&runs, if uniform { span } else { 0 }) {
+            let first = staged[run.start];
+            self.copy_run(
+                &mut encoder,
+                first.buffer,
+                first.offset,
+                first.pitch,
+                first.slot,
+                run.len() as u32,
             );
-            copied.push([u32::from(c.slot.x), u32::from(c.slot.y)]);
+            commands += 1;
+            copied.extend(staged[run].iter().map(|c| [u32::from(c.slot.x), u32::from(c.slot.y)]));
         }
         // One staging range (and one mapping) per group of tiles instead of one per
         // tile: each mapping is tracked and checked against the buffer's others.
@@ -923,21 +944,24 @@ impl TilePool {
                     continue;
                 }
             }
-            for (i, (slot, _)) in group.iter().enumerate() {
-                encoder.copy_buffer_to_texture(
-                    wgpu::TexelCopyBufferInfo {
-                        buffer: staged.buffer(),
-                        layout: wgpu::TexelCopyBufferLayout {
-                            offset: staged.offset() + i as u64 * stride,
-                            bytes_per_row: Some(padded_row),
-                            rows_per_image: Some(rows),
-                        },
-                    },
-                    self.slot_region(*slot),
-                    extent,
+            let laid: Vec<TileCopy> = group
+                .iter()
+                .enumerate()
+                .map(|(i, (slot, _))| TileCopy { slot: *slot, source: 0, offset: i as u64 * stride })
+                .collect();
+            for run in self.runs(&laid, stride) {
+                let offset = staged.offset() + laid[run.start].offset;
+                self.copy_run(
+                    &mut encoder,
+                    staged.buffer(),
+                    offset,
+                    padded_row,
+                    laid[run.start].slot,
+                    run.len() as u32,
                 );
-                copied.push([u32::from(slot.x), u32::from(slot.y)]);
+                commands += 1;
             }
+            copied.extend(group.iter().map(|(slot, _)| [u32::from(slot.x), u32::from(slot.y)]));
         }
         belt.finish();
         match &self.slot_mips {
@@ -949,5 +973,50 @@ impl TilePool {
             queue.submit([encoder.finish()]);
         }
         belt.recall();
+        commands
+    }
+
+    /// The copies that move `tiles` (laid out `span` bytes apart where contiguous):
+    /// runs one below the other merged ([`TilePool::set_merged_copies`]), else one each.
+    fn runs(&self, tiles: &[TileCopy], span: u64) -> Vec<Range<usize>> {
+        if self.merged_copies {
+            vertical_runs(tiles, span)
+        } else {
+            (0..tiles.len()).map(|i| i..i + 1).collect()
+        }
+    }
+
+    /// Records one copy of `count` tiles, one below the other from `slot` down, whose
+    /// rows follow each other at `pitch` from `offset` in `buffer`.
+    fn copy_run(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        buffer: &wgpu::Buffer,
+        offset: u64,
+        pitch: u32,
+        slot: SlotCoord,
+        count: u32,
+    ) {
+        let s = self.slot_texels;
+        let (_, rows) = self.tile_rows();
+        encoder.copy_buffer_to_texture(
+            wgpu::TexelCopyBufferInfo {
+                buffer,
+                layout: wgpu::TexelCopyBufferLayout {
+                    offset,
+                    bytes_per_row: Some(pitch),
+                    rows_per_image: Some(rows * count),
+                },
+            },
+            self.slot_region(slot),
+            wgpu::Extent3d { width: s, height: s * count, depth_or_array_layers: 1 },
+        );
+    }
+
+    /// Whether uploads copy runs of tiles bound for slots one below the other (whose
+    /// bytes follow each other in staging memory) with one copy each (the default), or
+    /// every tile with its own copy (to compare).
+    pub fn set_merged_copies(&mut self, merged: bool) {
+        self.merged_copies = merged;
     }
 }

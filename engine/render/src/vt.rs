@@ -122,6 +122,12 @@ pub struct VtConfig {
     /// evicting what the current view needs (`FrameInput::predicted`). Costs a second
     /// request bitset and its readback; off by default.
     pub prediction: bool,
+    /// Copy a run of uploaded tiles bound for slots one below the other, whose bytes
+    /// follow each other in staging memory, with one copy command (the default; free
+    /// slots are handed out down the columns and a frame's uploads ordered by their
+    /// staging records, so a burst is a few copies); off: one copy per tile, to
+    /// compare. [`StreamFrame::upload_copies`] counts them.
+    pub merged_copies: bool,
 }
 
 impl Default for VtConfig {
@@ -148,6 +154,7 @@ impl Default for VtConfig {
             page_table: PageTableStorage::default(),
             feedback_target: true,
             prediction: false,
+            merged_copies: true,
         }
     }
 }
@@ -352,7 +359,7 @@ impl VirtualTextures {
             .enumerate()
             .map(|(i, &t)| {
                 let color = if plan.stacked { layers[i].color } else { ColorSpace::Srgb };
-                TilePool::with_grid(
+                let mut pool = TilePool::with_grid(
                     device,
                     &ctx.queue,
                     (plan.slots_x, plan.slots_y),
@@ -360,7 +367,9 @@ impl VirtualTextures {
                     t,
                     color,
                     plan.pool_levels(),
-                )
+                )?;
+                pool.set_merged_copies(config.merged_copies);
+                Ok::<_, RenderError>(pool)
             })
             .collect::<Result<_, _>>()?;
         tracing::info!(
@@ -624,7 +633,7 @@ impl VirtualTextures {
             is_staged[i] = true;
         }
         let to_slots: Vec<_> = staged.iter().map(|&(i, t)| (plan.uploads[i].slot, t)).collect();
-        let mut offset = 0;
+        let (mut offset, mut upload_copies) = (0, 0);
         for (part, (pool, &len)) in self.pools.iter().zip(lengths).enumerate() {
             // The streamer only hands out tiles of exactly the summed part lengths.
             let batch: Vec<_> = plan
@@ -635,7 +644,7 @@ impl VirtualTextures {
                 .filter_map(|(u, _)| Some((u.slot, u.bytes.get(offset..offset + len)?)))
                 .collect();
             let copies = self.staging.as_ref().map(|s| s.copies(part, &to_slots)).unwrap_or_default();
-            pool.upload_mixed(&ctx.device, &ctx.queue, &batch, &copies);
+            upload_copies += pool.upload_mixed(&ctx.device, &ctx.queue, &batch, &copies);
             offset += len;
         }
         let staged_tiles: Vec<StagedTile> = staged.into_iter().map(|(_, t)| t.clone()).collect();
@@ -653,6 +662,7 @@ impl VirtualTextures {
         }
         let mut stats = plan.stats;
         stats.uploads_staged = staged_count;
+        stats.upload_copies = upload_copies;
         stats.upload_ms = t0.elapsed().as_secs_f64() * 1e3;
         self.last_upload_ms = stats.upload_ms;
         stats

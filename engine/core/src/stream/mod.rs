@@ -5,6 +5,7 @@
 pub mod atlas_loader;
 #[doc(hidden)]
 pub mod complete_table;
+pub mod copy_runs;
 pub mod feedback;
 pub mod host_cache;
 pub mod loader;

@@ -172,11 +172,9 @@ impl Residency {
             config.slots_x = config.slots_x.min(MAX_SLOTS_PER_SIDE);
             config.slots_y = config.slots_y.min(MAX_SLOTS_PER_SIDE);
         }
-        // Popped from the back: slot (0, 0) is used first, then row by row.
-        let free: Vec<SlotCoord> = (0..config.slots_y)
-            .rev()
-            .flat_map(|y| (0..config.slots_x).rev().map(move |x| SlotCoord::new(x, y)))
-            .collect();
+        let mut free: Vec<SlotCoord> = Vec::with_capacity(config.slots_x as usize * config.slots_y as usize);
+        free.extend((0..config.slots_x).flat_map(|x| (0..config.slots_y).map(move |y| SlotCoord::new(x, y))));
+        order_free(&mut free);
         Self {
             config,
             table: if config.complete_page_table {
@@ -380,6 +378,21 @@ impl Residency {
     /// longer needs are dropped, except pinnable coarse mips and prefetches younger than
     /// the prefetch lifetime.
     pub fn plan_uploads(&mut self, frame: u64) -> UploadPlan {
+        self.plan_uploads_staged(frame, |_| None)
+    }
+
+    /// [`Residency::plan_uploads`], with the uploads ordered for merged copies: tiles
+    /// whose bytes are staged (`staged_at` gives their staging chunk and offset) first,
+    /// in staging order, then the others in plan order; and the frame's slots handed
+    /// to them in column order (x, then y). Consecutive staging records bound for
+    /// slots one below the other are then one copy
+    /// ([`vertical_runs`](crate::stream::copy_runs::vertical_runs)). Which tiles
+    /// are uploaded, and which slots they take, is the same as without staging.
+    pub fn plan_uploads_staged(
+        &mut self,
+        frame: u64,
+        staged_at: impl Fn(TileId) -> Option<(usize, u64)>,
+    ) -> UploadPlan {
         let mut plan = UploadPlan::default();
         let before = self.ready.len();
         let (needed, layout, pin) = (&self.needed, self.table.layout(), self.config.pin_coarsest_mips);
@@ -403,7 +416,8 @@ impl Residency {
                     self.ready.remove(&tile);
                     continue;
                 }
-                let len = self.ready.get(&tile).map_or(0, |d| d.len() as u64);
+                let Some(data) = self.ready.get(&tile).cloned() else { continue };
+                let len = data.len() as u64;
                 if !plan.uploads.is_empty()
                     && (plan.uploads.len() >= max_uploads
                         || bytes.saturating_add(len) > self.config.max_upload_bytes_per_frame)
@@ -430,25 +444,44 @@ impl Residency {
                         (state.slot, Some(victim))
                     }
                 };
-                let Some(data) = self.ready.remove(&tile) else { break 'phases };
+                self.ready.remove(&tile);
                 self.prefetched.remove(&tile);
-                self.table.set_resident(tile, slot);
-                if is_pinned(self.table.layout(), self.config.pin_coarsest_mips, tile) {
-                    self.pinned.insert(tile, slot);
-                } else {
-                    self.lru.insert(tile, SlotState { slot, last_used_frame: frame });
-                    if is_prefetch {
-                        self.speculative.insert(tile);
-                    }
+                if is_prefetch {
+                    self.speculative.insert(tile);
                 }
-                self.counters.uploads += 1;
                 bytes = bytes.saturating_add(len);
                 plan.prefetched += usize::from(is_prefetch);
                 plan.uploads.push(Upload { tile, slot, bytes: data, evicted, staged: None });
             }
         }
+        self.assign_slots(frame, &mut plan.uploads, staged_at);
         plan.deferred = self.ready.len();
         plan
+    }
+
+    /// Orders `uploads` (staged first, in staging order, then the rest as planned),
+    /// hands them their slots in column order (each slot keeping the tile it evicted)
+    /// and makes them resident.
+    fn assign_slots(
+        &mut self,
+        frame: u64,
+        uploads: &mut [Upload],
+        staged_at: impl Fn(TileId) -> Option<(usize, u64)>,
+    ) {
+        let mut slots: Vec<(SlotCoord, Option<TileId>)> =
+            uploads.iter().map(|u| (u.slot, u.evicted)).collect();
+        slots.sort_unstable_by_key(|(s, _)| (s.x, s.y));
+        uploads.sort_by_cached_key(|u| staged_at(u.tile).map_or((1, 0, 0), |(c, o)| (0, c, o)));
+        for (u, (slot, evicted)) in uploads.iter_mut().zip(slots) {
+            (u.slot, u.evicted) = (slot, evicted);
+            self.table.set_resident(u.tile, slot);
+            if is_pinned(self.table.layout(), self.config.pin_coarsest_mips, u.tile) {
+                self.pinned.insert(u.tile, slot);
+            } else {
+                self.lru.insert(u.tile, SlotState { slot, last_used_frame: frame });
+            }
+            self.counters.uploads += 1;
+        }
     }
 
     /// Evicts every resident tile that is not pinned (a debugging aid: everything
@@ -460,6 +493,7 @@ impl Residency {
             self.free.push(state.slot);
             self.counters.evictions += 1;
         }
+        order_free(&mut self.free);
     }
 
     /// The page table mirror (entries for the GPU buffer).
@@ -579,6 +613,13 @@ impl Residency {
         let resident = needed.iter().filter(|&&t| self.is_resident(t)).count();
         resident as f64 / needed.len() as f64
     }
+}
+
+/// Orders free slots so that they are handed out (popped from the back) down the
+/// columns: (0, 0), (0, 1), … then (1, 0), …, so a burst of uploads fills runs of
+/// slots one below the other.
+fn order_free(free: &mut [SlotCoord]) {
+    free.sort_unstable_by_key(|s| std::cmp::Reverse((s.x, s.y)));
 }
 
 /// Whether `tile` is one of the `pin` coarsest mips of its layer.
@@ -870,9 +911,11 @@ mod tests {
         let plan = res.plan_uploads(5);
         check(&res, 5, &b, &plan);
         // The needed tiles evict the least recently used: the prefetched tile (never
-        // needed), then two of the old view; the last old tile goes to a prefetch.
-        let evicted: Vec<TileId> = plan.uploads.iter().filter_map(|u| u.evicted).collect();
-        assert_eq!(evicted[0], TileId::new(0, 1, 1, 0));
+        // needed), then two of the old view; the last old tile goes to a prefetch
+        // (`evicted` names each slot's previous tile; slots go out in column order).
+        let mut evicted: Vec<TileId> = plan.uploads.iter().filter_map(|u| u.evicted).collect();
+        evicted.sort_unstable();
+        assert_eq!(evicted, tiles(&[(2, 0, 0), (1, 0, 0), (1, 1, 0), (0, 0, 0)]));
         assert_eq!(plan.uploads.len(), 4);
         assert_eq!(plan.prefetched, 1);
         assert_eq!(plan.uploads[3].tile, TileId::new(0, 0, 1, 0));
@@ -882,6 +925,59 @@ mod tests {
         check(&res, 6, &b, &plan);
         assert!(plan.uploads.is_empty() && !plan.pool_full);
         assert!(res.is_prefetched(TileId::new(0, 0, 0, 1)));
+    }
+
+    /// Uploads into free slots go down the columns in staging order, so one copy per
+    /// column moves a burst; which tiles go and the page table stay right.
+    #[test]
+    fn a_burst_goes_down_the_columns_in_staging_order() {
+        use crate::stream::copy_runs::{TileCopy, vertical_runs};
+        let mut res = Residency::new(&[l1024()], ResidencyConfig { slots_x: 4, slots_y: 8, ..cfg(1, 100) });
+        // 16 mip-0 tiles and their 6 ancestors: 22 uploads.
+        let needed: Vec<TileId> = (0..4).flat_map(|y| (0..4).map(move |x| TileId::new(0, 0, x, y))).collect();
+        // Loaders finish in a scrambled order; `stage` tiles get consecutive records.
+        let burst = |res: &mut Residency, f: u64, stage: &dyn Fn(usize) -> bool| {
+            let req = res.on_feedback(f, &needed);
+            let mut order: Vec<TileId> = req.iter().map(|r| r.0).collect();
+            order.sort_by_key(|t| (t.x * 7 + t.y * 3 + u32::from(t.mip)) % 5);
+            for &t in &order {
+                res.on_loaded(t, bytes());
+            }
+            let at = |t: TileId| {
+                let i = order.iter().position(|&o| o == t)?;
+                let record = (0..i).filter(|&j| stage(j)).count();
+                stage(i).then_some((0, record as u64 * 64))
+            };
+            let plan = res.plan_uploads_staged(f, at);
+            check(res, f, &needed, &plan);
+            let staged = plan.uploads.iter().take_while(|u| at(u.tile).is_some()).count();
+            assert!(plan.uploads[staged..].iter().all(|u| at(u.tile).is_none()), "staged tiles first");
+            let keys: Vec<u64> =
+                plan.uploads[..staged].iter().filter_map(|u| at(u.tile)).map(|k| k.1).collect();
+            assert!(keys.windows(2).all(|w| w[0] < w[1]), "staged tiles in staging order");
+            // The renderer's two sources: staging records, and the tiles it lays out itself.
+            let copies: Vec<TileCopy> = plan
+                .uploads
+                .iter()
+                .enumerate()
+                .map(|(i, u)| match at(u.tile) {
+                    Some((_, offset)) => TileCopy { slot: u.slot, source: 0, offset },
+                    None => TileCopy { slot: u.slot, source: 1, offset: i as u64 * 64 },
+                })
+                .collect();
+            (plan.uploads.len(), vertical_runs(&copies, 64).len())
+        };
+        // All staged: 22 tiles in 3 columns of 8 slots.
+        assert_eq!(burst(&mut res, 0, &|_| true), (22, 3));
+        // After a flush (the pinned root keeps its slot), half staged: 21 uploads in
+        // three columns, split once more where staging ends and once around the root.
+        res.flush();
+        let (uploads, runs) = burst(&mut res, 1, &|i| i % 2 == 0);
+        assert_eq!(uploads, 21);
+        assert!(runs <= 5, "{runs} runs");
+        // None staged: the renderer lays the tiles out in plan order, column by column.
+        res.flush();
+        assert_eq!(burst(&mut res, 2, &|_| false), (21, 4));
     }
 
     #[test]

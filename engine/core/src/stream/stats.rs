@@ -114,6 +114,10 @@ pub struct StreamFrame {
     /// Of those, tiles copied straight from staging memory a loader thread wrote
     /// (the rest were copied into staging by the render thread).
     pub uploads_staged: usize,
+    /// Copy commands the renderer recorded for this frame's uploads, all pools
+    /// together: one per run of tiles bound for slots one below the other whose bytes
+    /// follow each other in staging memory (0 where no renderer counts them).
+    pub upload_copies: usize,
     /// Tiles evicted from the pool this frame.
     pub evictions: usize,
     /// Tiles resident in the pool.

@@ -553,7 +553,10 @@ impl Streamer {
         out.network = self.atlas.as_ref().and_then(|a| a.network_stats());
         out.network_frame = out.network.map(|now| now.since(&self.last_network.unwrap_or_default()));
         self.last_network = out.network;
-        let mut plan = self.residency.plan_uploads(frame);
+        let staged = &self.staged;
+        let mut plan = self
+            .residency
+            .plan_uploads_staged(frame, |t| staged.get(&t).map(|(s, _)| (s.chunk(), s.offset())));
         self.attach_staged(&mut plan.uploads);
         self.last_pool_full = plan.pool_full;
         self.note_uploads(frame, &plan.uploads, &mut out);
