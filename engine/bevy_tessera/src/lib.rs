@@ -182,7 +182,7 @@ impl Region {
 }
 
 /// The [`TesseraMaterial`] of material `m` of a scene atlas at `atlas` (`size`: its
-/// mip-0 width and height): the glTF factors on a `StandardMaterial` (alpha mask and
+/// mip-0 width and height): the glTF factors on a `StandardMaterial` (alpha mode and
 /// double-sidedness included), its textures from the atlas.
 pub fn scene_material(atlas: &str, m: &PackedMaterial, size: (u32, u32)) -> TesseraMaterial {
     let [r, g, b, a] = m.base_color_factor;
@@ -191,10 +191,20 @@ pub fn scene_material(atlas: &str, m: &PackedMaterial, size: (u32, u32)) -> Tess
             base_color: Color::linear_rgba(r, g, b, a),
             metallic: m.metallic_factor,
             perceptual_roughness: m.roughness_factor,
-            alpha_mode: m.alpha_cutoff.map_or(AlphaMode::Opaque, AlphaMode::Mask),
+            alpha_mode: alpha_mode(m),
             ..default()
         },
         extension: VirtualTexture { atlas: atlas.to_owned(), region: Region::from_packed(m, size) },
+    }
+}
+
+/// Bevy's alpha mode for a baked glTF material: `BLEND` blends, `MASK` tests against
+/// its cutoff, anything else is opaque.
+pub fn alpha_mode(m: &PackedMaterial) -> AlphaMode {
+    match (m.blend, m.alpha_cutoff) {
+        (true, _) => AlphaMode::Blend,
+        (false, Some(cutoff)) => AlphaMode::Mask(cutoff),
+        (false, None) => AlphaMode::Opaque,
     }
 }
 

@@ -218,7 +218,7 @@ pub fn resident_materials(
             base_color: Color::linear_rgba(r, g, b, a),
             metallic: packed.metallic_factor,
             perceptual_roughness: packed.roughness_factor,
-            alpha_mode: packed.alpha_cutoff.map_or(AlphaMode::Opaque, AlphaMode::Mask),
+            alpha_mode: crate::alpha_mode(packed),
             cull_mode: None,
             double_sided: gltf.double_sided,
             ..default()

@@ -65,6 +65,9 @@ pub mod temp_files;
 pub use format::atlas::{Atlas, AtlasError, LayerInfo};
 pub use format::codec::Codec;
 pub use format::tile::{TextureLayout, TileId};
+/// The glam release of the scene and camera types (a [`Camera`](scene::camera::Camera)'s
+/// vectors), for callers whose own glam is another release (Bevy's, say).
+pub use glam;
 pub use progress::{LogProgress, NoProgress, Progress, ProgressCounter};
 pub use stream::atlas_loader::{AtlasLoader, StackedLoader};
 pub use stream::host_cache::HostCache;

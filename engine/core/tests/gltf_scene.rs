@@ -202,7 +202,7 @@ fn a_two_material_scene_bakes_into_one_stacked_atlas() {
     write_png(&dir.path().join("b.png"), 16, 48, 3);
     let materials = json!([
         {"name": "a", "pbrMetallicRoughness": {"baseColorTexture": {"index": 0}}, "normalTexture": {"index": 1}},
-        {"name": "b", "pbrMetallicRoughness": {"baseColorTexture": {"index": 2}}},
+        {"name": "b", "pbrMetallicRoughness": {"baseColorTexture": {"index": 2}}, "alphaMode": "BLEND"},
         {"name": "a2", "pbrMetallicRoughness": {"baseColorTexture": {"index": 0}}, "normalTexture": {"index": 1}},
         {"name": "plain", "pbrMetallicRoughness": {"baseColorFactor": [1.0, 0.0, 0.0, 1.0]}}
     ]);
@@ -243,6 +243,8 @@ fn a_two_material_scene_bakes_into_one_stacked_atlas() {
     assert_eq!(manifest.materials[0].wrap, [Wrap::Repeat; 2]);
     assert_eq!(manifest.materials[1].wrap, [Wrap::Clamp; 2]);
     assert!(manifest.materials[0].has_normal_map && !manifest.materials[1].has_normal_map);
+    let modes: Vec<_> = manifest.materials.iter().map(|m| (m.blend, m.alpha_cutoff)).collect();
+    assert_eq!(modes, [(false, None), (true, None), (false, None), (false, None)], "alpha modes kept");
     assert_eq!(manifest.materials[0].max_mip, 1, "32² at a multiple of 32 owns whole tiles down to mip 1");
 
     // The top-left tile of rectangle a: payload = a.png, left border wraps to a.png's right edge.

@@ -24,7 +24,7 @@ struct Material {
     max_lod: f32,             // coarsest mip at which the rectangle owns whole tiles
     textured: f32,            // 0: factors only
     has_normal_map: f32,
-    _pad: f32,
+    blend: f32,               // 1: blended by its alpha (glTF BLEND), else opaque
 }
 
 @group(2) @binding(0) var<uniform> material: Material;
@@ -122,5 +122,6 @@ fn finish_material(v: MeshOut, front: bool, base: vec4<f32>, normal_texel: vec3<
     }
     let roughness = clamp(material.roughness * orm.g, 0.03, 1.0);
     let metallic = clamp(material.metallic * orm.b, 0.0, 1.0);
-    return vec4<f32>(shade_material(albedo, n, v.world, metallic, roughness).rgb, 1.0);
+    let alpha = select(1.0, albedo.a, material.blend > 0.5);
+    return vec4<f32>(shade_material(albedo, n, v.world, metallic, roughness).rgb, alpha);
 }

@@ -49,7 +49,7 @@ struct MaterialUniform {
     max_lod: f32,
     textured: f32,
     has_normal_map: f32,
-    _pad: f32,
+    blend: f32,
 }
 
 /// Dynamic-offset stride of the material buffer (the WebGPU minimum alignment).
@@ -62,12 +62,26 @@ struct GpuMesh {
     material: u32,
     /// Its material discards below an alpha cutoff (drawn without forced early depth).
     masked: bool,
+    /// Its material blends by its alpha: drawn after the others, far to near.
+    blend: bool,
+    /// The centre of its bounds, for that order.
+    centre: Vec3,
 }
 
 struct ReferencePass {
     pipeline: wgpu::RenderPipeline,
+    /// For blended materials.
+    blend: wgpu::RenderPipeline,
     group: wgpu::BindGroup,
     bytes: u64,
+}
+
+/// The pipelines of one pass, by how a material treats alpha.
+#[derive(Clone, Copy)]
+struct Pipelines<'a> {
+    opaque: &'a wgpu::RenderPipeline,
+    masked: &'a wgpu::RenderPipeline,
+    blend: &'a wgpu::RenderPipeline,
 }
 
 /// The meshes, materials and pipelines of a baked material scene.
@@ -81,6 +95,13 @@ pub struct MaterialRenderer {
     vt_pipeline: wgpu::RenderPipeline,
     /// The VT pipeline with forced early depth, for opaque materials (when available).
     vt_pipeline_early: Option<wgpu::RenderPipeline>,
+    /// The VT pipeline of blended materials: feedback through the storage bitset
+    /// (a request in the feedback target would replace the request of the surface
+    /// behind), the depth test forced early where the device allows (valid: such a
+    /// shader never discards nor writes depth).
+    vt_pipeline_blend: wgpu::RenderPipeline,
+    /// Where the camera of the next draws is (blended meshes are drawn far to near).
+    eye: std::sync::Mutex<Vec3>,
     /// The predicted view's pass, when the virtual textures take predictions.
     predicted: Option<PredictedPass>,
     reference: Option<ReferencePass>,
@@ -126,7 +147,7 @@ fn material_uniform(
         max_lod: m.max_mip as f32,
         textured: if m.rect.is_some() { 1.0 } else { 0.0 },
         has_normal_map: if m.has_normal_map && m.rect.is_some() { 1.0 } else { 0.0 },
-        _pad: 0.0,
+        blend: if m.blend { 1.0 } else { 0.0 },
     }
 }
 
@@ -168,29 +189,38 @@ impl MaterialRenderer {
         }
         let device = &ctx.device;
         let mut triangles = 0;
-        let meshes = scene
-            .meshes
-            .iter()
-            .filter(|m| !m.mesh.indices.is_empty())
-            .map(|m| {
-                triangles += m.mesh.triangle_count();
-                GpuMesh {
-                    vertices: device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                        label: Some(&m.name),
-                        contents: m.mesh.vertex_bytes(),
-                        usage: wgpu::BufferUsages::VERTEX,
-                    }),
-                    indices: device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                        label: Some(&m.name),
-                        contents: m.mesh.index_bytes(),
-                        usage: wgpu::BufferUsages::INDEX,
-                    }),
-                    count: m.mesh.indices.len() as u32,
-                    material: m.material as u32,
-                    masked: manifest.materials.get(m.material).is_some_and(|p| p.alpha_cutoff.is_some()),
-                }
-            })
-            .collect();
+        let meshes =
+            scene
+                .meshes
+                .iter()
+                .filter(|m| !m.mesh.indices.is_empty())
+                .map(|m| {
+                    triangles += m.mesh.triangle_count();
+                    let (lo, hi) =
+                        m.mesh.vertices.iter().fold(
+                            (Vec3::splat(f32::INFINITY), Vec3::splat(f32::NEG_INFINITY)),
+                            |(lo, hi), v| (lo.min(v.position.into()), hi.max(v.position.into())),
+                        );
+                    let packed = manifest.materials.get(m.material);
+                    GpuMesh {
+                        vertices: device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                            label: Some(&m.name),
+                            contents: m.mesh.vertex_bytes(),
+                            usage: wgpu::BufferUsages::VERTEX,
+                        }),
+                        indices: device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                            label: Some(&m.name),
+                            contents: m.mesh.index_bytes(),
+                            usage: wgpu::BufferUsages::INDEX,
+                        }),
+                        count: m.mesh.indices.len() as u32,
+                        material: m.material as u32,
+                        masked: packed.is_some_and(|p| p.alpha_cutoff.is_some()),
+                        blend: packed.is_some_and(|p| p.blend),
+                        centre: (lo + hi) * 0.5,
+                    }
+                })
+                .collect();
         let size = (manifest.width as f32, manifest.height as f32);
         let mut material_bytes = vec![0u8; manifest.materials.len().max(1) * MATERIAL_STRIDE as usize];
         for (i, m) in manifest.materials.iter().enumerate() {
@@ -257,6 +287,19 @@ impl MaterialRenderer {
                 Outputs::Colour,
             )
         });
+        let blend_source = {
+            let src = shaders::with_page_table(&shaders::material_vt_source(), vt.page_table_storage());
+            if vt.early_depth_on(device) { shaders::with_early_depth_test(&src) } else { src }
+        };
+        let vt_pipeline_blend = mesh_pipeline(
+            device,
+            "material vt blend",
+            blend_source,
+            &layouts,
+            color_format,
+            None,
+            Outputs::Translucent { feedback: feedback_target },
+        );
         Ok(Self {
             meshes,
             frame_buffer,
@@ -266,6 +309,8 @@ impl MaterialRenderer {
             material_group,
             vt_pipeline,
             vt_pipeline_early,
+            vt_pipeline_blend,
+            eye: std::sync::Mutex::new(Vec3::ZERO),
             predicted,
             reference: None,
             color_format,
@@ -291,15 +336,25 @@ impl MaterialRenderer {
         }
     }
 
-    /// Draws every mesh; with `pipelines` (opaque, masked), each mesh with its own.
-    fn draw(
-        &self,
-        pass: &mut wgpu::RenderPass<'_>,
-        pipelines: Option<(&wgpu::RenderPipeline, &wgpu::RenderPipeline)>,
-    ) {
-        for m in &self.meshes {
-            if let Some((opaque, masked)) = pipelines {
-                pass.set_pipeline(if m.masked { masked } else { opaque });
+    /// Draws every mesh, blended ones last and far to near from the camera of
+    /// [`Drawer::set_camera`]; with `pipelines`, each mesh with the pipeline of its
+    /// material's alpha.
+    fn draw(&self, pass: &mut wgpu::RenderPass<'_>, pipelines: Option<Pipelines<'_>>) {
+        let eye = *self.eye.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut order: Vec<&GpuMesh> = self.meshes.iter().collect();
+        order.sort_by(|a, b| {
+            let far = |m: &GpuMesh| if m.blend { -m.centre.distance_squared(eye) } else { f32::NEG_INFINITY };
+            (a.blend, far(a)).partial_cmp(&(b.blend, far(b))).unwrap_or(std::cmp::Ordering::Equal)
+        });
+        for m in order {
+            if let Some(p) = pipelines {
+                pass.set_pipeline(if m.blend {
+                    p.blend
+                } else if m.masked {
+                    p.masked
+                } else {
+                    p.opaque
+                });
             }
             pass.set_bind_group(2, &self.material_group, &[m.material * MATERIAL_STRIDE as u32]);
             pass.set_vertex_buffer(0, m.vertices.slice(..));
@@ -387,7 +442,16 @@ impl Drawer for MaterialRenderer {
             None,
             Outputs::Colour,
         );
-        self.reference = Some(ReferencePass { pipeline, group, bytes });
+        let blend = mesh_pipeline(
+            device,
+            "material reference blend",
+            shaders::material_reference_source(),
+            &[Some(&self.frame_layout), Some(&layout), Some(&self.material_layout)],
+            self.color_format,
+            None,
+            Outputs::Translucent { feedback: false },
+        );
+        self.reference = Some(ReferencePass { pipeline, blend, group, bytes });
         Ok(())
     }
 
@@ -399,6 +463,7 @@ impl Drawer for MaterialRenderer {
     /// Sets the camera (and the light) for the next draws.
     fn set_camera(&self, queue: &wgpu::Queue, camera: &Camera, aspect: f32) {
         queue.write_buffer(&self.frame_buffer, 0, bytemuck::bytes_of(&self.frame_uniform(camera, aspect)));
+        *self.eye.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = camera.position;
     }
 
     fn set_predicted_camera(&self, queue: &wgpu::Queue, camera: &Camera, aspect: f32) {
@@ -432,7 +497,10 @@ impl Drawer for MaterialRenderer {
         pass.set_bind_group(0, &self.frame_group, &[]);
         pass.set_bind_group(1, group, &[]);
         let opaque = self.vt_pipeline_early.as_ref().unwrap_or(&self.vt_pipeline);
-        self.draw(&mut pass, Some((opaque, &self.vt_pipeline)));
+        self.draw(
+            &mut pass,
+            Some(Pipelines { opaque, masked: &self.vt_pipeline, blend: &self.vt_pipeline_blend }),
+        );
     }
 
     /// Draws the scene through the fully resident reference textures (no-op unless enabled).
@@ -445,9 +513,8 @@ impl Drawer for MaterialRenderer {
     ) {
         let Some(r) = &self.reference else { return };
         let mut pass = SceneRenderer::pass(encoder, color, depth, None, timestamps);
-        pass.set_pipeline(&r.pipeline);
         pass.set_bind_group(0, &self.frame_group, &[]);
         pass.set_bind_group(1, &r.group, &[]);
-        self.draw(&mut pass, None);
+        self.draw(&mut pass, Some(Pipelines { opaque: &r.pipeline, masked: &r.pipeline, blend: &r.blend }));
     }
 }

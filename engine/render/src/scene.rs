@@ -81,6 +81,14 @@ pub(crate) enum Outputs {
     ColourAndFeedback,
     /// `fs_request`: only the request, into the prediction's feedback target.
     Feedback,
+    /// A translucent surface: the colour blended over what is behind by its alpha,
+    /// depth tested but not written. In a pass with a feedback target (`fs_main_feedback`,
+    /// the target declared but never written, so the opaque surface behind keeps its
+    /// request) the shader must request through the storage bitset.
+    Translucent {
+        /// Whether the pass has the feedback target.
+        feedback: bool,
+    },
 }
 
 impl Outputs {
@@ -252,11 +260,24 @@ pub(crate) fn mesh_pipeline(
     });
     let colour = Some(color_format.into());
     let feedback = Some(crate::FEEDBACK_TARGET_FORMAT.into());
+    let blended = Some(wgpu::ColorTargetState {
+        format: color_format,
+        blend: Some(wgpu::BlendState::ALPHA_BLENDING),
+        write_mask: wgpu::ColorWrites::ALL,
+    });
+    let unwritten = Some(wgpu::ColorTargetState {
+        format: crate::FEEDBACK_TARGET_FORMAT,
+        blend: None,
+        write_mask: wgpu::ColorWrites::empty(),
+    });
     let (entry, targets) = match outputs {
         Outputs::Colour => ("fs_main", vec![colour]),
         Outputs::ColourAndFeedback => ("fs_main_feedback", vec![colour, feedback]),
         Outputs::Feedback => ("fs_request", vec![feedback]),
+        Outputs::Translucent { feedback: false } => ("fs_main", vec![blended]),
+        Outputs::Translucent { feedback: true } => ("fs_main_feedback", vec![blended, unwritten]),
     };
+    let translucent = matches!(outputs, Outputs::Translucent { .. });
     device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
         label: Some(label),
         layout: Some(&layout),
@@ -269,7 +290,7 @@ pub(crate) fn mesh_pipeline(
         primitive: wgpu::PrimitiveState { cull_mode, ..Default::default() },
         depth_stencil: Some(wgpu::DepthStencilState {
             format: DEPTH_FORMAT,
-            depth_write_enabled: Some(true),
+            depth_write_enabled: Some(!translucent),
             depth_compare: Some(wgpu::CompareFunction::Less),
             stencil: Default::default(),
             bias: Default::default(),

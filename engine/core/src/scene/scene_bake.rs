@@ -60,6 +60,10 @@ pub struct PackedMaterial {
     pub normal_scale: f32,
     /// Alpha-test threshold when alpha-masked.
     pub alpha_cutoff: Option<f32>,
+    /// Whether the material blends by its alpha (glTF's `BLEND`); absent in manifests
+    /// written before blending was kept, which read as opaque.
+    #[serde(default)]
+    pub blend: bool,
     /// Whether the normal layer holds a real normal map in this rectangle.
     pub has_normal_map: bool,
 }
@@ -272,6 +276,7 @@ pub fn bake_scene(
                 roughness_factor: m.roughness_factor,
                 normal_scale: m.normal_scale,
                 alpha_cutoff: m.alpha_cutoff,
+                blend: m.blend,
                 has_normal_map: m.normal.is_some(),
             }
         })
