@@ -32,6 +32,11 @@
 //! ([`VT_SHADER`]) declares `vt_sample(uv, frag_coord)` on bindings 100 to 106 of the
 //! material bind group; bind them with [`VirtualTexture`] as a `MaterialExtension`.
 //!
+//! A glTF level loaded by Bevy's own loader (`WorldAssetRoot`, with its hierarchy,
+//! lights, cameras and animations) streams its textures once [`level::StreamedLevel`]
+//! sits beside it: the plugin bakes the level's atlas in the background and swaps the
+//! level's `StandardMaterial`s for streamed ones.
+//!
 //! An atlas that cannot be opened (missing, corrupted, a newer format) is reported once
 //! in Bevy's log, and its meshes keep their `StandardMaterial` colour.
 
@@ -39,6 +44,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 pub mod diagnostics;
+pub mod level;
 pub mod scene;
 
 /// The engine crate, for anything the plugin's API does not re-export.
@@ -342,6 +348,7 @@ impl Plugin for TesseraPlugin {
             .insert_resource(StatsInbox(receiver))
             .add_systems(PreUpdate, receive_stats);
         diagnostics::register(app);
+        level::register(app);
         let mut config = self.config.clone();
         config.page_table = PageTableStorage::Complete;
         let Some(render_app) = app.get_sub_app_mut(RenderApp) else {

@@ -12,9 +12,12 @@ use std::sync::{Arc, Mutex};
 use bevy::camera::RenderTarget;
 use bevy::camera::visibility::RenderLayers;
 use bevy::core_pipeline::tonemapping::Tonemapping;
+use bevy::gltf::GltfAssetLabel;
 use bevy::prelude::*;
 use bevy::render::gpu_readback::{Readback, ReadbackComplete};
 use bevy::render::render_resource::{TextureFormat, TextureUsages};
+use bevy::world_serialization::WorldAssetRoot;
+use bevy_tessera::level::{LevelState, StreamedLevel};
 use bevy_tessera::scene::{
     BakedScene, camera_transform, resident_materials, scene_mesh, streamed_materials, sun,
 };
@@ -74,6 +77,11 @@ fn app() -> App {
 
 /// [`app`] with the plugin's configuration `config`.
 fn app_with(config: VtConfig) -> App {
+    app_in(config, None)
+}
+
+/// [`app_with`], its asset server reading `assets` (default: `assets/`).
+fn app_in(config: VtConfig, assets: Option<&Path>) -> App {
     if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
         let dir = std::env::temp_dir().join("tessera-xdg");
         let _ = std::fs::create_dir_all(&dir);
@@ -81,7 +89,11 @@ fn app_with(config: VtConfig) -> App {
         unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
     }
     let mut app = App::new();
-    app.add_plugins(DefaultPlugins.build().disable::<bevy::log::LogPlugin>())
+    let mut plugins = DefaultPlugins.build().disable::<bevy::log::LogPlugin>();
+    if let Some(dir) = assets {
+        plugins = plugins.set(AssetPlugin { file_path: dir.to_string_lossy().into_owned(), ..default() });
+    }
+    app.add_plugins(plugins)
         .add_plugins(TesseraPlugin { config })
         .insert_resource(ClearColor(Color::BLACK))
         .init_resource::<Captured>();
@@ -412,6 +424,95 @@ fn alpha_modes_converge_to_the_standard_material() {
         assert!(db >= 35.0, "PSNR {db:.1} dB < 35 against StandardMaterial; PNGs in {}", dir.display());
     }
     golden_sized("alpha-converged", &c.streamed, SCENE_SIZE, 40.0);
+}
+
+/// A level loaded the Bevy way: the `alpha` scene's glTF (written by Tessera's catalog
+/// into a folder the asset server reads) spawned by Bevy's glTF loader as a
+/// `WorldAssetRoot`, with [`StreamedLevel`] beside it. Bevy's loader gives the sun and
+/// the lamp (`KHR_lights_punctual`) and the helper mesh without a material; the plugin
+/// bakes the level in the background and swaps every mesh's `StandardMaterial` for a
+/// streamed one (the `BLEND` glass blends). Streamed, the view converges to the same
+/// level drawn with the atlas resident (`StreamedLevel::resident`): at least 35 dB.
+#[test]
+fn a_level_loaded_by_bevys_gltf_loader_streams_its_textures() {
+    let data = tessera::core::bake::source::data_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let gltf = tessera::core::scene::alpha_scene::write(&data, dir.path())
+        .unwrap_or_else(|e| panic!("the alpha scene: {e}"));
+    let start = tessera::core::scene::camera::Camera::look_at(
+        tessera::core::glam::Vec3::new(0.3, 1.1, 2.4),
+        tessera::core::glam::Vec3::new(0.0, 0.8, 0.0),
+    );
+    let mut frames = Vec::new();
+    for resident in [false, true] {
+        let mut app = app_in(VtConfig { pool_mib: 64, ..VtConfig::default() }, Some(dir.path()));
+        let world = app.world_mut();
+        let image = scene_camera(world, &start, 0);
+        world.insert_resource(GlobalAmbientLight { brightness: 400.0, ..default() });
+        let scene = world.resource::<AssetServer>().load(GltfAssetLabel::Scene(0).from_asset("alpha.gltf"));
+        let level = StreamedLevel { cache: dir.path().join("cache"), resident, ..StreamedLevel::new(&gltf) };
+        let root = world.spawn((WorldAssetRoot(scene), level)).id();
+        read_back(world, image, 0);
+        // Ready (the bake runs on Bevy's task pool), then settled: streamed fully
+        // resident with nothing uploaded, for 8 frames in a row.
+        let started = std::time::Instant::now();
+        let mut quiet = 0;
+        while quiet < 8 {
+            assert!(started.elapsed().as_secs() < 300, "the level did not settle in 300 s");
+            app.update();
+            let state = app.world().get::<LevelState>(root).unwrap().clone();
+            if let LevelState::Failed(e) = &state {
+                panic!("the level's bake failed: {e}");
+            }
+            let stats = app.world().resource::<TesseraStats>();
+            assert!(stats.failed.is_empty(), "{:?}", stats.failed);
+            let streamed_settled = stats
+                .atlases
+                .values()
+                .next()
+                .is_some_and(|s| s.resident_fraction == Some(1.0) && s.stream.uploads == 0);
+            let ready = matches!(state, LevelState::Ready { swapped: 4, .. });
+            quiet = if ready && (resident || streamed_settled) && first_drawn(&app, 0).is_some() {
+                quiet + 1
+            } else {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                0
+            };
+        }
+        for _ in 0..3 {
+            app.update();
+        }
+        let world = app.world_mut();
+        // Bevy's loader spawned the glTF's lights and its helper mesh.
+        assert_eq!(world.query::<&DirectionalLight>().iter(world).count(), 1, "the sun");
+        assert_eq!(world.query::<&PointLight>().iter(world).count(), 1, "the lamp");
+        let mut names = world.query::<(&Name, &Children)>();
+        let post = names.iter(world).find(|(n, _)| n.as_str() == "helper post").map(|(_, c)| c[0]);
+        let post = post.expect("the helper post node");
+        // No mesh kept a StandardMaterial of the glTF; the glass blends.
+        let standard = world.query::<&MeshMaterial3d<StandardMaterial>>().iter(world).count();
+        let streamed = world.query::<&MeshMaterial3d<TesseraMaterial>>().iter(world).count();
+        if resident {
+            assert_eq!((standard, streamed), (4, 0));
+        } else {
+            assert_eq!((standard, streamed), (0, 4));
+            assert!(world.get::<MeshMaterial3d<TesseraMaterial>>(post).is_some(), "the helper post streams");
+            let modes: Vec<AlphaMode> = world
+                .query::<&MeshMaterial3d<TesseraMaterial>>()
+                .iter(world)
+                .filter_map(|m| world.resource::<Assets<TesseraMaterial>>().get(&m.0))
+                .map(|m| m.base.alpha_mode)
+                .collect();
+            assert!(modes.contains(&AlphaMode::Blend) && modes.contains(&AlphaMode::Mask(0.5)), "{modes:?}");
+        }
+        frames.push(frame_of(&app, 0).expect("no frame read back"));
+    }
+    let db = psnr(&frames[0], &frames[1]);
+    eprintln!("a level from Bevy's glTF loader: streamed vs resident {db:.1} dB");
+    if db < 35.0 {
+        let dir = write_failure_sized("level-streamed", &frames[0], &frames[1], SCENE_SIZE);
+        panic!("PSNR {db:.1} dB < 35 between the streamed and the resident level; PNGs in {}", dir.display());
+    }
 }
 
 /// What [`converge`] read back.

@@ -335,7 +335,9 @@ mod tests {
     fn unknown_and_missing_scenes_say_what_to_do() {
         let dir = tempfile::tempdir().unwrap();
         let e = load("nope", dir.path()).unwrap_err();
-        assert!(e.to_string().contains("dungeon, globe, stress"), "{e}");
+        assert!(e.to_string().contains("dungeon, globe, alpha, stress"), "{e}");
+        let e = load_in("alpha", dir.path(), dir.path()).unwrap_err();
+        assert!(e.to_string().contains("etopo1.jpg") && e.to_string().contains("fetch-data.sh"), "{e}");
         let e = load("dungeon", dir.path()).unwrap_err();
         assert!(e.to_string().contains("fetch-data.sh --dungeon"), "{e}");
         let e = load("globe", dir.path()).unwrap_err();

@@ -496,9 +496,7 @@ fn open_document(path: &Path, paths: ScenePaths) -> Result<(gltf::Document, Vec<
     let bytes = crate::bake::input_file::read_input(path, crate::bake::source::memory_limit())?;
     let bad = |reason: String| SceneError::Gltf { path: path.to_path_buf(), reason };
     check_glb_header(&bytes).map_err(bad)?;
-    let gltf::Gltf { document, mut blob } =
-        gltf::Gltf::from_slice_without_validation(&bytes).map_err(|e| bad(e.to_string()))?;
-    let mut json = document.into_json();
+    let (mut json, mut blob) = parse_root(&bytes).map_err(bad)?;
     check_before_validation(&json).map_err(bad)?;
     // Required extensions this loader reads; the `gltf` crate refuses any others.
     json.extensions_required.retain(|e| e != KHR_TEXTURE_BASISU);
@@ -558,6 +556,39 @@ fn check_glb_header(bytes: &[u8]) -> Result<(), String> {
 /// `engine/core/tests/fuzz/gltf/`): each primitive's `POSITION` accessor index (its
 /// validation reads that accessor before checking indices), and each image's source
 /// (a buffer view needs a MIME type; otherwise a URI is required).
+/// The glTF JSON of `bytes` (a `.gltf` file or a GLB) and the GLB's binary chunk.
+///
+/// A texture whose only image is in `KHR_texture_basisu` (no `source` of its own) gets
+/// that image as its `source` first: the `gltf` crate then reads it without its
+/// `allow_empty_texture` feature, which Bevy's glTF loader (built against the same
+/// crate) cannot be compiled with. This loader prefers the Basis image anyway.
+fn parse_root(bytes: &[u8]) -> Result<(gltf::json::Root, Option<Vec<u8>>), String> {
+    let (json, bin) = if bytes.starts_with(b"glTF") {
+        let glb = gltf::binary::Glb::from_slice(bytes).map_err(|e| e.to_string())?;
+        (glb.json.into_owned(), glb.bin.map(std::borrow::Cow::into_owned))
+    } else {
+        (bytes.to_vec(), None)
+    };
+    let mut value: serde_json::Value = serde_json::from_slice(&json).map_err(|e| e.to_string())?;
+    if let Some(textures) = value.get_mut("textures").and_then(serde_json::Value::as_array_mut) {
+        for (i, texture) in textures.iter_mut().enumerate() {
+            let Some(t) = texture.as_object_mut() else { continue };
+            if t.contains_key("source") {
+                continue;
+            }
+            match basisu_source(t.get("extensions").and_then(serde_json::Value::as_object)) {
+                Some(Ok(image)) => {
+                    t.insert("source".into(), image.into());
+                }
+                Some(Err(reason)) => return Err(format!("texture {i}: {KHR_TEXTURE_BASISU}: {reason}")),
+                None => return Err(format!("texture {i} has no image (no source, no {KHR_TEXTURE_BASISU})")),
+            }
+        }
+    }
+    let root = serde_json::from_value(value).map_err(|e| e.to_string())?;
+    Ok((root, bin))
+}
+
 fn check_before_validation(json: &gltf::json::Root) -> Result<(), String> {
     for (m, mesh) in json.meshes.iter().enumerate() {
         for (p, prim) in mesh.primitives.iter().enumerate() {
@@ -575,14 +606,17 @@ fn check_before_validation(json: &gltf::json::Root) -> Result<(), String> {
     }
     for (i, texture) in json.textures.iter().enumerate() {
         let basisu = basisu_source(texture.extensions.as_ref().map(|e| &e.others));
-        let plain = Some(texture.source.value()).filter(|&s| s != u32::MAX as usize);
-        match (basisu, plain) {
-            (Some(Err(reason)), _) => return Err(format!("texture {i}: {KHR_TEXTURE_BASISU}: {reason}")),
-            (Some(Ok(s)), _) | (None, Some(s)) if s >= json.images.len() => {
+        let plain = texture.source.value();
+        match basisu {
+            Some(Err(reason)) => return Err(format!("texture {i}: {KHR_TEXTURE_BASISU}: {reason}")),
+            Some(Ok(s)) if s >= json.images.len() => {
                 return Err(format!("texture {i}: image {s} does not exist ({} images)", json.images.len()));
             }
-            (None, None) => {
-                return Err(format!("texture {i} has no image (no source, no {KHR_TEXTURE_BASISU})"));
+            _ if plain >= json.images.len() => {
+                return Err(format!(
+                    "texture {i}: image {plain} does not exist ({} images)",
+                    json.images.len()
+                ));
             }
             _ => {}
         }
@@ -788,7 +822,7 @@ fn texture_ref(
     // asks. Both indices were checked before validation.
     let img = match basisu_source(t.extensions()) {
         Some(Ok(index)) => doc.images().nth(index),
-        _ => t.source(),
+        _ => Some(t.source()),
     }
     .ok_or_else(|| SceneError::Gltf {
         path: path.to_path_buf(),
