@@ -22,7 +22,7 @@ const CROPS: [(&str, &str, [u32; 4]); 3] = [
     ("fence.png", "shadedrelief.jpg", [3000, 1500, 1024, 256]),
 ];
 
-/// Name of the glTF file [`write`] makes.
+/// Name of the glTF file [`write()`] makes.
 pub const GLTF_NAME: &str = "alpha.gltf";
 
 /// The data files the scene is made of (in the data folder).
