@@ -57,7 +57,8 @@ pub struct StreamedLevel {
     pub cache: PathBuf,
     /// Draw the atlas' texels fully resident through Bevy's `StandardMaterial` instead
     /// of streaming them: the A/B switch to compare against (tests, viewers). The bake
-    /// is the same.
+    /// is the same; changing it on a ready level swaps every mesh's material (the
+    /// resident copy is made on the first switch).
     pub resident: bool,
 }
 
@@ -100,16 +101,20 @@ struct LevelBake {
 }
 
 /// The materials a ready level's meshes get, by glTF material index (glTF's default
-/// material, when some mesh has none, is the last one).
-#[derive(Component, Clone)]
+/// material, when some mesh has none, is the last one): streamed, and the resident
+/// copy once asked for.
+#[derive(Component)]
 struct LevelMaterials {
-    by_index: Vec<LevelMaterial>,
+    baked: Arc<BakedScene>,
+    streamed: Vec<Handle<TesseraMaterial>>,
+    resident: Option<Vec<Handle<StandardMaterial>>>,
 }
 
-#[derive(Clone)]
-enum LevelMaterial {
-    Streamed(Handle<TesseraMaterial>),
-    Resident(Handle<StandardMaterial>),
+/// A mesh of a ready level: which level, and its glTF material.
+#[derive(Component, Clone, Copy, Debug)]
+struct LevelMesh {
+    level: Entity,
+    material: usize,
 }
 
 /// How far a level's bake is, 0 to 1 (`None` before it announced its size or once it
@@ -119,7 +124,7 @@ pub struct LevelBakeProgress(pub Option<f32>);
 
 /// Adds the systems of [`StreamedLevel`] (part of [`crate::TesseraPlugin`]).
 pub(crate) fn register(app: &mut App) {
-    app.add_systems(Update, (start_bakes, finish_bakes, swap_materials).chain());
+    app.add_systems(Update, (start_bakes, finish_bakes, swap_materials, switch_copies).chain());
 }
 
 /// Both the bake's own log lines and the counter the level's state reads.
@@ -176,39 +181,65 @@ fn finish_bakes(
         commands.entity(entity).remove::<LevelBake>();
         progress.0 = None;
         let baked = match result {
-            Ok(baked) => baked,
+            Ok(baked) => Arc::new(baked),
             Err(e) => {
                 error!("the level's textures stay Bevy's own: {e}");
                 *state = LevelState::Failed(e);
                 continue;
             }
         };
-        let by_index = if level.resident {
-            let atlas = match tessera::core::Atlas::open(&baked.atlas) {
-                Ok(a) => a,
-                Err(e) => {
-                    error!("{e}");
-                    *state = LevelState::Failed(e.to_string());
-                    continue;
-                }
-            };
-            match resident_materials(&atlas, &baked.manifest, &baked.scene, &mut images) {
-                Ok(m) => m.into_iter().map(|m| LevelMaterial::Resident(standard.add(m))).collect(),
-                Err(e) => {
-                    error!("{e}");
-                    *state = LevelState::Failed(e.to_string());
-                    continue;
-                }
-            }
-        } else {
-            streamed_materials(&baked.location(), &baked.manifest, &baked.scene)
-                .into_iter()
-                .map(|m| LevelMaterial::Streamed(streamed.add(m)))
-                .collect()
-        };
+        let streamed_handles = streamed_materials(&baked.location(), &baked.manifest, &baked.scene)
+            .into_iter()
+            .map(|m| streamed.add(m))
+            .collect();
+        let mut materials =
+            LevelMaterials { baked: Arc::clone(&baked), streamed: streamed_handles, resident: None };
+        if level.resident && !materials.make_resident(&mut standard, &mut images) {
+            *state = LevelState::Failed(format!("{}: no resident copy (see the log)", baked.atlas.display()));
+            continue;
+        }
         info!("level {} streams from {}", level.gltf.display(), baked.atlas.display());
-        commands.entity(entity).insert(LevelMaterials { by_index });
-        *state = LevelState::Ready { atlas: baked.atlas, swapped: 0 };
+        commands.entity(entity).insert(materials);
+        *state = LevelState::Ready { atlas: baked.atlas.clone(), swapped: 0 };
+    }
+}
+
+impl LevelMaterials {
+    /// Makes the resident copy unless there is one; false (logged) when the atlas
+    /// cannot give it.
+    fn make_resident(&mut self, standard: &mut Assets<StandardMaterial>, images: &mut Assets<Image>) -> bool {
+        if self.resident.is_some() {
+            return true;
+        }
+        let b = &self.baked;
+        let made = tessera::core::Atlas::open(&b.atlas)
+            .and_then(|atlas| resident_materials(&atlas, &b.manifest, &b.scene, images));
+        match made {
+            Ok(m) => {
+                self.resident = Some(m.into_iter().map(|m| standard.add(m)).collect());
+                true
+            }
+            Err(e) => {
+                error!("no resident copy of {}: {e}", b.atlas.display());
+                false
+            }
+        }
+    }
+
+    /// Gives `mesh` glTF material `index`, streamed or resident.
+    fn apply(&self, commands: &mut Commands, mesh: Entity, index: usize, resident: bool) -> bool {
+        let mut e = commands.entity(mesh);
+        match (resident, &self.resident) {
+            (true, Some(r)) => {
+                let Some(h) = r.get(index) else { return false };
+                e.remove::<MeshMaterial3d<TesseraMaterial>>().insert(MeshMaterial3d(h.clone()));
+            }
+            _ => {
+                let Some(h) = self.streamed.get(index) else { return false };
+                e.remove::<MeshMaterial3d<StandardMaterial>>().insert(MeshMaterial3d(h.clone()));
+            }
+        }
+        true
     }
 }
 
@@ -227,36 +258,31 @@ fn gltf_index(label: &str, default: usize) -> Option<usize> {
 
 fn swap_materials(
     mut commands: Commands,
-    mut levels: Query<(Entity, &LevelMaterials, &mut LevelState)>,
-    meshes: Query<&MeshMaterial3d<StandardMaterial>>,
-    fresh: Query<Entity, Added<MeshMaterial3d<StandardMaterial>>>,
+    mut levels: Query<(Entity, &StreamedLevel, &LevelMaterials, &mut LevelState)>,
+    meshes: Query<&MeshMaterial3d<StandardMaterial>, Without<LevelMesh>>,
+    fresh: Query<Entity, (Added<MeshMaterial3d<StandardMaterial>>, Without<LevelMesh>)>,
     ready: Query<(), Added<LevelMaterials>>,
     children: Query<&Children>,
     parents: Query<&ChildOf>,
 ) {
-    let mut swap = |materials: &LevelMaterials, state: &mut LevelState, mesh: Entity| {
-        let Ok(material) = meshes.get(mesh) else { return };
-        let default = materials.by_index.len().saturating_sub(1);
-        let label = material.0.path().and_then(|p| p.label());
-        let Some(m) = label.and_then(|l| gltf_index(l, default)).and_then(|i| materials.by_index.get(i))
-        else {
-            return;
+    let mut swap =
+        |level: Entity, resident: bool, materials: &LevelMaterials, state: &mut LevelState, mesh: Entity| {
+            let Ok(material) = meshes.get(mesh) else { return };
+            let default = materials.streamed.len().saturating_sub(1);
+            let label = material.0.path().and_then(|p| p.label());
+            let Some(index) = label.and_then(|l| gltf_index(l, default)) else { return };
+            if materials.apply(&mut commands, mesh, index, resident) {
+                commands.entity(mesh).insert(LevelMesh { level, material: index });
+                if let LevelState::Ready { swapped, .. } = state {
+                    *swapped += 1;
+                }
+            }
         };
-        let mut e = commands.entity(mesh);
-        e.remove::<MeshMaterial3d<StandardMaterial>>();
-        match m {
-            LevelMaterial::Streamed(h) => e.insert(MeshMaterial3d(h.clone())),
-            LevelMaterial::Resident(h) => e.insert(MeshMaterial3d(h.clone())),
-        };
-        if let LevelState::Ready { swapped, .. } = state {
-            *swapped += 1;
-        }
-    };
-    for (level, materials, mut state) in &mut levels {
+    for (level, settings, materials, mut state) in &mut levels {
         if ready.get(level).is_ok() {
             // Just ready: everything spawned under the level so far.
             for mesh in children.iter_descendants(level) {
-                swap(materials, &mut state, mesh);
+                swap(level, settings.resident, materials, &mut state, mesh);
             }
         }
     }
@@ -264,14 +290,36 @@ fn swap_materials(
     for mesh in &fresh {
         let mut up = parents.get(mesh).ok().map(Relationship::get);
         while let Some(node) = up {
-            if let Ok((level, materials, mut state)) = levels.get_mut(node) {
+            if let Ok((level, settings, materials, mut state)) = levels.get_mut(node) {
                 if ready.get(level).is_err() {
-                    swap(materials, &mut state, mesh);
+                    swap(level, settings.resident, materials, &mut state, mesh);
                 }
                 break;
             }
             up = parents.get(node).ok().map(Relationship::get);
         }
+    }
+}
+
+/// A ready level whose `resident` changed: every mesh to the other copy.
+fn switch_copies(
+    mut commands: Commands,
+    mut levels: Query<(Entity, &StreamedLevel, &mut LevelMaterials), Changed<StreamedLevel>>,
+    meshes: Query<(Entity, &LevelMesh)>,
+    mut standard: ResMut<Assets<StandardMaterial>>,
+    mut images: ResMut<Assets<Image>>,
+) {
+    for (level, settings, mut materials) in &mut levels {
+        if settings.resident && !materials.make_resident(&mut standard, &mut images) {
+            continue;
+        }
+        for (mesh, part) in meshes.iter().filter(|(_, m)| m.level == level) {
+            materials.apply(&mut commands, mesh, part.material, settings.resident);
+        }
+        info!(
+            "level textures: {}",
+            if settings.resident { "resident in StandardMaterials" } else { "streamed through Tessera" }
+        );
     }
 }
 

@@ -431,8 +431,9 @@ fn alpha_modes_converge_to_the_standard_material() {
 /// `WorldAssetRoot`, with [`StreamedLevel`] beside it. Bevy's loader gives the sun and
 /// the lamp (`KHR_lights_punctual`) and the helper mesh without a material; the plugin
 /// bakes the level in the background and swaps every mesh's `StandardMaterial` for a
-/// streamed one (the `BLEND` glass blends). Streamed, the view converges to the same
-/// level drawn with the atlas resident (`StreamedLevel::resident`): at least 35 dB.
+/// streamed one (`BLEND` and `MASK` kept). Streamed and settled, the view matches the
+/// same level after switching `StreamedLevel::resident` on (the atlas' texels resident
+/// in `StandardMaterial`s): at least 35 dB.
 #[test]
 fn a_level_loaded_by_bevys_gltf_loader_streams_its_textures() {
     let data = tessera::core::bake::source::data_dir();
@@ -443,74 +444,75 @@ fn a_level_loaded_by_bevys_gltf_loader_streams_its_textures() {
         tessera::core::glam::Vec3::new(0.3, 1.1, 2.4),
         tessera::core::glam::Vec3::new(0.0, 0.8, 0.0),
     );
-    let mut frames = Vec::new();
-    for resident in [false, true] {
-        let mut app = app_in(VtConfig { pool_mib: 64, ..VtConfig::default() }, Some(dir.path()));
-        let world = app.world_mut();
-        let image = scene_camera(world, &start, 0);
-        world.insert_resource(GlobalAmbientLight { brightness: 400.0, ..default() });
-        let scene = world.resource::<AssetServer>().load(GltfAssetLabel::Scene(0).from_asset("alpha.gltf"));
-        let level = StreamedLevel { cache: dir.path().join("cache"), resident, ..StreamedLevel::new(&gltf) };
-        let root = world.spawn((WorldAssetRoot(scene), level)).id();
-        read_back(world, image, 0);
-        // Ready (the bake runs on Bevy's task pool), then settled: streamed fully
-        // resident with nothing uploaded, for 8 frames in a row.
-        let started = std::time::Instant::now();
-        let mut quiet = 0;
-        while quiet < 8 {
-            assert!(started.elapsed().as_secs() < 300, "the level did not settle in 300 s");
-            app.update();
-            let state = app.world().get::<LevelState>(root).unwrap().clone();
-            if let LevelState::Failed(e) = &state {
-                panic!("the level's bake failed: {e}");
-            }
-            let stats = app.world().resource::<TesseraStats>();
-            assert!(stats.failed.is_empty(), "{:?}", stats.failed);
-            let streamed_settled = stats
-                .atlases
-                .values()
-                .next()
-                .is_some_and(|s| s.resident_fraction == Some(1.0) && s.stream.uploads == 0);
-            let ready = matches!(state, LevelState::Ready { swapped: 4, .. });
-            quiet = if ready && (resident || streamed_settled) && first_drawn(&app, 0).is_some() {
-                quiet + 1
-            } else {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-                0
-            };
+    let mut app = app_in(VtConfig { pool_mib: 64, ..VtConfig::default() }, Some(dir.path()));
+    let world = app.world_mut();
+    let image = scene_camera(world, &start, 0);
+    world.insert_resource(GlobalAmbientLight { brightness: 400.0, ..default() });
+    let scene = world.resource::<AssetServer>().load(GltfAssetLabel::Scene(0).from_asset("alpha.gltf"));
+    let level = StreamedLevel { cache: dir.path().join("cache"), ..StreamedLevel::new(&gltf) };
+    let root = world.spawn((WorldAssetRoot(scene), level)).id();
+    read_back(world, image, 0);
+    // Ready (the bake runs on Bevy's task pool), then settled: fully resident with
+    // nothing uploaded, for 8 frames in a row.
+    let started = std::time::Instant::now();
+    let mut quiet = 0;
+    while quiet < 8 {
+        assert!(started.elapsed().as_secs() < 300, "the level did not settle in 300 s");
+        app.update();
+        let state = app.world().get::<LevelState>(root).unwrap().clone();
+        if let LevelState::Failed(e) = &state {
+            panic!("the level's bake failed: {e}");
         }
-        for _ in 0..3 {
-            app.update();
-        }
-        let world = app.world_mut();
-        // Bevy's loader spawned the glTF's lights and its helper mesh.
-        assert_eq!(world.query::<&DirectionalLight>().iter(world).count(), 1, "the sun");
-        assert_eq!(world.query::<&PointLight>().iter(world).count(), 1, "the lamp");
-        let mut names = world.query::<(&Name, &Children)>();
-        let post = names.iter(world).find(|(n, _)| n.as_str() == "helper post").map(|(_, c)| c[0]);
-        let post = post.expect("the helper post node");
-        // No mesh kept a StandardMaterial of the glTF; the glass blends.
-        let standard = world.query::<&MeshMaterial3d<StandardMaterial>>().iter(world).count();
-        let streamed = world.query::<&MeshMaterial3d<TesseraMaterial>>().iter(world).count();
-        if resident {
-            assert_eq!((standard, streamed), (4, 0));
+        let stats = app.world().resource::<TesseraStats>();
+        assert!(stats.failed.is_empty(), "{:?}", stats.failed);
+        let settled = stats
+            .atlases
+            .values()
+            .next()
+            .is_some_and(|s| s.resident_fraction == Some(1.0) && s.stream.uploads == 0);
+        let ready = matches!(state, LevelState::Ready { swapped: 4, .. });
+        quiet = if ready && settled && first_drawn(&app, 0).is_some() {
+            quiet + 1
         } else {
-            assert_eq!((standard, streamed), (0, 4));
-            assert!(world.get::<MeshMaterial3d<TesseraMaterial>>(post).is_some(), "the helper post streams");
-            let modes: Vec<AlphaMode> = world
-                .query::<&MeshMaterial3d<TesseraMaterial>>()
-                .iter(world)
-                .filter_map(|m| world.resource::<Assets<TesseraMaterial>>().get(&m.0))
-                .map(|m| m.base.alpha_mode)
-                .collect();
-            assert!(modes.contains(&AlphaMode::Blend) && modes.contains(&AlphaMode::Mask(0.5)), "{modes:?}");
-        }
-        frames.push(frame_of(&app, 0).expect("no frame read back"));
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            0
+        };
     }
-    let db = psnr(&frames[0], &frames[1]);
+    for _ in 0..3 {
+        app.update();
+    }
+    let world = app.world_mut();
+    // Bevy's loader spawned the glTF's lights and its helper mesh.
+    assert_eq!(world.query::<&DirectionalLight>().iter(world).count(), 1, "the sun");
+    assert_eq!(world.query::<&PointLight>().iter(world).count(), 1, "the lamp");
+    let mut names = world.query::<(&Name, &Children)>();
+    let post = names.iter(world).find(|(n, _)| n.as_str() == "helper post").map(|(_, c)| c[0]);
+    let post = post.expect("the helper post node");
+    assert!(world.get::<MeshMaterial3d<TesseraMaterial>>(post).is_some(), "the helper post streams");
+    let count = |world: &mut World| {
+        let standard = world.query::<&MeshMaterial3d<StandardMaterial>>().iter(world).count();
+        (standard, world.query::<&MeshMaterial3d<TesseraMaterial>>().iter(world).count())
+    };
+    assert_eq!(count(world), (0, 4), "every glTF material swapped");
+    let modes: Vec<AlphaMode> = world
+        .query::<&MeshMaterial3d<TesseraMaterial>>()
+        .iter(world)
+        .filter_map(|m| world.resource::<Assets<TesseraMaterial>>().get(&m.0))
+        .map(|m| m.base.alpha_mode)
+        .collect();
+    assert!(modes.contains(&AlphaMode::Blend) && modes.contains(&AlphaMode::Mask(0.5)), "{modes:?}");
+    let streamed = frame_of(&app, 0).expect("no frame read back");
+    // The A/B switch: the same texels resident.
+    app.world_mut().get_mut::<StreamedLevel>(root).unwrap().resident = true;
+    for _ in 0..12 {
+        app.update();
+    }
+    assert_eq!(count(app.world_mut()), (4, 0), "every mesh on the resident copy");
+    let resident = frame_of(&app, 0).expect("no frame read back");
+    let db = psnr(&streamed, &resident);
     eprintln!("a level from Bevy's glTF loader: streamed vs resident {db:.1} dB");
     if db < 35.0 {
-        let dir = write_failure_sized("level-streamed", &frames[0], &frames[1], SCENE_SIZE);
+        let dir = write_failure_sized("level-streamed", &streamed, &resident, SCENE_SIZE);
         panic!("PSNR {db:.1} dB < 35 between the streamed and the resident level; PNGs in {}", dir.display());
     }
 }

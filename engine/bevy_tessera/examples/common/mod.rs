@@ -102,6 +102,7 @@ pub(crate) fn show_stats(stats: Res<TesseraStats>, mut panel: Query<&mut Text, W
 
 /// Bake progress printed as whole percents on one line.
 #[derive(Default)]
+#[allow(dead_code)] // Not every example bakes in the foreground.
 pub(crate) struct Percent {
     length: AtomicU64,
     done: AtomicU64,
