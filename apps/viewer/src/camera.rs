@@ -216,6 +216,7 @@ mod tests {
                 material: 0,
             }],
             materials: vec![Default::default()],
+            default_material: None,
             bounds_min: Vec3::ZERO,
             bounds_max: size,
             sun_direction: None,

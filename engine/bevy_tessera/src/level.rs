@@ -37,6 +37,7 @@ use std::sync::Arc;
 use bevy::ecs::relationship::Relationship;
 use bevy::prelude::*;
 use bevy::tasks::{AsyncComputeTaskPool, Task, futures::check_ready};
+use bevy::world_serialization::WorldAssetRoot;
 use tessera::core::format::codec::Codec;
 use tessera::core::progress::{LogProgress, Progress, ProgressCounter};
 use tessera::core::scene::catalog;
@@ -194,9 +195,9 @@ fn finish_bakes(
             .collect();
         let mut materials =
             LevelMaterials { baked: Arc::clone(&baked), streamed: streamed_handles, resident: None };
-        if level.resident && !materials.make_resident(&mut standard, &mut images) {
-            *state = LevelState::Failed(format!("{}: no resident copy (see the log)", baked.atlas.display()));
-            continue;
+        if level.resident {
+            // Without a resident copy (logged) the level streams.
+            materials.make_resident(&mut standard, &mut images);
         }
         info!("level {} streams from {}", level.gltf.display(), baked.atlas.display());
         commands.entity(entity).insert(materials);
@@ -244,12 +245,13 @@ impl LevelMaterials {
 }
 
 /// The glTF material index of a `StandardMaterial` that Bevy's glTF loader labelled
-/// `label` (`Material3/std`, `Material3 (inverted)/std`), or `default` for glTF's
-/// default material (`DefaultMaterial/std`); `None` for any other label.
-fn gltf_index(label: &str, default: usize) -> Option<usize> {
+/// `label` (`Material3/std`, `Material3 (inverted)/std`), or `default` (the baked
+/// scene's default material, if it has one) for glTF's default material
+/// (`DefaultMaterial/std`); `None` for any other label.
+fn gltf_index(label: &str, default: Option<usize>) -> Option<usize> {
     let name = label.strip_suffix("/std")?;
     if name == "DefaultMaterial" {
-        return Some(default);
+        return default;
     }
     let digits = name.strip_prefix("Material")?;
     let digits = digits.strip_suffix(" (inverted)").unwrap_or(digits);
@@ -258,31 +260,40 @@ fn gltf_index(label: &str, default: usize) -> Option<usize> {
 
 fn swap_materials(
     mut commands: Commands,
-    mut levels: Query<(Entity, &StreamedLevel, &LevelMaterials, &mut LevelState)>,
+    mut levels: Query<(Entity, &StreamedLevel, &LevelMaterials, &mut LevelState, Option<&WorldAssetRoot>)>,
     meshes: Query<&MeshMaterial3d<StandardMaterial>, Without<LevelMesh>>,
     fresh: Query<Entity, (Added<MeshMaterial3d<StandardMaterial>>, Without<LevelMesh>)>,
     ready: Query<(), Added<LevelMaterials>>,
     children: Query<&Children>,
     parents: Query<&ChildOf>,
 ) {
-    let mut swap =
-        |level: Entity, resident: bool, materials: &LevelMaterials, state: &mut LevelState, mesh: Entity| {
-            let Ok(material) = meshes.get(mesh) else { return };
-            let default = materials.streamed.len().saturating_sub(1);
-            let label = material.0.path().and_then(|p| p.label());
-            let Some(index) = label.and_then(|l| gltf_index(l, default)) else { return };
-            if materials.apply(&mut commands, mesh, index, resident) {
-                commands.entity(mesh).insert(LevelMesh { level, material: index });
-                if let LevelState::Ready { swapped, .. } = state {
-                    *swapped += 1;
-                }
+    let mut swap = |level: Entity,
+                    settings: &StreamedLevel,
+                    root: Option<&WorldAssetRoot>,
+                    materials: &LevelMaterials,
+                    state: &mut LevelState,
+                    mesh: Entity| {
+        let Ok(material) = meshes.get(mesh) else { return };
+        let Some(path) = material.0.path() else { return };
+        // Only the level's own glTF materials (not those of another glTF spawned under
+        // it, such as a prop or a nested level).
+        if root.and_then(|r| r.0.path()).is_some_and(|own| own.path() != path.path()) {
+            return;
+        }
+        let default = materials.baked.scene.default_material;
+        let Some(index) = path.label().and_then(|l| gltf_index(l, default)) else { return };
+        if materials.apply(&mut commands, mesh, index, settings.resident) {
+            commands.entity(mesh).insert(LevelMesh { level, material: index });
+            if let LevelState::Ready { swapped, .. } = state {
+                *swapped += 1;
             }
-        };
-    for (level, settings, materials, mut state) in &mut levels {
+        }
+    };
+    for (level, settings, materials, mut state, root) in &mut levels {
         if ready.get(level).is_ok() {
             // Just ready: everything spawned under the level so far.
             for mesh in children.iter_descendants(level) {
-                swap(level, settings.resident, materials, &mut state, mesh);
+                swap(level, settings, root, materials, &mut state, mesh);
             }
         }
     }
@@ -290,9 +301,9 @@ fn swap_materials(
     for mesh in &fresh {
         let mut up = parents.get(mesh).ok().map(Relationship::get);
         while let Some(node) = up {
-            if let Ok((level, settings, materials, mut state)) = levels.get_mut(node) {
+            if let Ok((level, settings, materials, mut state, root)) = levels.get_mut(node) {
                 if ready.get(level).is_err() {
-                    swap(level, settings.resident, materials, &mut state, mesh);
+                    swap(level, settings, root, materials, &mut state, mesh);
                 }
                 break;
             }
@@ -329,11 +340,12 @@ mod tests {
 
     #[test]
     fn labels_of_bevys_gltf_materials_name_their_index() {
-        assert_eq!(gltf_index("Material3/std", 9), Some(3));
-        assert_eq!(gltf_index("Material12 (inverted)/std", 9), Some(12));
-        assert_eq!(gltf_index("DefaultMaterial/std", 9), Some(9));
+        assert_eq!(gltf_index("Material3/std", Some(9)), Some(3));
+        assert_eq!(gltf_index("Material12 (inverted)/std", None), Some(12));
+        assert_eq!(gltf_index("DefaultMaterial/std", Some(9)), Some(9));
+        assert_eq!(gltf_index("DefaultMaterial/std", None), None, "no default material baked");
         for other in ["Material3", "Texture2/std", "Materialx/std", "Mesh0/Primitive0", ""] {
-            assert_eq!(gltf_index(other, 9), None, "{other}");
+            assert_eq!(gltf_index(other, Some(9)), None, "{other}");
         }
     }
 }

@@ -338,15 +338,16 @@ impl MaterialRenderer {
 
     /// Draws every mesh, blended ones last and far to near from the camera of
     /// [`Drawer::set_camera`]; with `pipelines`, each mesh with the pipeline of its
-    /// material's alpha.
+    /// material's alpha, else (the predicted view, which writes depth) the opaque and
+    /// masked ones only, so a pane does not hide the requests of what lies behind it.
     fn draw(&self, pass: &mut wgpu::RenderPass<'_>, pipelines: Option<Pipelines<'_>>) {
         let eye = *self.eye.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut order: Vec<&GpuMesh> = self.meshes.iter().collect();
         order.sort_by(|a, b| {
             let far = |m: &GpuMesh| if m.blend { -m.centre.distance_squared(eye) } else { f32::NEG_INFINITY };
-            (a.blend, far(a)).partial_cmp(&(b.blend, far(b))).unwrap_or(std::cmp::Ordering::Equal)
+            a.blend.cmp(&b.blend).then(far(a).total_cmp(&far(b)))
         });
-        for m in order {
+        for m in order.into_iter().filter(|m| pipelines.is_some() || !m.blend) {
             if let Some(p) = pipelines {
                 pass.set_pipeline(if m.blend {
                     p.blend

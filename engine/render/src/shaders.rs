@@ -236,14 +236,15 @@ pub const MATERIAL_VT_WGSL: &str = include_str!("../shaders/material_vt.wgsl");
 /// Material scene fragment stage through fully resident reference textures.
 pub const MATERIAL_REFERENCE_WGSL: &str = include_str!("../shaders/material_reference.wgsl");
 
-/// `src` with its fragment entry point `fs_main` forced to run the depth test before
-/// the shader (`@early_depth_test(force)`, needs [`wgpu::Features::SHADER_EARLY_DEPTH_TEST`]).
+/// `src` with its fragment entry points `fs_main` and `fs_main…` (`fs_main_feedback`)
+/// forced to run the depth test before the shader (`@early_depth_test(force)`, needs
+/// [`wgpu::Features::SHADER_EARLY_DEPTH_TEST`]).
 /// A shader that writes feedback has side effects, so without this many drivers shade
 /// every fragment, hidden ones included, before testing depth; with it, hidden fragments
 /// are neither shaded nor request tiles. Only for shaders that never `discard` (an
 /// alpha-tested fragment would write depth before it is discarded).
 pub fn with_early_depth_test(src: &str) -> String {
-    src.replacen("@fragment\nfn fs_main", "@fragment @early_depth_test(force)\nfn fs_main", 1)
+    src.replace("@fragment\nfn fs_main", "@fragment @early_depth_test(force)\nfn fs_main")
 }
 
 /// The complete virtual-texture material-scene shader.
@@ -414,7 +415,8 @@ fn fs_main(@builtin(position) frag: vec4<f32>, @location(0) uv: vec2<f32>) -> @l
         );
         for (name, src) in [("scene_vt", scene_vt_source()), ("material_vt", material_vt_source())] {
             let early = with_early_depth_test(&src);
-            assert!(early.contains("@early_depth_test(force)"), "{name}: no fs_main entry found");
+            let forced = early.matches("@early_depth_test(force)").count();
+            assert_eq!(forced, 2, "{name}: fs_main and fs_main_feedback forced");
             validate(&format!("{name} early depth"), &early);
         }
     }

@@ -31,8 +31,10 @@ pub fn data_files(data: &Path) -> Vec<PathBuf> {
 }
 
 /// Writes the scene into `dir` (created if needed) from the images in `data`: the glTF
-/// ([`GLTF_NAME`]), its buffer and three PNG textures. Files already there are rewritten
-/// only when their content changes, so a bake cache keyed on them stays current.
+/// ([`GLTF_NAME`]), its buffer and three PNG textures. PNGs already there are kept, and
+/// the glTF and its buffer are rewritten only when their content changes, so a bake
+/// cache keyed on them stays current. Every file appears whole (written beside, then
+/// renamed), also when several processes write the same folder.
 pub fn write(data: &Path, dir: &Path) -> Result<PathBuf, CatalogError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
@@ -62,10 +64,14 @@ pub fn write(data: &Path, dir: &Path) -> Result<PathBuf, CatalogError> {
                 p.0[3] = if u.abs() + v.abs() < 22 { 0 } else { 255 };
             }
         }
-        let tmp = dir.join(format!("{name}.tmp"));
-        crop.save_with_format(&tmp, image::ImageFormat::Png)
-            .map_err(|e| CatalogError::Image { path: tmp.clone(), message: e.to_string() })?;
-        std::fs::rename(&tmp, &to).map_err(io(&to))?;
+        let tmp = temp_beside(&to);
+        let saved = crop
+            .save_with_format(&tmp, image::ImageFormat::Png)
+            .map_err(|e| CatalogError::Image { path: tmp.clone(), message: e.to_string() });
+        if let Err(e) = saved.and_then(|()| std::fs::rename(&tmp, &to).map_err(io(&to))) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
     }
     let bin = quad_buffer();
     write_if_changed(&dir.join("alpha.bin"), &bin).map_err(io(&dir.join("alpha.bin")))?;
@@ -76,11 +82,24 @@ pub fn write(data: &Path, dir: &Path) -> Result<PathBuf, CatalogError> {
     Ok(path)
 }
 
+/// A temporary name beside `path`, unique to this process and call.
+fn temp_beside(path: &Path) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    path.with_file_name(format!(".{name}.{}.{n}.tmp", std::process::id()))
+}
+
 fn write_if_changed(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     if std::fs::read(path).is_ok_and(|old| old == bytes) {
         return Ok(());
     }
-    std::fs::write(path, bytes)
+    let tmp = temp_beside(path);
+    let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// A unit quad in the XY plane (0..1) facing +Z: positions, normals, uvs (v down the

@@ -797,6 +797,7 @@ mod tests {
                 material: 0,
             }],
             materials: vec![Default::default()],
+            default_material: None,
             bounds_min: min,
             bounds_max: max,
             sun_direction: None,

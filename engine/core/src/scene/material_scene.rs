@@ -18,6 +18,8 @@ pub struct MaterialScene {
     pub meshes: Vec<SceneMesh>,
     /// The materials; a default one is appended when a primitive has none.
     pub materials: Vec<Material>,
+    /// The index of that appended default material, if any.
+    pub default_material: Option<usize>,
     /// Smallest world-space corner of all vertices (zero when there are none).
     pub bounds_min: Vec3,
     /// Largest world-space corner of all vertices (zero when there are none).
@@ -256,6 +258,7 @@ pub fn load_gltf_with(path: &Path, paths: ScenePaths) -> Result<MaterialScene, S
     let mut out = MaterialScene {
         meshes: Vec::new(),
         materials: Vec::new(),
+        default_material: None,
         bounds_min: Vec3::ZERO,
         bounds_max: Vec3::ZERO,
         sun_direction: None,
@@ -324,6 +327,7 @@ pub fn load_gltf_with(path: &Path, paths: ScenePaths) -> Result<MaterialScene, S
         materials.push(Material::default());
     }
     out.materials = materials;
+    out.default_material = default_material;
     let mut points = out.meshes.iter().flat_map(|m| m.mesh.vertices.iter()).map(|v| Vec3::from(v.position));
     if let Some(first) = points.next() {
         let (lo, hi) = points.fold((first, first), |(lo, hi), p| (lo.min(p), hi.max(p)));
@@ -356,6 +360,7 @@ pub fn globe_scene(
     Ok(MaterialScene {
         meshes: vec![SceneMesh { name, mesh, material: 0 }],
         materials: vec![material],
+        default_material: None,
         bounds_min: Vec3::splat(-radius),
         bounds_max: Vec3::splat(radius),
         sun_direction: None,

@@ -95,9 +95,11 @@ pub struct Upload {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct UploadPlan {
     /// Texture writes: needed tiles coarse mips first, then prefetched tiles coarse
-    /// mips first.
+    /// mips first (from [`Residency::plan_uploads_staged`]: the staged ones first, in
+    /// staging order, then the others in that order).
     pub uploads: Vec<Upload>,
-    /// How many of `uploads` (at their end) are prefetched tiles no feedback needed yet.
+    /// How many of `uploads` are prefetched tiles no feedback needed yet (at their end,
+    /// unless staging reordered them).
     pub prefetched: usize,
     /// Ready tiles discarded because the latest feedback no longer needs them (or,
     /// for prefetched tiles, because their prefetch expired).
@@ -446,7 +448,7 @@ impl Residency {
                 };
                 self.ready.remove(&tile);
                 self.prefetched.remove(&tile);
-                if is_prefetch {
+                if is_prefetch && !is_pinned(self.table.layout(), self.config.pin_coarsest_mips, tile) {
                     self.speculative.insert(tile);
                 }
                 bytes = bytes.saturating_add(len);
