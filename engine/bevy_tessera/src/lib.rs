@@ -38,7 +38,9 @@
 //! level's `StandardMaterial`s for streamed ones.
 //!
 //! An atlas that cannot be opened (missing, corrupted, a newer format) is reported once
-//! in Bevy's log, and its meshes keep their `StandardMaterial` colour.
+//! in Bevy's log, and its meshes keep their `StandardMaterial` colour. A local atlas
+//! file that is replaced (a new bake renamed over it), or that appears or becomes valid
+//! after failing, is opened again within 30 frames and its materials bind the new one.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -57,7 +59,7 @@ pub use tessera::core::format::codec::Codec;
 pub use tessera::core::progress::NoProgress;
 pub use tessera::core::scene::camera::{CameraPath, Shot};
 
-use bevy::asset::uuid_handle;
+use bevy::asset::{AssetMut, uuid_handle};
 use bevy::ecs::system::SystemParamItem;
 use bevy::ecs::system::lifetimeless::SRes;
 use bevy::pbr::{ExtendedMaterial, MaterialExtension};
@@ -363,6 +365,7 @@ impl Plugin for TesseraPlugin {
                 wanted: Vec::new(),
                 fallback: None,
                 sender,
+                frames: 0,
             })
             .add_systems(ExtractSchedule, extract_atlases)
             .add_systems(
@@ -382,12 +385,16 @@ pub struct TesseraStats {
     /// Atlases that could not be opened, with the reason (also in Bevy's log); their
     /// meshes show the material's own colour.
     pub failed: HashMap<String, String>,
+    /// Per atlas: times its file was replaced and opened again.
+    pub reopened: HashMap<String, u64>,
 }
 
 /// What the render world tells the main world.
 enum Report {
     Stats(String, Box<AtlasStats>),
     Failed(String, String),
+    /// The atlas file was replaced and opened again: its materials bind anew.
+    Reopened(String),
 }
 
 /// One atlas' streaming figures after a frame.
@@ -425,12 +432,26 @@ fn receive_stats(
     inbox: Res<StatsInbox>,
     mut stats: ResMut<TesseraStats>,
     mut resident: MessageWriter<FullyResident>,
+    mut materials: ResMut<Assets<TesseraMaterial>>,
 ) {
     for report in inbox.0.try_iter() {
         let (atlas, new) = match report {
             Report::Stats(atlas, new) => (atlas, *new),
             Report::Failed(atlas, why) => {
                 stats.failed.insert(atlas, why);
+                continue;
+            }
+            Report::Reopened(atlas) => {
+                // Its materials are prepared again, binding the new pool and tables.
+                let ids: Vec<_> =
+                    materials.iter().filter(|(_, m)| m.extension.atlas == atlas).map(|(id, _)| id).collect();
+                for id in ids {
+                    // A mutable borrow marks it modified.
+                    let _ = materials.get_mut(id).map(AssetMut::into_inner);
+                }
+                stats.failed.remove(&atlas);
+                stats.atlases.remove(&atlas);
+                *stats.reopened.entry(atlas).or_default() += 1;
                 continue;
             }
         };
@@ -452,6 +473,22 @@ pub struct VtRenderState {
     /// Resources bound for atlases that failed to open: an empty parameter block.
     fallback: Option<tessera::BindingResources>,
     sender: Sender<Report>,
+    /// Render-world frames so far (atlas files are checked for replacement every
+    /// [`RELOAD_CHECK_FRAMES`]).
+    frames: u64,
+}
+
+/// Frames between two checks of whether an atlas file was replaced.
+const RELOAD_CHECK_FRAMES: u64 = 30;
+
+/// What tells a replaced atlas file: its length and modification time (`None` for a
+/// remote atlas or a file that cannot be read).
+fn file_identity(location: &str) -> Option<(u64, std::time::SystemTime)> {
+    if location.contains("://") {
+        return None;
+    }
+    let meta = std::fs::metadata(location).ok()?;
+    Some((meta.len(), meta.modified().ok()?))
 }
 
 enum Streamed {
@@ -462,6 +499,8 @@ enum Streamed {
 struct Streaming {
     vt: VirtualTextures,
     frame: Option<DetachedFrame>,
+    /// The file as it was opened ([`file_identity`]).
+    identity: Option<(u64, std::time::SystemTime)>,
 }
 
 fn extract_atlases(materials: Extract<Res<Assets<TesseraMaterial>>>, mut state: ResMut<VtRenderState>) {
@@ -480,6 +519,10 @@ fn open_atlases(
     adapter: Res<RenderAdapter>,
 ) {
     let state = &mut *state;
+    state.frames += 1;
+    if state.frames.is_multiple_of(RELOAD_CHECK_FRAMES) {
+        reopen_replaced(state);
+    }
     if state.wanted.iter().all(|a| state.atlases.contains_key(a)) {
         return;
     }
@@ -505,7 +548,9 @@ fn open_atlases(
             None => Err("no GPU context".to_owned()),
         };
         let entry = match opened {
-            Ok(vt) => Streamed::Open(Box::new(Streaming { vt, frame: None })),
+            Ok(vt) => {
+                Streamed::Open(Box::new(Streaming { vt, frame: None, identity: file_identity(&location) }))
+            }
             Err(e) => {
                 error!("Tessera atlas {location}: {e}; its meshes keep their material colour");
                 let _ = state.sender.send(Report::Failed(location.clone(), e));
@@ -516,6 +561,39 @@ fn open_atlases(
             }
         };
         state.atlases.insert(location, entry);
+    }
+}
+
+/// Opens again every local atlas whose file was replaced since it was opened (or that
+/// failed to open and now opens): a bake that rewrote it, a file copied over it. A file
+/// that does not open yet (still being written) keeps the old one until a later check.
+fn reopen_replaced(state: &mut VtRenderState) {
+    let Some(ctx) = &state.ctx else { return };
+    for (location, streamed) in &mut state.atlases {
+        let now = file_identity(location);
+        let changed = match streamed {
+            Streamed::Open(s) => now.is_some() && s.identity != now,
+            Streamed::Failed => now.is_some(),
+        };
+        if !changed {
+            continue;
+        }
+        match open_one(ctx, location, &state.config) {
+            Ok(vt) => {
+                info!("Tessera atlas {location}: the file changed, opened again");
+                *streamed = Streamed::Open(Box::new(Streaming { vt, frame: None, identity: now }));
+                let _ = state.sender.send(Report::Reopened(location.clone()));
+            }
+            Err(e) => {
+                if let Streamed::Open(s) = streamed {
+                    // Retried at the next check only if the file changes again.
+                    s.identity = now;
+                    warn!(
+                        "Tessera atlas {location}: the file changed but does not open ({e}); the old one stays"
+                    );
+                }
+            }
+        }
     }
 }
 

@@ -304,6 +304,101 @@ fn streamed_plane_converges_to_the_standard_material() {
     golden("plane-converged", &streamed, 40.0);
 }
 
+/// Hot reload: the streamed plane's atlas file replaced by a new bake (written beside
+/// and renamed over it, as `tessera bake` does) is opened again, and the plane
+/// converges to the new texture (its channels swapped) drawn by `StandardMaterial`.
+#[test]
+fn a_replaced_atlas_file_is_opened_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = bake_texture(dir.path());
+    let swapped: Vec<u8> = texture().chunks(4).flat_map(|p| [p[2], p[0], p[1], p[3]]).collect();
+    let mut app = app();
+    let world = app.world_mut();
+    let streamed_image = camera(world, 1);
+    let reference_image = camera(world, 2);
+    light(world);
+    let mesh = plane(world);
+    let vt = world
+        .resource_mut::<Assets<TesseraMaterial>>()
+        .add(VirtualTexture::material(atlas.to_string_lossy()));
+    world.spawn((Mesh3d(mesh.clone()), MeshMaterial3d(vt), RenderLayers::layer(1)));
+    let mut reference = Image::new(
+        bevy::render::render_resource::Extent3d { width: TEXTURE, height: TEXTURE, depth_or_array_layers: 1 },
+        bevy::render::render_resource::TextureDimension::D2,
+        swapped.clone(),
+        TextureFormat::Rgba8UnormSrgb,
+        bevy::asset::RenderAssetUsages::RENDER_WORLD,
+    );
+    reference.sampler = bevy::image::ImageSampler::linear();
+    let reference = world.resource_mut::<Assets<Image>>().add(reference);
+    let standard = world.resource_mut::<Assets<StandardMaterial>>().add(StandardMaterial {
+        base_color_texture: Some(reference),
+        perceptual_roughness: 1.0,
+        ..default()
+    });
+    world.spawn((Mesh3d(mesh), MeshMaterial3d(standard), RenderLayers::layer(2)));
+    read_back(app.world_mut(), streamed_image, 1);
+    read_back(app.world_mut(), reference_image, 2);
+    let settled = |app: &App| {
+        let stats = app.world().resource::<TesseraStats>();
+        stats
+            .atlases
+            .values()
+            .next()
+            .is_some_and(|s| s.resident_fraction == Some(1.0) && s.stream.uploads == 0)
+    };
+    for _ in 0..200 {
+        app.update();
+        if settled(&app) {
+            break;
+        }
+    }
+    assert!(settled(&app), "the first atlas never settled");
+    for _ in 0..3 {
+        app.update();
+    }
+    let before = frame_of(&app, 1).expect("no streamed frame read back");
+    // The new bake, renamed over the old file.
+    let next = dir.path().join("next");
+    std::fs::create_dir_all(&next).unwrap();
+    let input = BakeInput::new("texture", ImageSource::from_rgba(TEXTURE, TEXTURE, swapped));
+    let new_atlas = next.join("texture.tsa");
+    bake(vec![input], &new_atlas, &BakeOptions { codec: Codec::Lz4, ..BakeOptions::default() }, &NoProgress)
+        .unwrap();
+    std::fs::rename(&new_atlas, &atlas).unwrap();
+    // The plugin looks for replaced files every 30 frames.
+    for _ in 0..60 {
+        app.update();
+    }
+    let reopened: Vec<u64> = app.world().resource::<TesseraStats>().reopened.values().copied().collect();
+    assert_eq!(reopened, [1], "opened again once");
+    let mut quiet = 0;
+    for _ in 0..300 {
+        app.update();
+        quiet = if settled(&app) { quiet + 1 } else { 0 };
+        if quiet >= 8 {
+            break;
+        }
+    }
+    assert!(quiet >= 8, "the replaced atlas never settled");
+    for _ in 0..3 {
+        app.update();
+    }
+    let stats = app.world().resource::<TesseraStats>();
+    assert!(stats.failed.is_empty(), "{:?}", stats.failed);
+    let after = frame_of(&app, 1).expect("no streamed frame read back");
+    let expected = frame_of(&app, 2).expect("no reference frame read back");
+    let (db, before_db) = (psnr(&after, &expected), psnr(&before, &expected));
+    eprintln!("replaced atlas: {db:.1} dB against the new texture (the old one {before_db:.1} dB)");
+    if db < 35.0 || before_db > 25.0 {
+        let dir = write_failure("reloaded", &after, &expected);
+        panic!(
+            "after the reload {db:.1} dB (want >= 35), before {before_db:.1} dB (want < 25); PNGs in {}",
+            dir.display()
+        );
+    }
+}
+
 /// An atlas that does not exist, and one whose bytes are not an atlas: the app keeps
 /// running, the meshes show their material colour (red), and the statistics name both.
 #[test]
