@@ -45,10 +45,13 @@ fn main() -> AppExit {
     let folder = gltf.parent().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
     App::new()
         .add_plugins(DefaultPlugins.set(AssetPlugin { file_path: folder, ..default() }))
-        .add_plugins(TesseraPlugin { config: VtConfig { pool_mib: 64, ..VtConfig::default() } })
+        .add_plugins(TesseraPlugin {
+            config: VtConfig { pool_mib: 64, ..VtConfig::default() },
+            unattended: bevy_tessera::Unattended::from_env(),
+        })
         .insert_resource(Level { gltf, scene })
         .add_systems(Startup, (setup, common::spawn_panel))
-        .add_systems(Update, (common::fly, common::show_stats, common::unattended, switch))
+        .add_systems(Update, (common::fly, common::show_stats, switch))
         .run()
 }
 

@@ -31,10 +31,13 @@ fn main() -> AppExit {
     };
     App::new()
         .add_plugins(DefaultPlugins)
-        .add_plugins(TesseraPlugin { config: VtConfig { pool_mib: 64, ..VtConfig::default() } })
+        .add_plugins(TesseraPlugin {
+            config: VtConfig { pool_mib: 64, ..VtConfig::default() },
+            unattended: bevy_tessera::Unattended::from_env(),
+        })
         .insert_resource(AtlasPath(atlas))
         .add_systems(Startup, (setup, common::spawn_panel))
-        .add_systems(Update, (common::fly, common::show_stats, common::unattended))
+        .add_systems(Update, (common::fly, common::show_stats))
         .run()
 }
 

@@ -15,7 +15,7 @@ use bevy::gltf::GltfAssetLabel;
 use bevy::prelude::*;
 use bevy::world_serialization::WorldAssetRoot;
 use bevy_tessera::level::StreamedLevel;
-use bevy_tessera::{TesseraPlugin, VtConfig};
+use bevy_tessera::{TesseraPlugin, Unattended, VtConfig};
 use tessera::core::SharedStreaming;
 use tessera::core::scene::{alpha_scene, catalog};
 
@@ -52,10 +52,10 @@ fn main() -> AppExit {
     // The asset server reads the whole file system, so both levels load by their paths.
     App::new()
         .add_plugins(DefaultPlugins.set(AssetPlugin { file_path: "/".into(), ..default() }))
-        .add_plugins(TesseraPlugin { config })
+        .add_plugins(TesseraPlugin { config, unattended: Unattended::from_env() })
         .insert_resource(Levels(vec![(dungeon, Vec3::ZERO), (alpha, Vec3::new(0.0, 0.0, 30.0))]))
         .add_systems(Startup, (setup, common::spawn_panel))
-        .add_systems(Update, (common::fly, common::show_stats, common::unattended, switch))
+        .add_systems(Update, (common::fly, common::show_stats, switch))
         .run()
 }
 

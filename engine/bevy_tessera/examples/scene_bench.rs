@@ -126,9 +126,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         })
         .disable::<bevy::winit::WinitPlugin>();
     let mut app = App::new();
-    app.add_plugins(plugins)
-        .add_plugins(RenderDiagnosticsPlugin)
-        .add_plugins(TesseraPlugin { config: VtConfig { pool_mib: o.pool_mib, ..VtConfig::default() } });
+    app.add_plugins(plugins).add_plugins(RenderDiagnosticsPlugin).add_plugins(TesseraPlugin {
+        config: VtConfig { pool_mib: o.pool_mib, ..VtConfig::default() },
+        unattended: None,
+    });
     app.finish();
     app.cleanup();
 

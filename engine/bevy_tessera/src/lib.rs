@@ -324,7 +324,58 @@ pub struct TesseraPlugin {
     /// The configuration of every atlas' virtual textures (pool size, host cache,
     /// loader threads, upload budget...). The page table is always a storage buffer.
     pub config: VtConfig,
+    /// For unattended runs (tests, CI, benchmarks): exit after a number of frames,
+    /// saving a screenshot of the primary window first. `None` (the default): run on.
+    pub unattended: Option<Unattended>,
 }
+
+/// An unattended run: [`TesseraPlugin::unattended`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unattended {
+    /// The app exits (`AppExit::Success`) after this many frames.
+    pub frames: u32,
+    /// Saved from the primary window 5 frames before the end (a screenshot takes a few
+    /// frames to reach the disk), where there is a window.
+    pub screenshot: Option<std::path::PathBuf>,
+}
+
+impl Unattended {
+    /// From the environment: `BEVY_TESSERA_FRAMES=N` (exit after N frames) and
+    /// `BEVY_TESSERA_SCREENSHOT=file.png`; `None` without a valid frame count.
+    pub fn from_env() -> Option<Self> {
+        let frames = std::env::var("BEVY_TESSERA_FRAMES").ok()?.parse().ok()?;
+        let screenshot = std::env::var_os("BEVY_TESSERA_SCREENSHOT").map(Into::into);
+        Some(Self { frames, screenshot })
+    }
+}
+
+/// Counts the frames of an [`Unattended`] run and ends it.
+fn unattended(
+    mut commands: Commands,
+    run: Res<UnattendedRun>,
+    mut frames: Local<u32>,
+    windows: Query<(), With<bevy::window::PrimaryWindow>>,
+    mut exit: MessageWriter<AppExit>,
+) {
+    *frames += 1;
+    if let Some(path) = &run.0.screenshot
+        && *frames + 5 == run.0.frames
+    {
+        if windows.is_empty() {
+            warn!("unattended run: no primary window, so no screenshot {}", path.display());
+        } else {
+            commands
+                .spawn(bevy::render::view::screenshot::Screenshot::primary_window())
+                .observe(bevy::render::view::screenshot::save_to_disk(path.clone()));
+        }
+    }
+    if *frames >= run.0.frames {
+        exit.write(AppExit::Success);
+    }
+}
+
+#[derive(Resource)]
+struct UnattendedRun(Unattended);
 
 impl Plugin for TesseraPlugin {
     fn build(&self, app: &mut App) {
@@ -351,6 +402,9 @@ impl Plugin for TesseraPlugin {
             .add_systems(PreUpdate, receive_stats);
         diagnostics::register(app);
         level::register(app);
+        if let Some(run) = &self.unattended {
+            app.insert_resource(UnattendedRun(run.clone())).add_systems(Last, unattended);
+        }
         let mut config = self.config.clone();
         config.page_table = PageTableStorage::Complete;
         let Some(render_app) = app.get_sub_app_mut(RenderApp) else {

@@ -82,6 +82,11 @@ fn app_with(config: VtConfig) -> App {
 
 /// [`app_with`], its asset server reading `assets` (default: `assets/`).
 fn app_in(config: VtConfig, assets: Option<&Path>) -> App {
+    app_of(TesseraPlugin { config, unattended: None }, assets)
+}
+
+/// An app with `plugin`, its asset server reading `assets` (default: `assets/`).
+fn app_of(plugin: TesseraPlugin, assets: Option<&Path>) -> App {
     if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
         let dir = std::env::temp_dir().join("tessera-xdg");
         let _ = std::fs::create_dir_all(&dir);
@@ -94,7 +99,7 @@ fn app_in(config: VtConfig, assets: Option<&Path>) -> App {
         plugins = plugins.set(AssetPlugin { file_path: dir.to_string_lossy().into_owned(), ..default() });
     }
     app.add_plugins(plugins)
-        .add_plugins(TesseraPlugin { config })
+        .add_plugins(plugin)
         .insert_resource(ClearColor(Color::BLACK))
         .init_resource::<Captured>();
     app.finish();
@@ -700,6 +705,20 @@ fn converge(level: &BakedScene, start: &SceneCamera, name: &str) -> Converged {
         psnr(&c.first, &c.expected)
     );
     c
+}
+
+/// An unattended run ends by itself: `TesseraPlugin::unattended` with 6 frames exits
+/// (success) after the sixth update and not before.
+#[test]
+fn an_unattended_run_exits_after_its_frames() {
+    let unattended = Some(bevy_tessera::Unattended { frames: 6, screenshot: None });
+    let mut app =
+        app_of(TesseraPlugin { config: VtConfig { pool_mib: 16, ..VtConfig::default() }, unattended }, None);
+    for frame in 1..=6 {
+        assert_eq!(app.should_exit(), None, "exited before frame {frame}");
+        app.update();
+    }
+    assert_eq!(app.should_exit(), Some(AppExit::Success));
 }
 
 /// Everything logged at ERROR level in this test process (a global subscriber: the

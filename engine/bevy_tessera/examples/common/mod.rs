@@ -126,22 +126,3 @@ impl tessera::core::progress::Progress for Percent {
         eprintln!("\rbaking: done");
     }
 }
-
-/// For unattended runs: `BEVY_TESSERA_FRAMES=N` exits after N frames, and
-/// `BEVY_TESSERA_SCREENSHOT=file.png` saves the window's last frames first.
-pub(crate) fn unattended(mut commands: Commands, mut frames: Local<u32>, mut exit: MessageWriter<AppExit>) {
-    let Some(limit) = std::env::var("BEVY_TESSERA_FRAMES").ok().and_then(|n| n.parse::<u32>().ok()) else {
-        return;
-    };
-    *frames += 1;
-    if *frames + 5 == limit
-        && let Some(path) = std::env::var_os("BEVY_TESSERA_SCREENSHOT")
-    {
-        commands
-            .spawn(bevy::render::view::screenshot::Screenshot::primary_window())
-            .observe(bevy::render::view::screenshot::save_to_disk(std::path::PathBuf::from(path)));
-    }
-    if *frames >= limit {
-        exit.write(AppExit::Success);
-    }
-}
