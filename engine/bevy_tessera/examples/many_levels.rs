@@ -19,9 +19,12 @@ use bevy_tessera::{TesseraPlugin, Unattended, VtConfig};
 use tessera::core::SharedStreaming;
 use tessera::core::scene::{alpha_scene, catalog};
 
-/// The levels' glTF files and where each stands.
+/// The levels' glTF files and where each stands, and where the camera starts.
 #[derive(Resource)]
-struct Levels(Vec<(PathBuf, Vec3)>);
+struct Levels {
+    levels: Vec<(PathBuf, Vec3)>,
+    eye: Transform,
+}
 
 fn main() -> AppExit {
     let data = tessera::core::bake::source::data_dir();
@@ -49,11 +52,25 @@ fn main() -> AppExit {
         }
     };
     let config = VtConfig { pool_mib: 64, shared: Some(shared), ..VtConfig::default() };
+    // The alpha scene (8 × 8 units) beside the dungeon's +X side, seen from above
+    // between the two.
+    let bounds = match tessera::core::scene::material_scene::load_gltf(&dungeon) {
+        Ok(scene) => (scene.bounds_min.to_array(), scene.bounds_max.to_array()),
+        Err(e) => {
+            eprintln!("many_levels: {e}");
+            return AppExit::error();
+        }
+    };
+    let (lo, hi) = (Vec3::from_array(bounds.0), Vec3::from_array(bounds.1));
+    let mid_z = (lo.z + hi.z) * 0.5;
+    let alpha_at = Vec3::new(hi.x + 6.0, lo.y, mid_z);
+    let eye = Transform::from_xyz(hi.x - 2.0, hi.y + 6.0, mid_z + 9.0)
+        .looking_at(Vec3::new(hi.x + 2.0, lo.y, mid_z), Vec3::Y);
     // The asset server reads the whole file system, so both levels load by their paths.
     App::new()
         .add_plugins(DefaultPlugins.set(AssetPlugin { file_path: "/".into(), ..default() }))
         .add_plugins(TesseraPlugin { config, unattended: Unattended::from_env() })
-        .insert_resource(Levels(vec![(dungeon, Vec3::ZERO), (alpha, Vec3::new(0.0, 0.0, 30.0))]))
+        .insert_resource(Levels { levels: vec![(dungeon, Vec3::ZERO), (alpha, alpha_at)], eye })
         .add_systems(Startup, (setup, common::spawn_panel))
         .add_systems(Update, (common::fly, common::show_stats, switch))
         .run()
@@ -66,7 +83,7 @@ fn from_root(path: &Path) -> String {
 }
 
 fn setup(mut commands: Commands, levels: Res<Levels>, assets: Res<AssetServer>) {
-    for (gltf, at) in &levels.0 {
+    for (gltf, at) in &levels.levels {
         commands.spawn((
             WorldAssetRoot(assets.load(GltfAssetLabel::Scene(0).from_asset(from_root(gltf)))),
             StreamedLevel::new(gltf),
@@ -74,8 +91,7 @@ fn setup(mut commands: Commands, levels: Res<Levels>, assets: Res<AssetServer>) 
         ));
     }
     commands.insert_resource(GlobalAmbientLight { brightness: 400.0, ..default() });
-    let transform = Transform::from_xyz(12.0, 6.0, 15.0).looking_at(Vec3::new(0.0, 0.0, 15.0), Vec3::Y);
-    commands.spawn((Camera3d::default(), transform, common::Fly::new(4.0, &transform)));
+    commands.spawn((Camera3d::default(), levels.eye, common::Fly::new(4.0, &levels.eye)));
 }
 
 /// R switches every level to the other copy of its textures.

@@ -109,6 +109,8 @@ struct LevelMaterials {
     baked: Arc<BakedScene>,
     streamed: Vec<Handle<TesseraMaterial>>,
     resident: Option<Vec<Handle<StandardMaterial>>>,
+    /// Whether the meshes were last given the resident copy.
+    shown_resident: bool,
 }
 
 /// A mesh of a ready level: which level, and its glTF material.
@@ -193,11 +195,15 @@ fn finish_bakes(
             .into_iter()
             .map(|m| streamed.add(m))
             .collect();
-        let mut materials =
-            LevelMaterials { baked: Arc::clone(&baked), streamed: streamed_handles, resident: None };
+        let mut materials = LevelMaterials {
+            baked: Arc::clone(&baked),
+            streamed: streamed_handles,
+            resident: None,
+            shown_resident: false,
+        };
         if level.resident {
             // Without a resident copy (logged) the level streams.
-            materials.make_resident(&mut standard, &mut images);
+            materials.shown_resident = materials.make_resident(&mut standard, &mut images);
         }
         info!("level {} streams from {}", level.gltf.display(), baked.atlas.display());
         commands.entity(entity).insert(materials);
@@ -321,15 +327,17 @@ fn switch_copies(
     mut images: ResMut<Assets<Image>>,
 ) {
     for (level, settings, mut materials) in &mut levels {
-        if settings.resident && !materials.make_resident(&mut standard, &mut images) {
+        let resident = settings.resident && materials.make_resident(&mut standard, &mut images);
+        if resident == materials.shown_resident {
             continue;
         }
+        materials.shown_resident = resident;
         for (mesh, part) in meshes.iter().filter(|(_, m)| m.level == level) {
-            materials.apply(&mut commands, mesh, part.material, settings.resident);
+            materials.apply(&mut commands, mesh, part.material, resident);
         }
         info!(
             "level textures: {}",
-            if settings.resident { "resident in StandardMaterials" } else { "streamed through Tessera" }
+            if resident { "resident in StandardMaterials" } else { "streamed through Tessera" }
         );
     }
 }
