@@ -7,21 +7,7 @@
 # Carry .gl, .bin/tessera.xz (CARGO_PROFILE_RELEASE_STRIP=true cargo build --release
 # -p tessera-cli; xz -9) and .bin/data (shadedrelief.jpg, bmng.jpg, etopo1.jpg, dungeon/
 # from assets/fetch-data.sh --dungeon).
-# Run as: timeout 570 bash scripts/device/run30.sh; # Upload bursts (issue 31): the pool flushed every 10 frames, host cache kept; runs of
-# slots in one copy (the default) against one copy per tile.
-for copies in merged per-tile; do
-  c=; [ $copies = per-tile ] && c=--per-tile-copies
-  b burst-bc7-1024-$copies complete --scene mosaic16k --codec etc1s --camera flyover --flush-every 10 --upload-budget 1024 --no-feedback-probe $c
-  b burst-rgba8-256-$copies complete --scene mosaic16k --camera flyover --flush-every 10 --upload-budget 256 --no-feedback-probe $c
-  b burst-rgba8-1024-$copies complete --scene mosaic16k --camera flyover --flush-every 10 --upload-budget 1024 --no-feedback-probe $c
-done
-# A paced cut: 8 ms frame target against the fixed budget (per-frame figures in the JSON).
-for c in etc1s lz4; do
-  FRAMES=60 b cut-$c-paced complete --scene mosaic16k --codec $c --camera cut --no-feedback-probe --target-frame-ms 8 --upload-budget 1024
-  FRAMES=60 b cut-$c-fixed complete --scene mosaic16k --codec $c --camera cut --no-feedback-probe --upload-budget 1024
-done
-b bc7-uastc complete --scene mosaic16k --codec uastc --camera flyover --no-feedback-probe
-tar czf $OUT/run30.tgz -C /tmp r
+# Run as: timeout 570 bash scripts/device/run30.sh; tar czf $OUT/run30.tgz -C /tmp r
 # (the rows are ordered by importance, so a run cut short still returns the first ones).
 set -u
 for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig

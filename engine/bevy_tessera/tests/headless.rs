@@ -140,6 +140,25 @@ fn plane(world: &mut World) -> Handle<Mesh> {
     world.resource_mut::<Assets<Mesh>>().add(Plane3d::default().mesh().size(4.0, 4.0))
 }
 
+/// Bevy's own `StandardMaterial` with the `TEXTURE`² RGBA8 image `rgba` (sRGB,
+/// trilinear), the reference a streamed plane is compared with.
+fn plane_reference(world: &mut World, rgba: Vec<u8>) -> Handle<StandardMaterial> {
+    let mut reference = Image::new(
+        bevy::render::render_resource::Extent3d { width: TEXTURE, height: TEXTURE, depth_or_array_layers: 1 },
+        bevy::render::render_resource::TextureDimension::D2,
+        rgba,
+        TextureFormat::Rgba8UnormSrgb,
+        bevy::asset::RenderAssetUsages::RENDER_WORLD,
+    );
+    reference.sampler = bevy::image::ImageSampler::linear();
+    let reference = world.resource_mut::<Assets<Image>>().add(reference);
+    world.resource_mut::<Assets<StandardMaterial>>().add(StandardMaterial {
+        base_color_texture: Some(reference),
+        perceptual_roughness: 1.0,
+        ..default()
+    })
+}
+
 /// Reads `image` back (after the next frames) into [`Captured`] under `layer`.
 fn read_back(world: &mut World, image: Handle<Image>, layer: usize) {
     let captured = world.resource::<Captured>().clone();
@@ -236,20 +255,7 @@ fn streamed_plane_converges_to_the_standard_material() {
         .resource_mut::<Assets<TesseraMaterial>>()
         .add(VirtualTexture::material(atlas.to_string_lossy()));
     world.spawn((Mesh3d(mesh.clone()), MeshMaterial3d(vt), RenderLayers::layer(1)));
-    let mut reference = Image::new(
-        bevy::render::render_resource::Extent3d { width: TEXTURE, height: TEXTURE, depth_or_array_layers: 1 },
-        bevy::render::render_resource::TextureDimension::D2,
-        texture(),
-        TextureFormat::Rgba8UnormSrgb,
-        bevy::asset::RenderAssetUsages::RENDER_WORLD,
-    );
-    reference.sampler = bevy::image::ImageSampler::linear();
-    let reference = world.resource_mut::<Assets<Image>>().add(reference);
-    let standard = world.resource_mut::<Assets<StandardMaterial>>().add(StandardMaterial {
-        base_color_texture: Some(reference),
-        perceptual_roughness: 1.0,
-        ..default()
-    });
+    let standard = plane_reference(world, texture());
     world.spawn((Mesh3d(mesh), MeshMaterial3d(standard), RenderLayers::layer(2)));
 
     // Every frame is read back from the start: the first one that shows the plane
@@ -327,20 +333,7 @@ fn a_replaced_atlas_file_is_opened_again() {
         .resource_mut::<Assets<TesseraMaterial>>()
         .add(VirtualTexture::material(atlas.to_string_lossy()));
     world.spawn((Mesh3d(mesh.clone()), MeshMaterial3d(vt), RenderLayers::layer(1)));
-    let mut reference = Image::new(
-        bevy::render::render_resource::Extent3d { width: TEXTURE, height: TEXTURE, depth_or_array_layers: 1 },
-        bevy::render::render_resource::TextureDimension::D2,
-        swapped.clone(),
-        TextureFormat::Rgba8UnormSrgb,
-        bevy::asset::RenderAssetUsages::RENDER_WORLD,
-    );
-    reference.sampler = bevy::image::ImageSampler::linear();
-    let reference = world.resource_mut::<Assets<Image>>().add(reference);
-    let standard = world.resource_mut::<Assets<StandardMaterial>>().add(StandardMaterial {
-        base_color_texture: Some(reference),
-        perceptual_roughness: 1.0,
-        ..default()
-    });
+    let standard = plane_reference(world, swapped.clone());
     world.spawn((Mesh3d(mesh), MeshMaterial3d(standard), RenderLayers::layer(2)));
     read_back(app.world_mut(), streamed_image, 1);
     read_back(app.world_mut(), reference_image, 2);

@@ -25,11 +25,6 @@ const CROPS: [(&str, &str, [u32; 4]); 3] = [
 /// Name of the glTF file [`write()`] makes.
 pub const GLTF_NAME: &str = "alpha.gltf";
 
-/// The data files the scene is made of (in the data folder).
-pub fn data_files(data: &Path) -> Vec<PathBuf> {
-    CROPS.iter().map(|c| data.join(c.1)).collect()
-}
-
 /// Writes the scene into `dir` (created if needed) from the images in `data`: the glTF
 /// ([`GLTF_NAME`]), its buffer and three PNG textures. PNGs already there are kept, and
 /// the glTF and its buffer are rewritten only when their content changes, so a bake
