@@ -165,8 +165,8 @@ impl MipBiasController {
 pub struct BudgetConfig {
     /// The frame time to stay under, in milliseconds.
     pub target_frame_ms: f64,
-    /// Safety band around the target, in milliseconds; also the most time one frame's
-    /// uploads may take (the "no spike over 1 ms" target).
+    /// Safety band around the target, in milliseconds: uploads fill a frame up to
+    /// `target − margin`, and a frame over `target + margin` halves the budget.
     pub margin_ms: f64,
     /// Fewest tiles per frame, whatever the frame time: streaming always progresses.
     pub min_tiles: usize,
@@ -205,11 +205,13 @@ pub struct Budget {
 ///
 /// The budget grows (×1.25, at least by `min_tiles`) while frames finish under
 /// `target − margin` and the uploads used the whole budget; it halves as soon as a
-/// frame exceeds `target + margin` or the uploads alone took more than `margin`. The
-/// cost of one upload is estimated from the measurements (an average that follows
-/// increases quickly and decreases slowly), and the budget never predicts more upload
-/// time than the frame has room for: `min(target − (frame − upload), margin)`, except
-/// that it never drops below `min_tiles`.
+/// frame exceeds `target + margin`. The cost of one upload is estimated from the
+/// measurements (an average that follows increases quickly and decreases slowly), and
+/// the budget never predicts more upload time than the frame has room for below the
+/// band, `target − margin − (frame − upload)`, except that it never drops below
+/// `min_tiles`. So uploads take the time the frame leaves, and no more: a burst (a
+/// camera cut) fills short frames at once instead of growing into them, and no frame
+/// goes over the target because of uploads.
 #[derive(Clone, Debug)]
 pub struct UploadBudgetController {
     config: BudgetConfig,
@@ -259,10 +261,10 @@ impl UploadBudgetController {
     }
 
     /// The upload time the next frame has room for after a frame of `frame_ms` of
-    /// which `upload_ms` were uploads: `min(target − (frame − upload), margin)`.
+    /// which `upload_ms` were uploads: `target − margin − (frame − upload)`.
     pub fn headroom_ms(&self, frame_ms: f64, upload_ms: f64) -> f64 {
         let c = &self.config;
-        (c.target_frame_ms - (frame_ms - upload_ms)).min(c.margin_ms)
+        c.target_frame_ms - c.margin_ms - (frame_ms - upload_ms)
     }
 
     /// Takes in the last frame's time, the part of it spent uploading and the number of
@@ -285,7 +287,7 @@ impl UploadBudgetController {
             });
         }
         let mut tiles = self.tiles as f64;
-        if frame_ms > c.target_frame_ms + c.margin_ms || upload_ms > c.margin_ms {
+        if frame_ms > c.target_frame_ms + c.margin_ms {
             tiles *= CUT;
         } else if frame_ms < c.target_frame_ms - c.margin_ms && uploads >= self.tiles {
             tiles = (tiles * GROW).max(tiles + c.min_tiles.max(1) as f64);
