@@ -261,7 +261,9 @@ impl AsBindGroup for VirtualTexture {
                 let layers = if s.vt.is_stacked() { s.vt.atlas().layers().len() } else { 1 };
                 (s.vt.binding_resources(layer).clone(), layers)
             }
-            Some(Streamed::Failed) => (state.fallback.clone().ok_or(AsBindGroupError::RetryNextUpdate)?, 0),
+            Some(Streamed::Failed(_)) => {
+                (state.fallback.clone().ok_or(AsBindGroupError::RetryNextUpdate)?, 0)
+            }
             // Not opened yet (it is, before the next frame's materials are prepared).
             None => return Err(AsBindGroupError::RetryNextUpdate),
         };
@@ -535,9 +537,12 @@ pub struct VtRenderState {
 /// Frames between two checks of whether an atlas file was replaced.
 const RELOAD_CHECK_FRAMES: u64 = 30;
 
-/// What tells a replaced atlas file: its length and modification time (`None` for a
-/// remote atlas or a file that cannot be read).
-fn file_identity(location: &str) -> Option<(u64, std::time::SystemTime)> {
+/// What tells a replaced atlas file: its length and modification time.
+type FileIdentity = (u64, std::time::SystemTime);
+
+/// The [`FileIdentity`] of a local atlas (`None` for a remote atlas or a file that
+/// cannot be read).
+fn file_identity(location: &str) -> Option<FileIdentity> {
     if location.contains("://") {
         return None;
     }
@@ -547,14 +552,15 @@ fn file_identity(location: &str) -> Option<(u64, std::time::SystemTime)> {
 
 enum Streamed {
     Open(Box<Streaming>),
-    Failed,
+    /// Tried again only once the file changes from this ([`file_identity`]).
+    Failed(Option<FileIdentity>),
 }
 
 struct Streaming {
     vt: VirtualTextures,
     frame: Option<DetachedFrame>,
     /// The file as it was opened ([`file_identity`]).
-    identity: Option<(u64, std::time::SystemTime)>,
+    identity: Option<FileIdentity>,
 }
 
 fn extract_atlases(materials: Extract<Res<Assets<TesseraMaterial>>>, mut state: ResMut<VtRenderState>) {
@@ -588,7 +594,7 @@ fn open_atlases(
                 state.fallback = Some(fallback_resources(device.wgpu_device()));
                 for a in &state.wanted {
                     let _ = state.sender.send(Report::Failed(a.clone(), e.to_string()));
-                    state.atlases.insert(a.clone(), Streamed::Failed);
+                    state.atlases.insert(a.clone(), Streamed::Failed(None));
                 }
             }
         }
@@ -597,21 +603,20 @@ fn open_atlases(
         if state.atlases.contains_key(&location) {
             continue;
         }
+        let identity = file_identity(&location);
         let opened = match &state.ctx {
             Some(ctx) => open_one(ctx, &location, &state.config),
             None => Err("no GPU context".to_owned()),
         };
         let entry = match opened {
-            Ok(vt) => {
-                Streamed::Open(Box::new(Streaming { vt, frame: None, identity: file_identity(&location) }))
-            }
+            Ok(vt) => Streamed::Open(Box::new(Streaming { vt, frame: None, identity })),
             Err(e) => {
                 error!("Tessera atlas {location}: {e}; its meshes keep their material colour");
                 let _ = state.sender.send(Report::Failed(location.clone(), e));
                 if state.fallback.is_none() {
                     state.fallback = Some(fallback_resources(device.wgpu_device()));
                 }
-                Streamed::Failed
+                Streamed::Failed(identity)
             }
         };
         state.atlases.insert(location, entry);
@@ -624,12 +629,12 @@ fn open_atlases(
 fn reopen_replaced(state: &mut VtRenderState) {
     let Some(ctx) = &state.ctx else { return };
     for (location, streamed) in &mut state.atlases {
-        let now = file_identity(location);
-        let changed = match streamed {
-            Streamed::Open(s) => now.is_some() && s.identity != now,
-            Streamed::Failed => now.is_some(),
+        let seen = match streamed {
+            Streamed::Open(s) => s.identity,
+            Streamed::Failed(identity) => *identity,
         };
-        if !changed {
+        let now = file_identity(location);
+        if now.is_none() || now == seen {
             continue;
         }
         match open_one(ctx, location, &state.config) {
@@ -638,15 +643,16 @@ fn reopen_replaced(state: &mut VtRenderState) {
                 *streamed = Streamed::Open(Box::new(Streaming { vt, frame: None, identity: now }));
                 let _ = state.sender.send(Report::Reopened(location.clone()));
             }
-            Err(e) => {
-                if let Streamed::Open(s) = streamed {
-                    // Retried at the next check only if the file changes again.
+            // Tried again only when the file changes again.
+            Err(e) => match streamed {
+                Streamed::Open(s) => {
                     s.identity = now;
                     warn!(
                         "Tessera atlas {location}: the file changed but does not open ({e}); the old one stays"
                     );
                 }
-            }
+                Streamed::Failed(identity) => *identity = now,
+            },
         }
     }
 }

@@ -140,6 +140,23 @@ fn plane(world: &mut World) -> Handle<Mesh> {
     world.resource_mut::<Assets<Mesh>>().add(Plane3d::default().mesh().size(4.0, 4.0))
 }
 
+/// The lit plane twice: streamed from `atlas` on render layer 1, and drawn by Bevy's
+/// `StandardMaterial` with the `TEXTURE`² RGBA8 image `reference` on layer 2; returns
+/// the two cameras' images.
+fn plane_pair(world: &mut World, atlas: &Path, reference: Vec<u8>) -> (Handle<Image>, Handle<Image>) {
+    let streamed_image = camera(world, 1);
+    let reference_image = camera(world, 2);
+    light(world);
+    let mesh = plane(world);
+    let vt = world
+        .resource_mut::<Assets<TesseraMaterial>>()
+        .add(VirtualTexture::material(atlas.to_string_lossy()));
+    world.spawn((Mesh3d(mesh.clone()), MeshMaterial3d(vt), RenderLayers::layer(1)));
+    let standard = plane_reference(world, reference);
+    world.spawn((Mesh3d(mesh), MeshMaterial3d(standard), RenderLayers::layer(2)));
+    (streamed_image, reference_image)
+}
+
 /// Bevy's own `StandardMaterial` with the `TEXTURE`² RGBA8 image `rgba` (sRGB,
 /// trilinear), the reference a streamed plane is compared with.
 fn plane_reference(world: &mut World, rgba: Vec<u8>) -> Handle<StandardMaterial> {
@@ -246,17 +263,7 @@ fn streamed_plane_converges_to_the_standard_material() {
     let dir = tempfile::tempdir().unwrap();
     let atlas = bake_texture(dir.path());
     let mut app = app();
-    let world = app.world_mut();
-    let streamed_image = camera(world, 1);
-    let reference_image = camera(world, 2);
-    light(world);
-    let mesh = plane(world);
-    let vt = world
-        .resource_mut::<Assets<TesseraMaterial>>()
-        .add(VirtualTexture::material(atlas.to_string_lossy()));
-    world.spawn((Mesh3d(mesh.clone()), MeshMaterial3d(vt), RenderLayers::layer(1)));
-    let standard = plane_reference(world, texture());
-    world.spawn((Mesh3d(mesh), MeshMaterial3d(standard), RenderLayers::layer(2)));
+    let (streamed_image, reference_image) = plane_pair(app.world_mut(), &atlas, texture());
 
     // Every frame is read back from the start: the first one that shows the plane
     // has only the coarse mips (feedback comes from drawing).
@@ -324,17 +331,7 @@ fn a_replaced_atlas_file_is_opened_again() {
     let atlas = bake_texture(dir.path());
     let swapped: Vec<u8> = texture().chunks(4).flat_map(|p| [p[2], p[0], p[1], p[3]]).collect();
     let mut app = app();
-    let world = app.world_mut();
-    let streamed_image = camera(world, 1);
-    let reference_image = camera(world, 2);
-    light(world);
-    let mesh = plane(world);
-    let vt = world
-        .resource_mut::<Assets<TesseraMaterial>>()
-        .add(VirtualTexture::material(atlas.to_string_lossy()));
-    world.spawn((Mesh3d(mesh.clone()), MeshMaterial3d(vt), RenderLayers::layer(1)));
-    let standard = plane_reference(world, swapped.clone());
-    world.spawn((Mesh3d(mesh), MeshMaterial3d(standard), RenderLayers::layer(2)));
+    let (streamed_image, reference_image) = plane_pair(app.world_mut(), &atlas, swapped.clone());
     read_back(app.world_mut(), streamed_image, 1);
     read_back(app.world_mut(), reference_image, 2);
     let settled = |app: &App| {

@@ -70,8 +70,8 @@ struct GpuMesh {
 
 struct ReferencePass {
     pipeline: wgpu::RenderPipeline,
-    /// For blended materials.
-    blend: wgpu::RenderPipeline,
+    /// For blended materials, when the scene has any.
+    blend: Option<wgpu::RenderPipeline>,
     group: wgpu::BindGroup,
     bytes: u64,
 }
@@ -81,12 +81,15 @@ struct ReferencePass {
 struct Pipelines<'a> {
     opaque: &'a wgpu::RenderPipeline,
     masked: &'a wgpu::RenderPipeline,
-    blend: &'a wgpu::RenderPipeline,
+    /// `None` only when the scene has no blended material.
+    blend: Option<&'a wgpu::RenderPipeline>,
 }
 
 /// The meshes, materials and pipelines of a baked material scene.
 pub struct MaterialRenderer {
+    /// Opaque and masked meshes first, then blended ones from `first_blend` on.
     meshes: Vec<GpuMesh>,
+    first_blend: usize,
     frame_buffer: wgpu::Buffer,
     frame_group: wgpu::BindGroup,
     frame_layout: wgpu::BindGroupLayout,
@@ -98,8 +101,9 @@ pub struct MaterialRenderer {
     /// The VT pipeline of blended materials: feedback through the storage bitset
     /// (a request in the feedback target would replace the request of the surface
     /// behind), the depth test forced early where the device allows (valid: such a
-    /// shader never discards nor writes depth).
-    vt_pipeline_blend: wgpu::RenderPipeline,
+    /// shader never discards nor writes depth). Built when the scene has blended
+    /// materials.
+    vt_pipeline_blend: Option<wgpu::RenderPipeline>,
     /// Where the camera of the next draws is (blended meshes are drawn far to near).
     eye: std::sync::Mutex<Vec3>,
     /// The predicted view's pass, when the virtual textures take predictions.
@@ -189,7 +193,7 @@ impl MaterialRenderer {
         }
         let device = &ctx.device;
         let mut triangles = 0;
-        let meshes =
+        let mut meshes: Vec<GpuMesh> =
             scene
                 .meshes
                 .iter()
@@ -221,6 +225,8 @@ impl MaterialRenderer {
                     }
                 })
                 .collect();
+        meshes.sort_by_key(|m| m.blend);
+        let first_blend = meshes.iter().position(|m| m.blend).unwrap_or(meshes.len());
         let size = (manifest.width as f32, manifest.height as f32);
         let mut material_bytes = vec![0u8; manifest.materials.len().max(1) * MATERIAL_STRIDE as usize];
         for (i, m) in manifest.materials.iter().enumerate() {
@@ -287,21 +293,22 @@ impl MaterialRenderer {
                 Outputs::Colour,
             )
         });
-        let blend_source = {
+        let vt_pipeline_blend = (first_blend < meshes.len()).then(|| {
             let src = shaders::with_page_table(&shaders::material_vt_source(), vt.page_table_storage());
-            if vt.early_depth_on(device) { shaders::with_early_depth_test(&src) } else { src }
-        };
-        let vt_pipeline_blend = mesh_pipeline(
-            device,
-            "material vt blend",
-            blend_source,
-            &layouts,
-            color_format,
-            None,
-            Outputs::Translucent { feedback: feedback_target },
-        );
+            let src = if vt.early_depth_on(device) { shaders::with_early_depth_test(&src) } else { src };
+            mesh_pipeline(
+                device,
+                "material vt blend",
+                src,
+                &layouts,
+                color_format,
+                None,
+                Outputs::Translucent { feedback: feedback_target },
+            )
+        });
         Ok(Self {
             meshes,
+            first_blend,
             frame_buffer,
             frame_group,
             frame_layout,
@@ -340,28 +347,30 @@ impl MaterialRenderer {
     /// [`Drawer::set_camera`]; with `pipelines`, each mesh with the pipeline of its
     /// material's alpha, else (the predicted view, which writes depth) the opaque and
     /// masked ones only, so a pane does not hide the requests of what lies behind it.
+    /// Only the blended meshes are sorted, per draw.
     fn draw(&self, pass: &mut wgpu::RenderPass<'_>, pipelines: Option<Pipelines<'_>>) {
-        let eye = *self.eye.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut order: Vec<&GpuMesh> = self.meshes.iter().collect();
-        order.sort_by(|a, b| {
-            let far = |m: &GpuMesh| if m.blend { -m.centre.distance_squared(eye) } else { f32::NEG_INFINITY };
-            a.blend.cmp(&b.blend).then(far(a).total_cmp(&far(b)))
-        });
-        for m in order.into_iter().filter(|m| pipelines.is_some() || !m.blend) {
+        let (solid, blended) = self.meshes.split_at(self.first_blend);
+        for m in solid {
             if let Some(p) = pipelines {
-                pass.set_pipeline(if m.blend {
-                    p.blend
-                } else if m.masked {
-                    p.masked
-                } else {
-                    p.opaque
-                });
+                pass.set_pipeline(if m.masked { p.masked } else { p.opaque });
             }
-            pass.set_bind_group(2, &self.material_group, &[m.material * MATERIAL_STRIDE as u32]);
-            pass.set_vertex_buffer(0, m.vertices.slice(..));
-            pass.set_index_buffer(m.indices.slice(..), wgpu::IndexFormat::Uint32);
-            pass.draw_indexed(0..m.count, 0, 0..1);
+            self.draw_mesh(pass, m);
         }
+        let Some(blend) = pipelines.and_then(|p| p.blend).filter(|_| !blended.is_empty()) else { return };
+        let eye = *self.eye.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut far_first: Vec<&GpuMesh> = blended.iter().collect();
+        far_first.sort_by(|a, b| b.centre.distance_squared(eye).total_cmp(&a.centre.distance_squared(eye)));
+        pass.set_pipeline(blend);
+        for m in far_first {
+            self.draw_mesh(pass, m);
+        }
+    }
+
+    fn draw_mesh(&self, pass: &mut wgpu::RenderPass<'_>, m: &GpuMesh) {
+        pass.set_bind_group(2, &self.material_group, &[m.material * MATERIAL_STRIDE as u32]);
+        pass.set_vertex_buffer(0, m.vertices.slice(..));
+        pass.set_index_buffer(m.indices.slice(..), wgpu::IndexFormat::Uint32);
+        pass.draw_indexed(0..m.count, 0, 0..1);
     }
 }
 
@@ -434,24 +443,21 @@ impl Drawer for MaterialRenderer {
                 wgpu::BindGroupEntry { binding: 4, resource: wgpu::BindingResource::TextureView(view(2)) },
             ],
         });
-        let pipeline = mesh_pipeline(
-            device,
-            "material reference",
-            shaders::material_reference_source(),
-            &[Some(&self.frame_layout), Some(&layout), Some(&self.material_layout)],
-            self.color_format,
-            None,
-            Outputs::Colour,
-        );
-        let blend = mesh_pipeline(
-            device,
-            "material reference blend",
-            shaders::material_reference_source(),
-            &[Some(&self.frame_layout), Some(&layout), Some(&self.material_layout)],
-            self.color_format,
-            None,
-            Outputs::Translucent { feedback: false },
-        );
+        let layouts = [Some(&self.frame_layout), Some(&layout), Some(&self.material_layout)];
+        let make = |label, outputs| {
+            mesh_pipeline(
+                device,
+                label,
+                shaders::material_reference_source(),
+                &layouts,
+                self.color_format,
+                None,
+                outputs,
+            )
+        };
+        let pipeline = make("material reference", Outputs::Colour);
+        let blend = (self.first_blend < self.meshes.len())
+            .then(|| make("material reference blend", Outputs::Translucent { feedback: false }));
         self.reference = Some(ReferencePass { pipeline, blend, group, bytes });
         Ok(())
     }
@@ -500,7 +506,7 @@ impl Drawer for MaterialRenderer {
         let opaque = self.vt_pipeline_early.as_ref().unwrap_or(&self.vt_pipeline);
         self.draw(
             &mut pass,
-            Some(Pipelines { opaque, masked: &self.vt_pipeline, blend: &self.vt_pipeline_blend }),
+            Some(Pipelines { opaque, masked: &self.vt_pipeline, blend: self.vt_pipeline_blend.as_ref() }),
         );
     }
 
@@ -516,6 +522,9 @@ impl Drawer for MaterialRenderer {
         let mut pass = SceneRenderer::pass(encoder, color, depth, None, timestamps);
         pass.set_bind_group(0, &self.frame_group, &[]);
         pass.set_bind_group(1, &r.group, &[]);
-        self.draw(&mut pass, Some(Pipelines { opaque: &r.pipeline, masked: &r.pipeline, blend: &r.blend }));
+        self.draw(
+            &mut pass,
+            Some(Pipelines { opaque: &r.pipeline, masked: &r.pipeline, blend: r.blend.as_ref() }),
+        );
     }
 }

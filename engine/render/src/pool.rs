@@ -903,7 +903,7 @@ impl TilePool {
             .collect();
         // Staged copies of one pitch (every pool's part has one) in runs: a record that
         // starts where the previous one's rows end, bound for the slot below it.
-        let runs: Vec<TileCopy> = staged
+        let tiles: Vec<TileCopy> = staged
             .iter()
             .map(|c| TileCopy {
                 slot: c.slot,
@@ -913,7 +913,7 @@ impl TilePool {
             .collect();
         let span = staged.first().map_or(0, |c| u64::from(c.pitch) * u64::from(rows));
         let uniform = staged.iter().all(|c| u64::from(c.pitch) * u64::from(rows) == span);
-        for run in self.runs(&runs, if uniform { span } else { 0 }) {
+        for run in self.runs(&tiles, if uniform { span } else { 0 }) {
             let first = staged[run.start];
             self.copy_run(
                 &mut encoder,

@@ -174,9 +174,11 @@ impl Residency {
             config.slots_x = config.slots_x.min(MAX_SLOTS_PER_SIDE);
             config.slots_y = config.slots_y.min(MAX_SLOTS_PER_SIDE);
         }
-        let mut free: Vec<SlotCoord> = Vec::with_capacity(config.slots_x as usize * config.slots_y as usize);
-        free.extend((0..config.slots_x).flat_map(|x| (0..config.slots_y).map(move |y| SlotCoord::new(x, y))));
-        order_free(&mut free);
+        // In the order of `order_free`, built so (popped from the back: down the columns).
+        let free: Vec<SlotCoord> = (0..config.slots_x)
+            .rev()
+            .flat_map(|x| (0..config.slots_y).rev().map(move |y| SlotCoord::new(x, y)))
+            .collect();
         Self {
             config,
             table: if config.complete_page_table {
