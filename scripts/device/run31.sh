@@ -25,3 +25,11 @@ for c in etc1s lz4; do
     echo "== cut $c $mode (${SECONDS}s)"; grep -E "^virtual|^ratio|upload CPU" /tmp/r/cut-$c-$mode.txt
   done
 done
+# Motion quality on the mosaic16k flyover (issue 31's second scene), prediction off and at
+# the default 8 frames, same run: frames fully resident and the coarser-pixel share.
+for p in 0 8; do
+  timeout 120 $T capture --scene mosaic16k --camera flyover --frames 180 --size 1920x1080 \
+    --predict-frames $p --out /tmp/c/fly-$p > /tmp/r/fly-$p.txt 2>&1 || echo "FAILED flyover predict $p"
+  mkdir -p /tmp/r/fly-$p && cp /tmp/c/fly-$p/*.json /tmp/r/fly-$p/ 2>/dev/null
+  echo "== mosaic16k flyover predict $p (${SECONDS}s)"; grep -vE "^adapter|written to" /tmp/r/fly-$p.txt | head -8
+done

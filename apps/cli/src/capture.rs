@@ -279,6 +279,9 @@ pub(crate) fn run(args: &CaptureArgs) -> Result<ExitCode> {
     let report = capture(&ctx, &cfg).with_context(|| format!("capturing {}", atlas.display()))?;
     println!("frames and stats.json written to {}", args.out.display());
     println!("{}", report.summary());
+    for line in report.motion_lines() {
+        println!("{line}");
+    }
     if cfg.wait_resident.is_some() {
         let extra: u64 = report.frames.iter().map(|f| u64::from(f.settle_renders)).sum();
         let short = report.frames.iter().filter(|f| f.settle_timed_out).count();

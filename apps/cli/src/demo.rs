@@ -205,44 +205,6 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-/// How blurry the flight was: the share of feedback pixels shown through a coarser tile
-/// than they wanted, over the frames that measured it.
-fn coarse_pixels_line(r: &CaptureReport) -> String {
-    let mut shares: Vec<f64> = r.frames.iter().filter_map(|f| f.coarse_pixel_share).collect();
-    if shares.is_empty() {
-        return "pixels shown coarser than wanted: not measured (feedback through the storage bitset)".into();
-    }
-    shares.sort_by(f64::total_cmp);
-    let at = |q: f64| shares[((shares.len() - 1) as f64 * q).round() as usize] * 100.0;
-    format!(
-        "pixels shown coarser than wanted (one per feedback block, by the frame that drew them): \
-         median {:.2}%, p95 {:.2}%, max {:.2}% over {} frames; {} frames at 0%",
-        at(0.5),
-        at(0.95),
-        at(1.0),
-        shares.len(),
-        shares.iter().filter(|&&s| s == 0.0).count()
-    )
-}
-
-/// How late feedback arrives: frames between drawing it and deciding from it.
-fn feedback_age_line(r: &CaptureReport) -> String {
-    let mut ages: Vec<u64> = r.frames.iter().filter_map(|f| f.feedback_age).collect();
-    if ages.is_empty() {
-        return "feedback: none arrived".into();
-    }
-    ages.sort_unstable();
-    let at = |q: f64| ages[((ages.len() - 1) as f64 * q).round() as usize];
-    format!(
-        "feedback read back {} frame(s) after it was drawn (median; p95 {}, max {}) in {} of {} frames",
-        at(0.5),
-        at(0.95),
-        at(1.0),
-        ages.len(),
-        r.frames.len()
-    )
-}
-
 /// The short human report: scale, convergence, tier residency, timings.
 fn report_text(r: &CaptureReport, camera: &str, scale: &Scale) -> String {
     let mut o = String::new();
@@ -291,16 +253,9 @@ fn report_text(r: &CaptureReport, camera: &str, scale: &Scale) -> String {
             psnr.iter().step_by((psnr.len() / 12).max(1)).map(|(f, p)| format!("{f}:{p:.1}")).collect();
         let _ = writeln!(o, "frame:dB  {}\n", marks.join("  "));
     }
-    let full = r.frames.iter().filter(|f| f.resident_fraction >= 1.0).count();
-    let lowest = r.frames.iter().map(|f| f.resident_fraction).fold(1.0, f64::min);
-    let _ = writeln!(
-        o,
-        "fully resident (every wanted tile at its wanted mip): {full} of {} frames; lowest resident fraction {:.1}%\n",
-        r.frames.len(),
-        100.0 * lowest
-    );
-    let _ = writeln!(o, "{}\n", coarse_pixels_line(r));
-    let _ = writeln!(o, "{}\n", feedback_age_line(r));
+    for line in r.motion_lines() {
+        let _ = writeln!(o, "{line}\n");
+    }
     let s = &r.final_stats;
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     let _ = writeln!(o, "## Tier residency after the last frame\n");

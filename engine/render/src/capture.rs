@@ -153,6 +153,59 @@ impl CaptureReport {
         None
     }
 
+    /// How the run looked in motion, one line each: frames fully resident, the share of
+    /// pixels shown through a coarser tile than they wanted (median, p95, max), and how
+    /// many frames late feedback arrived.
+    pub fn motion_lines(&self) -> [String; 3] {
+        let full = self.frames.iter().filter(|f| f.resident_fraction >= 1.0).count();
+        let lowest = self.frames.iter().map(|f| f.resident_fraction).fold(1.0, f64::min);
+        let resident = format!(
+            "fully resident (every wanted tile at its wanted mip): {full} of {} frames; lowest resident fraction {:.1}%",
+            self.frames.len(),
+            100.0 * lowest
+        );
+        [resident, self.coarse_pixels_line(), self.feedback_age_line()]
+    }
+
+    /// How blurry the flight was: the share of feedback pixels shown through a coarser
+    /// tile than they wanted, over the frames that measured it.
+    fn coarse_pixels_line(&self) -> String {
+        let mut shares: Vec<f64> = self.frames.iter().filter_map(|f| f.coarse_pixel_share).collect();
+        if shares.is_empty() {
+            return "pixels shown coarser than wanted: not measured (feedback through the storage bitset)"
+                .into();
+        }
+        shares.sort_by(f64::total_cmp);
+        let at = |q: f64| shares[((shares.len() - 1) as f64 * q).round() as usize] * 100.0;
+        format!(
+            "pixels shown coarser than wanted (one per feedback block, by the frame that drew them): \
+             median {:.2}%, p95 {:.2}%, max {:.2}% over {} frames; {} frames at 0%",
+            at(0.5),
+            at(0.95),
+            at(1.0),
+            shares.len(),
+            shares.iter().filter(|&&s| s == 0.0).count()
+        )
+    }
+
+    /// How late feedback arrives: frames between drawing it and deciding from it.
+    fn feedback_age_line(&self) -> String {
+        let mut ages: Vec<u64> = self.frames.iter().filter_map(|f| f.feedback_age).collect();
+        if ages.is_empty() {
+            return "feedback: none arrived".into();
+        }
+        ages.sort_unstable();
+        let at = |q: f64| ages[((ages.len() - 1) as f64 * q).round() as usize];
+        format!(
+            "feedback read back {} frame(s) after it was drawn (median; p95 {}, max {}) in {} of {} frames",
+            at(0.5),
+            at(0.95),
+            at(1.0),
+            ages.len(),
+            self.frames.len()
+        )
+    }
+
     /// A one-line summary ending with the last frame's PSNR when there is one.
     pub fn summary(&self) -> String {
         let last = self.frames.last();
