@@ -14,6 +14,7 @@ mod common;
 
 use std::path::PathBuf;
 
+use bevy::core_pipeline::prepass::DepthPrepass;
 use bevy::gltf::GltfAssetLabel;
 use bevy::prelude::*;
 use bevy::world_serialization::WorldAssetRoot;
@@ -75,6 +76,9 @@ fn setup(mut commands: Commands, level: Res<Level>, assets: Res<AssetServer>) {
     let size = Vec3::from_array((level.scene.bounds_max - level.scene.bounds_min).to_array());
     commands.spawn((
         Camera3d::default(),
+        // Streamed materials record their feedback in the depth prepass; their main
+        // pass is then depth tested before shading.
+        DepthPrepass,
         transform,
         projection,
         common::Fly::new((size.length() * 0.05).max(1.0), &transform),

@@ -8,6 +8,7 @@
 
 mod common;
 
+use bevy::core_pipeline::prepass::DepthPrepass;
 use bevy::prelude::*;
 use bevy_tessera::Codec;
 use bevy_tessera::VtConfig;
@@ -76,5 +77,5 @@ fn setup(
         Transform::from_xyz(3.0, 10.0, 4.0).looking_at(Vec3::ZERO, Vec3::Y),
     ));
     let transform = Transform::from_xyz(0.0, 4.0, 30.0).looking_at(Vec3::new(0.0, 0.0, 10.0), Vec3::Y);
-    commands.spawn((Camera3d::default(), transform, common::Fly::new(8.0, &transform)));
+    commands.spawn((Camera3d::default(), DepthPrepass, transform, common::Fly::new(8.0, &transform)));
 }

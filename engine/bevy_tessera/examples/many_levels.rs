@@ -11,6 +11,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use bevy::core_pipeline::prepass::DepthPrepass;
 use bevy::gltf::GltfAssetLabel;
 use bevy::prelude::*;
 use bevy::world_serialization::WorldAssetRoot;
@@ -91,7 +92,7 @@ fn setup(mut commands: Commands, levels: Res<Levels>, assets: Res<AssetServer>) 
         ));
     }
     commands.insert_resource(GlobalAmbientLight { brightness: 400.0, ..default() });
-    commands.spawn((Camera3d::default(), levels.eye, common::Fly::new(4.0, &levels.eye)));
+    commands.spawn((Camera3d::default(), DepthPrepass, levels.eye, common::Fly::new(4.0, &levels.eye)));
 }
 
 /// R switches every level to the other copy of its textures.

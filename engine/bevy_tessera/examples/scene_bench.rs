@@ -4,8 +4,12 @@
 //! ```text
 //! cargo run --release -p bevy_tessera --example scene_bench -- \
 //!     [--textures streamed|resident] [--camera walk|still] [--frames 600] \
-//!     [--size 1920x1080] [--pool-mib 64] [--gltf LEVEL.gltf]
+//!     [--size 1920x1080] [--pool-mib 64] [--gltf LEVEL.gltf] [--prepass]
 //! ```
+//!
+//! `--prepass` gives the camera a `DepthPrepass`: streamed materials then record their
+//! feedback there, and their main pass, without side effects, is depth tested before
+//! shading (resident materials get the same prepass, for a like-for-like ratio).
 //!
 //! Renders into an image (no window), after a warm-up (pipelines compiled and, for a
 //! still camera, the view fully resident), then `--frames` measured frames; with
@@ -17,6 +21,7 @@
 use std::time::Instant;
 
 use bevy::camera::RenderTarget;
+use bevy::core_pipeline::prepass::DepthPrepass;
 use bevy::core_pipeline::tonemapping::Tonemapping;
 use bevy::diagnostic::DiagnosticsStore;
 use bevy::prelude::*;
@@ -40,11 +45,19 @@ struct Options {
     size: (u32, u32),
     pool_mib: u32,
     gltf: Option<String>,
+    prepass: bool,
 }
 
 fn options() -> Result<Options, String> {
-    let mut o =
-        Options { streamed: true, walk: true, frames: 600, size: (1920, 1080), pool_mib: 64, gltf: None };
+    let mut o = Options {
+        streamed: true,
+        walk: true,
+        frames: 600,
+        size: (1920, 1080),
+        pool_mib: 64,
+        gltf: None,
+        prepass: false,
+    };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -71,6 +84,7 @@ fn options() -> Result<Options, String> {
                 o.size = parsed.filter(|&(w, h)| w > 0 && h > 0).ok_or(format!("--size {v}: use WxH"))?;
             }
             "--gltf" => o.gltf = Some(value()?),
+            "--prepass" => o.prepass = true,
             _ => return Err(format!("unknown argument {flag}")),
         }
     }
@@ -148,6 +162,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             projection,
         ))
         .id();
+    if o.prepass {
+        world.entity_mut(camera).insert(DepthPrepass);
+    }
     world.spawn(sun(&level.scene, true));
     world.insert_resource(GlobalAmbientLight { brightness: 400.0, ..default() });
 
@@ -268,7 +285,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let (opaque_median, opaque_p95) = stats(gpu_opaque);
     let json = format!(
         concat!(
-            "{{\"textures\":\"{}\",\"camera\":\"{}\",\"size\":[{},{}],\"frames\":{},\"warm_up_frames\":{},",
+            "{{\"textures\":\"{}\",\"camera\":\"{}\",\"prepass\":{},\"size\":[{},{}],\"frames\":{},\"warm_up_frames\":{},",
             "\"warm_up_s\":{:.2},\"adapter\":{:?},\"wall_ms_median\":{},\"wall_ms_p95\":{},",
             "\"gpu_ms_median\":{},\"gpu_ms_p95\":{},\"gpu_frames\":{},\"opaque_pass_gpu_ms_median\":{},",
             "\"opaque_pass_gpu_ms_p95\":{},\"texture_bytes\":{},\"pool_mib\":{},\"mean_resident_fraction\":{:.4},",
@@ -276,6 +293,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         ),
         if o.streamed { "streamed" } else { "resident" },
         if o.walk { "walk" } else { "still" },
+        o.prepass,
         o.size.0,
         o.size.1,
         o.frames,

@@ -28,6 +28,12 @@
 //! after them. [`TesseraStats`] (a resource) and [`FullyResident`] (a message) report
 //! back to the main world.
 //!
+//! Give the camera a `DepthPrepass` (`bevy::core_pipeline::prepass`): opaque streamed
+//! materials then record their feedback in the depth prepass, and their main pass,
+//! left without side effects, is depth tested before shading, so hidden fragments are
+//! never lit ([`feedback_in_prepass`] says when). Without one, or with a normal, motion
+//! vector or deferred prepass, the main pass records the feedback itself.
+//!
 //! Your own materials can sample a virtual texture too: the WESL module `tessera::vt`
 //! ([`VT_SHADER`]) declares `vt_sample(uv, frag_coord)` on bindings 100 to 106 of the
 //! material bind group; bind them with [`VirtualTexture`] as a `MaterialExtension`.
@@ -62,16 +68,20 @@ pub use tessera::core::scene::camera::{CameraPath, Shot};
 use bevy::asset::{AssetMut, uuid_handle};
 use bevy::ecs::system::SystemParamItem;
 use bevy::ecs::system::lifetimeless::SRes;
-use bevy::pbr::{ExtendedMaterial, MaterialExtension};
+use bevy::mesh::MeshVertexBufferLayoutRef;
+use bevy::pbr::{
+    ExtendedMaterial, MaterialExtension, MaterialExtensionKey, MaterialExtensionPipeline, MeshPipelineKey,
+};
 use bevy::prelude::*;
 use bevy::render::render_resource::{
     AsBindGroup, AsBindGroupError, BindGroupBuilder, BindGroupLayout, BindGroupLayoutEntry, BindingType,
-    BufferBindingType, BufferInitDescriptor, BufferUsages, SamplerBindingType, ShaderStages,
-    TextureViewDimension, UnpreparedBindingResource,
+    BufferBindingType, BufferInitDescriptor, BufferUsages, FragmentState, RenderPipelineDescriptor,
+    SamplerBindingType, ShaderStages, SpecializedMeshPipelineError, TextureViewDimension,
+    UnpreparedBindingResource,
 };
 use bevy::render::renderer::{RenderAdapter, RenderDevice, RenderGraph, RenderGraphSystems, RenderQueue};
 use bevy::render::{Extract, ExtractSchedule, Render, RenderApp, RenderSystems};
-use bevy::shader::{Shader, ShaderRef};
+use bevy::shader::{Shader, ShaderDefVal, ShaderRef};
 use crossbeam_channel::{Receiver, Sender};
 use tessera::core::Atlas;
 use tessera::core::format::atlas::Wrap;
@@ -92,6 +102,18 @@ pub const VT_SHADER: Handle<Shader> = uuid_handle!("7f1c9a52-3b0e-4f4e-9d1a-6a54
 
 /// The fragment shader of [`TesseraMaterial`].
 pub const MATERIAL_SHADER: Handle<Shader> = uuid_handle!("0c2b8f63-81d4-4a7e-b5e2-93a0d61c4f27");
+
+/// The depth prepass fragment shader of [`TesseraMaterial`]: the material's feedback and
+/// nothing else, for cameras with a `DepthPrepass` (see [`feedback_in_prepass`]).
+pub const PREPASS_SHADER: Handle<Shader> = uuid_handle!("5d0e7b19-c2a4-4c61-8f3e-1b7a92d4e086");
+
+/// The `bevy_tessera::region` WESL module both fragment shaders share: the [`Region`]
+/// block and the mesh's uv mapped into it.
+const REGION_SHADER: Handle<Shader> = uuid_handle!("a3f4c6d2-6e81-4b0f-92c7-5d18e0b3f74a");
+
+/// The WESL feature (shader def) under which the `tessera::vt` module's samples record no
+/// feedback: set for a main pass whose depth prepass records it instead.
+pub const FEEDBACK_IN_PREPASS_DEF: &str = "TESSERA_FEEDBACK_IN_PREPASS";
 
 /// Bevy's `StandardMaterial` with its base colour streamed from a virtual texture.
 pub type TesseraMaterial = ExtendedMaterial<StandardMaterial, VirtualTexture>;
@@ -235,6 +257,65 @@ impl MaterialExtension for VirtualTexture {
     fn fragment_shader() -> ShaderRef {
         ShaderRef::Handle(MATERIAL_SHADER)
     }
+
+    fn specialize(
+        _pipeline: &MaterialExtensionPipeline,
+        descriptor: &mut RenderPipelineDescriptor,
+        _layout: &MeshVertexBufferLayoutRef,
+        key: MaterialExtensionKey<Self>,
+    ) -> Result<(), SpecializedMeshPipelineError> {
+        move_feedback_to_prepass(descriptor, key.mesh_key);
+        Ok(())
+    }
+}
+
+/// Whether a pipeline of this key (main pass or prepass) leaves the material's feedback
+/// to the camera's depth prepass: the view has a depth-only prepass (no normal, motion
+/// vector or deferred prepass, whose fragment shader is Bevy's) and the material is
+/// opaque and never discards (blended meshes are not in the prepass, and an alpha test
+/// keeps Bevy's prepass shader). The main pass of such a material then has no side
+/// effect, so the driver tests depth before shading and hidden fragments are not lit;
+/// the prepass records the feedback, cheaply, before it. Other keys keep the feedback
+/// in the main pass.
+pub fn feedback_in_prepass(key: MeshPipelineKey) -> bool {
+    key.contains(MeshPipelineKey::DEPTH_PREPASS)
+        && !key.intersects(
+            MeshPipelineKey::NORMAL_PREPASS
+                | MeshPipelineKey::MOTION_VECTOR_PREPASS
+                | MeshPipelineKey::DEFERRED_PREPASS
+                | MeshPipelineKey::MAY_DISCARD,
+        )
+        && key.intersection(MeshPipelineKey::BLEND_RESERVED_BITS) == MeshPipelineKey::BLEND_OPAQUE
+}
+
+/// [`VirtualTexture::specialize`]'s work, apart for tests: where [`feedback_in_prepass`]
+/// holds, a camera's depth-only prepass pipeline (Bevy builds it without a fragment
+/// stage) gets [`PREPASS_SHADER`] as its fragment stage, and the main pass pipeline
+/// the [`FEEDBACK_IN_PREPASS_DEF`] feature. Shadow views' prepasses (they carry a
+/// projection in their key, a camera's prepass does not) are left as Bevy built them.
+fn move_feedback_to_prepass(descriptor: &mut RenderPipelineDescriptor, key: MeshPipelineKey) {
+    if !feedback_in_prepass(key) {
+        return;
+    }
+    let prepass = descriptor
+        .vertex
+        .shader_defs
+        .iter()
+        .any(|d| matches!(d, ShaderDefVal::Bool(n, true) if n == "PREPASS_PIPELINE"));
+    if prepass {
+        let shadow = key.intersects(MeshPipelineKey::VIEW_PROJECTION_RESERVED_BITS);
+        if !shadow && descriptor.fragment.is_none() {
+            descriptor.fragment = Some(FragmentState {
+                shader: PREPASS_SHADER,
+                shader_defs: descriptor.vertex.shader_defs.clone(),
+                entry_point: Some("fragment".into()),
+                targets: Vec::new(),
+                constants: Vec::new(),
+            });
+        }
+    } else if let Some(fragment) = descriptor.fragment.as_mut() {
+        fragment.shader_defs.push(FEEDBACK_IN_PREPASS_DEF.into());
+    }
 }
 
 impl AsBindGroup for VirtualTexture {
@@ -376,25 +457,42 @@ fn unattended(
     }
 }
 
+/// The `tessera::vt` WESL module: Tessera's lookup on the material bind group with the
+/// complete page table (one load, no climb; updated on the GPU in the plugin's own
+/// submission before Bevy's passes), `vt_enabled()`, and two `vt_mark`s: the one that
+/// records feedback into the storage bitset, and under [`FEEDBACK_IN_PREPASS_DEF`] one
+/// that records nothing (the depth prepass did).
+fn vt_module() -> String {
+    let src = tessera::shaders::with_page_table(
+        &tessera::shaders::vt_bindings_at("constants::MATERIAL_BIND_GROUP", FIRST_BINDING),
+        PageTableStorage::Complete,
+    );
+    let mark = "fn vt_mark(uv: vec2<f32>, m: u32, frag: vec4<f32>) {";
+    let quiet = format!("@if({FEEDBACK_IN_PREPASS_DEF})\n{mark}}}\n@if(!{FEEDBACK_IN_PREPASS_DEF})\n{mark}");
+    format!(
+        "{}\n// False for an atlas that failed to open (its parameter block is empty).\nfn vt_enabled() -> bool {{ return vt.size.x > 0.0; }}\n",
+        src.replacen(mark, &quiet, 1)
+    )
+}
+
 #[derive(Resource)]
 struct UnattendedRun(Unattended);
 
 impl Plugin for TesseraPlugin {
     fn build(&self, app: &mut App) {
         let mut shaders = app.world_mut().resource_mut::<Assets<Shader>>();
-        // The complete page table (one load, no climb), updated on the GPU in the
-        // plugin's own submission before Bevy's passes.
-        let vt = format!(
-            "{}\n// False for an atlas that failed to open (its parameter block is empty).\nfn vt_enabled() -> bool {{ return vt.size.x > 0.0; }}\n",
-            tessera::shaders::with_page_table(
-                &tessera::shaders::vt_bindings_at("constants::MATERIAL_BIND_GROUP", FIRST_BINDING),
-                PageTableStorage::Complete
-            )
+        let _ = shaders.insert(VT_SHADER.id(), Shader::from_wesl(vt_module(), "embedded://tessera/vt.wesl"));
+        let _ = shaders.insert(
+            REGION_SHADER.id(),
+            Shader::from_wesl(include_str!("region.wesl"), "embedded://bevy_tessera/region.wesl"),
         );
-        let _ = shaders.insert(VT_SHADER.id(), Shader::from_wesl(vt, "embedded://tessera/vt.wesl"));
         let _ = shaders.insert(
             MATERIAL_SHADER.id(),
             Shader::from_wesl(include_str!("material.wesl"), "embedded://bevy_tessera/material.wesl"),
+        );
+        let _ = shaders.insert(
+            PREPASS_SHADER.id(),
+            Shader::from_wesl(include_str!("prepass.wesl"), "embedded://bevy_tessera/prepass.wesl"),
         );
         app.add_plugins(MaterialPlugin::<TesseraMaterial>::default());
         let (sender, receiver) = crossbeam_channel::unbounded();
@@ -740,5 +838,92 @@ fn end_frames(mut state: ResMut<VtRenderState>) {
             gpu_bytes: s.vt.gpu_bytes(),
         };
         let _ = state.sender.send(Report::Stats(location.clone(), Box::new(stats)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn camera_prepass(extra: MeshPipelineKey) -> MeshPipelineKey {
+        MeshPipelineKey::DEPTH_PREPASS | extra
+    }
+
+    fn pipeline(prepass: bool, fragment: bool) -> RenderPipelineDescriptor {
+        let mut d = RenderPipelineDescriptor::default();
+        if prepass {
+            d.vertex.shader_defs.push("PREPASS_PIPELINE".into());
+        }
+        d.vertex.shader_defs.push("VERTEX_UVS_A".into());
+        if fragment {
+            d.fragment = Some(FragmentState::default());
+        }
+        d
+    }
+
+    fn quiet(d: &RenderPipelineDescriptor) -> bool {
+        d.fragment.as_ref().is_some_and(|f| f.shader_defs.contains(&FEEDBACK_IN_PREPASS_DEF.into()))
+    }
+
+    #[test]
+    fn feedback_moves_to_a_depth_only_prepass_of_opaque_materials() {
+        assert!(feedback_in_prepass(camera_prepass(MeshPipelineKey::NONE)));
+        assert!(feedback_in_prepass(camera_prepass(MeshPipelineKey::VIEW_PROJECTION_PERSPECTIVE)));
+        assert!(!feedback_in_prepass(MeshPipelineKey::NONE), "no prepass: the main pass records");
+        for other in [
+            MeshPipelineKey::NORMAL_PREPASS,
+            MeshPipelineKey::MOTION_VECTOR_PREPASS,
+            MeshPipelineKey::DEFERRED_PREPASS,
+            MeshPipelineKey::MAY_DISCARD,
+            MeshPipelineKey::BLEND_ALPHA,
+            MeshPipelineKey::BLEND_PREMULTIPLIED_ALPHA,
+        ] {
+            assert!(!feedback_in_prepass(camera_prepass(other)), "{other:?}");
+        }
+    }
+
+    #[test]
+    fn the_main_pass_goes_quiet_and_the_camera_prepass_gets_the_feedback_shader() {
+        let key = camera_prepass(MeshPipelineKey::VIEW_PROJECTION_PERSPECTIVE);
+        let mut main = pipeline(false, true);
+        move_feedback_to_prepass(&mut main, key);
+        assert!(quiet(&main));
+
+        let mut prepass = pipeline(true, false);
+        move_feedback_to_prepass(&mut prepass, camera_prepass(MeshPipelineKey::NONE));
+        let fragment = prepass.fragment.expect("a fragment stage for the feedback");
+        assert_eq!(fragment.shader, PREPASS_SHADER);
+        assert!(fragment.targets.is_empty());
+        assert!(fragment.shader_defs.contains(&"VERTEX_UVS_A".into()));
+        assert!(!fragment.shader_defs.contains(&FEEDBACK_IN_PREPASS_DEF.into()));
+
+        // A shadow view's prepass carries its projection: left as Bevy built it.
+        let mut shadow = pipeline(true, false);
+        move_feedback_to_prepass(&mut shadow, key);
+        assert!(shadow.fragment.is_none());
+
+        // Without a depth prepass, or for a masked material, nothing moves.
+        let mut main = pipeline(false, true);
+        move_feedback_to_prepass(&mut main, MeshPipelineKey::VIEW_PROJECTION_PERSPECTIVE);
+        assert!(!quiet(&main));
+        let mut masked = pipeline(true, true);
+        move_feedback_to_prepass(&mut masked, camera_prepass(MeshPipelineKey::MAY_DISCARD));
+        assert_ne!(masked.fragment.map(|f| f.shader), Some(PREPASS_SHADER));
+    }
+
+    #[test]
+    fn the_vt_module_has_a_quiet_mark_under_the_feature_and_the_recording_one_otherwise() {
+        let m = vt_module();
+        let quiet = format!(
+            "@if({FEEDBACK_IN_PREPASS_DEF})\nfn vt_mark(uv: vec2<f32>, m: u32, frag: vec4<f32>) {{}}\n"
+        );
+        let loud = format!(
+            "@if(!{FEEDBACK_IN_PREPASS_DEF})\nfn vt_mark(uv: vec2<f32>, m: u32, frag: vec4<f32>) {{\n"
+        );
+        assert_eq!(m.matches(&quiet).count(), 1, "{m}");
+        assert_eq!(m.matches(&loud).count(), 1);
+        assert_eq!(m.matches("fn vt_mark(").count(), 2);
+        assert!(m.contains("fn vt_record("));
+        assert!(m.contains("atomicOr(&vt_feedback"));
     }
 }

@@ -20,6 +20,9 @@
 //
 //   vt_request_at(uv, ddx_uv, ddy_uv, max_lod) -> u32
 //       The request a sample would make, without sampling: for feedback-only passes.
+//   vt_record(uv, ddx_uv, ddy_uv, frag_coord, max_lod)
+//       Records that request as a sample would, without sampling: for a depth prepass
+//       that writes the feedback of a main pass left without side effects.
 //   vt_request() -> u32
 //       With a feedback target (tessera::shaders::with_feedback_target), the value to
 //       write to the R32Uint feedback attachment after sampling; the main pass then has
@@ -152,6 +155,14 @@ fn vt_request_at(uv_in: vec2<f32>, gx: vec2<f32>, gy: vec2<f32>, max_lod: f32) -
     let uv = vt_address(uv_in);
     let lod = vt_lod(gx, gy, max_lod).x;
     return vt_entry_index(uv, u32(lod)) + 1u;
+}
+
+// Records the tile a sample at `uv` with derivatives gx, gy would want, as a sample
+// would (storage bitset or feedback target), without sampling: for a depth prepass that
+// carries a material's feedback so that its main pass has no side effect (bevy_tessera).
+fn vt_record(uv_in: vec2<f32>, gx: vec2<f32>, gy: vec2<f32>, frag: vec4<f32>, max_lod: f32) {
+    let uv = vt_address(uv_in);
+    vt_mark(uv, u32(vt_lod(gx, gy, max_lod).x), frag);
 }
 
 // With a feedback target: flags the request when the tile found (mip `rm`) is coarser
