@@ -219,6 +219,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut wall = Vec::with_capacity(o.frames);
     let mut gpu_total = Vec::with_capacity(o.frames);
     let mut gpu_opaque = Vec::with_capacity(o.frames);
+    let mut gpu_prepass = Vec::with_capacity(o.frames);
     let mut seen = std::collections::HashMap::new();
     let mut resident_sum = 0.0;
     let mut uploads = 0u64;
@@ -235,7 +236,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         wall.push(t.elapsed().as_secs_f64() * 1e3);
         // New GPU timings of this update (they arrive a few frames late).
         let store = app.world().resource::<DiagnosticsStore>();
-        let (mut total, mut opaque, mut any) = (0.0, 0.0, false);
+        let (mut total, mut opaque, mut prepass, mut any) = (0.0, 0.0, 0.0, false);
         for d in store.iter() {
             let path = d.path().as_str();
             let Some(m) = d.measurement() else { continue };
@@ -247,6 +248,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             // Top-level spans only: nested ones are inside their parents.
             if path.matches('/').count() == 2 {
                 total += m.value;
+                if path.contains("prepass") {
+                    prepass += m.value;
+                }
             }
             if path.contains("main_opaque_pass_3d") {
                 opaque += m.value;
@@ -255,6 +259,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         if any {
             gpu_total.push(total);
             gpu_opaque.push(opaque);
+            gpu_prepass.push(prepass);
         }
         if let Some(s) = app.world().resource::<TesseraStats>().atlases.values().next() {
             resident_sum += s.resident_fraction.unwrap_or(0.0);
@@ -283,12 +288,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let (wall_median, wall_p95) = stats(wall);
     let (gpu_median, gpu_p95) = stats(gpu_total.clone());
     let (opaque_median, opaque_p95) = stats(gpu_opaque);
+    let (prepass_median, _) = stats(gpu_prepass);
     let json = format!(
         concat!(
             "{{\"textures\":\"{}\",\"camera\":\"{}\",\"prepass\":{},\"size\":[{},{}],\"frames\":{},\"warm_up_frames\":{},",
             "\"warm_up_s\":{:.2},\"adapter\":{:?},\"wall_ms_median\":{},\"wall_ms_p95\":{},",
             "\"gpu_ms_median\":{},\"gpu_ms_p95\":{},\"gpu_frames\":{},\"opaque_pass_gpu_ms_median\":{},",
-            "\"opaque_pass_gpu_ms_p95\":{},\"texture_bytes\":{},\"pool_mib\":{},\"mean_resident_fraction\":{:.4},",
+            "\"opaque_pass_gpu_ms_p95\":{},\"prepass_gpu_ms_median\":{},\"texture_bytes\":{},\"pool_mib\":{},\"mean_resident_fraction\":{:.4},",
             "\"uploads\":{},\"gpu_spans\":{:?}}}"
         ),
         if o.streamed { "streamed" } else { "resident" },
@@ -307,6 +313,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         gpu_total.len(),
         num(opaque_median),
         num(opaque_p95),
+        num(prepass_median),
         texture_bytes,
         if o.streamed { o.pool_mib } else { 0 },
         if o.streamed { resident_sum / o.frames as f64 } else { 1.0 },
