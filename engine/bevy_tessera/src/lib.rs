@@ -51,6 +51,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// The guide's Rust blocks (docs/bevy.md), compiled as doctests so that the guide
+/// cannot drift from the plugin's API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/bevy.md")]
+struct Guide;
+
 pub mod diagnostics;
 pub mod level;
 pub mod scene;

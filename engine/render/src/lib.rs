@@ -130,6 +130,14 @@
 
 #![warn(missing_docs)]
 
+/// The guide's Rust blocks (docs/embedding.md, docs/baking.md), compiled as doctests so
+/// that the guide cannot drift from the API; the README's blocks are copies of these
+/// (checked by `apps/cli/tests/docs.rs`).
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/embedding.md")]
+#[doc = include_str!("../../../docs/baking.md")]
+struct Guide;
+
 pub mod capture;
 pub mod context;
 pub mod error;
