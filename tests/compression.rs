@@ -7,7 +7,6 @@
 use std::path::{Path, PathBuf};
 
 use tessera::VtConfig;
-use tessera::capture::{CaptureConfig, CaptureReport, capture};
 use tessera_core::Atlas;
 use tessera_core::NoProgress;
 use tessera_core::bake::source::ImageSource;
@@ -18,6 +17,7 @@ use tessera_core::format::tile::TileId;
 use tessera_core::scene::camera::CameraPath;
 use tessera_core::stream::pool_layout::Trilinear;
 use tessera_tests::{gpu, real_jpeg, write_failure};
+use tessera_tools::capture::{CaptureConfig, CaptureReport, capture};
 
 /// A 1024×512 crop of the real photograph (Europe and Africa), so Basis bakes stay quick.
 fn crop() -> ImageSource {

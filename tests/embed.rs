@@ -142,10 +142,10 @@ mod two {
     use tessera::core::Atlas;
     use tessera::core::bake::source::Generated;
     use tessera::core::stream::streamer::SharedStreaming;
-    use tessera::scene::{OffscreenTarget, TARGET_FORMAT};
     use tessera::shaders::{VT_WGSL, vt_module};
     use tessera::{GpuContext, VirtualTextures, VtConfig, wgpu};
     use tessera_tests::{gpu, write_failure};
+    use tessera_tools::scene::{OffscreenTarget, TARGET_FORMAT};
 
     /// Asserts `actual` matches `expected` (PSNR at least `min_db`), writing actual,
     /// expected and diff PNGs when it does not.
@@ -519,10 +519,10 @@ mod feedback_target {
 
     use tessera::core::Atlas;
     use tessera::core::bake::source::Generated;
-    use tessera::scene::{OffscreenTarget, TARGET_FORMAT};
     use tessera::shaders::{VT_WGSL, with_feedback_target};
     use tessera::{FEEDBACK_TARGET_FORMAT, VirtualTextures, VtConfig, wgpu};
     use tessera_tests::gpu;
+    use tessera_tools::scene::{OffscreenTarget, TARGET_FORMAT};
 
     const SIZE: (u32, u32) = (256, 128);
 

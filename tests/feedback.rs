@@ -518,8 +518,6 @@ fn merged_copies_match_per_tile_rgba8_bc1_bc7() {
 #[test]
 fn flooded_staging_keeps_every_slot_equal_to_its_tile() {
     use std::sync::Arc;
-    use tessera::drawer::drawer_for;
-    use tessera::scene::OffscreenTarget;
     use tessera::{VirtualTextures, VtConfig};
     use tessera_core::bake::source::Generated;
     use tessera_core::bake::{BakeInput, BakeOptions, bake};
@@ -527,6 +525,8 @@ fn flooded_staging_keeps_every_slot_equal_to_its_tile() {
     use tessera_core::scene::camera::CameraPath;
     use tessera_core::stream::atlas_loader::AtlasLoader;
     use tessera_core::{Atlas, HostCache, NoProgress};
+    use tessera_tools::drawer_for;
+    use tessera_tools::scene::OffscreenTarget;
     let ctx = gpu();
     let dir = tempfile::tempdir().unwrap();
     let bc = ctx.device.features().contains(wgpu::Features::TEXTURE_COMPRESSION_BC);
@@ -646,9 +646,9 @@ fn requested_tiles(
         ..tessera::VtConfig::default()
     };
     let mut vt = tessera::VirtualTextures::new(ctx, atlas.clone(), config).unwrap();
-    let scene = tessera::drawer::drawer_for(ctx, &vt, None).unwrap();
+    let scene = tessera_tools::drawer_for(ctx, &vt, None).unwrap();
     let (w, h) = (960, 540);
-    let out = tessera::scene::OffscreenTarget::new(&ctx.device, w, h);
+    let out = tessera_tools::scene::OffscreenTarget::new(&ctx.device, w, h);
     let camera = tessera_core::scene::camera::CameraPath::preset("flyover").unwrap().camera_at(60);
     let mut seen = BTreeMap::new();
     for _ in 0..(stride * stride + 4) {
@@ -705,11 +705,11 @@ fn the_feedback_target_counts_the_pixels_shown_coarser() {
     let atlas = generated_atlas(dir.path(), "coarse");
     let camera = tessera_core::scene::camera::CameraPath::preset("flyover").unwrap().camera_at(60);
     let (w, h) = (640, 360);
-    let out = tessera::scene::OffscreenTarget::new(&ctx.device, w, h);
+    let out = tessera_tools::scene::OffscreenTarget::new(&ctx.device, w, h);
     for feedback_target in [true, false] {
         let config = tessera::VtConfig { feedback_target, pool_mib: 64, ..tessera::VtConfig::default() };
         let mut vt = tessera::VirtualTextures::new(ctx, atlas.clone(), config).unwrap();
-        let scene = tessera::drawer::drawer_for(ctx, &vt, None).unwrap();
+        let scene = tessera_tools::drawer_for(ctx, &vt, None).unwrap();
         let mut shares = Vec::new();
         let mut settled = false;
         for _ in 0..200 {
@@ -757,7 +757,7 @@ fn a_predicted_view_is_resident_before_the_camera_gets_there() {
     let close = CameraPath::preset("cut").unwrap().camera_at(100);
     let (w, h) = (640, 360);
     let aspect = w as f32 / h as f32;
-    let out = tessera::scene::OffscreenTarget::new(&ctx.device, w, h);
+    let out = tessera_tools::scene::OffscreenTarget::new(&ctx.device, w, h);
     for prediction in [true, false] {
         let config = tessera::VtConfig {
             prediction,
@@ -766,7 +766,7 @@ fn a_predicted_view_is_resident_before_the_camera_gets_there() {
             ..tessera::VtConfig::default()
         };
         let mut vt = tessera::VirtualTextures::new(ctx, atlas.clone(), config).unwrap();
-        let scene = tessera::drawer::drawer_for(ctx, &vt, None).unwrap();
+        let scene = tessera_tools::drawer_for(ctx, &vt, None).unwrap();
         let render = |vt: &mut tessera::VirtualTextures, camera, predicted: Option<_>| {
             let mut encoder = ctx.device.create_command_encoder(&Default::default());
             let frame = vt.begin(ctx, &mut encoder);

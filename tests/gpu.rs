@@ -6,7 +6,6 @@
 
 use glam::{Vec3, Vec4};
 use tessera::VtConfig;
-use tessera::capture::{CaptureConfig, CaptureReport, capture};
 use tessera_core::Atlas;
 use tessera_core::bake::source::{Generated, ImageSource};
 use tessera_core::compare::compare;
@@ -15,6 +14,7 @@ use tessera_core::format::tile::TileId;
 use tessera_core::scene::camera::{Camera, CameraPath};
 use tessera_core::stream::pool_layout::Trilinear;
 use tessera_tests::{bake_source, check_golden, gpu, real_jpeg, write_failure};
+use tessera_tools::capture::{CaptureConfig, CaptureReport, capture};
 
 fn run(
     atlas: &std::path::Path,
@@ -479,7 +479,7 @@ fn random_cuts_through_a_tiny_pool_keep_streaming() {
     // frames, a cut every 6, every frame read back and checked for unwritten texels.
     let dir = tempfile::tempdir().unwrap();
     let atlas = bake_source(dir.path(), "soak", Generated::new(4096, 2048));
-    let cfg = tessera::soak::SoakConfig {
+    let cfg = tessera_tools::soak::SoakConfig {
         atlas,
         scene: None,
         frames: 240,
@@ -490,14 +490,14 @@ fn random_cuts_through_a_tiny_pool_keep_streaming() {
         check_every: 1,
         vt: VtConfig { pool_mib: 1, host_cache_mib: 4, ..VtConfig::default() },
     };
-    let r = tessera::soak::soak(gpu(), &cfg, |_| {}).unwrap();
+    let r = tessera_tools::soak::soak(gpu(), &cfg, |_| {}).unwrap();
     assert_eq!((r.frames, r.cuts, r.points.len()), (240, 39, 12));
     assert_eq!(r.points.iter().map(|p| p.checked_frames).sum::<u64>(), 240, "every frame was checked");
     for p in &r.points {
         assert!(p.pool_resident <= p.pool_slots as usize, "{p:?}");
         assert!(p.host_mib <= 4.0, "host cache over budget: {p:?}");
     }
-    let uploads = |ps: &[tessera::soak::SoakPoint]| ps.iter().map(|p| p.uploads).sum::<u64>();
+    let uploads = |ps: &[tessera_tools::soak::SoakPoint]| ps.iter().map(|p| p.uploads).sum::<u64>();
     assert!(uploads(&r.points[..3]) > 0 && uploads(&r.points[9..]) > 0, "streaming stopped: {:?}", r.points);
     assert!(r.points.iter().all(|p| p.evictions > 0), "a 1 MiB pool must churn: {:?}", r.points);
 }

@@ -9,15 +9,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tessera::capture::{CaptureConfig, capture};
-use tessera::drawer::{Drawer, drawer_for};
 use tessera::lost::LostCause;
-use tessera::scene::OffscreenTarget;
 use tessera::{GpuContext, RenderError, VirtualTextures, VtConfig};
 use tessera_core::Atlas;
 use tessera_core::bake::source::Generated;
 use tessera_core::scene::camera::CameraPath;
 use tessera_tests::{bake_source, own_gpu};
+use tessera_tools::capture::{CaptureConfig, capture};
+use tessera_tools::drawer::Drawer;
+use tessera_tools::drawer_for;
+use tessera_tools::scene::OffscreenTarget;
 
 /// Everything after the loss must be over within this (a hang fails the test).
 const PROMPT: Duration = Duration::from_secs(30);

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use tessera::GpuContext;
-use tessera::capture::write_png;
 use tessera::pool::TilePool;
 use tessera::wgpu;
 use tessera_core::NoProgress;
@@ -15,6 +14,7 @@ use tessera_core::bake::source::RowSource;
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
 use tessera_core::compare::{compare, diff_image};
 use tessera_core::format::codec::Codec;
+use tessera_tools::capture::write_png;
 
 /// The headless GPU context shared by a test binary, or a panic that says how to
 /// install a Vulkan driver.

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use std::sync::Arc;
 use tessera::PageTableStorage;
-use tessera::capture::{CaptureConfig, capture};
+use tessera_tools::capture::{CaptureConfig, capture};
 
 use tessera::core::scene::camera::{CameraPath, Shot};
 use tessera::core::scene::material_scene::{self, MaterialScene};

@@ -11,11 +11,11 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use tessera::GpuContext;
-use tessera::capture::{CaptureConfig, CaptureReport, capture};
 use tessera_core::bake::mosaic::Mosaic;
 use tessera_core::format::atlas::Atlas;
 use tessera_core::format::codec::TargetFormat;
 use tessera_core::scene::camera::{CameraPath, Shot};
+use tessera_tools::capture::{CaptureConfig, CaptureReport, capture};
 
 /// Arguments of `tessera demo`.
 #[derive(clap::Args)]
@@ -97,7 +97,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
     println!("adapter: {}", ctx.describe());
     // A reference only where one fits the GPU: the point of the demo is a texture that does not.
     let no_reference =
-        (0..atlas.layers().len()).find_map(|l| tessera::reference::fits(&ctx, &atlas, l).err());
+        (0..atlas.layers().len()).find_map(|l| tessera_tools::reference::fits(&ctx, &atlas, l).err());
     if let Some(why) = &no_reference {
         println!("no fully resident reference: {why}");
     }

@@ -11,11 +11,12 @@ use tessera_core::scene::camera::{Camera, CameraPath};
 
 use tessera::GpuContext;
 use tessera::RenderError;
-use tessera::drawer::{Drawer, drawer_for};
 use tessera::params::ShaderProbe;
-use tessera::scene::OffscreenTarget;
 use tessera::{StreamFrame, VirtualTextures, VtConfig};
 use tessera_core::scene::material_scene::MaterialScene;
+use tessera_tools::drawer::Drawer;
+use tessera_tools::drawer_for;
+use tessera_tools::scene::OffscreenTarget;
 
 /// Feedback stride of the sparse-feedback probe: one pixel in 8×8 writes feedback, the fewest the
 /// shaders allow, so the difference to the configured stride is the cost of the feedback writes.

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use tessera::GpuContext;
 use tessera::VtConfig;
-use tessera::soak::{SoakConfig, SoakPoint, SoakReport, soak};
+use tessera_tools::soak::{SoakConfig, SoakPoint, SoakReport, soak};
 
 /// Arguments of `tessera soak`.
 #[derive(clap::Args)]

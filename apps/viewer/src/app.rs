@@ -11,12 +11,12 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow};
 use tessera::VirtualTextures;
-use tessera::capture::write_png;
 use tessera::core::scene::camera::Camera;
 use tessera_egui::{
     BakeProgress, DebugView, FrameSample, History, Latency, OverlayControls, OverlayModel, ResidencySnapshot,
     bake_progress_ui, overlay_ui, shown_layer,
 };
+use tessera_tools::capture::write_png;
 use winit::application::ApplicationHandler;
 use winit::dpi::PhysicalSize;
 use winit::event::{ElementState, MouseButton, MouseScrollDelta, WindowEvent};

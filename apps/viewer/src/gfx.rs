@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use tessera::core::Atlas;
-use tessera::drawer::{Drawer, drawer_for};
-use tessera::scene::{OffscreenTarget, TARGET_FORMAT};
 use tessera::{GpuContext, VirtualTextures, VtConfig};
+use tessera_tools::drawer::Drawer;
+use tessera_tools::drawer_for;
+use tessera_tools::scene::{OffscreenTarget, TARGET_FORMAT};
 use winit::dpi::PhysicalSize;
 use winit::window::Window;
 

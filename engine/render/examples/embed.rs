@@ -11,7 +11,7 @@
 //! * [`tessera::shaders::VT_WGSL`] — WGSL prepended to the user's shader, giving it
 //!   `vt_sample(uv, frag_coord)`.
 //!
-//! The Tessera-specific lines are marked `// [T]`: 13 of them.
+//! The Tessera-specific lines are marked `// [T]`: 14 of them.
 //!
 //! It draws a perspective-tilted plane (no vertex buffers: the vertex shader builds
 //! it from `vertex_index`), tinted and vignetted by the user's fragment shader, into
@@ -33,7 +33,6 @@ use tessera::core::bake::source::Generated;
 use tessera::core::bake::{BakeInput, BakeOptions, bake};
 use tessera::core::scene::camera::Camera;
 use tessera::core::{NoProgress, StatsSnapshot};
-use tessera::scene::{OffscreenTarget, TARGET_FORMAT};
 use tessera::{GpuContext, VirtualTextures, VtConfig, wgpu}; // [T]
 
 const FRAMES: u64 = 20;
@@ -100,7 +99,8 @@ fn main() -> anyhow::Result<()> {
     let (pixels, stats) = run(&ctx, &atlas_path)?;
     let png = Path::new("target/embed.png");
     std::fs::create_dir_all("target").context("creating target/")?;
-    tessera::capture::write_png(png, SIZE, &pixels)?;
+    image::save_buffer(png, &pixels, SIZE.0, SIZE.1, image::ExtendedColorType::Rgba8)
+        .with_context(|| format!("writing {}", png.display()))?;
     println!("wrote {}", png.display());
     println!("{}", serde_json::to_string_pretty(&stats)?);
     Ok(())
@@ -187,7 +187,7 @@ pub fn run(ctx: &GpuContext, atlas_path: &Path) -> anyhow::Result<(Vec<u8>, Stat
         multiview_mask: None,
         cache: None,
     });
-    let target = OffscreenTarget::new(device, SIZE.0, SIZE.1);
+    let target = Target::new(device);
 
     // 4. The frame loop the embedder writes.
     for frame in 0..FRAMES {
@@ -230,6 +230,69 @@ pub fn run(ctx: &GpuContext, atlas_path: &Path) -> anyhow::Result<(Vec<u8>, Stat
         );
     }
     Ok((target.read(ctx)?, vt.stats()))
+}
+
+/// The colour format the app renders to.
+const TARGET_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::Rgba8UnormSrgb;
+
+/// The app's offscreen colour target and a buffer to read the last frame back into.
+struct Target {
+    color: wgpu::Texture,
+    color_view: wgpu::TextureView,
+    readback: wgpu::Buffer,
+}
+
+/// Bytes per row of the readback buffer: wgpu wants rows aligned to 256 bytes.
+const PADDED_ROW: u32 =
+    (SIZE.0 * 4).div_ceil(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT) * wgpu::COPY_BYTES_PER_ROW_ALIGNMENT;
+
+impl Target {
+    fn new(device: &wgpu::Device) -> Self {
+        let color = device.create_texture(&wgpu::TextureDescriptor {
+            label: Some("user target"),
+            size: wgpu::Extent3d { width: SIZE.0, height: SIZE.1, depth_or_array_layers: 1 },
+            mip_level_count: 1,
+            sample_count: 1,
+            dimension: wgpu::TextureDimension::D2,
+            format: TARGET_FORMAT,
+            usage: wgpu::TextureUsages::RENDER_ATTACHMENT | wgpu::TextureUsages::COPY_SRC,
+            view_formats: &[],
+        });
+        let readback = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("user readback"),
+            size: u64::from(PADDED_ROW * SIZE.1),
+            usage: wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::MAP_READ,
+            mapped_at_creation: false,
+        });
+        let color_view = color.create_view(&Default::default());
+        Self { color, color_view, readback }
+    }
+
+    fn copy_out(&self, encoder: &mut wgpu::CommandEncoder) {
+        encoder.copy_texture_to_buffer(
+            self.color.as_image_copy(),
+            wgpu::TexelCopyBufferInfo {
+                buffer: &self.readback,
+                layout: wgpu::TexelCopyBufferLayout {
+                    offset: 0,
+                    bytes_per_row: Some(PADDED_ROW),
+                    rows_per_image: Some(SIZE.1),
+                },
+            },
+            wgpu::Extent3d { width: SIZE.0, height: SIZE.1, depth_or_array_layers: 1 },
+        );
+    }
+
+    /// The last frame's RGBA8 rows, once the GPU is done with it.
+    fn read(&self, ctx: &GpuContext) -> anyhow::Result<Vec<u8>> {
+        ctx.map_read(&self.readback)?; // [T] waits for the map, or fails on a lost device
+        let view = self.readback.get_mapped_range(..).context("mapping the readback")?;
+        let rows = view.chunks(PADDED_ROW as usize).take(SIZE.1 as usize);
+        let pixels = rows.flat_map(|row| &row[..(SIZE.0 * 4) as usize]).copied().collect();
+        drop(view);
+        self.readback.unmap();
+        Ok(pixels)
+    }
 }
 
 /// Bakes a 4096² labelled test texture (128² tiles, 6 mips) into `dir`.

@@ -27,8 +27,8 @@ use crate::shaders::FEEDBACK_RESOLVE_WGSL;
 /// The texel format of the feedback target: one request per pixel.
 pub const FEEDBACK_TARGET_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::R32Uint;
 
-/// The depth format of a predicted view's pass (the built-in drawers' own).
-pub const PREDICTED_DEPTH_FORMAT: wgpu::TextureFormat = crate::scene::DEPTH_FORMAT;
+/// The depth format of a predicted view's pass.
+pub const PREDICTED_DEPTH_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::Depth32Float;
 
 /// Bytes of the resolve counters (`ResolveCounts`: two counters and padding).
 pub(crate) const COUNTS_BYTES: u64 = 16;

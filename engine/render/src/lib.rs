@@ -138,24 +138,17 @@
 #[doc = include_str!("../../../docs/baking.md")]
 struct Guide;
 
-pub mod capture;
 pub mod context;
 pub mod error;
 pub mod lost;
-pub mod scene;
 pub mod shaders;
 pub mod vt;
 
-// The parts below serve the `tessera` command, the viewer and the benchmarks (built-in
-// drawers, the reference renderer, soak runs) or are the machinery behind
-// `VirtualTextures`: public for them, hidden from the documentation.
-#[doc(hidden)]
-pub mod drawer;
+// The machinery behind `VirtualTextures`, hidden from the documentation: public for the
+// GPU tests, the benchmarks and the viewer's pool view.
 #[doc(hidden)]
 pub mod feedback;
 mod feedback_target;
-#[doc(hidden)]
-pub mod material;
 #[doc(hidden)]
 pub mod page_table;
 pub mod page_table_update;
@@ -165,10 +158,6 @@ pub mod params;
 pub mod pool;
 mod prediction;
 #[doc(hidden)]
-pub mod reference;
-#[doc(hidden)]
-pub mod soak;
-#[doc(hidden)]
 pub mod staging;
 
 pub use context::{GpuContext, OPTIONAL_FEATURES};
@@ -177,6 +166,7 @@ pub use feedback_target::{FEEDBACK_TARGET_FORMAT, FeedbackAttachment, PREDICTED_
 pub use lost::DeviceLost;
 pub use page_table::{PageTableResource, PageTableStorage};
 pub use params::BindingResources;
+pub use pool::{POOL_FORMAT, POOL_FORMAT_LINEAR, UNWRITTEN};
 pub use tessera_core as core;
 pub use tessera_core::stream::stats::StreamFrame;
 pub use vt::{DetachedFrame, VirtualTextures, VtConfig, VtFrame, VtLayer};

@@ -203,13 +203,6 @@ pub fn with_feedback_target(src: &str) -> String {
     out
 }
 
-/// Built-in scene: camera, vertex stage, shading.
-pub const SCENE_WGSL: &str = include_str!("../shaders/scene.wgsl");
-/// Built-in scene fragment stage through the virtual texture.
-pub const SCENE_VT_WGSL: &str = include_str!("../shaders/scene_vt.wgsl");
-/// Built-in scene fragment stage through the fully resident reference texture.
-pub const SCENE_REFERENCE_WGSL: &str = include_str!("../shaders/scene_reference.wgsl");
-
 /// Feedback compaction compute pass: the non-zero words of the feedback bitset as a
 /// list of (word index, bits) pairs with a counter (see [`crate::feedback`]).
 pub const FEEDBACK_COMPACT_WGSL: &str = include_str!("../shaders/feedback_compact.wgsl");
@@ -229,13 +222,6 @@ pub const SLOT_MIP_WGSL: &str = include_str!("../shaders/slot_mip.wgsl");
 /// GPU into blocks that are copied into level 1 (hardware trilinear for those pools).
 pub const SLOT_MIP_ENCODE_WGSL: &str = include_str!("../shaders/slot_mip_encode.wgsl");
 
-/// Material scenes (glTF): camera, vertex stage, material block and lighting.
-pub const MATERIAL_WGSL: &str = include_str!("../shaders/material.wgsl");
-/// Material scene fragment stage through the stacked virtual texture.
-pub const MATERIAL_VT_WGSL: &str = include_str!("../shaders/material_vt.wgsl");
-/// Material scene fragment stage through fully resident reference textures.
-pub const MATERIAL_REFERENCE_WGSL: &str = include_str!("../shaders/material_reference.wgsl");
-
 /// `src` with its fragment entry points `fs_main` and `fs_main…` (`fs_main_feedback`)
 /// forced to run the depth test before the shader (`@early_depth_test(force)`, needs
 /// [`wgpu::Features::SHADER_EARLY_DEPTH_TEST`]).
@@ -245,26 +231,6 @@ pub const MATERIAL_REFERENCE_WGSL: &str = include_str!("../shaders/material_refe
 /// alpha-tested fragment would write depth before it is discarded).
 pub fn with_early_depth_test(src: &str) -> String {
     src.replace("@fragment\nfn fs_main", "@fragment @early_depth_test(force)\nfn fs_main")
-}
-
-/// The complete virtual-texture material-scene shader.
-pub fn material_vt_source() -> String {
-    [VT_WGSL, MATERIAL_WGSL, MATERIAL_VT_WGSL].join("\n")
-}
-
-/// The complete reference material-scene shader.
-pub fn material_reference_source() -> String {
-    [MATERIAL_WGSL, MATERIAL_REFERENCE_WGSL].join("\n")
-}
-
-/// The complete virtual-texture scene shader.
-pub fn scene_vt_source() -> String {
-    [VT_WGSL, SCENE_WGSL, SCENE_VT_WGSL].join("\n")
-}
-
-/// The complete reference scene shader.
-pub fn scene_reference_source() -> String {
-    [SCENE_WGSL, SCENE_REFERENCE_WGSL].join("\n")
 }
 
 #[cfg(test)]
@@ -350,49 +316,28 @@ fn fs_main(@builtin(position) frag: vec4<f32>, @location(0) uv: vec2<f32>) -> @l
             .unwrap_or_else(|e| panic!("{name}: {e:?}"));
     }
 
-    /// Every shader permutation parses and validates without a GPU.
+    /// Every shader of the crate parses and validates without a GPU, in every page-table
+    /// storage and with a feedback target (the drawers' shaders are checked in
+    /// tessera-tools).
     #[test]
     fn shaders_validate() {
-        validate("scene_vt", &scene_vt_source());
-        validate("scene_reference", &scene_reference_source());
         validate("vt alone", VT_WGSL);
-        validate("material_vt", &material_vt_source());
-        validate("material_reference", &material_reference_source());
         validate("feedback_compact", FEEDBACK_COMPACT_WGSL);
+        validate("feedback_resolve", FEEDBACK_RESOLVE_WGSL);
         validate("slot_mip", SLOT_MIP_WGSL);
         validate("slot_mip_encode", SLOT_MIP_ENCODE_WGSL);
         validate("page_table_update", PAGE_TABLE_UPDATE_WGSL);
-        for (name, src) in [("scene_vt", scene_vt_source()), ("vt_module", vt_module(2, "albedo").unwrap())] {
+        for (name, src) in [("vt", VT_WGSL.to_owned()), ("vt_module", vt_module(2, "albedo").unwrap())] {
             let complete = with_page_table(&src, PageTableStorage::Complete);
             assert!(src.contains("for (var i = 0u; i < 8u") && !complete.contains("for (var i = 0u; i < 8u"));
             assert_eq!(complete.matches("_entry(").count() + 1, src.matches("_entry(").count(), "{name}");
             validate(&format!("{name} complete page table"), &complete);
-        }
-        for (group, name) in [(0, "albedo"), (3, "detail_map2")] {
-            validate(&format!("vt_module {name}"), &vt_module(group, name).unwrap());
-            let texture = with_page_table(&vt_module(group, name).unwrap(), PageTableStorage::Texture);
-            assert!(texture.contains(&format!("var {name}_page_table: texture_2d<u32>;")), "{texture}");
-            assert!(
-                texture.contains(&format!(
-                    "textureLoad({name}_page_table, vec2<u32>(i & 4095u, i >> 12u), 0).x"
-                ))
-            );
-            validate(&format!("vt_module {name} texture page table"), &texture);
-        }
-        for (name, src) in [("scene_vt", scene_vt_source()), ("material_vt", material_vt_source())] {
             let texture = with_page_table(&src, PageTableStorage::Texture);
             assert!(!texture.contains("array<u32>;"), "{name}: the buffer is left");
             validate(&format!("{name} texture page table"), &texture);
             assert_eq!(with_page_table(&src, PageTableStorage::Buffer), src);
-        }
-        validate("feedback_resolve", FEEDBACK_RESOLVE_WGSL);
-        for (name, src) in [
-            ("scene_vt", scene_vt_source()),
-            ("material_vt", material_vt_source()),
-            ("vt_module", vt_module(2, "albedo").unwrap()),
-        ] {
             // No storage write or atomic is left: the shader has no side effect.
-            let target = with_feedback_target(&with_page_table(&src, PageTableStorage::Complete));
+            let target = with_feedback_target(&complete);
             assert!(
                 src.contains("atomicOr(") && !target.contains("atomicOr(") && !target.contains("atomicLoad(")
             );
@@ -409,15 +354,20 @@ fn fs_main(@builtin(position) frag: vec4<f32>, @location(0) uv: vec2<f32>) -> @l
             );
             validate(&format!("{name} feedback target"), &target);
         }
+        for (group, name) in [(0, "albedo"), (3, "detail_map2")] {
+            validate(&format!("vt_module {name}"), &vt_module(group, name).unwrap());
+            let texture = with_page_table(&vt_module(group, name).unwrap(), PageTableStorage::Texture);
+            assert!(texture.contains(&format!("var {name}_page_table: texture_2d<u32>;")), "{texture}");
+            assert!(
+                texture.contains(&format!(
+                    "textureLoad({name}_page_table, vec2<u32>(i & 4095u, i >> 12u), 0).x"
+                ))
+            );
+            validate(&format!("vt_module {name} texture page table"), &texture);
+        }
         assert!(
             with_feedback_target(&vt_module(0, "albedo").unwrap())
                 .contains("    albedo_request_value = albedo_entry_index(uv, m) + 1u;\n")
         );
-        for (name, src) in [("scene_vt", scene_vt_source()), ("material_vt", material_vt_source())] {
-            let early = with_early_depth_test(&src);
-            let forced = early.matches("@early_depth_test(force)").count();
-            assert_eq!(forced, 2, "{name}: fs_main and fs_main_feedback forced");
-            validate(&format!("{name} early depth"), &early);
-        }
     }
 }

@@ -3,21 +3,21 @@
 
 use bytemuck::{Pod, Zeroable};
 use glam::{Mat4, Vec3};
-use tessera_core::format::atlas::Atlas;
-use tessera_core::scene::camera::Camera;
-use tessera_core::scene::{Mesh, Vertex};
+use tessera::core::format::atlas::Atlas;
+use tessera::core::scene::camera::Camera;
+use tessera::core::scene::{Mesh, Vertex};
 use wgpu::util::DeviceExt;
 
-use crate::context::GpuContext;
 use crate::drawer::Drawer;
-use crate::error::RenderError;
-use crate::feedback_target::FeedbackAttachment;
 use crate::reference::{self, ReferenceTexture};
 use crate::shaders;
-use crate::vt::VirtualTextures;
+use tessera::FeedbackAttachment;
+use tessera::GpuContext;
+use tessera::RenderError;
+use tessera::VirtualTextures;
 
 /// Depth buffer format.
-pub const DEPTH_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::Depth32Float;
+pub const DEPTH_FORMAT: wgpu::TextureFormat = tessera::PREDICTED_DEPTH_FORMAT;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -150,7 +150,7 @@ impl PredictedPass {
             "predicted view",
             source,
             layouts,
-            crate::FEEDBACK_TARGET_FORMAT,
+            tessera::FEEDBACK_TARGET_FORMAT,
             cull_mode,
             Outputs::Feedback,
         );
@@ -239,7 +239,7 @@ pub(crate) fn frame_uniform(
 
 /// A pipeline drawing [`Vertex`] meshes with depth, from a WGSL source with `vs_main`
 /// and the fragment entry point of `outputs`, into `color_format` and / or a target of
-/// [`crate::FEEDBACK_TARGET_FORMAT`].
+/// [`tessera::FEEDBACK_TARGET_FORMAT`].
 pub(crate) fn mesh_pipeline(
     device: &wgpu::Device,
     label: &str,
@@ -259,14 +259,14 @@ pub(crate) fn mesh_pipeline(
         immediate_size: 0,
     });
     let colour = Some(color_format.into());
-    let feedback = Some(crate::FEEDBACK_TARGET_FORMAT.into());
+    let feedback = Some(tessera::FEEDBACK_TARGET_FORMAT.into());
     let blended = Some(wgpu::ColorTargetState {
         format: color_format,
         blend: Some(wgpu::BlendState::ALPHA_BLENDING),
         write_mask: wgpu::ColorWrites::ALL,
     });
     let unwritten = Some(wgpu::ColorTargetState {
-        format: crate::FEEDBACK_TARGET_FORMAT,
+        format: tessera::FEEDBACK_TARGET_FORMAT,
         blend: None,
         write_mask: wgpu::ColorWrites::empty(),
     });
@@ -523,10 +523,10 @@ impl OffscreenTarget {
 
 /// The meshes of the built-in scene and which layer each samples: the globe takes
 /// layer 1 when the atlas has one (and is not stacked).
-pub fn builtin_meshes(atlas: &Atlas) -> Vec<(String, tessera_core::scene::Mesh, usize)> {
+pub fn builtin_meshes(atlas: &Atlas) -> Vec<(String, tessera::core::scene::Mesh, usize)> {
     let l = &atlas.layers()[0].layout;
     let aspect = l.width() as f32 / l.height() as f32;
-    tessera_core::scene::builtin_scene(aspect)
+    tessera::core::scene::builtin_scene(aspect)
         .into_iter()
         .map(|(name, mesh)| {
             // A stacked atlas's layers are one texture's maps, sampled together.

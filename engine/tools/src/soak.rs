@@ -10,18 +10,18 @@ use std::time::Instant;
 
 use glam::Vec3;
 use serde::Serialize;
-use tessera_core::Atlas;
-use tessera_core::compare::count_colour;
-use tessera_core::scene::camera::CameraPath;
-use tessera_core::scene::material_scene::MaterialScene;
-use tessera_core::stream::simulate::{percentile, rss_bytes};
+use tessera::core::Atlas;
+use tessera::core::compare::count_colour;
+use tessera::core::scene::camera::CameraPath;
+use tessera::core::scene::material_scene::MaterialScene;
+use tessera::core::stream::simulate::{percentile, rss_bytes};
 
-use crate::context::GpuContext;
-use crate::drawer::drawer_for;
-use crate::error::RenderError;
-use crate::pool::UNWRITTEN;
+use crate::drawer_for;
 use crate::scene::OffscreenTarget;
-use crate::vt::{VirtualTextures, VtConfig};
+use tessera::GpuContext;
+use tessera::RenderError;
+use tessera::UNWRITTEN;
+use tessera::{VirtualTextures, VtConfig};
 
 /// What to soak.
 #[derive(Clone, Debug)]

@@ -1,17 +1,11 @@
 //! What a frame draws, behind one trait: the built-in scene and the lit material
 //! scenes each draw through the virtual textures and, when enabled, through a fully
-//! resident reference, so capture, bench and the viewer drive either the same way.
+//! resident reference, so capture, bench and the viewer drive either the same way
+//! ([`crate::drawer_for`] picks one for an atlas).
 
-use tessera_core::Atlas;
-use tessera_core::scene::camera::Camera;
-use tessera_core::scene::material_scene::MaterialScene;
-use tessera_core::scene::scene_bake::SceneManifest;
-
-use crate::context::GpuContext;
-use crate::error::RenderError;
-use crate::material::MaterialRenderer;
-use crate::scene::{SceneRenderer, TARGET_FORMAT, builtin_meshes};
-use crate::vt::VirtualTextures;
+use tessera::core::Atlas;
+use tessera::core::scene::camera::Camera;
+use tessera::{GpuContext, RenderError, VirtualTextures};
 
 /// A scene renderer: draws through the virtual textures and through its reference.
 pub trait Drawer {
@@ -48,7 +42,7 @@ pub trait Drawer {
     /// into the virtual textures' prediction target, at `size`: half the size of the
     /// view it stands for (the shader halves the derivatives to ask for that view's
     /// mips). Nothing unless the virtual textures take predictions
-    /// ([`crate::VtConfig::prediction`]); the default draws nothing.
+    /// ([`tessera::VtConfig::prediction`]); the default draws nothing.
     fn draw_predicted(&self, _encoder: &mut wgpu::CommandEncoder, _vt: &VirtualTextures, _size: (u32, u32)) {}
 
     /// Draws through the reference textures (nothing unless enabled).
@@ -59,24 +53,4 @@ pub trait Drawer {
         depth: &wgpu::TextureView,
         timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
     );
-}
-
-/// The built-in scene over `vt`'s atlas, or `scene` with the manifest beside the atlas.
-/// Fails with [`RenderError::DeviceLost`] on a lost device.
-pub fn drawer_for(
-    ctx: &GpuContext,
-    vt: &VirtualTextures,
-    scene: Option<&MaterialScene>,
-) -> Result<Box<dyn Drawer>, RenderError> {
-    // wgpu's buffer helpers panic on a lost device instead of failing.
-    ctx.check()?;
-    match scene {
-        None => Ok(Box::new(SceneRenderer::new(ctx, vt, &builtin_meshes(vt.atlas()), TARGET_FORMAT))),
-        Some(scene) => {
-            let path = SceneManifest::path_for(vt.atlas().path());
-            let manifest = SceneManifest::load(&path)
-                .map_err(|e| RenderError::Config(format!("{e} (bake the scene with tessera bake --gltf)")))?;
-            Ok(Box::new(MaterialRenderer::new(ctx, vt, scene, &manifest, TARGET_FORMAT)?))
-        }
-    }
 }

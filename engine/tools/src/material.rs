@@ -1,26 +1,26 @@
 //! Material scenes (glTF meshes with albedo, normal and roughness-metal maps) drawn
 //! through one stacked virtual texture, and the same scene through fully resident
 //! reference textures. The GPU-free side (import, packing, the manifest that maps each
-//! material to its rectangle) lives in `tessera_core::scene::material_scene` and
-//! `tessera_core::scene::scene_bake`.
+//! material to its rectangle) lives in `tessera::core::scene::material_scene` and
+//! `tessera::core::scene::scene_bake`.
 
 use bytemuck::{Pod, Zeroable};
 use glam::Vec3;
-use tessera_core::format::atlas::{Atlas, Wrap};
-use tessera_core::scene::camera::Camera;
-use tessera_core::scene::material_scene::MaterialScene;
-use tessera_core::scene::scene_bake::SceneManifest;
+use tessera::core::format::atlas::{Atlas, Wrap};
+use tessera::core::scene::camera::Camera;
+use tessera::core::scene::material_scene::MaterialScene;
+use tessera::core::scene::scene_bake::SceneManifest;
 use wgpu::util::DeviceExt;
 
-use crate::context::GpuContext;
 use crate::drawer::Drawer;
-use crate::error::RenderError;
 use crate::reference;
 use crate::scene::{
     Outputs, PredictedPass, SceneRenderer, feedback_for, frame_uniform, mesh_pipeline, vt_shader,
 };
 use crate::shaders;
-use crate::vt::VirtualTextures;
+use tessera::GpuContext;
+use tessera::RenderError;
+use tessera::VirtualTextures;
 
 /// Direction the light travels when the scene has no directional light of its own.
 pub const DEFAULT_SUN: Vec3 = Vec3::new(-0.35, -1.0, -0.45);
@@ -128,7 +128,7 @@ fn uniform_entry(binding: u32, dynamic: bool) -> wgpu::BindGroupLayoutEntry {
 }
 
 fn material_uniform(
-    m: &tessera_core::scene::scene_bake::PackedMaterial,
+    m: &tessera::core::scene::scene_bake::PackedMaterial,
     size: (f32, f32),
 ) -> MaterialUniform {
     let (rect, texels) = match m.rect {

@@ -2,12 +2,12 @@
 //! ordinary mip-mapped texture sampled by the hardware. Ground truth for convergence.
 
 use bytemuck::{Pod, Zeroable};
-use tessera_core::bake::edge;
-use tessera_core::format::atlas::{Atlas, ColorSpace, LayerInfo, Wrap};
+use tessera::core::bake::edge;
+use tessera::core::format::atlas::{Atlas, ColorSpace, LayerInfo, Wrap};
 
-use crate::context::GpuContext;
-use crate::error::RenderError;
-use crate::pool::{POOL_FORMAT, POOL_FORMAT_LINEAR};
+use tessera::GpuContext;
+use tessera::RenderError;
+use tessera::{POOL_FORMAT, POOL_FORMAT_LINEAR};
 
 /// Uniform of `scene_reference.wgsl`.
 #[repr(C)]

@@ -7,18 +7,18 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
-use tessera_core::Atlas;
-use tessera_core::compare::{compare, count_colour};
-use tessera_core::scene::camera::CameraPath;
-use tessera_core::scene::material_scene::MaterialScene;
-use tessera_core::stream::stats::{StatsSnapshot, StreamFrame};
+use tessera::core::Atlas;
+use tessera::core::compare::{compare, count_colour};
+use tessera::core::scene::camera::CameraPath;
+use tessera::core::scene::material_scene::MaterialScene;
+use tessera::core::stream::stats::{StatsSnapshot, StreamFrame};
 
-use crate::context::GpuContext;
-use crate::drawer::drawer_for;
-use crate::error::RenderError;
-use crate::pool::UNWRITTEN;
+use crate::drawer_for;
 use crate::scene::OffscreenTarget;
-use crate::vt::{VirtualTextures, VtConfig};
+use tessera::GpuContext;
+use tessera::RenderError;
+use tessera::UNWRITTEN;
+use tessera::{VirtualTextures, VtConfig};
 
 /// What to capture.
 #[derive(Clone, Debug)]
@@ -56,7 +56,7 @@ pub struct CaptureConfig {
     pub flush_vram_before: Vec<u32>,
     /// Disk cache and other settings for an `s3://` or `http(s)://` atlas
     /// (`RemoteOptions::default()` reads them from the environment).
-    pub remote: tessera_core::format::atlas::RemoteOptions,
+    pub remote: tessera::core::format::atlas::RemoteOptions,
     /// Pace the frames like a display: each frame starts at least this long after the
     /// previous one started (`None`: as fast as the GPU goes). Streaming is measured in
     /// frames, so a fast GPU without pacing sees a network round trip as many frames.
@@ -236,7 +236,7 @@ impl CaptureReport {
 }
 
 /// The network and disk-cache line of a remote atlas' summary.
-fn network_summary(n: &tessera_core::format::atlas::NetworkStats) -> String {
+fn network_summary(n: &tessera::core::format::atlas::NetworkStats) -> String {
     let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
     let disk = n.disk_cache.map_or_else(
         || "no disk cache".to_owned(),
