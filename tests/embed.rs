@@ -56,8 +56,26 @@ fn frame_api_misuse_is_reported() {
     let ctx = gpu();
     for (bad, what) in [
         (VtConfig { max_anisotropy: 16, ..VtConfig::default() }, "max_anisotropy 16"),
-        (VtConfig { feedback_stride: 3, ..VtConfig::default() }, "feedback_stride 3"),
-        (VtConfig { mip_bias: f32::NAN, ..VtConfig::default() }, "mip_bias NaN"),
+        (
+            VtConfig {
+                streaming: tessera::StreamerConfig {
+                    feedback_stride: 3,
+                    ..tessera::StreamerConfig::default()
+                },
+                ..VtConfig::default()
+            },
+            "feedback_stride 3",
+        ),
+        (
+            VtConfig {
+                streaming: tessera::StreamerConfig {
+                    mip_bias: f32::NAN,
+                    ..tessera::StreamerConfig::default()
+                },
+                ..VtConfig::default()
+            },
+            "mip_bias NaN",
+        ),
         (VtConfig { debug_view: 9, ..VtConfig::default() }, "debug_view 9"),
         (VtConfig { pool_mib: 0, ..VtConfig::default() }, "pool_mib is 0"),
     ] {
@@ -126,7 +144,11 @@ fn a_layer_of_other_virtual_textures_is_refused() {
         tessera::core::bake::source::Generated::new(256, 256),
     );
     let atlas = Arc::new(tessera::core::Atlas::open(&path).unwrap());
-    let config = VtConfig { pool_mib: 2, loader_threads: 1, ..VtConfig::default() };
+    let config = VtConfig {
+        pool_mib: 2,
+        streaming: tessera::StreamerConfig { loader_threads: 1, ..tessera::StreamerConfig::default() },
+        ..VtConfig::default()
+    };
     let a = VirtualTextures::new(gpu(), atlas.clone(), config.clone()).unwrap();
     let b = VirtualTextures::new(gpu(), atlas, config).unwrap();
     assert!(a.layer(1).is_none() && a.layer_named("nope").is_none());

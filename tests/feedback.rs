@@ -545,7 +545,10 @@ fn flooded_staging_keeps_every_slot_equal_to_its_tile() {
             pool_mib: 4,
             staging_mib: 8,
             pool_format: Some(target),
-            max_uploads_per_frame: 512,
+            streaming: tessera::StreamerConfig {
+                max_uploads_per_frame: 512,
+                ..tessera::StreamerConfig::default()
+            },
             ..VtConfig::default()
         };
         let mut vt = VirtualTextures::new(ctx, atlas.clone(), config).unwrap();
@@ -640,9 +643,12 @@ fn requested_tiles(
 ) -> BTreeMap<u64, Vec<tessera_core::format::tile::TileId>> {
     let config = tessera::VtConfig {
         feedback_target,
-        feedback_stride: stride,
-        auto_mip_bias: false,
         pool_mib: 64,
+        streaming: tessera::StreamerConfig {
+            feedback_stride: stride,
+            auto_mip_bias: false,
+            ..tessera::StreamerConfig::default()
+        },
         ..tessera::VtConfig::default()
     };
     let mut vt = tessera::VirtualTextures::new(ctx, atlas.clone(), config).unwrap();
@@ -762,7 +768,7 @@ fn a_predicted_view_is_resident_before_the_camera_gets_there() {
         let config = tessera::VtConfig {
             prediction,
             pool_mib: 64,
-            auto_mip_bias: false,
+            streaming: tessera::StreamerConfig { auto_mip_bias: false, ..tessera::StreamerConfig::default() },
             ..tessera::VtConfig::default()
         };
         let mut vt = tessera::VirtualTextures::new(ctx, atlas.clone(), config).unwrap();

@@ -430,7 +430,11 @@ fn tiny_pool_settles_at_a_coarser_mip_without_thrashing() {
     assert!(bias[30..].windows(2).all(|w| w[0] == w[1]), "the bias still moves: {bias:?}");
     assert!(bias.windows(2).all(|w| w[1] >= w[0]), "the bias oscillated: {bias:?}");
     // Without the automatic bias the same view needs more tiles than the pool holds.
-    let fixed = VtConfig { pool_mib: 1, auto_mip_bias: false, ..VtConfig::default() };
+    let fixed = VtConfig {
+        pool_mib: 1,
+        streaming: tessera::StreamerConfig { auto_mip_bias: false, ..tessera::StreamerConfig::default() },
+        ..VtConfig::default()
+    };
     let plain = run(&atlas, CameraPath::preset("static").unwrap(), 20, (640, 360), fixed);
     assert!(
         plain.frames.last().unwrap().tiles_needed > 8,
@@ -488,7 +492,11 @@ fn random_cuts_through_a_tiny_pool_keep_streaming() {
         size: (160, 90),
         sample_every: 20,
         check_every: 1,
-        vt: VtConfig { pool_mib: 1, host_cache_mib: 4, ..VtConfig::default() },
+        vt: VtConfig {
+            pool_mib: 1,
+            streaming: tessera::StreamerConfig { host_cache_mib: 4, ..tessera::StreamerConfig::default() },
+            ..VtConfig::default()
+        },
     };
     let r = tessera_tools::soak::soak(gpu(), &cfg, |_| {}).unwrap();
     assert_eq!((r.frames, r.cuts, r.points.len()), (240, 39, 12));

@@ -239,7 +239,14 @@ fn translucent_and_masked_materials_stream_what_lies_behind() {
         [("alpha-blend", prepared.atlas, scene), ("alpha-opaque", opaque_atlas, opaque)]
     {
         // No neighbour prefetch: every tile streams because a pixel asked for it.
-        let vt = VtConfig { pool_mib: 64, prefetch_neighbours: false, ..VtConfig::default() };
+        let vt = VtConfig {
+            pool_mib: 64,
+            streaming: tessera::StreamerConfig {
+                prefetch_neighbours: false,
+                ..tessera::StreamerConfig::default()
+            },
+            ..VtConfig::default()
+        };
         let r = run_with(&atlas, scene, camera.clone(), 16, size, vt);
         // 47 dB (blend) and 51 dB (opaque) on lavapipe, the difference at the fence's
         // hole edges; a pane that requested nothing stayed at 39.5 dB.

@@ -90,22 +90,25 @@ impl VtArgs {
     pub(crate) fn config(&self) -> VtConfig {
         VtConfig {
             pool_mib: self.pool_mib,
-            host_cache_mib: self.host_cache_mib,
-            loader_threads: self.loader_threads,
-            max_uploads_per_frame: self.upload_budget.max(1),
             max_anisotropy: self.aniso,
-            mip_bias: self.mip_bias,
-            feedback_stride: self.feedback_stride,
             pool_format: self.pool_format,
-            target_frame_ms: self.target_frame_ms,
-            auto_mip_bias: !self.no_auto_mip_bias,
-            prefetch_neighbours: !self.no_prefetch,
             trilinear: self.trilinear,
             early_depth: !self.no_early_depth,
             staging_mib: self.staging_mib,
             page_table: self.page_table,
             feedback_target: self.feedback,
             merged_copies: !self.per_tile_copies,
+            streaming: tessera::StreamerConfig {
+                host_cache_mib: self.host_cache_mib,
+                loader_threads: self.loader_threads,
+                max_uploads_per_frame: self.upload_budget.max(1),
+                mip_bias: self.mip_bias,
+                feedback_stride: self.feedback_stride,
+                target_frame_ms: self.target_frame_ms,
+                auto_mip_bias: !self.no_auto_mip_bias,
+                prefetch_neighbours: !self.no_prefetch,
+                ..tessera::StreamerConfig::default()
+            },
             ..VtConfig::default()
         }
     }

@@ -549,9 +549,15 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
         Err(e) => return Err(e),
     };
     let mut main = VtMode { vt, scene };
-    let stride = cfg.vt.feedback_stride;
+    let stride = cfg.vt.streaming.feedback_stride;
     let mut probe = if cfg.feedback_probe && stride != PROBE_FEEDBACK_STRIDE {
-        let vt_cfg = VtConfig { feedback_stride: PROBE_FEEDBACK_STRIDE, ..cfg.vt.clone() };
+        let vt_cfg = VtConfig {
+            streaming: tessera::StreamerConfig {
+                feedback_stride: PROBE_FEEDBACK_STRIDE,
+                ..tessera::StreamerConfig::default()
+            },
+            ..cfg.vt.clone()
+        };
         let vt = VirtualTextures::new(ctx, atlas.clone(), vt_cfg)?;
         let scene = drawer_for(ctx, &vt, cfg.scene.as_deref())?;
         Some(VtMode { vt, scene })

@@ -67,8 +67,11 @@ pub(crate) fn run(args: &SoakArgs) -> Result<ExitCode> {
         check_every: args.check_every,
         vt: VtConfig {
             pool_mib: args.pool_mib,
-            host_cache_mib: args.host_cache_mib,
-            loader_threads: args.loader_threads,
+            streaming: tessera::StreamerConfig {
+                host_cache_mib: args.host_cache_mib,
+                loader_threads: args.loader_threads,
+                ..tessera::StreamerConfig::default()
+            },
             ..VtConfig::default()
         },
     };

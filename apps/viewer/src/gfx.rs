@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use tessera::core::Atlas;
-use tessera::{GpuContext, VirtualTextures, VtConfig};
+use tessera::{GpuContext, StreamerConfig, VirtualTextures, VtConfig};
 use tessera_tools::drawer::Drawer;
 use tessera_tools::drawer_for;
 use tessera_tools::scene::{OffscreenTarget, TARGET_FORMAT};
@@ -46,11 +46,14 @@ pub(crate) fn load_scene(ctx: &GpuContext, opened: &Opened, args: &Args, pool_mi
     let atlas = Arc::new(Atlas::open(path).with_context(|| format!("opening atlas {}", path.display()))?);
     let cfg = VtConfig {
         pool_mib,
-        host_cache_mib: args.host_cache_mib,
-        max_uploads_per_frame: args.upload_budget.max(1),
-        mip_bias: args.mip_bias,
-        // Interactive: streaming adapts its per-frame upload budget to a 60 Hz frame.
-        target_frame_ms: Some(1000.0 / 60.0),
+        streaming: StreamerConfig {
+            host_cache_mib: args.host_cache_mib,
+            max_uploads_per_frame: args.upload_budget.max(1),
+            mip_bias: args.mip_bias,
+            // Interactive: streaming adapts its per-frame upload budget to a 60 Hz frame.
+            target_frame_ms: Some(1000.0 / 60.0),
+            ..StreamerConfig::default()
+        },
         // The camera extrapolated PREDICT_FRAMES on is drawn as a predicted view.
         prediction: true,
         ..VtConfig::default()

@@ -169,6 +169,7 @@ pub use params::BindingResources;
 pub use pool::{POOL_FORMAT, POOL_FORMAT_LINEAR, UNWRITTEN};
 pub use tessera_core as core;
 pub use tessera_core::stream::stats::StreamFrame;
+pub use tessera_core::stream::streamer::StreamerConfig;
 pub use vt::{DetachedFrame, VirtualTextures, VtConfig, VtFrame, VtLayer};
 /// The wgpu this crate is built against: use it for your own device and pipelines, so
 /// that the versions always match.

@@ -95,6 +95,30 @@ pub struct StreamerConfig {
 /// [`StreamerConfig::coarsest_patience`].
 pub const COARSEST_RETRY: std::time::Duration = std::time::Duration::from_millis(1100);
 
+impl StreamerConfig {
+    /// Checks every setting's range: `Err` names the setting and its allowed range.
+    /// [`Streamer::new`] and [`Streamer::new_shared`] refuse a configuration that
+    /// fails this.
+    pub fn validate(&self) -> Result<(), String> {
+        if !FEEDBACK_STRIDES.contains(&self.feedback_stride) {
+            return Err(format!(
+                "feedback_stride {} is not one of {FEEDBACK_STRIDES:?}",
+                self.feedback_stride
+            ));
+        }
+        if !self.mip_bias.is_finite() || self.mip_bias.abs() > 16.0 {
+            return Err(format!("mip_bias {} is outside -16..=16", self.mip_bias));
+        }
+        if self.max_uploads_per_frame == 0 || self.max_upload_bytes_per_frame == 0 {
+            return Err("max_uploads_per_frame and max_upload_bytes_per_frame must be at least 1".into());
+        }
+        if let Some(ms) = self.target_frame_ms.filter(|ms| !(ms.is_finite() && *ms > 0.0)) {
+            return Err(format!("target_frame_ms {ms} must be a positive number of milliseconds"));
+        }
+        Ok(())
+    }
+}
+
 impl Default for StreamerConfig {
     fn default() -> Self {
         Self {
@@ -383,6 +407,7 @@ impl Streamer {
         cache: Arc<HostCache>,
         threads: Threads<'_>,
     ) -> Result<Self, StreamerError> {
+        config.validate().map_err(|what| StreamerError::Config(format!("StreamerConfig: {what}")))?;
         let tile_loader: Arc<dyn TileLoader> = if pool.stacked {
             Arc::new(StackedLoader::new(atlas.clone(), cache.clone(), &pool.targets))
         } else {

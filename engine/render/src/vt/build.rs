@@ -205,7 +205,7 @@ impl VirtualTextures {
         ctx.check()?;
         let (plan, pools) = Self::make_pools(ctx, &self.atlas, &config)?;
         let mut streamer = self.streamer.reshaped(&plan).map_err(|e| RenderError::Config(e.to_string()))?;
-        streamer.set_mip_bias(config.mip_bias);
+        streamer.set_mip_bias(config.streaming.mip_bias);
         let staging = Self::make_staging(ctx, &pools, &mut streamer, config.staging_mib);
         let page_table = Self::make_page_table(ctx, &config, &plan)?;
         let mut layers = Self::make_bindings(

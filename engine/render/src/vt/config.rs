@@ -7,38 +7,19 @@ use super::*;
 pub struct VtConfig {
     /// GPU tile pool size in MiB.
     pub pool_mib: u32,
-    /// Host page cache budget in MiB.
-    pub host_cache_mib: u32,
-    /// Loader threads (0 = one per core but one, at least 1: the render thread keeps a core).
-    pub loader_threads: usize,
-    /// Most tiles uploaded per frame (with `target_frame_ms`: the adaptive budget's
-    /// ceiling).
-    pub max_uploads_per_frame: usize,
-    /// Most bytes uploaded per frame.
-    pub max_upload_bytes_per_frame: u64,
-    /// Feedback is written by one pixel in every `n × n` block (1, 2, 4 or 8), rotating.
-    pub feedback_stride: u32,
+    /// Everything the streamer decides by: host cache, loader threads, upload budgets,
+    /// feedback resolution, mip bias and its automatic rise, prefetching. Its
+    /// `complete_page_table` follows [`VtConfig::page_table`] and is not read here.
+    pub streaming: StreamerConfig,
     /// Anisotropy limit: 1 (the default) is trilinear only, cheapest but blurry at
     /// grazing angles (a floor or a road seen from eye height); up to
     /// [`MAX_ANISOTROPY`] taps along the axis of elongation keep such views sharp at
     /// the cost of more fetches where a pixel's footprint is stretched.
     pub max_anisotropy: u16,
-    /// Added to every level of detail (positive = blurrier, fewer tiles).
-    pub mip_bias: f32,
     /// Debug view: 0 off, 1 mip colours, 2 fallback depth, 3 tile borders.
     pub debug_view: u32,
     /// Force the pool's texel format (default: the best the adapter and the atlas allow).
     pub pool_format: Option<TargetFormat>,
-    /// Raise a global mip bias (on top of `mip_bias`), with hysteresis, while the view
-    /// needs more tiles than the pool holds, and lower it when room comes back, so an
-    /// oversubscribed pool settles at a coarser level instead of thrashing.
-    pub auto_mip_bias: bool,
-    /// Adapt the per-frame upload budget to this frame time (ms, measured between
-    /// [`VirtualTextures::begin`] calls); `None`: the fixed `max_uploads_per_frame`.
-    pub target_frame_ms: Option<f64>,
-    /// Also request the same-mip neighbours of requested tiles, at the lowest priority,
-    /// into free or unneeded slots only.
-    pub prefetch_neighbours: bool,
     /// How samples blend mips: [`Trilinear::Hardware`] (the default) where the pool
     /// format allows it, else the software path; [`Trilinear::Software`] forces the
     /// software path. [`VirtualTextures::trilinear`] says which one runs.
@@ -50,7 +31,8 @@ pub struct VtConfig {
     /// One host cache and one set of loader threads shared with other virtual
     /// textures (make it once with [`SharedStreaming::new`] and clone it into each
     /// config); `None` (the default): these virtual textures have their own, sized by
-    /// `host_cache_mib` and `loader_threads` (which a shared one ignores).
+    /// the streaming settings' `host_cache_mib` and `loader_threads` (which a shared
+    /// one ignores).
     pub shared: Option<SharedStreaming>,
     /// MiB of host-visible staging memory the loader threads write tiles into, so that
     /// the render thread only records copies (0: none; the render thread then copies
@@ -84,21 +66,12 @@ pub struct VtConfig {
 
 impl Default for VtConfig {
     fn default() -> Self {
-        let s = StreamerConfig::default();
         Self {
             pool_mib: 128,
-            host_cache_mib: s.host_cache_mib,
-            loader_threads: s.loader_threads,
-            max_uploads_per_frame: s.max_uploads_per_frame,
-            max_upload_bytes_per_frame: s.max_upload_bytes_per_frame,
-            feedback_stride: s.feedback_stride,
+            streaming: StreamerConfig::default(),
             max_anisotropy: 1,
-            mip_bias: s.mip_bias,
             debug_view: 0,
             pool_format: None,
-            auto_mip_bias: s.auto_mip_bias,
-            target_frame_ms: s.target_frame_ms,
-            prefetch_neighbours: s.prefetch_neighbours,
             trilinear: Trilinear::default(),
             early_depth: true,
             shared: None,
@@ -123,42 +96,21 @@ impl VtConfig {
         if !(1..=MAX_ANISOTROPY).contains(&self.max_anisotropy) {
             return bad(format!("max_anisotropy {} is outside 1..={MAX_ANISOTROPY}", self.max_anisotropy));
         }
-        if !FEEDBACK_STRIDES.contains(&self.feedback_stride) {
-            return bad(format!(
-                "feedback_stride {} is not one of {FEEDBACK_STRIDES:?}",
-                self.feedback_stride
-            ));
-        }
-        if !self.mip_bias.is_finite() || self.mip_bias.abs() > 16.0 {
-            return bad(format!("mip_bias {} is outside -16..=16", self.mip_bias));
+        if let Err(what) = self.streaming.validate() {
+            return bad(format!("streaming.{what}"));
         }
         if self.debug_view >= DEBUG_VIEWS {
             return bad(format!("debug_view {} is outside 0..{DEBUG_VIEWS}", self.debug_view));
         }
-        if self.max_uploads_per_frame == 0 || self.max_upload_bytes_per_frame == 0 {
-            return bad("max_uploads_per_frame and max_upload_bytes_per_frame must be at least 1".into());
-        }
-        if let Some(ms) = self.target_frame_ms.filter(|ms| !(ms.is_finite() && *ms > 0.0)) {
-            return bad(format!("target_frame_ms {ms} must be a positive number of milliseconds"));
-        }
         Ok(())
     }
 
-    /// The streaming part of these settings.
+    /// The streamer's settings: [`VtConfig::streaming`], with the page table's kind
+    /// from [`VtConfig::page_table`].
     pub fn streamer(&self) -> StreamerConfig {
         StreamerConfig {
-            host_cache_mib: self.host_cache_mib,
-            loader_threads: self.loader_threads,
-            max_uploads_per_frame: self.max_uploads_per_frame,
-            max_upload_bytes_per_frame: self.max_upload_bytes_per_frame,
-            feedback_stride: self.feedback_stride,
-            mip_bias: self.mip_bias,
-            auto_mip_bias: self.auto_mip_bias,
-            target_frame_ms: self.target_frame_ms,
-            prefetch_neighbours: self.prefetch_neighbours,
-            staleness: Staleness::default(),
             complete_page_table: self.page_table == PageTableStorage::Complete,
-            ..StreamerConfig::default()
+            ..self.streaming.clone()
         }
     }
 }

@@ -24,8 +24,7 @@ use tessera_core::stream::residency::Residency;
 use tessera_core::stream::staging::{StagedTile, StagingCounters, StagingLayout};
 use tessera_core::stream::stats::{StatsSnapshot, StreamFrame};
 use tessera_core::stream::streamer::{
-    FEEDBACK_STRIDES, FrameInput, FramePlan, SharedStreaming, SparseFeedback, Staleness, Streamer,
-    StreamerConfig,
+    FrameInput, FramePlan, SharedStreaming, SparseFeedback, Streamer, StreamerConfig,
 };
 use tessera_core::{Atlas, HostCache};
 
@@ -314,11 +313,11 @@ impl VirtualTextures {
     /// reports the bias in effect.
     pub fn set_mip_bias(&mut self, bias: f32) {
         let bias = if bias.is_nan() { 0.0 } else { bias.clamp(-16.0, 16.0) };
-        self.config.mip_bias = bias;
+        self.config.streaming.mip_bias = bias;
         self.streamer.set_mip_bias(bias);
     }
 
-    /// The automatic oversubscription bias in effect (see [`VtConfig::auto_mip_bias`]).
+    /// The automatic oversubscription bias in effect (see `VtConfig::streaming`, `auto_mip_bias`).
     pub fn auto_mip_bias(&self) -> f32 {
         self.streamer.auto_mip_bias()
     }
@@ -359,20 +358,20 @@ impl VirtualTextures {
     /// strides cost less GPU time and see small tiles later.
     pub fn set_feedback_stride(&mut self, stride: u32) -> Result<(), RenderError> {
         self.streamer.set_feedback_stride(stride).map_err(|e| RenderError::Config(e.to_string()))?;
-        self.config.feedback_stride = stride;
+        self.config.streaming.feedback_stride = stride;
         Ok(())
     }
 
     /// Changes the most tiles uploaded per frame; with an adaptive budget
-    /// ([`VtConfig::target_frame_ms`]) this is its ceiling.
+    /// (`VtConfig::streaming`, `target_frame_ms`) this is its ceiling.
     pub fn set_upload_budget(&mut self, tiles: usize) {
-        self.config.max_uploads_per_frame = tiles.max(1);
+        self.config.streaming.max_uploads_per_frame = tiles.max(1);
         self.streamer.set_upload_budget(tiles);
     }
 
     /// Changes the host cache budget, evicting least recently used tiles until it fits.
     pub fn set_host_budget_mib(&mut self, mib: u32) {
-        self.config.host_cache_mib = mib;
+        self.config.streaming.host_cache_mib = mib;
         self.streamer.set_host_budget_mib(mib);
     }
 
