@@ -298,14 +298,40 @@ mod budget {
     }
 
     #[test]
-    fn grows_only_when_the_budget_was_used() {
+    fn grows_before_anything_is_priced_and_fills_the_room_once_it_is() {
         let cfg = BudgetConfig { start_tiles: 64, ..BudgetConfig::default() };
         let mut c = UploadBudgetController::new(cfg);
-        assert_eq!(c.update(5.0, 0.01, 10).tiles, 64);
-        assert_eq!(c.update(5.0, 0.064, 64).tiles, 80);
+        // Nothing uploaded, nothing priced: the budget grows only when it was used.
+        assert_eq!(c.update(5.0, 0.0, 0).tiles, 64);
+        // Priced at 0.1 ms a tile (a frame of 11.4 ms, 6.4 of them uploads): the room
+        // below the band, 16.6 − 1 − 5 = 10.6 ms, holds 106 tiles.
+        assert_eq!(c.update(11.4, 6.4, 64).tiles, 106);
+        // Quiet frames (nothing to upload) keep the room's budget, so the next burst
+        // starts at full width instead of growing into it.
+        assert_eq!(c.update(5.0, 0.0, 0).tiles, 106);
+        assert_eq!(c.update(9.0, 0.0, 0).tiles, 66);
+        // A frame over the target halves the budget, and here leaves no room: the floor.
+        assert_eq!(c.update(18.0, 0.0, 0).tiles, cfg.min_tiles);
+        assert_eq!(c.update(5.0, 0.0, 0).tiles, 106);
         // Non-finite input leaves it alone.
-        assert_eq!(c.update(f64::NAN, 0.1, 10).tiles, 80);
-        assert_eq!(c.update(-1.0, 0.1, 10).tiles, 80);
+        assert_eq!(c.update(f64::NAN, 0.1, 10).tiles, 106);
+        assert_eq!(c.update(-1.0, 0.1, 10).tiles, 106);
+    }
+
+    /// A paced camera cut after quiet frames: the first frame that sees the cut's
+    /// misses already has the room's budget (the H100 run of issue 31 grew 16, 24, 32,
+    /// 40, 50 here and needed 5 frames).
+    #[test]
+    fn a_cut_after_quiet_frames_gets_the_whole_room_at_once() {
+        let cfg = BudgetConfig { target_frame_ms: 8.0, start_tiles: 16, ..BudgetConfig::default() };
+        let mut c = UploadBudgetController::new(cfg);
+        // Start-up: a few tiles at 0.05 ms each, then quiet 1.2 ms frames.
+        c.update(1.4, 0.2, 4);
+        for _ in 0..20 {
+            c.update(1.2, 0.01, 0);
+        }
+        // Room 8 − 1 − 1.19 = 5.81 ms at 0.05 ms a tile: 116 tiles.
+        assert_eq!(c.budget().tiles, 116);
     }
 }
 

@@ -200,18 +200,18 @@ pub struct Budget {
     pub bytes: u64,
 }
 
-/// Additive-increase / multiplicative-decrease control of the per-frame upload budget
-/// from measured frame and upload times.
+/// Control of the per-frame upload budget from measured frame and upload times.
 ///
-/// The budget grows (×1.25, at least by `min_tiles`) while frames finish under
-/// `target − margin` and the uploads used the whole budget; it halves as soon as a
-/// frame exceeds `target + margin`. The cost of one upload is estimated from the
-/// measurements (an average that follows increases quickly and decreases slowly), and
-/// the budget never predicts more upload time than the frame has room for below the
-/// band, `target − margin − (frame − upload)`, except that it never drops below
-/// `min_tiles`. So uploads take the time the frame leaves, and no more: a burst (a
-/// camera cut) fills short frames at once instead of growing into them, and no frame
-/// goes over the target because of uploads.
+/// Once an upload was measured, the cost of one upload is estimated (an average that
+/// follows increases quickly and decreases slowly) and the budget is the number of
+/// uploads that fit the room the last frame left below the band,
+/// `target − margin − (frame − upload)`, at once: a burst (a camera cut) fills short
+/// frames from its first frame, also after quiet frames that uploaded nothing, and no
+/// frame goes over the target because of uploads. A frame over `target + margin`
+/// halves the budget as well. Before any upload was measured the budget grows (×1.25,
+/// at least by `min_tiles`) while frames finish under `target − margin` and used the
+/// whole budget, and halves after a frame over the target. The budget never drops below
+/// `min_tiles`, so streaming always progresses.
 #[derive(Clone, Debug)]
 pub struct UploadBudgetController {
     config: BudgetConfig,
@@ -286,15 +286,21 @@ impl UploadBudgetController {
                 }
             });
         }
+        let over = frame_ms > c.target_frame_ms + c.margin_ms;
         let mut tiles = self.tiles as f64;
-        if frame_ms > c.target_frame_ms + c.margin_ms {
-            tiles *= CUT;
-        } else if frame_ms < c.target_frame_ms - c.margin_ms && uploads >= self.tiles {
-            tiles = (tiles * GROW).max(tiles + c.min_tiles.max(1) as f64);
-        }
-        if let Some(cost) = self.cost_ms.filter(|&x| x > 0.0) {
-            let room = self.headroom_ms(frame_ms, upload_ms).max(0.0);
-            tiles = tiles.min((room / cost).floor());
+        match self.cost_ms.filter(|&x| x > 0.0) {
+            // Priced: fill the room the frame leaves, at once; after a frame over the
+            // target, at most half the last budget too.
+            Some(cost) => {
+                let fits = (self.headroom_ms(frame_ms, upload_ms).max(0.0) / cost).floor();
+                tiles = if over { (tiles * CUT).min(fits) } else { fits };
+            }
+            // Not priced yet: grow while frames have room and use their budget.
+            None if over => tiles *= CUT,
+            None if frame_ms < c.target_frame_ms - c.margin_ms && uploads >= self.tiles => {
+                tiles = (tiles * GROW).max(tiles + c.min_tiles.max(1) as f64);
+            }
+            None => {}
         }
         // `tiles` is finite and non-negative here; the cast saturates at usize::MAX.
         self.tiles = (tiles as usize).clamp(c.min_tiles, max);
