@@ -51,15 +51,15 @@
 
 pub mod bake;
 pub mod compare;
-#[doc(hidden)]
 pub mod error_text;
 pub mod format;
+// Public for the fuzz harnesses (`fuzz/`, a crate outside the workspace) and their
+// regression tests; hidden from the documentation: entry points for fuzzers, not API.
 #[doc(hidden)]
 pub mod fuzz;
 pub mod progress;
 pub mod scene;
 pub mod stream;
-#[doc(hidden)]
 pub mod temp_files;
 
 pub use format::atlas::{Atlas, AtlasError, LayerInfo};

@@ -144,20 +144,17 @@ pub mod lost;
 pub mod shaders;
 pub mod vt;
 
-// The machinery behind `VirtualTextures`, hidden from the documentation: public for the
-// GPU tests, the benchmarks and the viewer's pool view.
-#[doc(hidden)]
+// The machinery behind `VirtualTextures`, public and documented for what looks inside
+// it: the GPU integration tests, the benchmarks, the viewer's pool view and engines
+// that bind the virtual textures themselves (Bevy). An embedder's frame loop needs none
+// of it.
 pub mod feedback;
 mod feedback_target;
-#[doc(hidden)]
 pub mod page_table;
 pub mod page_table_update;
-#[doc(hidden)]
 pub mod params;
-#[doc(hidden)]
 pub mod pool;
 mod prediction;
-#[doc(hidden)]
 pub mod staging;
 
 pub use context::{GpuContext, OPTIONAL_FEATURES};

@@ -3,20 +3,16 @@
 //! page-table mirror, LRU, loader threads, host cache, schedulers, statistics).
 
 pub mod atlas_loader;
-#[doc(hidden)]
 pub mod complete_table;
 pub mod copy_runs;
 pub mod feedback;
 pub mod host_cache;
 pub mod loader;
-#[doc(hidden)]
-pub mod lru;
+pub(crate) mod lru;
 pub mod page_table;
 pub mod pool_layout;
 pub mod residency;
-#[doc(hidden)]
 pub mod schedule;
-#[doc(hidden)]
 pub mod simulate;
 pub mod staging;
 pub mod stats;
