@@ -1,0 +1,286 @@
+//! Uploads into the pool: single tiles, batches through the staging belt, and a frame's
+//! mix of staged and belt tiles, merged into one copy per run of vertically adjacent slots.
+
+use super::*;
+
+/// Batches at least this large are copied into staging memory by several threads.
+pub(super) const PARALLEL_COPY_TILES: usize = 32;
+
+/// Copies `tiles` into `dst`, tile `i` at `i × stride`, each tile's rows of
+/// `rows.0` bytes at a pitch of `rows.1` bytes (`rows.1 ≥ rows.0`); the padding is left
+/// as it is. Large batches are split over rayon's threads, each writing its own tiles.
+pub(super) fn write_padded(
+    mut dst: wgpu::WriteOnly<'_, [u8]>,
+    tiles: &[&[u8]],
+    stride: usize,
+    rows: (usize, usize),
+) {
+    let (row_len, pitch) = rows;
+    let fits = tiles.iter().all(|t| {
+        let n = t.len() / row_len.max(1);
+        t.len() % row_len.max(1) == 0 && (n == 0 || (n - 1) * pitch + row_len <= stride)
+    }) && tiles.len() * stride <= dst.len();
+    if !fits || row_len == 0 {
+        tracing::warn!("tile staging skipped: tiles do not fit their staging range");
+        return;
+    }
+    if tiles.len() < PARALLEL_COPY_TILES {
+        for (i, tile) in tiles.iter().enumerate() {
+            for (r, row) in tile.chunks_exact(row_len).enumerate() {
+                let at = i * stride + r * pitch;
+                dst.slice(at..at + row_len).copy_from_slice(row);
+            }
+        }
+        return;
+    }
+    /// The staging memory's address, handed to the copying threads.
+    #[derive(Clone, Copy)]
+    struct Staging(*mut u8);
+    // SAFETY: the pointer is only used below, by threads that each write a disjoint
+    // range inside the mapped view, all joined before `dst` goes out of scope.
+    unsafe impl Send for Staging {}
+    unsafe impl Sync for Staging {}
+    let base = Staging(dst.as_raw_element_ptr().as_ptr());
+    rayon::scope(|scope| {
+        for (chunk_index, chunk) in
+            tiles.chunks(tiles.len().div_ceil(rayon::current_num_threads())).enumerate()
+        {
+            let first = chunk_index * tiles.len().div_ceil(rayon::current_num_threads());
+            scope.spawn(move |_| {
+                let base = base;
+                for (k, tile) in chunk.iter().enumerate() {
+                    for (r, row) in tile.chunks_exact(row_len).enumerate() {
+                        let at = (first + k) * stride + r * pitch;
+                        // SAFETY: `fits` checked above that every row lies inside `dst`
+                        // (at + row_len ≤ tiles.len() × stride ≤ dst.len()); tiles are
+                        // disjoint ranges, so no two threads write the same byte; the
+                        // mapping outlives the scope, which joins every thread; writes
+                        // only, as write-combined memory wants.
+                        unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), base.0.add(at), row_len) };
+                    }
+                }
+            });
+        }
+    });
+}
+
+impl TilePool {
+    /// The texture region of `slot`.
+    pub(super) fn slot_region(&self, slot: SlotCoord) -> wgpu::TexelCopyTextureInfo<'_> {
+        let s = self.slot_texels;
+        wgpu::TexelCopyTextureInfo {
+            texture: &self.texture,
+            mip_level: 0,
+            origin: wgpu::Origin3d { x: u32::from(slot.x) * s, y: u32::from(slot.y) * s, z: 0 },
+            aspect: wgpu::TextureAspect::All,
+        }
+    }
+
+    /// Copies one tile in the pool's format (`target().bytes_per_tile(slot_texels)` bytes) into `slot`.
+    /// For many tiles, [`TilePool::upload_batch`] is much faster.
+    pub fn upload(&self, queue: &wgpu::Queue, slot: SlotCoord, texels: &[u8]) {
+        let s = self.slot_texels;
+        let (bytes_per_row, rows) = self.tile_rows();
+        queue.write_texture(
+            self.slot_region(slot),
+            texels,
+            wgpu::TexelCopyBufferLayout {
+                offset: 0,
+                bytes_per_row: Some(bytes_per_row),
+                rows_per_image: Some(rows),
+            },
+            wgpu::Extent3d { width: s, height: s, depth_or_array_layers: 1 },
+        );
+    }
+
+    /// Copies many tiles (each `slot_bytes()` bytes in the pool's format) into their
+    /// slots with one submission: every tile is written into staging memory (rows padded
+    /// to [`wgpu::COPY_BYTES_PER_ROW_ALIGNMENT`]; block formats: rows of 4×4 blocks)
+    /// sub-allocated from a few large, persistently re-mapped buffers, then one command
+    /// encoder with one `copy_buffer_to_texture` per tile is submitted before returning
+    /// (so before the caller's frame).
+    ///
+    /// One `write_texture` per tile costs a fixed overhead per call, which caps
+    /// streaming at tens of thousands of tiles per second; this costs one submission per
+    /// batch. The staging buffers come back for reuse once the GPU is done with them
+    /// and the device is polled (as every frame's feedback poll does).
+    ///
+    /// Items of the wrong length or outside the slot grid are skipped with a warning.
+    /// A slot named twice ends with the later tile, as with [`TilePool::upload`].
+    pub fn upload_batch(&self, device: &wgpu::Device, queue: &wgpu::Queue, items: &[(SlotCoord, &[u8])]) {
+        self.upload_mixed(device, queue, items, &[]);
+    }
+
+    /// [`TilePool::upload_batch`] for `items`, plus `staged` tiles that a loader
+    /// thread already wrote into staging memory (each copied straight from its buffer),
+    /// in one submission with one level-1 pass over every slot written. Returns the
+    /// copy commands recorded: one per run of tiles bound for slots one below the
+    /// other whose bytes follow each other (in `staged` as given, and in `items`).
+    pub fn upload_mixed(
+        &self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        items: &[(SlotCoord, &[u8])],
+        staged: &[StagedCopy<'_>],
+    ) -> usize {
+        let want = self.tile_bytes() as usize;
+        let (row_bytes, rows) = self.tile_rows();
+        let padded_row = row_bytes.next_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
+        let stride = u64::from(padded_row) * u64::from(rows);
+        let valid: Vec<(SlotCoord, &[u8])> = items
+            .iter()
+            .filter(|(slot, texels)| {
+                let ok = texels.len() == want
+                    && u32::from(slot.x) < self.slots_x
+                    && u32::from(slot.y) < self.slots_y;
+                if !ok {
+                    tracing::warn!(
+                        "tile upload to slot ({}, {}) skipped: {} bytes, expected {want} inside {}×{} slots",
+                        slot.x,
+                        slot.y,
+                        texels.len(),
+                        self.slots_x,
+                        self.slots_y
+                    );
+                }
+                ok
+            })
+            .copied()
+            .collect();
+        let mut belt = self.staging.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut encoder = device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera tile uploads") });
+        let mut copied: Vec<[u32; 2]> = Vec::with_capacity(valid.len() + staged.len());
+        let mut commands = 0;
+        let staged: Vec<&StagedCopy<'_>> = staged
+            .iter()
+            .filter(|c| {
+                let ok = u32::from(c.slot.x) < self.slots_x
+                    && u32::from(c.slot.y) < self.slots_y
+                    && c.pitch >= row_bytes
+                    && c.pitch.is_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
+                if !ok {
+                    tracing::warn!(slot = ?c.slot, pitch = c.pitch, "staged tile copy skipped: outside the pool or misaligned");
+                }
+                ok
+            })
+            .collect();
+        // Staged copies of one pitch (every pool's part has one) in runs: a record that
+        // starts where the previous one's rows end, bound for the slot below it.
+        let tiles: Vec<TileCopy> = staged
+            .iter()
+            .map(|c| TileCopy {
+                slot: c.slot,
+                source: std::ptr::from_ref(c.buffer) as usize,
+                offset: c.offset,
+            })
+            .collect();
+        let span = staged.first().map_or(0, |c| u64::from(c.pitch) * u64::from(rows));
+        let uniform = staged.iter().all(|c| u64::from(c.pitch) * u64::from(rows) == span);
+        for run in self.runs(&tiles, if uniform { span } else { 0 }) {
+            let first = staged[run.start];
+            self.copy_run(
+                &mut encoder,
+                first.buffer,
+                first.offset,
+                first.pitch,
+                first.slot,
+                run.len() as u32,
+            );
+            commands += 1;
+            copied.extend(staged[run].iter().map(|c| [u32::from(c.slot.x), u32::from(c.slot.y)]));
+        }
+        // One staging range (and one mapping) per group of tiles instead of one per
+        // tile: each mapping is tracked and checked against the buffer's others.
+        let per_group = (STAGING_GROUP_BYTES / stride).max(1) as usize;
+        for group in valid.chunks(per_group) {
+            let Some(size) = wgpu::BufferSize::new(stride * group.len() as u64) else { continue };
+            let align = wgpu::BufferSize::new(u64::from(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT)).unwrap_or(size);
+            let staged = belt.allocate(size, align);
+            match staged.get_mapped_range_mut() {
+                Ok(mut view) => {
+                    let rows = (row_bytes as usize, padded_row as usize);
+                    let tiles: Vec<&[u8]> = group.iter().map(|(_, t)| *t).collect();
+                    write_padded(view.slice(..), &tiles, stride as usize, rows);
+                }
+                Err(e) => {
+                    tracing::warn!("{} tile uploads skipped: staging not mapped: {e}", group.len());
+                    continue;
+                }
+            }
+            let laid: Vec<TileCopy> = group
+                .iter()
+                .enumerate()
+                .map(|(i, (slot, _))| TileCopy { slot: *slot, source: 0, offset: i as u64 * stride })
+                .collect();
+            for run in self.runs(&laid, stride) {
+                let offset = staged.offset() + laid[run.start].offset;
+                self.copy_run(
+                    &mut encoder,
+                    staged.buffer(),
+                    offset,
+                    padded_row,
+                    laid[run.start].slot,
+                    run.len() as u32,
+                );
+                commands += 1;
+            }
+            copied.extend(group.iter().map(|(slot, _)| [u32::from(slot.x), u32::from(slot.y)]));
+        }
+        belt.finish();
+        match &self.slot_mips {
+            Some(SlotMips::Rendered(mips)) => mips.record(device, queue, &mut encoder, &copied),
+            Some(SlotMips::Encoded(mips)) => mips.record(device, &mut encoder, &self.texture, &copied),
+            None => {}
+        }
+        if !copied.is_empty() {
+            queue.submit([encoder.finish()]);
+        }
+        belt.recall();
+        commands
+    }
+
+    /// The copies that move `tiles` (laid out `span` bytes apart where contiguous):
+    /// runs one below the other merged ([`TilePool::set_merged_copies`]), else one each.
+    pub(super) fn runs(&self, tiles: &[TileCopy], span: u64) -> Vec<Range<usize>> {
+        if self.merged_copies {
+            vertical_runs(tiles, span)
+        } else {
+            (0..tiles.len()).map(|i| i..i + 1).collect()
+        }
+    }
+
+    /// Records one copy of `count` tiles, one below the other from `slot` down, whose
+    /// rows follow each other at `pitch` from `offset` in `buffer`.
+    pub(super) fn copy_run(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        buffer: &wgpu::Buffer,
+        offset: u64,
+        pitch: u32,
+        slot: SlotCoord,
+        count: u32,
+    ) {
+        let s = self.slot_texels;
+        let (_, rows) = self.tile_rows();
+        encoder.copy_buffer_to_texture(
+            wgpu::TexelCopyBufferInfo {
+                buffer,
+                layout: wgpu::TexelCopyBufferLayout {
+                    offset,
+                    bytes_per_row: Some(pitch),
+                    rows_per_image: Some(rows * count),
+                },
+            },
+            self.slot_region(slot),
+            wgpu::Extent3d { width: s, height: s * count, depth_or_array_layers: 1 },
+        );
+    }
+
+    /// Whether uploads copy runs of tiles bound for slots one below the other (whose
+    /// bytes follow each other in staging memory) with one copy each (the default), or
+    /// every tile with its own copy (to compare).
+    pub fn set_merged_copies(&mut self, merged: bool) {
+        self.merged_copies = merged;
+    }
+}
