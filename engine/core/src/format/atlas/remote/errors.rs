@@ -1,0 +1,174 @@
+//! What went wrong, in one line: object_store's errors mapped to `RemoteError` with
+//! their cause (unreachable, refused, credentials, missing bucket), secrets redacted.
+
+use super::*;
+
+pub(crate) fn map_error(e: object_store::Error) -> RemoteError {
+    match e {
+        object_store::Error::NotFound { ref source, .. }
+            if chain_text(source.as_ref()).contains("NoSuchBucket") =>
+        {
+            RemoteError::Config("the bucket does not exist (NoSuchBucket)".into())
+        }
+        object_store::Error::NotFound { ref source, .. }
+            if chain_text(source.as_ref()).contains("ContainerNotFound") =>
+        {
+            RemoteError::Config("the container does not exist (ContainerNotFound)".into())
+        }
+        object_store::Error::NotFound { .. } => RemoteError::NotFound,
+        object_store::Error::Precondition { .. } | object_store::Error::NotModified { .. } => {
+            RemoteError::Replaced
+        }
+        object_store::Error::Unauthenticated { .. } => RemoteError::Denied(format!(
+            "401 Unauthorized: the server did not accept the credentials ({})",
+            credential_source()
+        )),
+        object_store::Error::PermissionDenied { .. } => RemoteError::Denied(format!(
+            "403 Forbidden: access denied with these credentials ({}), or a presigned URL that expired",
+            credential_source()
+        )),
+        other => cause(&other).unwrap_or_else(|| RemoteError::Unavailable(redact(&other.to_string()))),
+    }
+}
+
+/// Whether `e` says the server could not be reached at all (no connection, no answer),
+/// as opposed to an answer with an error status.
+pub(super) fn unreachable(e: &object_store::Error) -> bool {
+    use object_store::client::HttpErrorKind;
+    let mut at: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = at {
+        if let Some(h) = err.downcast_ref::<object_store::client::HttpError>() {
+            return matches!(h.kind(), HttpErrorKind::Connect | HttpErrorKind::Timeout);
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::{ConnectionRefused, HostUnreachable, NetworkUnreachable, TimedOut};
+            return matches!(io.kind(), ConnectionRefused | HostUnreachable | NetworkUnreachable | TimedOut);
+        }
+        at = err.source();
+    }
+    false
+}
+
+/// Every message in `e`'s source chain, joined.
+pub(super) fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = String::new();
+    let mut at: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = at {
+        text.push_str(&err.to_string());
+        text.push_str(" | ");
+        at = err.source();
+    }
+    text
+}
+
+/// Where credentials come from, as far as the environment says (the variables' names,
+/// never their values).
+pub(super) fn credential_source() -> String {
+    const NAMED: [&str; 8] = [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "GOOGLE_SERVICE_ACCOUNT",
+        "GOOGLE_SERVICE_ACCOUNT_KEY",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "AZURE_STORAGE_ACCOUNT_KEY",
+        "AZURE_STORAGE_SAS_KEY",
+        "AZURE_STORAGE_USE_EMULATOR",
+    ];
+    let set: Vec<&str> = NAMED.into_iter().filter(|n| std::env::var_os(n).is_some()).collect();
+    if set.is_empty() {
+        "none in the environment: the instance metadata service's, if any".into()
+    } else {
+        format!("{} from the environment", set.join(", "))
+    }
+}
+
+/// The cause of a failed request in one phrase a person can act on, from the error's
+/// source chain: refused connection, unknown host, TLS failure, timeout, missing
+/// credentials, a plain-HTTP endpoint not allowed. `None` when none of these.
+pub(super) fn cause(e: &object_store::Error) -> Option<RemoteError> {
+    let text = chain_text(e);
+    let mut io_kind = None;
+    let mut http_kind = None;
+    let mut at: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = at {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            io_kind.get_or_insert(io.kind());
+        }
+        if let Some(h) = err.downcast_ref::<object_store::client::HttpError>() {
+            http_kind.get_or_insert(h.kind());
+        }
+        at = err.source();
+    }
+    use object_store::client::HttpErrorKind;
+    let lower = text.to_ascii_lowercase();
+    let unavailable = |m: &str| Some(RemoteError::Unavailable(m.to_string()));
+    // The credential chain's last resort, the instance metadata service, failed too.
+    if lower.contains("169.254.169.254")
+        || lower.contains("/latest/api/token")
+        || lower.contains("/latest/meta-data")
+    {
+        return Some(RemoteError::Denied(
+            "no credentials: for S3 set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN \
+             for temporary ones); for GCS GOOGLE_SERVICE_ACCOUNT or GOOGLE_APPLICATION_CREDENTIALS; for \
+             Azure AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY; or run where an instance or \
+             pod role provides them"
+                .into(),
+        ));
+    }
+    if lower.contains("builder error") || lower.contains("url scheme is not allowed") {
+        return Some(RemoteError::Config(
+            "the client refused the URL: a plain-http endpoint needs AWS_ALLOW_HTTP=true (S3), \
+             GOOGLE_ALLOW_HTTP=true (GCS) or AZURE_ALLOW_HTTP=true (Azure)"
+                .into(),
+        ));
+    }
+    if io_kind == Some(std::io::ErrorKind::ConnectionRefused) || lower.contains("connection refused") {
+        return unavailable(
+            "connection refused: nothing listens at that host and port (is the server running?)",
+        );
+    }
+    if lower.contains("dns error")
+        || lower.contains("failed to lookup address")
+        || lower.contains("name or service not known")
+    {
+        return unavailable("host not found (DNS lookup failed): check the host name");
+    }
+    if lower.contains("invalid peer certificate") || lower.contains("certificate") {
+        return unavailable("TLS: the server's certificate was not accepted");
+    }
+    if lower.contains("corrupt message") || lower.contains("invalidcontenttype") || lower.contains("tls") {
+        return unavailable("TLS handshake failed: is this https:// to a plain-HTTP port?");
+    }
+    if http_kind == Some(HttpErrorKind::Timeout)
+        || io_kind == Some(std::io::ErrorKind::TimedOut)
+        || lower.contains("timed out")
+    {
+        return unavailable(&format!(
+            "timed out: no answer within {} s (after retries)",
+            REQUEST_TIMEOUT.as_secs()
+        ));
+    }
+    if lower.contains("connection reset")
+        || lower.contains("connection closed")
+        || lower.contains("broken pipe")
+    {
+        return unavailable("the server closed the connection mid-request");
+    }
+    None
+}
+
+/// `message` without anything that looks like a credential (query-string signatures,
+/// keys), in case a client error quotes a presigned URL.
+pub(super) fn redact(message: &str) -> String {
+    message
+        .split_whitespace()
+        .map(|w| {
+            if w.contains("X-Amz-") || w.contains("Signature=") || w.contains("Credential=") {
+                "[redacted]"
+            } else {
+                w
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
