@@ -47,6 +47,11 @@
 //! in Bevy's log, and its meshes keep their `StandardMaterial` colour. A local atlas
 //! file that is replaced (a new bake renamed over it), or that appears or becomes valid
 //! after failing, is opened again within 30 frames and its materials bind the new one.
+//!
+//! By concern: this file holds the plugin, its settings and statistics and the
+//! material's data; `binding.rs` the material's bind group, pipelines and WESL module;
+//! `render.rs` the render world; `level.rs` glTF levels; `scene.rs` scene helpers;
+//! `diagnostics.rs` Bevy diagnostics.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -93,6 +98,14 @@ use tessera::core::Atlas;
 use tessera::core::format::atlas::Wrap;
 use tessera::core::scene::scene_bake::PackedMaterial;
 use tessera::{DetachedFrame, GpuContext, PageTableStorage, VirtualTextures, wgpu};
+
+mod binding;
+mod render;
+
+pub use binding::feedback_in_prepass;
+use binding::*;
+pub use render::VtRenderState;
+use render::*;
 
 /// The first binding of the virtual texture in the material bind group (Bevy leaves
 /// 0 to 99 to the base material).
@@ -259,152 +272,6 @@ impl VirtualTexture {
     }
 }
 
-impl MaterialExtension for VirtualTexture {
-    fn fragment_shader() -> ShaderRef {
-        ShaderRef::Handle(MATERIAL_SHADER)
-    }
-
-    fn specialize(
-        _pipeline: &MaterialExtensionPipeline,
-        descriptor: &mut RenderPipelineDescriptor,
-        _layout: &MeshVertexBufferLayoutRef,
-        key: MaterialExtensionKey<Self>,
-    ) -> Result<(), SpecializedMeshPipelineError> {
-        move_feedback_to_prepass(descriptor, key.mesh_key);
-        Ok(())
-    }
-}
-
-/// Whether a pipeline of this key (main pass or prepass) leaves the material's feedback
-/// to the camera's depth prepass: the view has a depth-only prepass (no normal, motion
-/// vector or deferred prepass, whose fragment shader is Bevy's) and the material is
-/// opaque and never discards (blended meshes are not in the prepass, and an alpha test
-/// keeps Bevy's prepass shader). The main pass of such a material then has no side
-/// effect, so the driver tests depth before shading and hidden fragments are not lit;
-/// the prepass records the feedback, cheaply, before it. Other keys keep the feedback
-/// in the main pass.
-pub fn feedback_in_prepass(key: MeshPipelineKey) -> bool {
-    key.contains(MeshPipelineKey::DEPTH_PREPASS)
-        && !key.intersects(
-            MeshPipelineKey::NORMAL_PREPASS
-                | MeshPipelineKey::MOTION_VECTOR_PREPASS
-                | MeshPipelineKey::DEFERRED_PREPASS
-                | MeshPipelineKey::MAY_DISCARD,
-        )
-        && key.intersection(MeshPipelineKey::BLEND_RESERVED_BITS) == MeshPipelineKey::BLEND_OPAQUE
-}
-
-/// [`VirtualTexture::specialize`]'s work, apart for tests: where [`feedback_in_prepass`]
-/// holds, a camera's depth-only prepass pipeline (Bevy builds it without a fragment
-/// stage) gets [`PREPASS_SHADER`] as its fragment stage, and the main pass pipeline
-/// the [`FEEDBACK_IN_PREPASS_DEF`] feature. Shadow views' prepasses (they carry a
-/// projection in their key, a camera's prepass does not) are left as Bevy built them.
-fn move_feedback_to_prepass(descriptor: &mut RenderPipelineDescriptor, key: MeshPipelineKey) {
-    if !feedback_in_prepass(key) {
-        return;
-    }
-    let prepass = descriptor
-        .vertex
-        .shader_defs
-        .iter()
-        .any(|d| matches!(d, ShaderDefVal::Bool(n, true) if n == "PREPASS_PIPELINE"));
-    if prepass {
-        let shadow = key.intersects(MeshPipelineKey::VIEW_PROJECTION_RESERVED_BITS);
-        if !shadow && descriptor.fragment.is_none() {
-            descriptor.fragment = Some(FragmentState {
-                shader: PREPASS_SHADER,
-                shader_defs: descriptor.vertex.shader_defs.clone(),
-                entry_point: Some("fragment".into()),
-                targets: Vec::new(),
-                constants: Vec::new(),
-            });
-        }
-    } else if let Some(fragment) = descriptor.fragment.as_mut() {
-        fragment.shader_defs.push(FEEDBACK_IN_PREPASS_DEF.into());
-    }
-}
-
-impl AsBindGroup for VirtualTexture {
-    type Data = ();
-    type Param = SRes<VtRenderState>;
-
-    fn label() -> &'static str {
-        "tessera_virtual_texture"
-    }
-
-    fn bind_group_data(&self) -> Self::Data {}
-
-    fn build_bind_group(
-        &self,
-        _layout: &BindGroupLayout,
-        render_device: &RenderDevice,
-        state: &mut SystemParamItem<'_, '_, Self::Param>,
-        _force_no_bindless: bool,
-        output: &mut BindGroupBuilder,
-    ) -> Result<(), AsBindGroupError> {
-        let (resources, layers) = match state.atlases.get(&self.atlas) {
-            Some(Streamed::Open(s)) => {
-                let layer = s.vt.layer(0).ok_or(AsBindGroupError::RetryNextUpdate)?;
-                let layers = if s.vt.is_stacked() { s.vt.atlas().layers().len() } else { 1 };
-                (s.vt.binding_resources(layer).clone(), layers)
-            }
-            Some(Streamed::Failed(_)) => {
-                (state.fallback.clone().ok_or(AsBindGroupError::RetryNextUpdate)?, 0)
-            }
-            // Not opened yet (it is, before the next frame's materials are prepared).
-            None => return Err(AsBindGroupError::RetryNextUpdate),
-        };
-        let page_table = match resources.page_table {
-            tessera::PageTableResource::Buffer(b) => b,
-            // The plugin asks for buffer page tables (the layout is static).
-            tessera::PageTableResource::Texture(_) => return Err(AsBindGroupError::RetryNextUpdate),
-        };
-        let view = |v: &wgpu::TextureView| {
-            UnpreparedBindingResource::TextureView(TextureViewDimension::D2, v.clone().into())
-        };
-        let b = FIRST_BINDING;
-        output.push((b, UnpreparedBindingResource::Buffer(resources.params.into())));
-        output.push((b + 1, UnpreparedBindingResource::Buffer(page_table.into())));
-        output.push((b + 2, UnpreparedBindingResource::Buffer(resources.feedback.into())));
-        output.push((b + 3, view(&resources.pools[0])));
-        output.push((
-            b + 4,
-            UnpreparedBindingResource::Sampler(SamplerBindingType::Filtering, resources.sampler.into()),
-        ));
-        output.push((b + 5, view(&resources.pools[1])));
-        output.push((b + 6, view(&resources.pools[2])));
-        let region = render_device.create_buffer_with_data(&BufferInitDescriptor {
-            label: Some("tessera region"),
-            contents: &self.region.block(layers).map(f32::to_le_bytes).concat(),
-            usage: BufferUsages::UNIFORM,
-        });
-        output.push((REGION_BINDING, UnpreparedBindingResource::Buffer(region)));
-        Ok(())
-    }
-
-    fn bind_group_layout_entries(
-        _render_device: &RenderDevice,
-        _force_no_bindless: bool,
-    ) -> Vec<BindGroupLayoutEntry>
-    where
-        Self: Sized,
-    {
-        let mut entries =
-            tessera::shaders::vt_layout_entries(PageTableStorage::Complete, FIRST_BINDING).to_vec();
-        entries.push(BindGroupLayoutEntry {
-            binding: REGION_BINDING,
-            visibility: ShaderStages::FRAGMENT,
-            ty: BindingType::Buffer {
-                ty: BufferBindingType::Uniform,
-                has_dynamic_offset: false,
-                min_binding_size: None,
-            },
-            count: None,
-        });
-        entries
-    }
-}
-
 /// Adds [`TesseraMaterial`], the `tessera::vt` shader module, streaming in the render
 /// world, [`TesseraStats`], [`FullyResident`] and the [`diagnostics`] in Bevy's
 /// `DiagnosticsStore`.
@@ -461,24 +328,6 @@ fn unattended(
     if *frames >= run.0.frames {
         exit.write(AppExit::Success);
     }
-}
-
-/// The `tessera::vt` WESL module: Tessera's lookup on the material bind group with the
-/// complete page table (one load, no climb; updated on the GPU in the plugin's own
-/// submission before Bevy's passes), `vt_enabled()`, and two `vt_mark`s: the one that
-/// records feedback into the storage bitset, and under [`FEEDBACK_IN_PREPASS_DEF`] one
-/// that records nothing (the depth prepass did).
-fn vt_module() -> String {
-    let src = tessera::shaders::with_page_table(
-        &tessera::shaders::vt_bindings_at("constants::MATERIAL_BIND_GROUP", FIRST_BINDING),
-        PageTableStorage::Complete,
-    );
-    let mark = "fn vt_mark(uv: vec2<f32>, m: u32, frag: vec4<f32>) {";
-    let quiet = format!("@if({FEEDBACK_IN_PREPASS_DEF})\n{mark}}}\n@if(!{FEEDBACK_IN_PREPASS_DEF})\n{mark}");
-    format!(
-        "{}\n// False for an atlas that failed to open (its parameter block is empty).\nfn vt_enabled() -> bool {{ return vt.size.x > 0.0; }}\n",
-        src.replacen(mark, &quiet, 1)
-    )
 }
 
 #[derive(Resource)]
@@ -619,231 +468,6 @@ fn receive_stats(
             resident.write(FullyResident { atlas: atlas.clone(), frame: new.frame });
         }
         stats.atlases.insert(atlas, new);
-    }
-}
-
-/// The render world's virtual textures, one per atlas in use.
-#[derive(Resource)]
-pub struct VtRenderState {
-    config: VtConfig,
-    ctx: Option<GpuContext>,
-    atlases: HashMap<String, Streamed>,
-    /// Atlases the materials name, from the main world.
-    wanted: Vec<String>,
-    /// Resources bound for atlases that failed to open: an empty parameter block.
-    fallback: Option<tessera::BindingResources>,
-    sender: Sender<Report>,
-    /// Render-world frames so far (atlas files are checked for replacement every
-    /// [`RELOAD_CHECK_FRAMES`]).
-    frames: u64,
-}
-
-/// Frames between two checks of whether an atlas file was replaced.
-const RELOAD_CHECK_FRAMES: u64 = 30;
-
-/// What tells a replaced atlas file: its length and modification time.
-type FileIdentity = (u64, std::time::SystemTime);
-
-/// The [`FileIdentity`] of a local atlas (`None` for a remote atlas or a file that
-/// cannot be read).
-fn file_identity(location: &str) -> Option<FileIdentity> {
-    if location.contains("://") {
-        return None;
-    }
-    let meta = std::fs::metadata(location).ok()?;
-    Some((meta.len(), meta.modified().ok()?))
-}
-
-enum Streamed {
-    Open(Box<Streaming>),
-    /// Tried again only once the file changes from this ([`file_identity`]).
-    Failed(Option<FileIdentity>),
-}
-
-struct Streaming {
-    vt: VirtualTextures,
-    frame: Option<DetachedFrame>,
-    /// The file as it was opened ([`file_identity`]).
-    identity: Option<FileIdentity>,
-}
-
-fn extract_atlases(materials: Extract<Res<Assets<TesseraMaterial>>>, mut state: ResMut<VtRenderState>) {
-    state.wanted.clear();
-    for (_, m) in materials.iter() {
-        if !state.wanted.contains(&m.extension.atlas) {
-            state.wanted.push(m.extension.atlas.clone());
-        }
-    }
-}
-
-fn open_atlases(
-    mut state: ResMut<VtRenderState>,
-    device: Res<RenderDevice>,
-    queue: Res<RenderQueue>,
-    adapter: Res<RenderAdapter>,
-) {
-    let state = &mut *state;
-    state.frames += 1;
-    if state.frames.is_multiple_of(RELOAD_CHECK_FRAMES) {
-        reopen_replaced(state);
-    }
-    if state.wanted.iter().all(|a| state.atlases.contains_key(a)) {
-        return;
-    }
-    if state.ctx.is_none() {
-        match GpuContext::from_host_parts(&adapter, device.wgpu_device(), &queue) {
-            Ok(ctx) => state.ctx = Some(ctx),
-            Err(e) => {
-                error!("Tessera cannot stream on this GPU: {e}");
-                state.fallback = Some(fallback_resources(device.wgpu_device()));
-                for a in &state.wanted {
-                    let _ = state.sender.send(Report::Failed(a.clone(), e.to_string()));
-                    state.atlases.insert(a.clone(), Streamed::Failed(None));
-                }
-            }
-        }
-    }
-    for location in state.wanted.clone() {
-        if state.atlases.contains_key(&location) {
-            continue;
-        }
-        let identity = file_identity(&location);
-        let opened = match &state.ctx {
-            Some(ctx) => open_one(ctx, &location, &state.config),
-            None => Err("no GPU context".to_owned()),
-        };
-        let entry = match opened {
-            Ok(vt) => Streamed::Open(Box::new(Streaming { vt, frame: None, identity })),
-            Err(e) => {
-                error!("Tessera atlas {location}: {e}; its meshes keep their material colour");
-                let _ = state.sender.send(Report::Failed(location.clone(), e));
-                if state.fallback.is_none() {
-                    state.fallback = Some(fallback_resources(device.wgpu_device()));
-                }
-                Streamed::Failed(identity)
-            }
-        };
-        state.atlases.insert(location, entry);
-    }
-}
-
-/// Opens again every local atlas whose file was replaced since it was opened (or that
-/// failed to open and now opens): a bake that rewrote it, a file copied over it. A file
-/// that does not open yet (still being written) keeps the old one until a later check.
-fn reopen_replaced(state: &mut VtRenderState) {
-    let Some(ctx) = &state.ctx else { return };
-    for (location, streamed) in &mut state.atlases {
-        let seen = match streamed {
-            Streamed::Open(s) => s.identity,
-            Streamed::Failed(identity) => *identity,
-        };
-        let now = file_identity(location);
-        if now.is_none() || now == seen {
-            continue;
-        }
-        match open_one(ctx, location, &state.config) {
-            Ok(vt) => {
-                info!("Tessera atlas {location}: the file changed, opened again");
-                *streamed = Streamed::Open(Box::new(Streaming { vt, frame: None, identity: now }));
-                let _ = state.sender.send(Report::Reopened(location.clone()));
-            }
-            // Tried again only when the file changes again.
-            Err(e) => match streamed {
-                Streamed::Open(s) => {
-                    s.identity = now;
-                    warn!(
-                        "Tessera atlas {location}: the file changed but does not open ({e}); the old one stays"
-                    );
-                }
-                Streamed::Failed(identity) => *identity = now,
-            },
-        }
-    }
-}
-
-fn open_one(ctx: &GpuContext, location: &str, config: &VtConfig) -> Result<VirtualTextures, String> {
-    let atlas = Atlas::open(location).map_err(|e| e.to_string())?;
-    VirtualTextures::new(ctx, Arc::new(atlas), config.clone()).map_err(|e| e.to_string())
-}
-
-/// Bindings for an atlas that failed to open: a zeroed parameter block (so
-/// `vt_enabled()` is false), a one-entry page table and feedback, a 1x1 pool.
-fn fallback_resources(device: &wgpu::Device) -> tessera::BindingResources {
-    let buffer = |size: u64, usage: wgpu::BufferUsages| {
-        device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("tessera fallback"),
-            size,
-            usage,
-            mapped_at_creation: false,
-        })
-    };
-    let params_size = std::mem::size_of::<tessera::params::VtParams>() as u64;
-    let texture = device.create_texture(&wgpu::TextureDescriptor {
-        label: Some("tessera fallback pool"),
-        size: wgpu::Extent3d { width: 1, height: 1, depth_or_array_layers: 1 },
-        mip_level_count: 1,
-        sample_count: 1,
-        dimension: wgpu::TextureDimension::D2,
-        format: wgpu::TextureFormat::Rgba8UnormSrgb,
-        usage: wgpu::TextureUsages::TEXTURE_BINDING,
-        view_formats: &[],
-    });
-    let view = texture.create_view(&Default::default());
-    tessera::BindingResources {
-        params: buffer(params_size, wgpu::BufferUsages::UNIFORM),
-        page_table: tessera::PageTableResource::Buffer(buffer(16, wgpu::BufferUsages::STORAGE)),
-        feedback: buffer(16, wgpu::BufferUsages::STORAGE),
-        pools: [view.clone(), view.clone(), view],
-        sampler: device.create_sampler(&Default::default()),
-    }
-}
-
-/// Before Bevy's passes: every atlas' streaming decisions, uploads and page-table
-/// writes, and its feedback cleared, in a submission of its own.
-fn begin_frames(mut state: ResMut<VtRenderState>) {
-    let state = &mut *state;
-    let Some(ctx) = &state.ctx else { return };
-    for streamed in state.atlases.values_mut() {
-        let Streamed::Open(s) = streamed else { continue };
-        if let Some(stale) = s.frame.take() {
-            // The previous frame never reached `end_frames` (a frame Bevy skipped).
-            let mut encoder = ctx.device.create_command_encoder(&Default::default());
-            let _ = s.vt.end_detached(stale, &mut encoder);
-            ctx.queue.submit([encoder.finish()]);
-            s.vt.submitted();
-        }
-        let mut encoder = ctx
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera begin") });
-        s.frame = Some(s.vt.begin(ctx, &mut encoder).detach());
-        ctx.queue.submit([encoder.finish()]);
-    }
-}
-
-/// After Bevy's passes were submitted: the feedback readback, mapped without waiting,
-/// and the statistics sent to the main world.
-fn end_frames(mut state: ResMut<VtRenderState>) {
-    let state = &mut *state;
-    let Some(ctx) = &state.ctx else { return };
-    for (location, streamed) in &mut state.atlases {
-        let Streamed::Open(s) = streamed else { continue };
-        let Some(frame) = s.frame.take() else { continue };
-        let number = frame.number();
-        let mut encoder =
-            ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera end") });
-        let stream = s.vt.end_detached(frame, &mut encoder);
-        ctx.queue.submit([encoder.finish()]);
-        s.vt.submitted();
-        let snapshot = s.vt.stats();
-        let stats = AtlasStats {
-            frame: number,
-            resident_fraction: s.vt.resident_fraction(),
-            stream,
-            vram_slots: (snapshot.vram_counters.slots_used, snapshot.vram_counters.slots_total),
-            host_tiles: (snapshot.host_cache.tiles, snapshot.host_cache.bytes),
-            gpu_bytes: s.vt.gpu_bytes(),
-        };
-        let _ = state.sender.send(Report::Stats(location.clone(), Box::new(stats)));
     }
 }
 

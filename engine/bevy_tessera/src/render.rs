@@ -1,0 +1,237 @@
+//! The plugin's render world: atlases opened on Bevy's device (and opened again when
+//! their file is replaced), each frame begun before Bevy's passes and ended after them,
+//! and the statistics sent back to the main world.
+
+use super::*;
+
+/// The render world's virtual textures, one per atlas in use.
+#[derive(Resource)]
+pub struct VtRenderState {
+    pub(super) config: VtConfig,
+    pub(super) ctx: Option<GpuContext>,
+    pub(super) atlases: HashMap<String, Streamed>,
+    /// Atlases the materials name, from the main world.
+    pub(super) wanted: Vec<String>,
+    /// Resources bound for atlases that failed to open: an empty parameter block.
+    pub(super) fallback: Option<tessera::BindingResources>,
+    pub(super) sender: Sender<Report>,
+    /// Render-world frames so far (atlas files are checked for replacement every
+    /// [`RELOAD_CHECK_FRAMES`]).
+    pub(super) frames: u64,
+}
+
+/// Frames between two checks of whether an atlas file was replaced.
+pub(super) const RELOAD_CHECK_FRAMES: u64 = 30;
+
+/// What tells a replaced atlas file: its length and modification time.
+pub(super) type FileIdentity = (u64, std::time::SystemTime);
+
+/// The [`FileIdentity`] of a local atlas (`None` for a remote atlas or a file that
+/// cannot be read).
+pub(super) fn file_identity(location: &str) -> Option<FileIdentity> {
+    if location.contains("://") {
+        return None;
+    }
+    let meta = std::fs::metadata(location).ok()?;
+    Some((meta.len(), meta.modified().ok()?))
+}
+
+pub(super) enum Streamed {
+    Open(Box<Streaming>),
+    /// Tried again only once the file changes from this ([`file_identity`]).
+    Failed(Option<FileIdentity>),
+}
+
+pub(super) struct Streaming {
+    pub(super) vt: VirtualTextures,
+    pub(super) frame: Option<DetachedFrame>,
+    /// The file as it was opened ([`file_identity`]).
+    pub(super) identity: Option<FileIdentity>,
+}
+
+pub(super) fn extract_atlases(
+    materials: Extract<Res<Assets<TesseraMaterial>>>,
+    mut state: ResMut<VtRenderState>,
+) {
+    state.wanted.clear();
+    for (_, m) in materials.iter() {
+        if !state.wanted.contains(&m.extension.atlas) {
+            state.wanted.push(m.extension.atlas.clone());
+        }
+    }
+}
+
+pub(super) fn open_atlases(
+    mut state: ResMut<VtRenderState>,
+    device: Res<RenderDevice>,
+    queue: Res<RenderQueue>,
+    adapter: Res<RenderAdapter>,
+) {
+    let state = &mut *state;
+    state.frames += 1;
+    if state.frames.is_multiple_of(RELOAD_CHECK_FRAMES) {
+        reopen_replaced(state);
+    }
+    if state.wanted.iter().all(|a| state.atlases.contains_key(a)) {
+        return;
+    }
+    if state.ctx.is_none() {
+        match GpuContext::from_host_parts(&adapter, device.wgpu_device(), &queue) {
+            Ok(ctx) => state.ctx = Some(ctx),
+            Err(e) => {
+                error!("Tessera cannot stream on this GPU: {e}");
+                state.fallback = Some(fallback_resources(device.wgpu_device()));
+                for a in &state.wanted {
+                    let _ = state.sender.send(Report::Failed(a.clone(), e.to_string()));
+                    state.atlases.insert(a.clone(), Streamed::Failed(None));
+                }
+            }
+        }
+    }
+    for location in state.wanted.clone() {
+        if state.atlases.contains_key(&location) {
+            continue;
+        }
+        let identity = file_identity(&location);
+        let opened = match &state.ctx {
+            Some(ctx) => open_one(ctx, &location, &state.config),
+            None => Err("no GPU context".to_owned()),
+        };
+        let entry = match opened {
+            Ok(vt) => Streamed::Open(Box::new(Streaming { vt, frame: None, identity })),
+            Err(e) => {
+                error!("Tessera atlas {location}: {e}; its meshes keep their material colour");
+                let _ = state.sender.send(Report::Failed(location.clone(), e));
+                if state.fallback.is_none() {
+                    state.fallback = Some(fallback_resources(device.wgpu_device()));
+                }
+                Streamed::Failed(identity)
+            }
+        };
+        state.atlases.insert(location, entry);
+    }
+}
+
+/// Opens again every local atlas whose file was replaced since it was opened (or that
+/// failed to open and now opens): a bake that rewrote it, a file copied over it. A file
+/// that does not open yet (still being written) keeps the old one until a later check.
+pub(super) fn reopen_replaced(state: &mut VtRenderState) {
+    let Some(ctx) = &state.ctx else { return };
+    for (location, streamed) in &mut state.atlases {
+        let seen = match streamed {
+            Streamed::Open(s) => s.identity,
+            Streamed::Failed(identity) => *identity,
+        };
+        let now = file_identity(location);
+        if now.is_none() || now == seen {
+            continue;
+        }
+        match open_one(ctx, location, &state.config) {
+            Ok(vt) => {
+                info!("Tessera atlas {location}: the file changed, opened again");
+                *streamed = Streamed::Open(Box::new(Streaming { vt, frame: None, identity: now }));
+                let _ = state.sender.send(Report::Reopened(location.clone()));
+            }
+            // Tried again only when the file changes again.
+            Err(e) => match streamed {
+                Streamed::Open(s) => {
+                    s.identity = now;
+                    warn!(
+                        "Tessera atlas {location}: the file changed but does not open ({e}); the old one stays"
+                    );
+                }
+                Streamed::Failed(identity) => *identity = now,
+            },
+        }
+    }
+}
+
+pub(super) fn open_one(
+    ctx: &GpuContext,
+    location: &str,
+    config: &VtConfig,
+) -> Result<VirtualTextures, String> {
+    let atlas = Atlas::open(location).map_err(|e| e.to_string())?;
+    VirtualTextures::new(ctx, Arc::new(atlas), config.clone()).map_err(|e| e.to_string())
+}
+
+/// Bindings for an atlas that failed to open: a zeroed parameter block (so
+/// `vt_enabled()` is false), a one-entry page table and feedback, a 1x1 pool.
+pub(super) fn fallback_resources(device: &wgpu::Device) -> tessera::BindingResources {
+    let buffer = |size: u64, usage: wgpu::BufferUsages| {
+        device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tessera fallback"),
+            size,
+            usage,
+            mapped_at_creation: false,
+        })
+    };
+    let params_size = std::mem::size_of::<tessera::params::VtParams>() as u64;
+    let texture = device.create_texture(&wgpu::TextureDescriptor {
+        label: Some("tessera fallback pool"),
+        size: wgpu::Extent3d { width: 1, height: 1, depth_or_array_layers: 1 },
+        mip_level_count: 1,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: wgpu::TextureFormat::Rgba8UnormSrgb,
+        usage: wgpu::TextureUsages::TEXTURE_BINDING,
+        view_formats: &[],
+    });
+    let view = texture.create_view(&Default::default());
+    tessera::BindingResources {
+        params: buffer(params_size, wgpu::BufferUsages::UNIFORM),
+        page_table: tessera::PageTableResource::Buffer(buffer(16, wgpu::BufferUsages::STORAGE)),
+        feedback: buffer(16, wgpu::BufferUsages::STORAGE),
+        pools: [view.clone(), view.clone(), view],
+        sampler: device.create_sampler(&Default::default()),
+    }
+}
+
+/// Before Bevy's passes: every atlas' streaming decisions, uploads and page-table
+/// writes, and its feedback cleared, in a submission of its own.
+pub(super) fn begin_frames(mut state: ResMut<VtRenderState>) {
+    let state = &mut *state;
+    let Some(ctx) = &state.ctx else { return };
+    for streamed in state.atlases.values_mut() {
+        let Streamed::Open(s) = streamed else { continue };
+        if let Some(stale) = s.frame.take() {
+            // The previous frame never reached `end_frames` (a frame Bevy skipped).
+            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            let _ = s.vt.end_detached(stale, &mut encoder);
+            ctx.queue.submit([encoder.finish()]);
+            s.vt.submitted();
+        }
+        let mut encoder = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera begin") });
+        s.frame = Some(s.vt.begin(ctx, &mut encoder).detach());
+        ctx.queue.submit([encoder.finish()]);
+    }
+}
+
+/// After Bevy's passes were submitted: the feedback readback, mapped without waiting,
+/// and the statistics sent to the main world.
+pub(super) fn end_frames(mut state: ResMut<VtRenderState>) {
+    let state = &mut *state;
+    let Some(ctx) = &state.ctx else { return };
+    for (location, streamed) in &mut state.atlases {
+        let Streamed::Open(s) = streamed else { continue };
+        let Some(frame) = s.frame.take() else { continue };
+        let number = frame.number();
+        let mut encoder =
+            ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera end") });
+        let stream = s.vt.end_detached(frame, &mut encoder);
+        ctx.queue.submit([encoder.finish()]);
+        s.vt.submitted();
+        let snapshot = s.vt.stats();
+        let stats = AtlasStats {
+            frame: number,
+            resident_fraction: s.vt.resident_fraction(),
+            stream,
+            vram_slots: (snapshot.vram_counters.slots_used, snapshot.vram_counters.slots_total),
+            host_tiles: (snapshot.host_cache.tiles, snapshot.host_cache.bytes),
+            gpu_bytes: s.vt.gpu_bytes(),
+        };
+        let _ = state.sender.send(Report::Stats(location.clone(), Box::new(stats)));
+    }
+}
