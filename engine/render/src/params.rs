@@ -142,7 +142,7 @@ pub struct LayerBinding {
 /// The resources behind one layer's `vt.wgsl` bindings, in binding order (handles:
 /// cloning them is cheap). [`crate::VirtualTextures::binding_resources`] gives them to
 /// engines that put the virtual texture into a bind group of their own, such as a
-/// material's ([`layout_entries`] and [`crate::shaders::vt_bindings_at`]).
+/// material's ([`crate::shaders::vt_layout_entries`] and [`crate::shaders::vt_bindings_at`]).
 #[derive(Clone, Debug)]
 pub struct BindingResources {
     /// Binding 0: the layer's parameter block (a uniform buffer).
@@ -241,48 +241,6 @@ pub fn bind_group_layout(
 ) -> wgpu::BindGroupLayout {
     device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
         label: Some("tessera vt"),
-        entries: &layout_entries(page_table, 0),
+        entries: &crate::shaders::vt_layout_entries(page_table, 0),
     })
-}
-
-/// The layout entries of the `vt.wgsl` bindings, numbered from `first` (0 for the
-/// group of its own; see [`crate::shaders::vt_bindings_at`] for bindings inside a
-/// group of yours): the parameter block, the page table, the feedback bitset, pool 0,
-/// the sampler, pools 1 and 2. Fragment stage only.
-pub fn layout_entries(
-    page_table: crate::page_table::PageTableStorage,
-    first: u32,
-) -> [wgpu::BindGroupLayoutEntry; 7] {
-    let frag = wgpu::ShaderStages::FRAGMENT;
-    let pool_texture = wgpu::BindingType::Texture {
-        sample_type: wgpu::TextureSampleType::Float { filterable: true },
-        view_dimension: wgpu::TextureViewDimension::D2,
-        multisampled: false,
-    };
-    let storage = |read_only| wgpu::BindingType::Buffer {
-        ty: wgpu::BufferBindingType::Storage { read_only },
-        has_dynamic_offset: false,
-        min_binding_size: None,
-    };
-    let uniform = wgpu::BindingType::Buffer {
-        ty: wgpu::BufferBindingType::Uniform,
-        has_dynamic_offset: false,
-        min_binding_size: None,
-    };
-    let sampler = wgpu::BindingType::Sampler(wgpu::SamplerBindingType::Filtering);
-    let entry = |binding, ty| wgpu::BindGroupLayoutEntry {
-        binding: first + binding,
-        visibility: frag,
-        ty,
-        count: None,
-    };
-    [
-        entry(0, uniform),
-        entry(1, page_table.binding_type()),
-        entry(2, storage(false)),
-        entry(3, pool_texture),
-        entry(4, sampler),
-        entry(5, pool_texture),
-        entry(6, pool_texture),
-    ]
 }

@@ -19,12 +19,47 @@ pub const VT_WGSL: &str = include_str!("../shaders/vt.wgsl");
 /// The bind group [`VT_WGSL`] declares.
 pub const VT_GROUP: u32 = 1;
 
-/// The layout entries that go with [`vt_bindings_at`] (bindings `first..first + 7`).
-pub use crate::params::layout_entries as vt_layout_entries;
+/// The layout entries of the `vt.wgsl` bindings, numbered from `first` (0 for the
+/// group of its own; see [`vt_bindings_at`] for bindings inside a group of yours): the parameter block, the page table, the feedback bitset, pool 0,
+/// the sampler, pools 1 and 2. Fragment stage only.
+pub fn vt_layout_entries(page_table: PageTableStorage, first: u32) -> [wgpu::BindGroupLayoutEntry; 7] {
+    let frag = wgpu::ShaderStages::FRAGMENT;
+    let pool_texture = wgpu::BindingType::Texture {
+        sample_type: wgpu::TextureSampleType::Float { filterable: true },
+        view_dimension: wgpu::TextureViewDimension::D2,
+        multisampled: false,
+    };
+    let storage = |read_only| wgpu::BindingType::Buffer {
+        ty: wgpu::BufferBindingType::Storage { read_only },
+        has_dynamic_offset: false,
+        min_binding_size: None,
+    };
+    let uniform = wgpu::BindingType::Buffer {
+        ty: wgpu::BufferBindingType::Uniform,
+        has_dynamic_offset: false,
+        min_binding_size: None,
+    };
+    let sampler = wgpu::BindingType::Sampler(wgpu::SamplerBindingType::Filtering);
+    let entry = |binding, ty| wgpu::BindGroupLayoutEntry {
+        binding: first + binding,
+        visibility: frag,
+        ty,
+        count: None,
+    };
+    [
+        entry(0, uniform),
+        entry(1, page_table.binding_type()),
+        entry(2, storage(false)),
+        entry(3, pool_texture),
+        entry(4, sampler),
+        entry(5, pool_texture),
+        entry(6, pool_texture),
+    ]
+}
 
 /// [`VT_WGSL`] with its bindings moved into a bind group of the caller's, such as a
 /// material's: `@group(group) @binding(first + i)` for binding `i` of
-/// [`crate::params::layout_entries`]. `group` is pasted as written, so it may be a
+/// [`vt_layout_entries`]. `group` is pasted as written, so it may be a
 /// number or a constant expression of the shading language in use (Bevy's WESL
 /// materials write `constants::MATERIAL_BIND_GROUP`).
 pub fn vt_bindings_at(group: &str, first: u32) -> String {

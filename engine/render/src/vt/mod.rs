@@ -176,7 +176,7 @@ impl VirtualTextures {
     }
 
     /// The resources behind `layer`'s bindings, for an engine that binds them in a bind
-    /// group of its own (a material's), laid out by [`crate::params::layout_entries`]
+    /// group of its own (a material's), laid out by [`crate::shaders::vt_layout_entries`]
     /// for the shader of [`crate::shaders::vt_bindings_at`]. They change when the pool
     /// is resized ([`VirtualTextures::set_pool_mib`]): build such bind groups again then.
     ///
