@@ -554,7 +554,7 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
         let vt_cfg = VtConfig {
             streaming: tessera::StreamerConfig {
                 feedback_stride: PROBE_FEEDBACK_STRIDE,
-                ..tessera::StreamerConfig::default()
+                ..cfg.vt.streaming.clone()
             },
             ..cfg.vt.clone()
         };

@@ -84,9 +84,12 @@ fn command_lines(text: &str) -> Vec<String> {
 }
 
 /// A `tessera` invocation in a command line: its subcommand and the long flags it
-/// passes (environment assignments before it skipped).
+/// passes (environment assignments and `exec` / `time` before it skipped).
 fn tessera_call(line: &str) -> Option<(String, Vec<String>)> {
-    let mut words = line.split_whitespace().skip_while(|w| w.contains('=') && !w.starts_with('-'));
+    // Environment assignments and command prefixes (`exec`, `time`) before it.
+    let mut words = line
+        .split_whitespace()
+        .skip_while(|w| (w.contains('=') && !w.starts_with('-')) || matches!(*w, "exec" | "time" | "nice"));
     if words.next()? != "tessera" {
         return None;
     }

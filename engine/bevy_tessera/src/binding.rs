@@ -15,7 +15,9 @@ impl MaterialExtension for VirtualTexture {
         _layout: &MeshVertexBufferLayoutRef,
         key: MaterialExtensionKey<Self>,
     ) -> Result<(), SpecializedMeshPipelineError> {
-        move_feedback_to_prepass(descriptor, key.mesh_key);
+        if !key.bind_group_data.main_pass_feedback {
+            move_feedback_to_prepass(descriptor, key.mesh_key);
+        }
         Ok(())
     }
 }
@@ -70,14 +72,16 @@ pub(super) fn move_feedback_to_prepass(descriptor: &mut RenderPipelineDescriptor
 }
 
 impl AsBindGroup for VirtualTexture {
-    type Data = ();
+    type Data = VirtualTextureKey;
     type Param = SRes<VtRenderState>;
 
     fn label() -> &'static str {
         "tessera_virtual_texture"
     }
 
-    fn bind_group_data(&self) -> Self::Data {}
+    fn bind_group_data(&self) -> Self::Data {
+        VirtualTextureKey { main_pass_feedback: self.main_pass_feedback }
+    }
 
     fn build_bind_group(
         &self,
@@ -166,4 +170,27 @@ pub(super) fn vt_module() -> String {
         "{}\n// False for an atlas that failed to open (its parameter block is empty).\nfn vt_enabled() -> bool {{ return vt.size.x > 0.0; }}\n",
         src.replacen(mark, &quiet, 1)
     )
+}
+
+/// Keeps every [`TesseraMaterial`]'s [`VirtualTexture::main_pass_feedback`] equal to
+/// whether its base transmits light specularly (Bevy draws those outside the depth
+/// prepass), so
+/// that their feedback stays in the main pass. Touches only materials that differ.
+pub(super) fn sync_main_pass_feedback(mut materials: ResMut<Assets<TesseraMaterial>>) {
+    let stale: Vec<_> = materials
+        .iter()
+        .filter(|(_, m)| m.extension.main_pass_feedback != transmits(&m.base))
+        .map(|(id, _)| id)
+        .collect();
+    for id in stale {
+        if let Some(mut m) = materials.get_mut(id) {
+            m.extension.main_pass_feedback = transmits(&m.base);
+        }
+    }
+}
+
+/// Whether Bevy draws `base` in the transmissive phase (it reads the view's
+/// transmission texture), which the depth prepass leaves out.
+pub(super) fn transmits(base: &StandardMaterial) -> bool {
+    base.specular_transmission > 0.0
 }

@@ -147,6 +147,18 @@ pub struct VirtualTexture {
     /// The part of the atlas the mesh's UVs span: the whole texture by default, or a
     /// material's rectangle of a scene atlas (`tessera bake --gltf`).
     pub region: Region,
+    /// Record feedback in the main pass even where the camera has a depth prepass.
+    /// The plugin keeps it equal to whether the base material transmits light
+    /// (`specular_transmission` above 0): Bevy draws such materials in its transmissive
+    /// phase and leaves them out of the prepass, which could not record for them.
+    pub main_pass_feedback: bool,
+}
+
+/// What a [`VirtualTexture`] adds to its material's pipeline key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VirtualTextureKey {
+    /// [`VirtualTexture::main_pass_feedback`].
+    pub main_pass_feedback: bool,
 }
 
 /// The part of an atlas a material samples, and how.
@@ -243,7 +255,11 @@ pub fn scene_material(atlas: &str, m: &PackedMaterial, size: (u32, u32)) -> Tess
             alpha_mode: alpha_mode(m),
             ..default()
         },
-        extension: VirtualTexture { atlas: atlas.to_owned(), region: Region::from_packed(m, size) },
+        extension: VirtualTexture {
+            atlas: atlas.to_owned(),
+            region: Region::from_packed(m, size),
+            main_pass_feedback: false,
+        },
     }
 }
 
@@ -260,7 +276,7 @@ pub fn alpha_mode(m: &PackedMaterial) -> AlphaMode {
 impl VirtualTexture {
     /// The virtual texture of the atlas at `atlas`, over the whole texture.
     pub fn new(atlas: impl Into<String>) -> Self {
-        Self { atlas: atlas.into(), region: Region::default() }
+        Self { atlas: atlas.into(), region: Region::default(), main_pass_feedback: false }
     }
 
     /// A white, fully rough [`TesseraMaterial`] showing the atlas at `atlas`.
@@ -354,7 +370,8 @@ impl Plugin for TesseraPlugin {
         app.init_resource::<TesseraStats>()
             .add_message::<FullyResident>()
             .insert_resource(StatsInbox(receiver))
-            .add_systems(PreUpdate, receive_stats);
+            .add_systems(PreUpdate, receive_stats)
+            .add_systems(PostUpdate, sync_main_pass_feedback);
         diagnostics::register(app);
         level::register(app);
         if let Some(run) = &self.unattended {
@@ -539,6 +556,26 @@ mod tests {
         let mut masked = pipeline(true, true);
         move_feedback_to_prepass(&mut masked, camera_prepass(MeshPipelineKey::MAY_DISCARD));
         assert_ne!(masked.fragment.map(|f| f.shader), Some(PREPASS_SHADER));
+    }
+
+    /// A transmissive base (drawn outside the depth prepass) keeps its feedback in the
+    /// main pass: the plugin sets the flag that its pipeline key carries.
+    #[test]
+    fn transmissive_materials_keep_their_feedback_in_the_main_pass() {
+        use bevy::ecs::system::RunSystemOnce;
+        let mut world = World::new();
+        world.init_resource::<Assets<TesseraMaterial>>();
+        let mut glass = VirtualTexture::material("a.tsa");
+        glass.base.specular_transmission = 0.6;
+        let (glass, plain) = {
+            let mut assets = world.resource_mut::<Assets<TesseraMaterial>>();
+            (assets.add(glass), assets.add(VirtualTexture::material("a.tsa")))
+        };
+        world.run_system_once(sync_main_pass_feedback).unwrap();
+        let assets = world.resource::<Assets<TesseraMaterial>>();
+        let key = |h: &Handle<TesseraMaterial>| assets.get(h).unwrap().extension.bind_group_data();
+        assert!(key(&glass).main_pass_feedback);
+        assert!(!key(&plain).main_pass_feedback);
     }
 
     #[test]

@@ -310,9 +310,19 @@ mod budget {
         // starts at full width instead of growing into it.
         assert_eq!(c.update(5.0, 0.0, 0).tiles, 106);
         assert_eq!(c.update(9.0, 0.0, 0).tiles, 66);
-        // A frame over the target halves the budget, and here leaves no room: the floor.
+        // A frame over the target leaves no room (the floor) and sets a ceiling of half
+        // the budget: room comes back, but the budget grows back into it (×1.25 a frame
+        // that used it) rather than jumping to the room that overran.
         assert_eq!(c.update(18.0, 0.0, 0).tiles, cfg.min_tiles);
-        assert_eq!(c.update(5.0, 0.0, 0).tiles, 106);
+        assert_eq!(c.update(5.0, 0.0, 0).tiles, 33);
+        assert_eq!(c.update(5.0, 0.0, 0).tiles, 33, "a frame that did not use it does not grow it");
+        assert_eq!(c.update(8.3, 3.3, 33).tiles, 41);
+        let mut last = 41;
+        for _ in 0..8 {
+            let n = c.budget().tiles;
+            last = c.update(5.0 + n as f64 * 0.1, n as f64 * 0.1, n).tiles;
+        }
+        assert_eq!(last, 106, "back at the room's budget");
         // Non-finite input leaves it alone.
         assert_eq!(c.update(f64::NAN, 0.1, 10).tiles, 106);
         assert_eq!(c.update(-1.0, 0.1, 10).tiles, 106);

@@ -208,7 +208,9 @@ pub struct Budget {
 /// `target − margin − (frame − upload)`, at once: a burst (a camera cut) fills short
 /// frames from its first frame, also after quiet frames that uploaded nothing, and no
 /// frame goes over the target because of uploads. A frame over `target + margin`
-/// halves the budget as well. Before any upload was measured the budget grows (×1.25,
+/// halves the budget, and the budget then grows back (×1.25 a frame that had room and
+/// used it) instead of jumping to the room at once: the upload time measured is the
+/// CPU's, and copies that slow the GPU show only in the frame time. Before any upload was measured the budget grows (×1.25,
 /// at least by `min_tiles`) while frames finish under `target − margin` and used the
 /// whole budget, and halves after a frame over the target. The budget never drops below
 /// `min_tiles`, so streaming always progresses.
@@ -217,6 +219,11 @@ pub struct UploadBudgetController {
     config: BudgetConfig,
     tiles: usize,
     cost_ms: Option<f64>,
+    /// After a frame over the target: the most tiles a frame may take until the budget
+    /// has grown back (×1.25 a frame that had room and used its budget). The measured
+    /// upload time is the CPU's; a GPU slowed by the copies shows only in the frame
+    /// time, so the room alone would jump straight back to the budget that overran.
+    ceiling: Option<f64>,
 }
 
 /// Weight of a new per-tile cost sample above the estimate.
@@ -232,7 +239,7 @@ impl UploadBudgetController {
     /// A controller at `start_tiles` (clamped to `min_tiles..=max_tiles`).
     pub fn new(cfg: BudgetConfig) -> Self {
         let max = cfg.max_tiles.max(cfg.min_tiles);
-        Self { config: cfg, tiles: cfg.start_tiles.clamp(cfg.min_tiles, max), cost_ms: None }
+        Self { config: cfg, tiles: cfg.start_tiles.clamp(cfg.min_tiles, max), cost_ms: None, ceiling: None }
     }
 
     /// The tuning in use.
@@ -287,17 +294,24 @@ impl UploadBudgetController {
             });
         }
         let over = frame_ms > c.target_frame_ms + c.margin_ms;
+        let room = frame_ms < c.target_frame_ms - c.margin_ms;
         let mut tiles = self.tiles as f64;
         match self.cost_ms.filter(|&x| x > 0.0) {
-            // Priced: fill the room the frame leaves, at once; after a frame over the
-            // target, at most half the last budget too.
+            // Priced: fill the room the frame leaves, at once, below the ceiling a frame
+            // over the target set (half its budget), which then grows back.
             Some(cost) => {
                 let fits = (self.headroom_ms(frame_ms, upload_ms).max(0.0) / cost).floor();
-                tiles = if over { (tiles * CUT).min(fits) } else { fits };
+                if over {
+                    self.ceiling = Some((tiles * CUT).max(c.min_tiles as f64));
+                } else if let Some(ceiling) = self.ceiling.filter(|_| room && uploads >= self.tiles) {
+                    let grown = (ceiling * GROW).max(ceiling + c.min_tiles.max(1) as f64);
+                    self.ceiling = (grown < max as f64).then_some(grown);
+                }
+                tiles = self.ceiling.map_or(fits, |ceiling| fits.min(ceiling));
             }
             // Not priced yet: grow while frames have room and use their budget.
             None if over => tiles *= CUT,
-            None if frame_ms < c.target_frame_ms - c.margin_ms && uploads >= self.tiles => {
+            None if room && uploads >= self.tiles => {
                 tiles = (tiles * GROW).max(tiles + c.min_tiles.max(1) as f64);
             }
             None => {}
