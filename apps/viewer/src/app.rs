@@ -220,6 +220,11 @@ impl App {
                         wgpu::PresentMode::AutoNoVsync
                     };
                     g.present.configure(&g.ctx.device);
+                    if let Some(scene) = &mut g.scene
+                        && let Err(e) = scene.vt.set_target_frame_ms(crate::gfx::upload_target(self.vsync))
+                    {
+                        eprintln!("error: {e}");
+                    }
                 }
             }
             _ => {}
@@ -251,7 +256,7 @@ impl App {
             self.pending = Some(opened);
             return Ok(());
         };
-        let scene = load_scene(&g.ctx, &opened, &self.args, self.controls.pool_mib)?;
+        let scene = load_scene(&g.ctx, &opened, &self.args, self.controls.pool_mib, self.vsync)?;
         let was_material = g.scene.as_ref().is_some_and(|s| s.opened.scene.is_some());
         let material = opened.scene.as_deref();
         // Atlases on the built-in meshes share one set of cameras, and the view stays.

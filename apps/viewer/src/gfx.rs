@@ -40,8 +40,21 @@ pub(crate) struct Scene {
     pub(crate) pool_mib: u32,
 }
 
+/// The frame time the upload budget adapts to: a 60 Hz frame without vsync; with vsync
+/// none (the fixed `--upload-budget`), since the time between vsynced frames is the
+/// display's whatever the work, and would leave the budget no room at all.
+pub(crate) fn upload_target(vsync: bool) -> Option<f64> {
+    (!vsync).then_some(1000.0 / 60.0)
+}
+
 /// Opens the atlas of `opened` and sets up its virtual textures and drawer.
-pub(crate) fn load_scene(ctx: &GpuContext, opened: &Opened, args: &Args, pool_mib: u32) -> Result<Scene> {
+pub(crate) fn load_scene(
+    ctx: &GpuContext,
+    opened: &Opened,
+    args: &Args,
+    pool_mib: u32,
+    vsync: bool,
+) -> Result<Scene> {
     let path = &opened.atlas;
     let atlas = Arc::new(Atlas::open(path).with_context(|| format!("opening atlas {}", path.display()))?);
     let cfg = VtConfig {
@@ -50,8 +63,7 @@ pub(crate) fn load_scene(ctx: &GpuContext, opened: &Opened, args: &Args, pool_mi
             host_cache_mib: args.host_cache_mib,
             max_uploads_per_frame: args.upload_budget.max(1),
             mip_bias: args.mip_bias,
-            // Interactive: streaming adapts its per-frame upload budget to a 60 Hz frame.
-            target_frame_ms: Some(1000.0 / 60.0),
+            target_frame_ms: upload_target(vsync),
             ..StreamerConfig::default()
         },
         // The camera extrapolated PREDICT_FRAMES on is drawn as a predicted view.

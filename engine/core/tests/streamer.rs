@@ -49,6 +49,8 @@ struct Sim {
     streamer: Streamer,
     layout: FeedbackLayout,
     frame: u64,
+    /// The upload time the next step reports for the last frame.
+    upload_ms: f64,
 }
 
 impl Sim {
@@ -62,7 +64,7 @@ impl Sim {
         )
         .unwrap();
         let layout = FeedbackLayout::new(&pool.owners);
-        let mut sim = Self { streamer, layout, frame: 0 };
+        let mut sim = Self { streamer, layout, frame: 0, upload_ms: 0.0 };
         sim.step(None, None);
         sim
     }
@@ -70,6 +72,14 @@ impl Sim {
     /// One frame whose read-back feedback (of the previous frame) asked for `view`.
     fn step(&mut self, view: Option<&[TileId]>, frame_ms: Option<f64>) -> FramePlan {
         self.step_predicting(view, None, frame_ms)
+    }
+
+    /// [`Sim::step`] whose last frame spent `upload_ms` of its time uploading.
+    fn step_timed(&mut self, view: &[TileId], frame_ms: f64, upload_ms: f64) -> FramePlan {
+        self.upload_ms = upload_ms;
+        let plan = self.step(Some(view), Some(frame_ms));
+        self.upload_ms = 0.0;
+        plan
     }
 
     /// [`Sim::step`] with the feedback of a predicted view too.
@@ -92,7 +102,7 @@ impl Sim {
             frame: self.frame,
             feedback: feedback.as_ref(),
             last_frame_ms: frame_ms,
-            last_upload_ms: 0.0,
+            last_upload_ms: self.upload_ms,
             predicted: predicted.as_ref(),
         });
         self.frame += 1;
@@ -243,7 +253,7 @@ fn unavailable_tiles_are_retried_with_backoff_and_arrive_when_the_server_is_back
     )
     .unwrap();
     let layout = FeedbackLayout::new(&p.owners);
-    let mut sim = Sim { streamer, layout, frame: 0 };
+    let mut sim = Sim { streamer, layout, frame: 0, upload_ms: 0.0 };
     sim.step(None, None);
     let view = block(0, 0, 0, 2, 2);
     let mut unavailable = 0;
@@ -341,6 +351,40 @@ fn the_upload_budget_setting_caps_the_adaptive_budget() {
     }
     sim.streamer.set_upload_budget(1000);
     assert!(sim.streamer.upload_budget() <= 1000);
+}
+
+/// A loop paced by vsync: every frame takes the display's 16.7 ms, so a target of 16.6
+/// ms sees no room and holds the budget at its floor; switched to the fixed budget, the
+/// frame takes the whole setting again, and back on, it adapts again.
+#[test]
+fn the_target_frame_time_can_be_turned_off_and_on() {
+    let p = pool(vec![texture()], (8, 8), vec![TargetFormat::Rgba8]);
+    let config = StreamerConfig {
+        target_frame_ms: Some(16.6),
+        max_uploads_per_frame: 64,
+        prefetch_neighbours: false,
+        ..Default::default()
+    };
+    let mut sim = Sim::new(&p, config, vec![], vec![]);
+    let view = block(0, 0, 0, 8, 4);
+    for _ in 0..10 {
+        // Uploads priced at 0.1 ms for the whole frame: 15.6 − (16.7 − 0.1) leaves no room.
+        sim.step_timed(&view, 16.7, 0.1);
+    }
+    assert!(
+        sim.streamer.upload_budget() < 64,
+        "paced frames leave no room: {}",
+        sim.streamer.upload_budget()
+    );
+    sim.streamer.set_target_frame_ms(None).unwrap();
+    assert_eq!(sim.streamer.upload_budget(), 64);
+    assert_eq!(sim.streamer.config().target_frame_ms, None);
+    let plan = sim.step(Some(&view), Some(16.7));
+    assert_eq!(plan.stats.upload_budget, 64, "{:?}", plan.stats);
+    assert!(sim.streamer.set_target_frame_ms(Some(-1.0)).is_err(), "a negative target is refused");
+    assert_eq!(sim.streamer.config().target_frame_ms, None, "a refused target changes nothing");
+    sim.streamer.set_target_frame_ms(Some(8.0)).unwrap();
+    assert_eq!(sim.streamer.config().target_frame_ms, Some(8.0));
 }
 
 #[test]

@@ -419,6 +419,17 @@ impl VirtualTextures {
         self.config.early_depth && device.features().contains(wgpu::Features::SHADER_EARLY_DEPTH_TEST)
     }
 
+    /// Adapts the upload budget to this frame time (ms between [`VirtualTextures::begin`]
+    /// calls) from the next frame on, or uses the fixed budget with `None`: set `None`
+    /// while frames are paced by vsync, where the time between frames is the display's
+    /// and says nothing about the room uploads have. Fails with [`RenderError::Config`]
+    /// for a time that is not a positive number of milliseconds.
+    pub fn set_target_frame_ms(&mut self, target: Option<f64>) -> Result<(), RenderError> {
+        self.streamer.set_target_frame_ms(target).map_err(|e| RenderError::Config(e.to_string()))?;
+        self.config.streaming.target_frame_ms = target;
+        Ok(())
+    }
+
     /// The settings in use.
     pub fn config(&self) -> &VtConfig {
         &self.config

@@ -187,6 +187,7 @@ impl Streamer {
                 ..BiasConfig::default()
             }),
             budget,
+            tile_bytes: tile_bytes as u64,
             config: StreamerConfig { feedback_stride: stride, ..config },
             recent_feedback: VecDeque::new(),
             wanted: Vec::new(),

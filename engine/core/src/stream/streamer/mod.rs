@@ -159,6 +159,8 @@ pub struct Streamer {
     config: StreamerConfig,
     bias: MipBiasController,
     budget: Option<UploadBudgetController>,
+    /// Bytes of one tile over every stacked pool, for the byte budget.
+    tile_bytes: u64,
     recent_feedback: VecDeque<Vec<TileId>>,
     /// The tiles the view wants (the feedback window), for the resident fraction.
     wanted: Vec<TileId>,
@@ -249,6 +251,32 @@ impl Streamer {
             }
             None => self.residency.set_upload_budget(tiles, self.config.max_upload_bytes_per_frame),
         }
+    }
+
+    /// Adapts the upload budget to this frame time from the next frame on, or, with
+    /// `None`, uses the fixed `max_uploads_per_frame`: for a caller whose frame time
+    /// stops meaning anything, such as a loop paced by vsync (the time between frames
+    /// is the display's, whatever the work). Fails for a time that is not a positive
+    /// number of milliseconds.
+    pub fn set_target_frame_ms(&mut self, target: Option<f64>) -> Result<(), StreamerError> {
+        let config = StreamerConfig { target_frame_ms: target, ..self.config.clone() };
+        config.validate().map_err(|what| StreamerError::Config(format!("StreamerConfig: {what}")))?;
+        if config.target_frame_ms == self.config.target_frame_ms {
+            return Ok(());
+        }
+        self.config = config;
+        let max = self.config.max_uploads_per_frame.max(1);
+        self.budget = target.map(|target_frame_ms| {
+            UploadBudgetController::new(BudgetConfig {
+                target_frame_ms,
+                start_tiles: max,
+                max_tiles: max,
+                bytes_per_tile: self.tile_bytes,
+                ..BudgetConfig::default()
+            })
+        });
+        self.set_upload_budget(max);
+        Ok(())
     }
 
     /// The upload budget (tiles) the next frame starts from.
