@@ -174,8 +174,8 @@ pub(super) fn vt_module() -> String {
 
 /// Keeps every [`TesseraMaterial`]'s [`VirtualTexture::main_pass_feedback`] equal to
 /// whether its base transmits light specularly (Bevy draws those outside the depth
-/// prepass), so
-/// that their feedback stays in the main pass. Touches only materials that differ.
+/// prepass), so that their feedback stays in the main pass. Touches only materials that
+/// differ.
 pub(super) fn sync_main_pass_feedback(mut materials: ResMut<Assets<TesseraMaterial>>) {
     let stale: Vec<_> = materials
         .iter()

@@ -210,10 +210,10 @@ pub struct Budget {
 /// frame goes over the target because of uploads. A frame over `target + margin`
 /// halves the budget, and the budget then grows back (×1.25 a frame that had room and
 /// used it) instead of jumping to the room at once: the upload time measured is the
-/// CPU's, and copies that slow the GPU show only in the frame time. Before any upload was measured the budget grows (×1.25,
-/// at least by `min_tiles`) while frames finish under `target − margin` and used the
-/// whole budget, and halves after a frame over the target. The budget never drops below
-/// `min_tiles`, so streaming always progresses.
+/// CPU's, and copies that slow the GPU show only in the frame time. Before any upload
+/// was measured the budget grows (×1.25, at least by `min_tiles`) while frames finish
+/// under `target − margin` and used the whole budget, and halves after a frame over the
+/// target. The budget never drops below `min_tiles`, so streaming always progresses.
 #[derive(Clone, Debug)]
 pub struct UploadBudgetController {
     config: BudgetConfig,
@@ -274,6 +274,11 @@ impl UploadBudgetController {
         c.target_frame_ms - c.margin_ms - (frame_ms - upload_ms)
     }
 
+    /// One growth step from `tiles`: ×1.25, and at least `min_tiles` more.
+    fn grown(&self, tiles: f64) -> f64 {
+        (tiles * GROW).max(tiles + self.config.min_tiles.max(1) as f64)
+    }
+
     /// Takes in the last frame's time, the part of it spent uploading and the number of
     /// tiles uploaded, and returns the budget for the next frame. Non-finite or
     /// negative times are ignored (the budget is unchanged).
@@ -304,16 +309,14 @@ impl UploadBudgetController {
                 if over {
                     self.ceiling = Some((tiles * CUT).max(c.min_tiles as f64));
                 } else if let Some(ceiling) = self.ceiling.filter(|_| room && uploads >= self.tiles) {
-                    let grown = (ceiling * GROW).max(ceiling + c.min_tiles.max(1) as f64);
+                    let grown = self.grown(ceiling);
                     self.ceiling = (grown < max as f64).then_some(grown);
                 }
                 tiles = self.ceiling.map_or(fits, |ceiling| fits.min(ceiling));
             }
             // Not priced yet: grow while frames have room and use their budget.
             None if over => tiles *= CUT,
-            None if room && uploads >= self.tiles => {
-                tiles = (tiles * GROW).max(tiles + c.min_tiles.max(1) as f64);
-            }
+            None if room && uploads >= self.tiles => tiles = self.grown(tiles),
             None => {}
         }
         // `tiles` is finite and non-negative here; the cast saturates at usize::MAX.

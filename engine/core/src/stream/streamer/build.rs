@@ -66,7 +66,7 @@ impl Streamer {
         cache: Arc<HostCache>,
         threads: Threads<'_>,
     ) -> Result<Self, StreamerError> {
-        config.validate().map_err(|what| StreamerError::Config(format!("StreamerConfig: {what}")))?;
+        config.check()?;
         let tile_loader: Arc<dyn TileLoader> = if pool.stacked {
             Arc::new(StackedLoader::new(atlas.clone(), cache.clone(), &pool.targets))
         } else {
@@ -164,15 +164,7 @@ impl Streamer {
             };
             residency.on_loaded(tile, bytes);
         }
-        let budget = config.target_frame_ms.map(|target| {
-            UploadBudgetController::new(BudgetConfig {
-                target_frame_ms: target,
-                start_tiles: config.max_uploads_per_frame.max(1),
-                max_tiles: config.max_uploads_per_frame.max(1),
-                bytes_per_tile: tile_bytes as u64,
-                ..BudgetConfig::default()
-            })
-        });
+        let budget = config.budget_controller(tile_bytes as u64);
         Ok(Self {
             atlas: None,
             layout,

@@ -95,6 +95,28 @@ impl StreamerConfig {
     }
 }
 
+impl StreamerConfig {
+    /// [`StreamerConfig::validate`] as the streamer's error.
+    pub(super) fn check(&self) -> Result<(), StreamerError> {
+        self.validate().map_err(|what| StreamerError::Config(format!("StreamerConfig: {what}")))
+    }
+
+    /// The adaptive upload budget these settings ask for (with `target_frame_ms`), for
+    /// tiles of `tile_bytes` over every stacked pool; `None`: the fixed budget.
+    pub(super) fn budget_controller(&self, tile_bytes: u64) -> Option<UploadBudgetController> {
+        let max = self.max_uploads_per_frame.max(1);
+        self.target_frame_ms.map(|target_frame_ms| {
+            UploadBudgetController::new(BudgetConfig {
+                target_frame_ms,
+                start_tiles: max,
+                max_tiles: max,
+                bytes_per_tile: tile_bytes,
+                ..BudgetConfig::default()
+            })
+        })
+    }
+}
+
 impl Default for StreamerConfig {
     fn default() -> Self {
         Self {

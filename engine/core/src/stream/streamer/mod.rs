@@ -260,22 +260,13 @@ impl Streamer {
     /// number of milliseconds.
     pub fn set_target_frame_ms(&mut self, target: Option<f64>) -> Result<(), StreamerError> {
         let config = StreamerConfig { target_frame_ms: target, ..self.config.clone() };
-        config.validate().map_err(|what| StreamerError::Config(format!("StreamerConfig: {what}")))?;
+        config.check()?;
         if config.target_frame_ms == self.config.target_frame_ms {
             return Ok(());
         }
+        self.budget = config.budget_controller(self.tile_bytes);
         self.config = config;
-        let max = self.config.max_uploads_per_frame.max(1);
-        self.budget = target.map(|target_frame_ms| {
-            UploadBudgetController::new(BudgetConfig {
-                target_frame_ms,
-                start_tiles: max,
-                max_tiles: max,
-                bytes_per_tile: self.tile_bytes,
-                ..BudgetConfig::default()
-            })
-        });
-        self.set_upload_budget(max);
+        self.set_upload_budget(self.config.max_uploads_per_frame);
         Ok(())
     }
 
