@@ -108,8 +108,9 @@ pub(crate) fn run(args: &BenchArgs) -> Result<ExitCode> {
         cfg.frames,
         ctx.describe()
     );
-    let report =
-        crate::gpu_bench::run(&ctx, &cfg).with_context(|| format!("benchmarking {}", atlas.display()))?;
+    let report = crate::gpu_bench::run(&ctx, &cfg).with_context(|| {
+        format!("benchmarking {}", tessera::core::format::atlas::display_location(&atlas).display())
+    })?;
     print!("{}", table(&report, camera));
     if let Some(dir) = args.json.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

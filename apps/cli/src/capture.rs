@@ -279,7 +279,9 @@ pub(crate) fn run(args: &CaptureArgs) -> Result<ExitCode> {
     };
     let ctx = GpuContext::headless()?;
     println!("adapter: {}", ctx.describe());
-    let report = capture(&ctx, &cfg).with_context(|| format!("capturing {}", atlas.display()))?;
+    let report = capture(&ctx, &cfg).with_context(|| {
+        format!("capturing {}", tessera::core::format::atlas::display_location(&atlas).display())
+    })?;
     println!("frames and stats.json written to {}", args.out.display());
     println!("{}", report.summary());
     for line in report.motion_lines() {

@@ -642,7 +642,7 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
     let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
     let report = BenchReport {
         adapter: ctx.describe(),
-        atlas: cfg.atlas.clone(),
+        atlas: tessera_core::format::atlas::display_location(&cfg.atlas),
         size: cfg.size,
         virtual_sizes: atlas.layers().iter().map(|l| (l.layout.width(), l.layout.height())).collect(),
         sampling: main.vt.trilinear().1.to_string(),

@@ -27,6 +27,11 @@ pub(crate) fn install() {
             if removed > 0 {
                 eprintln!("tessera: interrupted; removed {removed} temporary file(s)");
             }
+            // An interrupted publish: its multipart uploads would stay (and be billed).
+            let aborted = tessera_core::format::atlas::publish::abort_uploads_in_flight();
+            if aborted > 0 {
+                eprintln!("tessera: interrupted; aborted {aborted} unfinished upload(s)");
+            }
             std::process::exit(128 + signal);
         }
     });

@@ -88,8 +88,9 @@ pub(crate) fn run(args: &SoakArgs) -> Result<ExitCode> {
         ctx.describe()
     );
     println!("{}", header());
-    let report = soak(&ctx, &cfg, |p| println!("{}", line(p)))
-        .with_context(|| format!("soaking {}", atlas.display()))?;
+    let report = soak(&ctx, &cfg, |p| println!("{}", line(p))).with_context(|| {
+        format!("soaking {}", tessera::core::format::atlas::display_location(&atlas).display())
+    })?;
     if let Some(dir) = args.json.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }

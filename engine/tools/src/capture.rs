@@ -423,7 +423,7 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
     }
     let report = CaptureReport {
         adapter: ctx.describe(),
-        atlas: cfg.atlas.clone(),
+        atlas: tessera::core::format::atlas::display_location(&cfg.atlas),
         size: cfg.size,
         pool_slots: vt.pool().slot_count(),
         pool_bytes: vt.pools().iter().map(|p| p.bytes()).sum(),

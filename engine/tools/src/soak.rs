@@ -190,7 +190,7 @@ pub fn soak(
     }
     Ok(SoakReport {
         adapter: ctx.describe(),
-        atlas: cfg.atlas.clone(),
+        atlas: tessera::core::format::atlas::display_location(&cfg.atlas),
         virtual_size: atlas.layers().first().map_or((0, 0), |l| (l.layout.width(), l.layout.height())),
         frames: cfg.frames,
         cuts: u64::from(cuts.saturating_sub(1)),

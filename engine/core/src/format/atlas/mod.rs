@@ -51,6 +51,19 @@ pub fn is_remote_location(location: &std::path::Path) -> bool {
     })
 }
 
+/// `location` as it may be shown, logged or stored (errors, reports, `stats.json`): a
+/// remote one with its query-string values and user info replaced by a marker, which for
+/// a presigned or signed URL hold its credentials
+/// ([`redact_url`](crate::error_text::redact_url)); a local path as it is.
+pub fn display_location(location: &std::path::Path) -> PathBuf {
+    match location.to_str() {
+        Some(text) if is_remote_location(location) => {
+            PathBuf::from(crate::error_text::redact_url(text).into_owned())
+        }
+        _ => location.to_path_buf(),
+    }
+}
+
 /// The scheme of `location` when it looks like a URL (`scheme://…`, the scheme letters,
 /// digits, `+`, `-` or `.` after a letter) but is not one of [`REMOTE_SCHEMES`]: a
 /// mistyped or unsupported scheme, which is reported as such rather than looked for as a

@@ -1,5 +1,6 @@
 //! `tessera publish`: an atlas uploaded to object storage (`s3://`, `gs://`, `az://`), checked there
-//! against the local file, without ever replacing a different atlas by accident.
+//! against the local file, without ever replacing a different atlas by accident, and
+//! without leaving unfinished multipart uploads behind when it fails or is interrupted.
 
 use std::path::{Path, PathBuf};
 
@@ -9,6 +10,14 @@ use super::{Atlas, AtlasError, RemoteOptions};
 use crate::Progress;
 use crate::bake::shard_remote::Remote;
 use crate::format::tile::TileId;
+
+/// Aborts the uploads this process has in progress (S3 and Azure multipart uploads, GCS
+/// resumable sessions) and refuses new ones; returns how many were aborted. For a
+/// SIGINT or SIGTERM handler about to exit the process, so that an interrupted publish
+/// leaves no unfinished upload (which S3 keeps, and bills, until it is aborted).
+pub fn abort_uploads_in_flight() -> usize {
+    super::remote::upload::abort_in_flight()
+}
 
 /// Tiles whose blobs are read back from the server and compared, spread over the atlas
 /// (every index entry is compared in any case).
@@ -77,7 +86,9 @@ pub enum PublishError {
 
 /// Uploads the atlas `local` to `url` (`s3://bucket/key`, `gs://bucket/key`,
 /// `az://container/key`; a split atlas' data objects go
-/// to the keys its index names, beside it), in multipart uploads of 16 MiB parts, then
+/// to the keys its index names, beside it), in multipart uploads of 16 MiB parts (aborted
+/// on failure; unfinished ones an earlier, killed run left at the same S3 key are aborted
+/// first; `progress` counts bytes the server acknowledged), then
 /// opens the remote copy and checks it against the local one: the same layers, every
 /// index entry equal, and [`CHECKED_BLOBS`] blobs read back equal. An object already at
 /// `url` is replaced only with `force`, unless it is this very atlas (then nothing is
@@ -140,7 +151,8 @@ pub fn publish(
                 kept.push(to.clone());
                 continue;
             }
-            bytes += remote.upload(path, progress).map_err(|e| upload_err(to, e.to_string()))?;
+            bytes += super::remote::upload::upload_file(to, s3, path, progress)
+                .map_err(|e| upload_err(to, e.to_string()))?;
             uploaded.push(to.clone());
         }
     }

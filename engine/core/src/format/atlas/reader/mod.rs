@@ -214,7 +214,9 @@ impl Atlas {
         self.flags & FLAG_STACKED != 0
     }
 
-    /// The file this atlas was opened from.
+    /// The file or URL this atlas was opened from, as it may be shown: a URL's query
+    /// values (a presigned URL's credentials) redacted
+    /// ([`display_location`](crate::format::atlas::display_location)).
     pub fn path(&self) -> &Path {
         &self.path
     }

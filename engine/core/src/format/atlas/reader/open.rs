@@ -21,9 +21,12 @@ impl Atlas {
         path: impl AsRef<Path>,
         remote: &crate::format::atlas::RemoteOptions,
     ) -> Result<Self, AtlasError> {
-        let path = path.as_ref().to_path_buf();
+        let location = path.as_ref();
+        // Errors and `Atlas::path` show the location without a URL's query values (the
+        // credentials of a presigned URL).
+        let path = crate::format::atlas::display_location(location);
         let io = |source| AtlasError::Io { path: path.clone(), source };
-        let file = Self::open_store(&path, remote).map_err(io)?;
+        let file = Self::open_store(location, remote).map_err(io)?;
         let len = file.len().map_err(io)?;
         let io = |e: ReadError| AtlasError::Io { path: path.clone(), source: e.into_io() };
         let invalid = |what: String| AtlasError::Invalid { path: path.clone(), what };
@@ -106,7 +109,7 @@ impl Atlas {
                 return Err(invalid("a split atlas' index object holds blobs".into()));
             }
             let per = root.as_ref().map_or(1, |r| u64::from(r.page_entries));
-            Self::open_data(&path, remote, header.data_offset, objects, header.tile_count, per)?
+            Self::open_data(location, remote, header.data_offset, objects, header.tile_count, per)?
         } else {
             (Vec::new(), len)
         };
@@ -246,7 +249,8 @@ impl Atlas {
         tiles: u64,
         per: u64,
     ) -> Result<(Vec<DataStore>, u64), AtlasError> {
-        let invalid = |what: String| AtlasError::Invalid { path: path.to_path_buf(), what };
+        let shown = crate::format::atlas::display_location(path);
+        let invalid = |what: String| AtlasError::Invalid { path: shown.clone(), what };
         let bases =
             split::bases(data_offset, &objects).ok_or_else(|| invalid("data objects too large".into()))?;
         // The objects hold the index pages in order, each its run of them after its blobs.
@@ -289,7 +293,7 @@ impl Atlas {
                 path: location.clone(),
                 source: std::io::Error::new(
                     source.kind(),
-                    format!("data object of split atlas {}: {source}", path.display()),
+                    format!("data object of split atlas {}: {source}", shown.display()),
                 ),
             })?;
             if len != object.size {
@@ -298,7 +302,7 @@ impl Atlas {
                     what: format!(
                         "data object of split atlas {} is {len} bytes, its index says {} \
                          (replaced or damaged since the merge: rerun the merge, or the shard)",
-                        path.display(),
+                        shown.display(),
                         object.size
                     ),
                 });

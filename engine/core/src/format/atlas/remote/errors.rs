@@ -1,9 +1,41 @@
 //! What went wrong, in one line: object_store's errors mapped to `RemoteError` with
-//! their cause (unreachable, refused, credentials, missing bucket), secrets redacted.
+//! their cause (unreachable, refused, credentials, missing bucket) and the server's own
+//! words, URLs and credentials redacted.
 
 use super::*;
 
+/// Who answers at a location, for what a refusal (401, 403) means there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// A cloud store (`s3://`, `gs://`, `az://`): credentials from the environment.
+    Cloud,
+    /// A web server (`http(s)://` without a query string): no credentials at all.
+    Web,
+    /// A presigned or signed `http(s)://` URL: its query string is the credential.
+    Signed,
+}
+
+impl Access {
+    /// Who answers at `location`.
+    pub(crate) fn of(location: &str) -> Self {
+        let lower = location.get(..8).unwrap_or(location).to_ascii_lowercase();
+        if !lower.starts_with("http://") && !lower.starts_with("https://") {
+            Access::Cloud
+        } else if location.contains('?') {
+            Access::Signed
+        } else {
+            Access::Web
+        }
+    }
+}
+
+/// [`map_error_at`] for a cloud store.
 pub(crate) fn map_error(e: object_store::Error) -> RemoteError {
+    map_error_at(e, Access::Cloud)
+}
+
+/// `e` as a [`RemoteError`] that says why, for a location answered by `access`.
+pub(crate) fn map_error_at(e: object_store::Error, access: Access) -> RemoteError {
     match e {
         object_store::Error::NotFound { ref source, .. }
             if chain_text(source.as_ref()).contains("NoSuchBucket") =>
@@ -19,15 +51,78 @@ pub(crate) fn map_error(e: object_store::Error) -> RemoteError {
         object_store::Error::Precondition { .. } | object_store::Error::NotModified { .. } => {
             RemoteError::Replaced
         }
-        object_store::Error::Unauthenticated { .. } => RemoteError::Denied(format!(
-            "401 Unauthorized: the server did not accept the credentials ({})",
-            credential_source()
-        )),
-        object_store::Error::PermissionDenied { .. } => RemoteError::Denied(format!(
-            "403 Forbidden: access denied with these credentials ({}), or a presigned URL that expired",
-            credential_source()
-        )),
-        other => cause(&other).unwrap_or_else(|| RemoteError::Unavailable(redact(&other.to_string()))),
+        object_store::Error::Unauthenticated { ref source, .. } => {
+            refused("401 Unauthorized", &server_says(&chain_text(source.as_ref())), access)
+        }
+        object_store::Error::PermissionDenied { ref source, .. } => {
+            refused("403 Forbidden", &server_says(&chain_text(source.as_ref())), access)
+        }
+        other => cause(&other).unwrap_or_else(|| {
+            RemoteError::Unavailable(crate::error_text::redact(&other.to_string()).into())
+        }),
+    }
+}
+
+/// A refusal (`status`) with the server's own words and what to check at `access`.
+fn refused(status: &str, says: &str, access: Access) -> RemoteError {
+    let hint = match access {
+        Access::Cloud => format!("the server did not accept the credentials ({})", credential_source()),
+        Access::Web => "the web server refused access (no credentials are sent to http(s):// URLs: \
+                        a signed URL needs its query string)"
+            .to_owned(),
+        Access::Signed => "the server refused the presigned or signed URL: such URLs expire \
+                           (X-Amz-Expires, X-Goog-Expires, se=) and are bound to their method and \
+                           host; make a new one"
+            .to_owned(),
+    };
+    RemoteError::Denied(format!("{status}{says}: {hint}"))
+}
+
+/// The server's own explanation in an error body, as ` ("Code: Message")`: S3, GCS and
+/// Azure answer XML with `<Code>` and `<Message>`, GCS's JSON API `"message"`; empty
+/// when there is none. Redacted and cut short, since the body is the server's.
+pub(super) fn server_says(text: &str) -> String {
+    let tag = |name: &str| {
+        let open = format!("<{name}>");
+        let start = text.find(&open)? + open.len();
+        let len = text[start..].find("</")?;
+        Some(text[start..start + len].trim().to_owned())
+    };
+    let json_message = || {
+        let start = text.find("\"message\":\"")? + "\"message\":\"".len();
+        let len = text[start..].find('"')?;
+        Some(text[start..start + len].to_owned())
+    };
+    let said = match (tag("Code"), tag("Message").or_else(json_message)) {
+        (Some(c), Some(m)) => format!("{c}: {m}"),
+        (Some(only), None) | (None, Some(only)) => only,
+        (None, None) => return String::new(),
+    };
+    let said: String = crate::error_text::redact(&said).chars().take(200).collect();
+    format!(" (\"{said}\")")
+}
+
+/// A missing object told apart from a missing bucket (GCS says only "Not Found" for
+/// both): a listing under the object's path fails when the bucket is missing (404, or
+/// fake-gcs-server's 500 "no bucket named …") and succeeds, empty or not, when only the
+/// object is.
+pub(super) async fn not_found(store: &dyn ObjectStore, path: &ObjectPath) -> RemoteError {
+    use futures_util::StreamExt as _;
+    let missing = || RemoteError::Config("the bucket does not exist (listing it fails)".into());
+    let mut listing = store.list(Some(path));
+    match listing.next().await {
+        Some(Err(object_store::Error::NotFound { .. })) => missing(),
+        Some(Err(e)) => {
+            let text = chain_text(&e);
+            if text.contains("NoSuchBucket") || text.contains("no bucket named") {
+                return missing();
+            }
+            match map_error(e) {
+                config @ RemoteError::Config(_) => config,
+                _ => RemoteError::NotFound,
+            }
+        }
+        _ => RemoteError::NotFound,
     }
 }
 
@@ -155,20 +250,4 @@ pub(super) fn cause(e: &object_store::Error) -> Option<RemoteError> {
         return unavailable("the server closed the connection mid-request");
     }
     None
-}
-
-/// `message` without anything that looks like a credential (query-string signatures,
-/// keys), in case a client error quotes a presigned URL.
-pub(super) fn redact(message: &str) -> String {
-    message
-        .split_whitespace()
-        .map(|w| {
-            if w.contains("X-Amz-") || w.contains("Signature=") || w.contains("Credential=") {
-                "[redacted]"
-            } else {
-                w
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }

@@ -38,10 +38,11 @@ pub use super::REMOTE_SCHEMES;
 
 mod errors;
 mod store;
+pub(crate) mod upload;
 
 pub(crate) use errors::map_error;
 use errors::*;
-pub(crate) use store::store_for;
+pub(crate) use store::{built_for, store_for};
 
 /// Whether `location` names a remote atlas (one of [`REMOTE_SCHEMES`]).
 pub fn is_remote(location: &str) -> bool {
@@ -166,6 +167,8 @@ struct Counters {
 /// One object in a store, opened for range reads.
 pub struct RemoteObject {
     store: Arc<dyn ObjectStore>,
+    /// Who answers, for what a refusal means.
+    access: Access,
     path: ObjectPath,
     runtime: tokio::runtime::Runtime,
     size: u64,
@@ -253,6 +256,10 @@ impl RemoteObject {
     /// identity).
     pub fn open(location: &str, options: &RemoteOptions) -> Result<Self, RemoteError> {
         let (store, path) = store_for(location, &options.s3)?;
+        let access = Access::of(location);
+        // Logs and errors name the location without its query values (credentials).
+        let shown = crate::error_text::redact_url(location);
+        let cache_key = store::cache_key(location, &options.s3);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("tessera-net")
@@ -283,7 +290,13 @@ impl RemoteObject {
                     let start = got.range.start;
                     got.bytes().await.map(|b| (meta, start, b))
                 })
-                .map_err(map_error)
+                .map_err(|e| map_error_at(e, access))
+        };
+        let first = match first {
+            Err(RemoteError::NotFound) if access == Access::Cloud => {
+                Err(runtime.block_on(not_found(&*store, &path)))
+            }
+            other => other,
         };
         let mut prefix = Vec::new();
         let (identity, size, etag, offline) = match first {
@@ -295,21 +308,21 @@ impl RemoteObject {
                 (id, meta.size, meta.e_tag, false)
             }
             Err(e) if e.is_transient() => {
-                let cached = cache_dir.and_then(|d| DiskCache::current_identity(d, cache_key(location)));
+                let cached = cache_dir.and_then(|d| DiskCache::current_identity(d, &cache_key));
                 let Some((id, size, etag)) =
                     cached.and_then(|id| parse_identity(&id).map(|(s, e)| (id, s, e)))
                 else {
                     return Err(e);
                 };
                 if !options.offline {
-                    tracing::warn!("{location}: {e}; opening from the disk cache");
+                    tracing::warn!("{shown}: {e}; opening from the disk cache");
                 }
                 (id, size, etag, true)
             }
             Err(e) => return Err(e),
         };
         let cache = cache_dir.and_then(|d| {
-            match DiskCache::open(d, cache_key(location), &identity, options.disk_cache_bytes) {
+            match DiskCache::open(d, &cache_key, &identity, options.disk_cache_bytes) {
                 Ok(c) => Some(Arc::new(c)),
                 Err(e) => {
                     tracing::warn!(dir = %d.display(), "disk cache unavailable: {e}");
@@ -320,7 +333,7 @@ impl RemoteObject {
         let cached_meta = cache.as_deref().and_then(DiskCache::meta);
         if offline && cached_meta.is_none() {
             return Err(RemoteError::Unavailable(format!(
-                "{location}: the server cannot be reached and the disk cache has no index for it"
+                "{shown}: the server cannot be reached and the disk cache has no index for it"
             )));
         }
         let counters = Arc::new(Counters::default());
@@ -333,6 +346,7 @@ impl RemoteObject {
         let ahead = Arc::new(Ahead::default());
         Ok(Self {
             store,
+            access,
             path,
             runtime,
             size,
@@ -437,7 +451,8 @@ impl RemoteObject {
             // from the disk as they are wanted.
             return;
         }
-        let (store, path, etag) = (self.store.clone(), self.path.clone(), self.etag.clone());
+        let (store, path, etag, access) =
+            (self.store.clone(), self.path.clone(), self.etag.clone(), self.access);
         let (counters, ahead, cache) = (self.counters.clone(), self.ahead.clone(), self.cache.clone());
         let start = range.start;
         match self.ahead.pending.lock() {
@@ -479,7 +494,7 @@ impl RemoteObject {
                 ),
                 Err(e) => {
                     counters.failures.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!("reading the index ahead: {}", map_error(e));
+                    tracing::warn!("reading the index ahead: {}", map_error_at(e, access));
                 }
             }
         });
@@ -660,7 +675,7 @@ impl RemoteObject {
             Err(e) => {
                 c.failures.fetch_add(1, Ordering::Relaxed);
                 let unreachable = unreachable(&e);
-                let e = map_error(e);
+                let e = map_error_at(e, self.access);
                 if unreachable
                     && let RemoteError::Unavailable(why) = &e
                     && let Ok(mut down) = self.unreachable.lock()
@@ -690,13 +705,6 @@ impl RemoteObject {
             latency_p95_ms: p95,
         }
     }
-}
-
-/// The disk cache's name for `location`: without its query string, which for a presigned
-/// or signed URL changes with every signature while the object stays the same (its
-/// identity, the ETag, is checked anyway).
-fn cache_key(location: &str) -> &str {
-    location.split_once('?').map_or(location, |(base, _)| base)
 }
 
 /// Bytes `[start, end)` of the object out of `bytes`, which hold the object from
@@ -760,10 +768,26 @@ mod tests {
     }
 
     #[test]
-    fn credentials_in_messages_are_redacted() {
-        let m = redact("GET https://b.s3/k?X-Amz-Credential=AKIA123&X-Amz-Signature=abc failed: 500");
-        assert!(!m.contains("AKIA123") && m.contains("[redacted]"), "{m}");
-        assert!(m.ends_with("500"));
+    fn refusals_quote_the_server_and_fit_the_location() {
+        let body = "<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>";
+        assert_eq!(server_says(body), " (\"AccessDenied: Request has expired\")");
+        assert_eq!(server_says(r#"{"error":{"code":403,"message":"no"}}"#), " (\"no\")");
+        assert_eq!(server_says("plain"), "");
+        assert_eq!(Access::of("https://h/a.tsa?X-Amz-Signature=1"), Access::Signed);
+        assert_eq!(Access::of("HTTP://h/a.tsa"), Access::Web);
+        assert_eq!(Access::of("s3://b/a.tsa"), Access::Cloud);
+    }
+
+    #[test]
+    fn the_disk_cache_key_names_the_endpoint() {
+        let at = |endpoint: &str| vec![("aws_endpoint".to_owned(), endpoint.to_owned())];
+        let a = store::cache_key("s3://b/k.tsa", &at("http://127.0.0.1:9000"));
+        let b = store::cache_key("s3://b/k.tsa", &at("http://127.0.0.1:9001/"));
+        assert_ne!(a, b);
+        assert!(a.starts_with("s3://b/k.tsa at endpoint=http://127.0.0.1:9000"), "{a}");
+        assert_eq!(store::cache_key("https://h/k.tsa?X-Amz-Signature=1", &[]), "https://h/k.tsa");
+        let az = |account: &str| vec![("azure_storage_account_name".to_owned(), account.to_owned())];
+        assert_ne!(store::cache_key("az://c/k", &az("one")), store::cache_key("az://c/k", &az("two")));
     }
 
     #[test]
