@@ -143,6 +143,7 @@ fn table(r: &BenchReport, camera: &str) -> String {
     let sizes: Vec<String> = r.virtual_sizes.iter().map(|(w, h)| format!("{w}x{h}")).collect();
     let _ = writeln!(o, "adapter:   {}", r.adapter);
     let _ = writeln!(o, "atlas:     {} (virtual {})", r.atlas.display(), sizes.join(", "));
+    let _ = writeln!(o, "pool:      {}", r.pool_format);
     let _ = writeln!(
         o,
         "sampling:  {}; {}; page table in a {}",

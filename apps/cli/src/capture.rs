@@ -282,6 +282,7 @@ pub(crate) fn run(args: &CaptureArgs) -> Result<ExitCode> {
     let report = capture(&ctx, &cfg).with_context(|| {
         format!("capturing {}", tessera::core::format::atlas::display_location(&atlas).display())
     })?;
+    println!("{}", report.pool_line());
     println!("frames and stats.json written to {}", args.out.display());
     println!("{}", report.summary());
     for line in report.motion_lines() {

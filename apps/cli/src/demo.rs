@@ -128,6 +128,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
         if cfg.reference { "virtual texture and reference" } else { "virtual texture" }
     );
     let report = capture(&ctx, &cfg)?;
+    println!("{}", report.pool_line());
     let scale = Scale::of(&atlas, &report, no_reference.map(|e| e.to_string()));
     std::fs::write(args.out.join("scale.json"), serde_json::to_string_pretty(&scale)?)
         .with_context(|| format!("writing {}", args.out.join("scale.json").display()))?;

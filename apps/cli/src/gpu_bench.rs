@@ -207,6 +207,9 @@ pub(crate) struct BenchReport {
     pub virtual_sizes: Vec<(u32, u32)>,
     /// The sampling path and why ([`VirtualTextures::trilinear`]).
     pub sampling: String,
+    /// The pool's format, and why it is not the adapter's best when so
+    /// ([`VirtualTextures::pool_format_note`]).
+    pub pool_format: String,
     /// The cost probe the virtual-texture pass ran with.
     pub shader_probe: ShaderProbe,
     /// Whether the built-in drawers forced early depth tests in the VT pass.
@@ -539,8 +542,9 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
     vt.set_shader_probe(cfg.shader_probe);
     let mut scene = drawer_for(ctx, &vt, cfg.scene.as_deref())?;
     // A texture too large for a fully resident reference (the point of a stress scene)
-    // is measured alone: the report says why there is no ratio.
-    let reference_unavailable = match scene.enable_reference(ctx, &atlas, cfg.vt.max_anisotropy) {
+    // is measured alone: the report says why there is no ratio. Its texels are the
+    // decoded tiles: only its speed matters here.
+    let reference_unavailable = match scene.enable_reference(ctx, &atlas, cfg.vt.max_anisotropy, &[]) {
         Ok(()) => None,
         Err(RenderError::Config(why)) => {
             tracing::warn!("no fully resident reference: {why}");
@@ -646,6 +650,10 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
         size: cfg.size,
         virtual_sizes: atlas.layers().iter().map(|l| (l.layout.width(), l.layout.height())).collect(),
         sampling: main.vt.trilinear().1.to_string(),
+        pool_format: match main.vt.pool_format_note() {
+            Some(note) => format!("{} ({note})", main.vt.pool().target().name()),
+            None => main.vt.pool().target().name().to_owned(),
+        },
         shader_probe: cfg.shader_probe,
         early_depth: main.vt.early_depth_on(&ctx.device) && !main.vt.config().feedback_target,
         feedback_target: main.vt.config().feedback_target,

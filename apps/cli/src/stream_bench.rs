@@ -113,9 +113,8 @@ pub(crate) fn stream(
         return Err(RenderError::Config("nothing to stream: no tiles given".into()));
     }
     let codecs: Vec<_> = layers.iter().map(|l| l.codec).collect();
-    let target =
-        tessera_core::format::pool_format::select(&codecs, format_support(&ctx.device), cfg.pool_format)
-            .map_err(|e| RenderError::Config(format!("{}: {e}", atlas.path().display())))?;
+    let target = tessera_core::format::pool_format::select(&codecs, format_support(ctx), cfg.pool_format)
+        .map_err(|e| RenderError::Config(format!("{}: {e}", atlas.path().display())))?;
     let slot_bytes = target.bytes_per_tile(slot) as u64;
     let max_side = ctx.device.limits().max_texture_dimension_2d / slot;
     let mib = pool_mib_for(tiles.len() as u64, slot_bytes, max_side);

@@ -1,5 +1,6 @@
-// Level 1 of a block-compressed tile pool (BC7 or BC1): each uploaded slot's 2x
-// downsample, border included, encoded on the GPU into a buffer that the pool then
+// Level 1 of a block-compressed tile pool (BC7 or BC1): each uploaded slot's parent
+// quadrant (or, while the parent is not resident, its own 2x downsample), border
+// included, encoded on the GPU into a buffer that the pool then
 // copies into level 1. A level-1 slot is half a slot (68 texels for 136² slots), a
 // whole number of 4x4 blocks, so every copy is block-aligned.
 //
@@ -25,7 +26,17 @@ struct EncodeParams {
 
 @group(0) @binding(0) var level0: texture_2d<f32>;
 @group(0) @binding(1) var<uniform> ep: EncodeParams;
-@group(0) @binding(2) var<storage, read> slots: array<vec2<u32>>;
+// One level-1 slot to make: where it goes (a slot of the grid), the level-0 texel its
+// texels start at, and the step between them (1: a copy of the parent's quadrant, 2: a
+// 2x downsample of the slot itself).
+struct Job {
+    dst: vec2<u32>,
+    src: vec2<u32>,
+    step: u32,
+    _pad: u32,
+}
+
+@group(0) @binding(2) var<storage, read> jobs: array<Job>;
 @group(0) @binding(3) var<storage, read_write> out_blocks: array<u32>;
 
 fn to_srgb(c: vec3<f32>) -> vec3<f32> {
@@ -258,12 +269,16 @@ fn encode(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups)
     }
     let b = n % per_slot;
     let block = vec2<u32>(b % ep.blocks, b / ep.blocks);
-    let origin = slots[s] * ep.slot_texels + block * 8u;
+    let job = jobs[s];
+    let origin = job.src + block * 4u * job.step;
     var px: array<vec4<f32>, 16>;
     for (var i = 0u; i < 16u; i = i + 1u) {
-        let p = origin + 2u * vec2<u32>(i & 3u, i >> 2u);
-        var c = 0.25 * (textureLoad(level0, p, 0) + textureLoad(level0, p + vec2<u32>(1u, 0u), 0)
-            + textureLoad(level0, p + vec2<u32>(0u, 1u), 0) + textureLoad(level0, p + vec2<u32>(1u, 1u), 0));
+        let p = origin + job.step * vec2<u32>(i & 3u, i >> 2u);
+        var c = textureLoad(level0, p, 0);
+        if job.step == 2u {
+            c = 0.25 * (c + textureLoad(level0, p + vec2<u32>(1u, 0u), 0)
+                + textureLoad(level0, p + vec2<u32>(0u, 1u), 0) + textureLoad(level0, p + vec2<u32>(1u, 1u), 0));
+        }
         if ep.srgb == 1u {
             c = vec4<f32>(to_srgb(c.rgb), c.a);
         }

@@ -174,7 +174,8 @@ impl LayerBinding {
             mapped_at_creation: false,
         });
         let pools = resources.pools;
-        let view = |i: usize| wgpu::BindingResource::TextureView(pools.get(i).unwrap_or(&pools[0]).view());
+        let pool_view = |i: usize| pools.get(i).unwrap_or(&pools[0]).view_for(resources.color);
+        let view = |i: usize| wgpu::BindingResource::TextureView(pool_view(i));
         let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("tessera vt"),
             layout,
@@ -195,7 +196,7 @@ impl LayerBinding {
             params: buffer.clone(),
             page_table: resources.page_table.resource(),
             feedback: resources.feedback.clone(),
-            pools: [0, 1, 2].map(|i| pools.get(i).unwrap_or(&pools[0]).view().clone()),
+            pools: [0, 1, 2].map(|i| pool_view(i).clone()),
             sampler: resources.sampler.clone(),
         };
         Self { params, buffer, bind_group, resources }
@@ -217,6 +218,9 @@ pub struct Resources<'a> {
     pub feedback: &'a wgpu::Buffer,
     /// The pool sampler.
     pub sampler: &'a wgpu::Sampler,
+    /// The colour space of the layer bound: a linear layer in a pool shared with sRGB
+    /// layers samples it through its plain view ([`TilePool::view_for`]).
+    pub color: tessera_core::format::atlas::ColorSpace,
 }
 
 /// The sampler of the pools: bilinear within a slot (the shader blends mips itself).

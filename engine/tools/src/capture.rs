@@ -124,6 +124,14 @@ pub struct CaptureReport {
     pub pool_bytes: u64,
     /// Pool texel format.
     pub pool_format: String,
+    /// Why the pool is not in the adapter's best format, when so (a Basis atlas on a
+    /// software adapter gets an RGBA8 pool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_note: Option<String>,
+    /// The sampling path and why (hardware trilinear inside a slot, or the software
+    /// blend of two lookups).
+    #[serde(default)]
+    pub sampling: String,
     /// Bytes the fully resident reference textures take (with `reference`).
     pub reference_bytes: Option<u64>,
     /// Per-frame statistics.
@@ -203,6 +211,19 @@ impl CaptureReport {
             at(1.0),
             ages.len(),
             self.frames.len()
+        )
+    }
+
+    /// The pool's format, size and sampling path, and why the format is not the
+    /// adapter's best when so: a header line for reports.
+    pub fn pool_line(&self) -> String {
+        let note = self.pool_note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
+        format!(
+            "pool: {} slots of {}, {:.1} MiB{note}; {}",
+            self.pool_slots,
+            self.pool_format,
+            self.pool_bytes as f64 / f64::from(1u32 << 20),
+            self.sampling
         )
     }
 
@@ -315,9 +336,9 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
             Some(path) => {
                 let other = Atlas::open(path)?;
                 check_same_layers(&atlas, &other)?;
-                scene.enable_reference(ctx, &other, cfg.vt.max_anisotropy)?;
+                scene.enable_reference(ctx, &other, cfg.vt.max_anisotropy, &[])?;
             }
-            None => scene.enable_reference(ctx, &atlas, cfg.vt.max_anisotropy)?,
+            None => scene.enable_reference(ctx, &atlas, cfg.vt.max_anisotropy, &vt.pool_targets())?,
         }
     }
     let target = OffscreenTarget::new(&ctx.device, w, h);
@@ -428,6 +449,8 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
         pool_slots: vt.pool().slot_count(),
         pool_bytes: vt.pools().iter().map(|p| p.bytes()).sum(),
         pool_format: vt.pool().target().name().to_string(),
+        pool_note: vt.pool_format_note().map(str::to_owned),
+        sampling: vt.trilinear().1.to_owned(),
         reference_bytes: scene.reference_bytes(),
         frames,
         final_stats: vt.stats(),

@@ -10,12 +10,15 @@ use tessera::{GpuContext, RenderError, VirtualTextures};
 /// A scene renderer: draws through the virtual textures and through its reference.
 pub trait Drawer {
     /// Builds the fully resident reference from `atlas` (`max_anisotropy` where the
-    /// scene samples with hardware anisotropy).
+    /// scene samples with hardware anisotropy), its texels as pools of `pools` hold them
+    /// ([`crate::reference::pool_of`]; empty: the decoded tiles, as for a lossless
+    /// reference atlas).
     fn enable_reference(
         &mut self,
         ctx: &GpuContext,
         atlas: &Atlas,
         max_anisotropy: u16,
+        pools: &[tessera::core::format::codec::TargetFormat],
     ) -> Result<(), RenderError>;
 
     /// GPU bytes of the reference textures, when enabled.

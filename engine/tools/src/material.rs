@@ -382,6 +382,7 @@ impl Drawer for MaterialRenderer {
         ctx: &GpuContext,
         atlas: &Atlas,
         _max_anisotropy: u16,
+        pools: &[tessera::core::format::codec::TargetFormat],
     ) -> Result<(), RenderError> {
         let device = &ctx.device;
         let tex = |binding| wgpu::BindGroupLayoutEntry {
@@ -417,7 +418,9 @@ impl Drawer for MaterialRenderer {
             ..Default::default()
         });
         let n = atlas.layers().len().min(3);
-        let textures: Vec<_> = (0..n).map(|l| reference::build(ctx, atlas, l)).collect::<Result<_, _>>()?;
+        let textures: Vec<_> = (0..n)
+            .map(|l| reference::build(ctx, atlas, l, reference::pool_of(pools, l)))
+            .collect::<Result<_, _>>()?;
         let bytes = textures.iter().map(|t| t.bytes).sum();
         let view = |i: usize| &textures[i.min(n - 1)].view;
         let lay = atlas.layers()[0].layout;

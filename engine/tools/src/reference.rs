@@ -1,13 +1,26 @@
 //! The reference renderer's texture: the atlas' own mip pyramid, fully resident as an
 //! ordinary mip-mapped texture sampled by the hardware. Ground truth for convergence.
+//!
+//! Built from the texels the streamed pool holds: a tile of a Basis layer streamed
+//! into a block-compressed pool (BC7, BC1, ASTC, ETC2) is transcoded to that format and
+//! decoded back on the CPU, so a fully resident frame matches its reference whatever
+//! the pool's format; the codec's own loss is measured against the lossless bake of
+//! the same source (`tessera capture --reference-atlas`).
 
 use bytemuck::{Pod, Zeroable};
 use tessera::core::bake::edge;
 use tessera::core::format::atlas::{Atlas, ColorSpace, LayerInfo, Wrap};
+use tessera::core::format::codec::TargetFormat;
 
 use tessera::GpuContext;
 use tessera::RenderError;
 use tessera::{POOL_FORMAT, POOL_FORMAT_LINEAR};
+
+/// The pool format of `layer` among a streamed atlas' pool formats `pools` (one for a
+/// single pool, one per layer for a stack; none: the decoded tiles).
+pub fn pool_of(pools: &[TargetFormat], layer: usize) -> TargetFormat {
+    pools.get(layer).or(pools.first()).copied().unwrap_or(TargetFormat::Rgba8)
+}
 
 /// Uniform of `scene_reference.wgsl`.
 #[repr(C)]
@@ -66,9 +79,15 @@ pub fn fits(ctx: &GpuContext, atlas: &Atlas, layer: usize) -> Result<(u32, u32),
 }
 
 /// Builds the reference texture of `layer` from the atlas tiles (mip by mip, payload
-/// texels only). The base size is padded up to a multiple of `2^(mips-1)` so every
+/// texels only) as a pool in `pool` format holds them ([`TargetFormat::Rgba8`]: the
+/// decoded tiles). The base size is padded up to a multiple of `2^(mips-1)` so every
 /// hardware mip covers exactly the same texels as the atlas' mip.
-pub fn build(ctx: &GpuContext, atlas: &Atlas, layer: usize) -> Result<ReferenceTexture, RenderError> {
+pub fn build(
+    ctx: &GpuContext,
+    atlas: &Atlas,
+    layer: usize,
+    pool: TargetFormat,
+) -> Result<ReferenceTexture, RenderError> {
     let info: &LayerInfo = atlas
         .layers()
         .get(layer)
@@ -90,7 +109,7 @@ pub fn build(ctx: &GpuContext, atlas: &Atlas, layer: usize) -> Result<ReferenceT
     for m in 0..mips {
         let (mw, mh) = lay.mip_size(m);
         let (lw, lh) = (bw >> m, bh >> m);
-        let img = atlas.read_texels(layer as u16, m, [0, 0, mw, mh])?;
+        let img = atlas.read_texels_as(layer as u16, m, [0, 0, mw, mh], pool)?;
         // Extend to the padded level size by the layer's edge rule (what the atlas'
         // partial edge tiles hold too).
         let mut level = vec![0u8; lw as usize * lh as usize * 4];

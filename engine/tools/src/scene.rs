@@ -544,6 +544,7 @@ impl Drawer for SceneRenderer {
         ctx: &GpuContext,
         atlas: &Atlas,
         max_anisotropy: u16,
+        pools: &[tessera::core::format::codec::TargetFormat],
     ) -> Result<(), RenderError> {
         let device = &ctx.device;
         let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
@@ -589,7 +590,8 @@ impl Drawer for SceneRenderer {
         let mut groups = Vec::new();
         let mut bytes = 0;
         for layer in 0..layers.min(atlas.layers().len()) {
-            let ReferenceTexture { view, params, bytes: b, .. } = reference::build(ctx, atlas, layer)?;
+            let ReferenceTexture { view, params, bytes: b, .. } =
+                reference::build(ctx, atlas, layer, reference::pool_of(pools, layer))?;
             bytes += b;
             let ubuf = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some("reference params"),

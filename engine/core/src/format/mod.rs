@@ -4,6 +4,7 @@
 pub mod atlas;
 pub mod basis;
 pub mod basis_rust;
+pub mod block_decode;
 pub mod codec;
 pub mod codec_types;
 pub mod color;

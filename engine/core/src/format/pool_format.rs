@@ -12,6 +12,11 @@ pub struct FormatSupport {
     pub astc: bool,
     /// ETC2 / EAC (OpenGL ES 3 class GPUs).
     pub etc2: bool,
+    /// The adapter is a software rasteriser (Mesa's llvmpipe / lavapipe, WARP,
+    /// SwiftShader): it decodes block formats on the CPU at every sample, and compiling
+    /// the compute shader that encodes a block pool's level-1 copies takes llvmpipe
+    /// minutes, so Basis atlases default to an RGBA8 pool there ([`select`]).
+    pub software: bool,
 }
 
 impl FormatSupport {
@@ -47,7 +52,8 @@ pub enum PoolFormatError {
 
 /// The pool format for an atlas whose layers use `codecs`: `forced` when given and
 /// possible; otherwise the best block format the adapter has when every layer is Basis
-/// (BC7 on desktop, then ASTC 4×4, then ETC2), else RGBA8.
+/// (BC7 on desktop, then ASTC 4×4, then ETC2) on a hardware adapter, else RGBA8 (see
+/// [`FormatSupport::software`]; [`default_note`] says why in a report).
 pub fn select(
     codecs: &[Codec],
     support: FormatSupport,
@@ -65,7 +71,7 @@ pub fn select(
         }
         return Ok(f);
     }
-    if !all_basis {
+    if !all_basis || support.software {
         return Ok(TargetFormat::Rgba8);
     }
     Ok([TargetFormat::Bc7, TargetFormat::Astc4x4, TargetFormat::Etc2Rgba]
@@ -74,15 +80,46 @@ pub fn select(
         .unwrap_or(TargetFormat::Rgba8))
 }
 
+/// Why [`select`] chose `chosen` without a forced format, when that is not simply the
+/// adapter's best: a line for report headers (`None` otherwise).
+pub fn default_note(codecs: &[Codec], support: FormatSupport, chosen: TargetFormat) -> Option<String> {
+    let all_basis = !codecs.is_empty() && codecs.iter().all(|c| c.is_basis());
+    let had_block = [TargetFormat::Bc7, TargetFormat::Astc4x4, TargetFormat::Etc2Rgba]
+        .into_iter()
+        .find(|f| support.supports(*f));
+    match had_block {
+        Some(block) if all_basis && support.software && chosen == TargetFormat::Rgba8 => Some(format!(
+            "rgba8 pool on a software adapter (it could sample {}, but decodes it on the CPU per sample and \
+             compiles the level-1 encoder for minutes); --pool-format {} to force it",
+            block.name(),
+            block.name()
+        )),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const NONE: FormatSupport = FormatSupport { bc: false, astc: false, etc2: false };
-    const DESKTOP: FormatSupport = FormatSupport { bc: true, astc: false, etc2: false };
-    const MOBILE: FormatSupport = FormatSupport { bc: false, astc: true, etc2: true };
-    const GLES: FormatSupport = FormatSupport { bc: false, astc: false, etc2: true };
-    const ALL: FormatSupport = FormatSupport { bc: true, astc: true, etc2: true };
+    const NONE: FormatSupport = FormatSupport { bc: false, astc: false, etc2: false, software: false };
+    const DESKTOP: FormatSupport = FormatSupport { bc: true, astc: false, etc2: false, software: false };
+    const MOBILE: FormatSupport = FormatSupport { bc: false, astc: true, etc2: true, software: false };
+    const GLES: FormatSupport = FormatSupport { bc: false, astc: false, etc2: true, software: false };
+    const ALL: FormatSupport = FormatSupport { bc: true, astc: true, etc2: true, software: false };
+    const LAVAPIPE: FormatSupport = FormatSupport { bc: true, astc: false, etc2: false, software: true };
+
+    #[test]
+    fn software_adapters_default_to_rgba8_for_basis() {
+        let basis = [Codec::Etc1s];
+        assert_eq!(select(&basis, LAVAPIPE, None), Ok(TargetFormat::Rgba8));
+        let note = default_note(&basis, LAVAPIPE, TargetFormat::Rgba8).unwrap();
+        assert!(note.contains("software adapter") && note.contains("--pool-format bc7"), "{note}");
+        // Forcing still works, and says nothing.
+        assert_eq!(select(&basis, LAVAPIPE, Some(TargetFormat::Bc7)), Ok(TargetFormat::Bc7));
+        assert_eq!(default_note(&basis, DESKTOP, TargetFormat::Bc7), None);
+        assert_eq!(default_note(&[Codec::Lz4], LAVAPIPE, TargetFormat::Rgba8), None);
+    }
 
     #[test]
     fn best_format_per_adapter() {

@@ -7,6 +7,7 @@ pub mod complete_table;
 pub mod copy_runs;
 pub mod feedback;
 pub mod host_cache;
+pub mod level_one;
 pub mod loader;
 pub(crate) mod lru;
 pub mod page_table;

@@ -80,6 +80,9 @@ pub struct PoolLayout {
     pub trilinear: Trilinear,
     /// Why the sampling path is what it is, for logs and reports.
     pub trilinear_reason: String,
+    /// Why the pool's format is not the adapter's best, when that is so (a software
+    /// adapter, [`pool_format::default_note`]), for logs and report headers.
+    pub format_note: Option<String>,
 }
 
 impl PoolLayout {
@@ -129,6 +132,12 @@ impl PoolLayout {
             let codecs: Vec<_> = layers.iter().map(|l| l.codec).collect();
             vec![select(&codecs)?]
         };
+        let format_note = if forced.is_some() {
+            None
+        } else {
+            let codecs: Vec<_> = layers.iter().map(|l| l.codec).collect();
+            targets.first().and_then(|&t| pool_format::default_note(&codecs, limits.support, t))
+        };
         if let Some(t) = targets.iter().find(|t| t.is_block_compressed()).filter(|_| !slot.is_multiple_of(4))
         {
             return Err(unfit(format!(
@@ -175,6 +184,7 @@ impl PoolLayout {
             owners,
             trilinear,
             trilinear_reason,
+            format_note,
         })
     }
 
@@ -198,6 +208,7 @@ impl PoolLayout {
             owners,
             trilinear,
             trilinear_reason,
+            format_note: None,
         }
     }
 

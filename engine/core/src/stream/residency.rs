@@ -109,6 +109,10 @@ pub struct UploadPlan {
     /// Whether uploading stopped because no slot could be freed: the needed set does
     /// not fit in the pool (a signal to raise the mip bias).
     pub pool_full: bool,
+    /// The level-1 copies to make after the uploads on the hardware trilinear path
+    /// ([`crate::stream::level_one::plan`]): each uploaded slot's, and those of resident
+    /// children of uploaded tiles.
+    pub level_ones: Vec<crate::stream::level_one::LevelOne>,
 }
 
 /// Running totals of a [`Residency`].
@@ -459,6 +463,8 @@ impl Residency {
             }
         }
         self.assign_slots(frame, &mut plan.uploads, staged_at);
+        plan.level_ones =
+            crate::stream::level_one::plan(self.table.layout(), &plan.uploads, |t| self.slot_of(t));
         plan.deferred = self.ready.len();
         plan
     }

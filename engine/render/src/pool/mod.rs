@@ -11,6 +11,7 @@ use std::sync::{Mutex, PoisonError};
 use tessera_core::format::atlas::ColorSpace;
 use tessera_core::format::codec::{Codec, EncodeOptions, TargetFormat, transcode};
 use tessera_core::stream::copy_runs::{TileCopy, vertical_runs};
+use tessera_core::stream::level_one::{LevelOne, LevelOneSource};
 use tessera_core::stream::page_table::SlotCoord;
 use tessera_core::stream::pool_layout::level_one_possible;
 
@@ -53,13 +54,15 @@ pub fn wgpu_format_for(target: TargetFormat, color: ColorSpace) -> wgpu::Texture
 
 pub use tessera_core::stream::pool_layout::slot_grid;
 
-/// What the adapter's device can sample, for [`tessera_core::format::pool_format::select`].
-pub fn format_support(device: &wgpu::Device) -> tessera_core::format::pool_format::FormatSupport {
-    let f = device.features();
+/// What the context's device can sample, and whether its adapter is a software
+/// rasteriser, for [`tessera_core::format::pool_format::select`].
+pub fn format_support(ctx: &crate::GpuContext) -> tessera_core::format::pool_format::FormatSupport {
+    let f = ctx.device.features();
     tessera_core::format::pool_format::FormatSupport {
         bc: f.contains(wgpu::Features::TEXTURE_COMPRESSION_BC),
         astc: f.contains(wgpu::Features::TEXTURE_COMPRESSION_ASTC),
         etc2: f.contains(wgpu::Features::TEXTURE_COMPRESSION_ETC2),
+        software: ctx.info.device_type == wgpu::DeviceType::Cpu,
     }
 }
 
@@ -93,6 +96,8 @@ pub struct TilePool {
     target: TargetFormat,
     texture: wgpu::Texture,
     view: wgpu::TextureView,
+    /// A plain (not sRGB) view of an sRGB pool that also holds linear layers.
+    linear_view: Option<wgpu::TextureView>,
     slot_texels: u32,
     slots_x: u32,
     slots_y: u32,
@@ -116,7 +121,7 @@ impl TilePool {
     ) -> Result<Self, RenderError> {
         let slot_bytes = target.bytes_per_tile(slot_texels) as u64;
         let (slots_x, slots_y) = Self::grid_for(device, mib, slot_bytes, slot_texels)?;
-        Self::with_grid(device, queue, (slots_x, slots_y), slot_texels, target, ColorSpace::Srgb, 1)
+        Self::with_grid(device, queue, (slots_x, slots_y), slot_texels, target, &[ColorSpace::Srgb], 1)
     }
 
     /// The slot grid of a `mib` MiB pool whose slots (all layers of a stack together)
@@ -139,7 +144,11 @@ impl TilePool {
     }
 
     /// A pool of exactly `grid` (across, down) slots of `slot_texels²` texels in
-    /// `target` format, sampled as `color`, every slot filled with [`UNWRITTEN`].
+    /// `target` format, every slot filled with [`UNWRITTEN`], sampled as each of
+    /// `colors` (the colour spaces of the layers it holds): the texture is in the sRGB
+    /// variant of `target` when any layer is sRGB, else the plain one, and a pool that
+    /// holds both kinds also has a view of the other ([`TilePool::view_for`]), so a
+    /// linear layer's texels reach the shader unconverted.
     /// With `levels` 2 (hardware trilinear; an uncompressed `target` and an even slot
     /// side) the texture has a level 1 where every uploaded slot's 2× downsample is
     /// rendered.
@@ -149,10 +158,18 @@ impl TilePool {
         grid: (u32, u32),
         slot_texels: u32,
         target: TargetFormat,
-        color: ColorSpace,
+        colors: &[ColorSpace],
         levels: u32,
     ) -> Result<Self, RenderError> {
         let (slots_x, slots_y) = grid;
+        let color = if colors.contains(&ColorSpace::Srgb) || colors.is_empty() {
+            ColorSpace::Srgb
+        } else {
+            ColorSpace::Linear
+        };
+        let format = wgpu_format_for(target, color);
+        let other = wgpu_format_for(target, ColorSpace::Linear);
+        let mixed = colors.contains(&ColorSpace::Linear) && other != format;
         if levels == 2 && !level_one_possible(target, slot_texels) {
             return Err(RenderError::Config(format!(
                 "a two-level pool needs an uncompressed, BC1 or BC7 format and a slot side whose half is a \
@@ -172,7 +189,7 @@ impl TilePool {
             mip_level_count: levels,
             sample_count: 1,
             dimension: wgpu::TextureDimension::D2,
-            format: wgpu_format_for(target, color),
+            format,
             usage: if target.is_block_compressed() {
                 wgpu::TextureUsages::TEXTURE_BINDING
                     | wgpu::TextureUsages::COPY_DST
@@ -183,9 +200,16 @@ impl TilePool {
                     | wgpu::TextureUsages::COPY_SRC
                     | wgpu::TextureUsages::RENDER_ATTACHMENT
             },
-            view_formats: &[],
+            view_formats: if mixed { std::slice::from_ref(&other) } else { &[] },
         });
         let view = texture.create_view(&wgpu::TextureViewDescriptor::default());
+        let linear_view = mixed.then(|| {
+            texture.create_view(&wgpu::TextureViewDescriptor {
+                label: Some("tessera tile pool (linear)"),
+                format: Some(other),
+                ..Default::default()
+            })
+        });
         let slot_mips = (levels == 2).then(|| {
             if target.is_block_compressed() {
                 SlotMips::Encoded(EncodedMips::new(
@@ -196,18 +220,14 @@ impl TilePool {
                     slot_texels,
                 ))
             } else {
-                SlotMips::Rendered(RenderedMips::new(
-                    device,
-                    &texture,
-                    wgpu_format_for(target, color),
-                    slot_texels,
-                ))
+                SlotMips::Rendered(RenderedMips::new(device, &texture, format, slot_texels))
             }
         });
         let pool = Self {
             target,
             texture,
             view,
+            linear_view,
             slot_texels,
             slots_x,
             slots_y,
@@ -339,6 +359,14 @@ impl TilePool {
     /// A view of the pool texture.
     pub fn view(&self) -> &wgpu::TextureView {
         &self.view
+    }
+    /// The view through which a layer of `color` samples the pool: texels of a linear
+    /// layer are never sRGB-decoded.
+    pub fn view_for(&self, color: ColorSpace) -> &wgpu::TextureView {
+        match (color, &self.linear_view) {
+            (ColorSpace::Linear, Some(linear)) => linear,
+            _ => &self.view,
+        }
     }
 
     /// Bytes of one row of a tile (a row of 4×4 blocks in a block format) and the rows

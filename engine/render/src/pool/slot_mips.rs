@@ -22,8 +22,27 @@ pub(super) struct RenderedMips {
     instances: Mutex<(wgpu::Buffer, u64)>,
 }
 
-/// Bytes of one instance of the level-1 pass: a slot's (x, y).
-pub(super) const SLOT_INSTANCE_BYTES: u64 = 8;
+/// One level-1 slot to make: the slot, the level-0 texel its level-1 texel 0 reads, and
+/// the step between the texels read (1: a copy of the parent's quadrant, 2: a 2×
+/// downsample); the instance of the rendered pass and the job of the encoding pass.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub(super) struct SlotMipJob {
+    pub(super) dst: [u32; 2],
+    pub(super) src: [u32; 2],
+    pub(super) step: u32,
+    pub(super) _pad: u32,
+}
+
+impl SlotMipJob {
+    /// The 2× downsample of `slot` (x, y) itself, for `slot_texels²` slots.
+    pub(super) fn downsample(slot: [u32; 2], slot_texels: u32) -> Self {
+        Self { dst: slot, src: [slot[0] * slot_texels, slot[1] * slot_texels], step: 2, _pad: 0 }
+    }
+}
+
+/// Bytes of one instance of the level-1 pass: a [`SlotMipJob`].
+pub(super) const SLOT_INSTANCE_BYTES: u64 = std::mem::size_of::<SlotMipJob>() as u64;
 
 impl RenderedMips {
     pub(super) fn new(
@@ -117,7 +136,7 @@ impl RenderedMips {
                 buffers: &[Some(wgpu::VertexBufferLayout {
                     array_stride: SLOT_INSTANCE_BYTES,
                     step_mode: wgpu::VertexStepMode::Instance,
-                    attributes: &wgpu::vertex_attr_array![0 => Uint32x2],
+                    attributes: &wgpu::vertex_attr_array![0 => Uint32x2, 1 => Uint32x2, 2 => Uint32],
                 })],
             },
             fragment: Some(wgpu::FragmentState {
@@ -158,7 +177,7 @@ impl RenderedMips {
         device: &wgpu::Device,
         queue: &wgpu::Queue,
         encoder: &mut wgpu::CommandEncoder,
-        slots: &[[u32; 2]],
+        slots: &[SlotMipJob],
     ) {
         if slots.is_empty() {
             return;
@@ -308,7 +327,7 @@ impl EncodedMips {
         device: &wgpu::Device,
         encoder: &mut wgpu::CommandEncoder,
         texture: &wgpu::Texture,
-        slots: &[[u32; 2]],
+        slots: &[SlotMipJob],
     ) {
         for chunk in slots.chunks(ENCODE_CHUNK) {
             self.record_chunk(device, encoder, texture, chunk);
@@ -320,7 +339,7 @@ impl EncodedMips {
         device: &wgpu::Device,
         encoder: &mut wgpu::CommandEncoder,
         texture: &wgpu::Texture,
-        slots: &[[u32; 2]],
+        slots: &[SlotMipJob],
     ) {
         if slots.is_empty() {
             return;
@@ -392,7 +411,7 @@ impl EncodedMips {
                 wgpu::TexelCopyTextureInfo {
                     texture,
                     mip_level: 1,
-                    origin: wgpu::Origin3d { x: slot[0] * self.half, y: slot[1] * self.half, z: 0 },
+                    origin: wgpu::Origin3d { x: slot.dst[0] * self.half, y: slot.dst[1] * self.half, z: 0 },
                     aspect: wgpu::TextureAspect::All,
                 },
                 extent,

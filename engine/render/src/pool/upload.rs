@@ -123,6 +123,21 @@ impl TilePool {
         items: &[(SlotCoord, &[u8])],
         staged: &[StagedCopy<'_>],
     ) -> usize {
+        self.upload_frame(device, queue, items, staged, None)
+    }
+
+    /// [`TilePool::upload_mixed`], then the level-1 copies of `level_ones` (each slot's
+    /// parent quadrant or its own downsample, [`tessera_core::stream::level_one`]) for
+    /// tiles whose stored border is `.1` texels, instead of a downsample of every slot
+    /// written (`None`). A pool without a level 1 ignores them.
+    pub fn upload_frame(
+        &self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        items: &[(SlotCoord, &[u8])],
+        staged: &[StagedCopy<'_>],
+        level_ones: Option<(&[LevelOne], u32)>,
+    ) -> usize {
         let want = self.tile_bytes() as usize;
         let (row_bytes, rows) = self.tile_rows();
         let padded_row = row_bytes.next_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
@@ -228,16 +243,41 @@ impl TilePool {
             copied.extend(group.iter().map(|(slot, _)| [u32::from(slot.x), u32::from(slot.y)]));
         }
         belt.finish();
+        let jobs = self.slot_mip_jobs(&copied, level_ones);
         match &self.slot_mips {
-            Some(SlotMips::Rendered(mips)) => mips.record(device, queue, &mut encoder, &copied),
-            Some(SlotMips::Encoded(mips)) => mips.record(device, &mut encoder, &self.texture, &copied),
+            Some(SlotMips::Rendered(mips)) => mips.record(device, queue, &mut encoder, &jobs),
+            Some(SlotMips::Encoded(mips)) => mips.record(device, &mut encoder, &self.texture, &jobs),
             None => {}
         }
-        if !copied.is_empty() {
+        if !copied.is_empty() || (self.slot_mips.is_some() && !jobs.is_empty()) {
             queue.submit([encoder.finish()]);
         }
         belt.recall();
         commands
+    }
+
+    /// The level-1 jobs after a batch that wrote `copied`: `level_ones` inside the
+    /// grid (a parent's quadrant only with an even border, which keeps level-1 texels on
+    /// the parent's texels), else a downsample of each slot written.
+    fn slot_mip_jobs(&self, copied: &[[u32; 2]], level_ones: Option<(&[LevelOne], u32)>) -> Vec<SlotMipJob> {
+        let s = self.slot_texels;
+        let Some((ones, border)) = level_ones else {
+            return copied.iter().map(|&slot| SlotMipJob::downsample(slot, s)).collect();
+        };
+        let inside = |c: SlotCoord| u32::from(c.x) < self.slots_x && u32::from(c.y) < self.slots_y;
+        ones.iter()
+            .filter(|j| inside(j.slot))
+            .map(|j| {
+                let dst = [u32::from(j.slot.x), u32::from(j.slot.y)];
+                match j.source {
+                    LevelOneSource::Parent { slot, .. } if inside(slot) && border.is_multiple_of(2) => {
+                        let (src, step) = j.source_texels(s, border);
+                        SlotMipJob { dst, src, step, _pad: 0 }
+                    }
+                    _ => SlotMipJob::downsample(dst, s),
+                }
+            })
+            .collect()
     }
 
     /// The copies that move `tiles` (laid out `span` bytes apart where contiguous):

@@ -49,6 +49,7 @@ impl VirtualTextures {
             config,
             stacked: plan.stacked,
             trilinear: (plan.trilinear, plan.trilinear_reason.clone()),
+            format_note: plan.format_note.clone(),
             next_frame: 0,
             last_begin: None,
             last_upload_ms: 0.0,
@@ -75,7 +76,7 @@ impl VirtualTextures {
     ) -> Result<(PoolLayout, Vec<TilePool>), RenderError> {
         let device = &ctx.device;
         let limits = GpuLimits {
-            support: format_support(device),
+            support: format_support(ctx),
             max_texture_side: device.limits().max_texture_dimension_2d,
             max_storage_binding: device.limits().max_storage_buffer_binding_size,
         };
@@ -87,14 +88,19 @@ impl VirtualTextures {
             .iter()
             .enumerate()
             .map(|(i, &t)| {
-                let color = if plan.stacked { layers[i].color } else { ColorSpace::Srgb };
+                // A stack's pools hold one layer each; a single pool holds them all.
+                let colors: Vec<ColorSpace> = if plan.stacked {
+                    vec![layers[i].color]
+                } else {
+                    layers.iter().map(|l| l.color).collect()
+                };
                 let mut pool = TilePool::with_grid(
                     device,
                     &ctx.queue,
                     (plan.slots_x, plan.slots_y),
                     plan.slot_texels,
                     t,
-                    color,
+                    &colors,
                     plan.pool_levels(),
                 )?;
                 pool.set_merged_copies(config.merged_copies);
@@ -106,6 +112,7 @@ impl VirtualTextures {
             slots = plan.slot_count(),
             stacked = plan.stacked,
             sampling = %plan.trilinear_reason,
+            note = plan.format_note.as_deref().unwrap_or(""),
             "tile pool"
         );
         Ok((plan, pools))
@@ -178,13 +185,19 @@ impl VirtualTextures {
         layout_bgl: &wgpu::BindGroupLayout,
     ) -> Vec<LayerBinding> {
         let sampler = pool_sampler(&ctx.device);
-        let resources = Resources { pools, page_table, feedback: feedback.bitset(), sampler: &sampler };
         let texels = pools[0].texels();
         let layers = atlas.layers();
         let sampled = if plan.stacked { &layers[..1] } else { layers };
         sampled
             .iter()
             .map(|l| {
+                let resources = Resources {
+                    pools,
+                    page_table,
+                    feedback: feedback.bitset(),
+                    sampler: &sampler,
+                    color: l.color,
+                };
                 let mut params = VtParams::new(l, texels, config.max_anisotropy, config.debug_view);
                 params.set_trilinear(plan.trilinear);
                 LayerBinding::new(&ctx.device, layout_bgl, params, &l.name, &resources)
@@ -231,6 +244,7 @@ impl VirtualTextures {
         self.page_table = page_table;
         self.layers = layers;
         self.trilinear = (plan.trilinear, plan.trilinear_reason.clone());
+        self.format_note = plan.format_note.clone();
         self.config = config;
         // Uploads the coarsest tiles and writes the whole page table and every parameter block.
         let first = self.streamer.frame(FrameInput { frame: self.next_frame, ..FrameInput::default() });

@@ -129,6 +129,11 @@ impl VirtualTextures {
         }
         let to_slots: Vec<_> = staged.iter().map(|&(i, t)| (plan.uploads[i].slot, t)).collect();
         let (mut offset, mut upload_copies) = (0, 0);
+        // Level-1 copies from a parent need one border for every layer of the pool (an
+        // odd value makes every slot downsample itself instead).
+        let layers = self.atlas.layers();
+        let border = layers.first().map_or(1, |l| l.layout.border());
+        let border = if layers.iter().all(|l| l.layout.border() == border) { border } else { 1 };
         for (part, (pool, &len)) in self.pools.iter().zip(lengths).enumerate() {
             // The streamer only hands out tiles of exactly the summed part lengths.
             let batch: Vec<_> = plan
@@ -139,7 +144,8 @@ impl VirtualTextures {
                 .filter_map(|(u, _)| Some((u.slot, u.bytes.get(offset..offset + len)?)))
                 .collect();
             let copies = self.staging.as_ref().map(|s| s.copies(part, &to_slots)).unwrap_or_default();
-            upload_copies += pool.upload_mixed(&ctx.device, &ctx.queue, &batch, &copies);
+            upload_copies +=
+                pool.upload_frame(&ctx.device, &ctx.queue, &batch, &copies, Some((&plan.level_ones, border)));
             offset += len;
         }
         let staged_tiles: Vec<StagedTile> = staged.into_iter().map(|(_, t)| t.clone()).collect();

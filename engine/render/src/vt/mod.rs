@@ -112,6 +112,8 @@ pub struct VirtualTextures {
     config: VtConfig,
     stacked: bool,
     trilinear: (Trilinear, String),
+    /// Why the pool is not in the adapter's best format, when so.
+    format_note: Option<String>,
     /// The number the next [`VirtualTextures::begin`] gives its frame.
     next_frame: u64,
     last_begin: Option<Instant>,
@@ -206,6 +208,12 @@ impl VirtualTextures {
     /// Every pool: one, or one per layer of a stack.
     pub fn pools(&self) -> &[TilePool] {
         &self.pools
+    }
+
+    /// The format of every pool (one, or one per layer of a stack): what a reference
+    /// built from the pools' own texels decodes tiles as.
+    pub fn pool_targets(&self) -> Vec<tessera_core::format::codec::TargetFormat> {
+        self.pools.iter().map(TilePool::target).collect()
     }
 
     /// Running totals of the staging memory the loader threads write tiles into
@@ -411,6 +419,12 @@ impl VirtualTextures {
     /// software blend of two lookups).
     pub fn trilinear(&self) -> (Trilinear, &str) {
         (self.trilinear.0, &self.trilinear.1)
+    }
+
+    /// Why the pool's format is not the adapter's best, when that is so (Basis atlases
+    /// on a software adapter get an RGBA8 pool): a line for report headers.
+    pub fn pool_format_note(&self) -> Option<&str> {
+        self.format_note.as_deref()
     }
 
     /// Whether drawers should force early depth tests on `device` (see

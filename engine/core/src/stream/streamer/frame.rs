@@ -59,6 +59,7 @@ impl Streamer {
         out.table_entries = page_table_jobs.entries();
         FramePlan {
             uploads: plan.uploads,
+            level_ones: plan.level_ones,
             page_table_writes,
             page_table_jobs,
             shader: self.shader_params(frame),

@@ -122,6 +122,9 @@ pub struct PageTableWrite {
 pub struct FramePlan {
     /// Texture writes, coarse mips first.
     pub uploads: Vec<Upload>,
+    /// The level-1 copies of the hardware trilinear path, made after the uploads
+    /// ([`crate::stream::level_one`]).
+    pub level_ones: Vec<crate::stream::level_one::LevelOne>,
     /// Page-table ranges changed by this plan's uploads and evictions (none with a
     /// complete page table).
     pub page_table_writes: Vec<PageTableWrite>,

@@ -23,7 +23,7 @@ use super::header::{
 use super::order::StorageOrder;
 use super::split::{self, DataObject};
 use super::{AtlasError, ColorSpace, LayerInfo, TileEntry, Wrap, stacked_mismatch};
-use crate::format::codec::Codec;
+use crate::format::codec::{Codec, TargetFormat};
 use crate::format::tile::{MAX_LAYERS, TextureLayout, TileId};
 
 mod index;
@@ -399,10 +399,49 @@ impl Atlas {
         })
     }
 
+    /// The tile as a GPU pool in `target` holds it, decoded back to RGBA8
+    /// (`padded_tile_size² × 4` bytes; CRC checked): transcoded to `target`, then its
+    /// blocks decoded on the CPU ([`crate::format::block_decode`]). For
+    /// [`TargetFormat::Rgba8`] this is [`Atlas::decode_tile`].
+    pub fn decode_tile_as(&self, tile: TileId, target: TargetFormat) -> Result<Vec<u8>, AtlasError> {
+        if target == TargetFormat::Rgba8 {
+            return self.decode_tile(tile);
+        }
+        let blob = self.read_tile(tile)?;
+        let e = self.entry(tile)?;
+        let raw = e.raw_length as usize;
+        let side = (raw / 4).isqrt() as u32;
+        crate::format::codec::transcode_verified(e.codec, &blob, raw, side, target)
+            .and_then(|blocks| crate::format::block_decode::decode_blocks(target, &blocks, side))
+            .map_err(|source| AtlasError::TileDecode { path: self.path.clone(), tile, source })
+    }
+
+    /// [`Atlas::read_texels`] as a GPU pool in `target` holds them: each tile through
+    /// [`Atlas::decode_tile_as`].
+    pub fn read_texels_as(
+        &self,
+        layer: u16,
+        mip: u32,
+        rect: [u32; 4],
+        target: TargetFormat,
+    ) -> Result<Vec<u8>, AtlasError> {
+        self.read_texels_with(layer, mip, rect, |t| self.decode_tile_as(t, target))
+    }
+
     /// The payload texels (RGBA8, tile borders left out) of the rectangle `[x, y, w, h]`
     /// of mip `mip` of layer `layer`, decoded from the tiles covering it: `w × h × 4`
     /// bytes, row after row.
     pub fn read_texels(&self, layer: u16, mip: u32, rect: [u32; 4]) -> Result<Vec<u8>, AtlasError> {
+        self.read_texels_with(layer, mip, rect, |t| self.decode_tile(t))
+    }
+
+    fn read_texels_with(
+        &self,
+        layer: u16,
+        mip: u32,
+        rect: [u32; 4],
+        decode: impl Fn(TileId) -> Result<Vec<u8>, AtlasError>,
+    ) -> Result<Vec<u8>, AtlasError> {
         let invalid = |what: String| AtlasError::Invalid { path: self.path.clone(), what };
         let lay = self
             .layers
@@ -427,7 +466,7 @@ impl Atlas {
         }
         for ty in y / t..(y + h).div_ceil(t) {
             for tx in x / t..(x + w).div_ceil(t) {
-                let tile = self.decode_tile(TileId::new(layer, mip as u8, tx, ty))?;
+                let tile = decode(TileId::new(layer, mip as u8, tx, ty))?;
                 // The tile's interior columns and rows inside the rectangle.
                 let (cx0, cx1) = ((tx * t).max(x), ((tx + 1) * t).min(x + w));
                 let (cy0, cy1) = ((ty * t).max(y), ((ty + 1) * t).min(y + h));

@@ -1,0 +1,185 @@
+//! Level 1 of the pool's slots on the hardware trilinear path: which texels each slot's
+//! half-size copy is made from. A slot's level 1 is what hardware trilinear blends
+//! towards, so it should hold the next coarser mip of the atlas exactly, as the fully
+//! resident reference does: the quadrant of the parent tile over the slot's tile,
+//! copied texel for texel from the parent's slot. Only while the parent is not resident
+//! is it the slot's own 2× downsample, which differs from the atlas' coarser mip by the
+//! codec's loss (that mip was encoded from the lossless pyramid, not from this one).
+//!
+//! With 136² slots (128² payload and a border of 4), level 1 is 68²: the 64² quadrant
+//! and a border of 2, all inside the parent's padded tile (offset 2 or 66).
+
+use crate::format::tile::TileId;
+use crate::stream::feedback::FeedbackLayout;
+use crate::stream::page_table::SlotCoord;
+use crate::stream::residency::Upload;
+
+/// Where one slot's level 1 comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LevelOneSource {
+    /// The slot's own 2× downsample (its parent is not resident, or it has none).
+    Downsample,
+    /// The quadrant (`quadrant.0` across, `quadrant.1` down, each 0 or 1) of the parent
+    /// tile in `slot`, at full resolution.
+    Parent {
+        /// The parent's slot.
+        slot: SlotCoord,
+        /// Which quadrant of the parent the slot's tile covers.
+        quadrant: (u8, u8),
+    },
+}
+
+/// One level-1 copy to make after a frame's uploads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LevelOne {
+    /// The slot whose level 1 is written.
+    pub slot: SlotCoord,
+    /// Where its texels come from.
+    pub source: LevelOneSource,
+}
+
+impl LevelOne {
+    /// Top-left texel (at level 0 of the pool) and step (1: a copy, 2: a 2× average)
+    /// of the texels behind this slot's level 1, for slots of `slot_texels²` with a
+    /// `border` (level-1 texel `i` reads level-0 texels `origin + step·i` ..
+    /// `+ step − 1`).
+    pub fn source_texels(&self, slot_texels: u32, border: u32) -> ([u32; 2], u32) {
+        match self.source {
+            LevelOneSource::Downsample => {
+                ([u32::from(self.slot.x) * slot_texels, u32::from(self.slot.y) * slot_texels], 2)
+            }
+            LevelOneSource::Parent { slot, quadrant } => {
+                // Level-1 texel i covers the tile's level-0 texels 2i, 2i + 1, which are
+                // payload texels 2i − border, …; the parent holds them at half
+                // resolution from its own border on, the quadrant half a payload in.
+                let payload = slot_texels - 2 * border;
+                let at = |s: u16, q: u8| {
+                    u32::from(s) * slot_texels + border + u32::from(q) * (payload / 2) - border / 2
+                };
+                ([at(slot.x, quadrant.0), at(slot.y, quadrant.1)], 1)
+            }
+        }
+    }
+}
+
+/// The level-1 copies after `uploads` (already resident; `slot_of` answers for the
+/// residency after them): each uploaded tile's own, from its parent where that is
+/// resident; and each resident child of an uploaded tile that was not uploaded with
+/// it, made again from the new parent (it had only a downsample, or a parent that
+/// was since evicted and came back). Every slot appears at most once.
+pub fn plan(
+    layout: &FeedbackLayout,
+    uploads: &[Upload],
+    slot_of: impl Fn(TileId) -> Option<SlotCoord>,
+) -> Vec<LevelOne> {
+    let mut jobs: Vec<LevelOne> = Vec::with_capacity(uploads.len());
+    let source = |tile: TileId| -> LevelOneSource {
+        let Some(coarsest) = layout.coarsest_mip(tile.layer) else { return LevelOneSource::Downsample };
+        match tile.parent(coarsest).and_then(&slot_of) {
+            Some(slot) => LevelOneSource::Parent { slot, quadrant: ((tile.x & 1) as u8, (tile.y & 1) as u8) },
+            None => LevelOneSource::Downsample,
+        }
+    };
+    for u in uploads {
+        jobs.push(LevelOne { slot: u.slot, source: source(u.tile) });
+    }
+    let uploaded: rustc_hash::FxHashSet<TileId> = uploads.iter().map(|u| u.tile).collect();
+    for u in uploads {
+        let t = u.tile;
+        if t.mip == 0 {
+            continue;
+        }
+        let Some((cols, rows)) = layout.tiles_at(t.layer, t.mip - 1) else { continue };
+        for (dx, dy) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+            let (x, y) = (t.x * 2 + dx, t.y * 2 + dy);
+            if x >= cols || y >= rows {
+                continue;
+            }
+            let child = TileId::new(t.layer, t.mip - 1, x, y);
+            if uploaded.contains(&child) {
+                continue;
+            }
+            if let Some(slot) = slot_of(child) {
+                jobs.push(LevelOne {
+                    slot,
+                    source: LevelOneSource::Parent { slot: u.slot, quadrant: (dx as u8, dy as u8) },
+                });
+            }
+        }
+    }
+    jobs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::tile::TextureLayout;
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    fn upload(tile: TileId, slot: (u16, u16)) -> Upload {
+        Upload {
+            tile,
+            slot: SlotCoord { x: slot.0, y: slot.1 },
+            bytes: Arc::from(Vec::new()),
+            evicted: None,
+            staged: None,
+        }
+    }
+
+    fn layout() -> FeedbackLayout {
+        // 512² with 128² tiles: mips of 4², 2², 1² tiles.
+        FeedbackLayout::new(&[TextureLayout::new(512, 512, 128, 4).unwrap()])
+    }
+
+    #[test]
+    fn a_tile_copies_its_parents_quadrant_when_the_parent_is_resident() {
+        let layout = layout();
+        let parent = TileId::new(0, 1, 1, 0);
+        let child = TileId::new(0, 0, 3, 1);
+        let resident: HashMap<TileId, SlotCoord> =
+            [(parent, SlotCoord { x: 5, y: 2 }), (child, SlotCoord { x: 0, y: 0 })].into();
+        let jobs = plan(&layout, &[upload(child, (0, 0))], |t| resident.get(&t).copied());
+        assert_eq!(
+            jobs,
+            vec![LevelOne {
+                slot: SlotCoord { x: 0, y: 0 },
+                source: LevelOneSource::Parent { slot: SlotCoord { x: 5, y: 2 }, quadrant: (1, 1) }
+            }]
+        );
+        // Quadrant (1, 1) of the parent's slot (5, 2): border 4, a half payload of 64 in,
+        // a level-1 border of 2 out.
+        assert_eq!(jobs[0].source_texels(136, 4), ([5 * 136 + 66, 2 * 136 + 66], 1));
+    }
+
+    #[test]
+    fn without_a_resident_parent_a_slot_downsamples_itself() {
+        let layout = layout();
+        let child = TileId::new(0, 0, 0, 0);
+        let coarsest = TileId::new(0, 2, 0, 0);
+        let jobs = plan(&layout, &[upload(child, (3, 1)), upload(coarsest, (0, 0))], |_| None);
+        assert!(jobs.iter().all(|j| j.source == LevelOneSource::Downsample));
+        assert_eq!(jobs[0].source_texels(136, 4), ([3 * 136, 136], 2));
+    }
+
+    #[test]
+    fn resident_children_are_made_again_from_a_new_parent() {
+        let layout = layout();
+        let parent = TileId::new(0, 1, 0, 0);
+        let kids = [TileId::new(0, 0, 0, 0), TileId::new(0, 0, 1, 1)];
+        let mut resident: HashMap<TileId, SlotCoord> = HashMap::new();
+        resident.insert(parent, SlotCoord { x: 9, y: 9 });
+        resident.insert(kids[0], SlotCoord { x: 1, y: 0 });
+        resident.insert(kids[1], SlotCoord { x: 2, y: 0 });
+        // The parent arrives with one child; the other child was resident already.
+        let jobs =
+            plan(&layout, &[upload(parent, (9, 9)), upload(kids[0], (1, 0))], |t| resident.get(&t).copied());
+        let of = |x| jobs.iter().filter(|j| j.slot == SlotCoord { x, y: 0 }).collect::<Vec<_>>();
+        assert_eq!(of(1).len(), 1, "an uploaded child appears once: {jobs:?}");
+        assert_eq!(
+            of(2)[0].source,
+            LevelOneSource::Parent { slot: SlotCoord { x: 9, y: 9 }, quadrant: (1, 1) }
+        );
+        assert_eq!(jobs.len(), 3, "the parent (downsample: its own parent is out), two children");
+    }
+}
