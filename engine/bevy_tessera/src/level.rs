@@ -27,14 +27,26 @@
 //! loader gives it); until then the level shows Bevy's own materials. Meshes spawned
 //! later under the level (a scene still spawning) are swapped as they appear.
 //!
+//! Any mesh takes its streamed material: one without uvs (a helper volume) draws in
+//! its material's constant factors, as Bevy's `StandardMaterial` does without uvs, and
+//! one without a glTF material gets the baked glTF default material. Cameras the level
+//! spawns get a `DepthPrepass` ([`StreamedLevel::depth_prepass`]). When a file the bake
+//! read changes (the glTF, its buffers or images; looked at every 30 frames, and at
+//! once on an asset server `Modified` event), the level is baked again and its meshes
+//! take the new materials.
+//!
 //! Bevy's loader still reads the glTF's images for its own materials; to keep them off
 //! the GPU, load the level with `GltfLoaderSettings` that skip materials' images if
 //! your Bevy release offers it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::SystemTime;
 
+use bevy::core_pipeline::prepass::DepthPrepass;
+use bevy::ecs::message::MessageCursor;
 use bevy::ecs::relationship::Relationship;
+use bevy::gltf::Gltf;
 use bevy::prelude::*;
 use bevy::tasks::{AsyncComputeTaskPool, Task, futures::check_ready};
 use bevy::world_serialization::WorldAssetRoot;
@@ -54,26 +66,42 @@ pub struct StreamedLevel {
     pub gltf: PathBuf,
     /// Codec of the bake.
     pub codec: Codec,
-    /// Where the atlas is baked (default: Tessera's cache folder, `scenes/`).
+    /// Where the atlas is baked. Default: a folder of Tessera's user cache of its own
+    /// for this glTF (`scenes/<stem>-<hash of its absolute path>`), so levels of the same
+    /// name in other games never share a bake; set it to keep the bake elsewhere (beside
+    /// the game's assets, say).
     pub cache: PathBuf,
     /// Draw the atlas' texels fully resident through Bevy's `StandardMaterial` instead
     /// of streaming them: the A/B switch to compare against (tests, viewers). The bake
     /// is the same; changing it on a ready level swaps every mesh's material (the
     /// resident copy is made on the first switch).
     pub resident: bool,
+    /// Give the cameras the level spawns (glTF camera nodes) a `DepthPrepass`, where the
+    /// streamed materials then record their feedback (default: on).
+    pub depth_prepass: bool,
 }
 
 impl StreamedLevel {
-    /// The level whose glTF file is at `gltf`, baked with LZ4 (lossless) into Tessera's
-    /// cache folder, streamed.
+    /// The level whose glTF file is at `gltf`, baked with LZ4 (lossless) into a folder
+    /// of Tessera's cache of its own, streamed; its cameras get a `DepthPrepass`.
     pub fn new(gltf: impl Into<PathBuf>) -> Self {
-        Self {
-            gltf: gltf.into(),
-            codec: Codec::Lz4,
-            cache: catalog::cache_dir().join("scenes"),
-            resident: false,
-        }
+        let gltf = gltf.into();
+        let cache = default_cache(&gltf);
+        Self { gltf, codec: Codec::Lz4, cache, resident: false, depth_prepass: true }
     }
+}
+
+/// Tessera's cache folder for the level at `gltf`: `scenes/<stem>-<16 hex digits>`, the
+/// digits an FNV-1a hash of its absolute path (stable across runs and Rust releases).
+fn default_cache(gltf: &Path) -> PathBuf {
+    let absolute = std::path::absolute(gltf).unwrap_or_else(|_| gltf.to_path_buf());
+    let hash = absolute
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let stem = gltf.file_stem().map_or_else(|| "level".into(), |s| s.to_string_lossy().into_owned());
+    catalog::cache_dir().join("scenes").join(format!("{stem}-{hash:016x}"))
 }
 
 /// Where a [`StreamedLevel`] stands.
@@ -97,9 +125,33 @@ pub enum LevelState {
 /// The bake in flight and how far it got.
 #[derive(Component)]
 struct LevelBake {
-    task: Task<Result<BakedScene, String>>,
+    task: Task<(Result<BakedScene, String>, LevelInputs)>,
     progress: Arc<ProgressCounter>,
 }
+
+/// A file's length and modification time: what tells that it changed.
+type FileIdentity = Option<(u64, SystemTime)>;
+
+fn identity(path: &Path) -> FileIdentity {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.len(), meta.modified().ok()?))
+}
+
+/// The files a level's last bake read (the glTF, its buffers and image files; the glTF
+/// alone when the bake failed) as they were then: one that changes starts a new bake.
+#[derive(Component, Clone, Debug, Default)]
+struct LevelInputs(Vec<(PathBuf, FileIdentity)>);
+
+impl LevelInputs {
+    /// The first input that changed since, if any.
+    fn changed(&self) -> Option<&Path> {
+        self.0.iter().find(|(path, seen)| identity(path) != *seen).map(|(path, _)| path.as_path())
+    }
+}
+
+/// Frames between two looks at whether a ready or failed level's glTF changed (a
+/// `Modified` event of Bevy's asset server for it looks at once).
+const WATCH_FRAMES: u32 = 30;
 
 /// The materials a ready level's meshes get, by glTF material index (glTF's default
 /// material, when some mesh has none, is the last one): streamed, and the resident
@@ -127,7 +179,10 @@ pub struct LevelBakeProgress(pub Option<f32>);
 
 /// Adds the systems of [`StreamedLevel`] (part of [`crate::TesseraPlugin`]).
 pub(crate) fn register(app: &mut App) {
-    app.add_systems(Update, (start_bakes, finish_bakes, swap_materials, switch_copies).chain());
+    app.add_systems(
+        Update,
+        (start_bakes, watch_inputs, finish_bakes, swap_materials, switch_copies, prepass_cameras).chain(),
+    );
 }
 
 /// Both the bake's own log lines and the counter the level's state reads.
@@ -157,34 +212,123 @@ impl Progress for Report<'_> {
 
 fn start_bakes(mut commands: Commands, levels: Query<(Entity, &StreamedLevel), Added<StreamedLevel>>) {
     for (entity, level) in &levels {
-        let progress = Arc::new(ProgressCounter::new());
-        let (counter, level) = (Arc::clone(&progress), level.clone());
-        let task = AsyncComputeTaskPool::get().spawn(async move {
-            let report = Report { counter: &counter, log: LogProgress::new("tessera level bake") };
-            BakedScene::gltf(&level.gltf, &level.cache, level.codec, &report)
-                .map_err(|e| format!("{}: {e}", level.gltf.display()))
-        });
-        commands.entity(entity).insert((LevelBake { task, progress }, LevelBakeProgress(Some(0.0))));
+        commands.entity(entity).insert((bake(level), LevelBakeProgress(Some(0.0))));
     }
 }
 
+/// A bake of `level` on Bevy's `AsyncComputeTaskPool` (a current bake is reused).
+fn bake(level: &StreamedLevel) -> LevelBake {
+    let progress = Arc::new(ProgressCounter::new());
+    let (counter, level) = (Arc::clone(&progress), level.clone());
+    let task = AsyncComputeTaskPool::get().spawn(async move {
+        // The glTF as it was before it was read: an edit during the bake bakes again.
+        let mut inputs = LevelInputs(vec![(level.gltf.clone(), identity(&level.gltf))]);
+        let report = Report { counter: &counter, log: LogProgress::new("tessera level bake") };
+        let result = BakedScene::gltf(&level.gltf, &level.cache, level.codec, &report)
+            .map_err(|e| format!("{}: {e}", level.gltf.display()));
+        if let Ok(baked) = &result {
+            let others = baked.inputs.iter().filter(|p| **p != level.gltf && **p != baked.scene.source);
+            inputs.0.extend(others.map(|p| (p.clone(), identity(p))));
+        }
+        (result, inputs)
+    });
+    LevelBake { task, progress }
+}
+
+/// Bakes a ready or failed level again when a file its last bake read changed: looked at
+/// every [`WATCH_FRAMES`] frames, and at once when Bevy's asset server reports the
+/// level's glTF modified (its file watcher, where enabled, also respawns the level).
+fn watch_inputs(
+    mut commands: Commands,
+    mut frames: Local<u32>,
+    mut cursor: Local<MessageCursor<AssetEvent<Gltf>>>,
+    // Optional: an app without Bevy's glTF or asset plugins has no such events.
+    events: Option<Res<Messages<AssetEvent<Gltf>>>>,
+    assets: Option<Res<AssetServer>>,
+    levels: Query<(Entity, &StreamedLevel, &LevelInputs, Option<&WorldAssetRoot>), Without<LevelBake>>,
+) {
+    let modified: Vec<PathBuf> = match (&events, &assets) {
+        (Some(events), Some(assets)) => cursor
+            .read(events)
+            .filter_map(|e| match e {
+                AssetEvent::Modified { id } => assets.get_path(*id).map(|p| p.path().to_path_buf()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    *frames += 1;
+    let look = frames.is_multiple_of(WATCH_FRAMES);
+    for (entity, level, inputs, root) in &levels {
+        let root_path = root.and_then(|r| r.0.path()).map(|p| p.path().to_path_buf());
+        if !look && !root_path.is_some_and(|p| modified.contains(&p)) {
+            continue;
+        }
+        let Some(changed) = inputs.changed() else { continue };
+        info!("level {}: {} changed, baking it again", level.gltf.display(), changed.display());
+        commands.entity(entity).insert((bake(level), LevelBakeProgress(Some(0.0))));
+    }
+}
+
+/// Gives the cameras a level spawns (glTF camera nodes) a `DepthPrepass`, where the
+/// level's [`StreamedLevel::depth_prepass`] asks for it, saying so once per camera.
+#[allow(clippy::type_complexity)]
+fn prepass_cameras(
+    mut commands: Commands,
+    cameras: Query<(Entity, Option<&Name>), (Added<Camera3d>, Without<DepthPrepass>)>,
+    levels: Query<&StreamedLevel>,
+    parents: Query<&ChildOf>,
+) {
+    for (camera, name) in &cameras {
+        let mut up = parents.get(camera).ok().map(Relationship::get);
+        while let Some(node) = up {
+            if let Ok(level) = levels.get(node) {
+                if level.depth_prepass {
+                    commands.entity(camera).insert(DepthPrepass);
+                    let name = name.map_or_else(|| format!("{camera}"), |n| format!("'{n}'"));
+                    info!(
+                        "level {}: its camera {name} gets a DepthPrepass (streamed feedback in the prepass)",
+                        level.gltf.display()
+                    );
+                }
+                break;
+            }
+            up = parents.get(node).ok().map(Relationship::get);
+        }
+    }
+}
+
+#[allow(clippy::type_complexity)]
 fn finish_bakes(
     mut commands: Commands,
-    mut bakes: Query<(Entity, &StreamedLevel, &mut LevelBake, &mut LevelState, &mut LevelBakeProgress)>,
+    mut bakes: Query<(
+        Entity,
+        &StreamedLevel,
+        &mut LevelBake,
+        &mut LevelState,
+        &mut LevelBakeProgress,
+        Option<&LevelMaterials>,
+    )>,
+    meshes: Query<(Entity, &LevelMesh)>,
     mut streamed: ResMut<Assets<TesseraMaterial>>,
     mut standard: ResMut<Assets<StandardMaterial>>,
     mut images: ResMut<Assets<Image>>,
 ) {
-    for (entity, level, mut bake, mut state, mut progress) in &mut bakes {
-        let Some(result) = check_ready(&mut bake.task) else {
+    for (entity, level, mut bake, mut state, mut progress, old) in &mut bakes {
+        let Some((result, inputs)) = check_ready(&mut bake.task) else {
             let (pos, len) = (bake.progress.position(), bake.progress.length());
             progress.0 = (len > 0).then(|| (pos as f64 / len as f64) as f32);
             continue;
         };
-        commands.entity(entity).remove::<LevelBake>();
+        commands.entity(entity).remove::<LevelBake>().insert(inputs);
         progress.0 = None;
         let baked = match result {
             Ok(baked) => Arc::new(baked),
+            // A level baked before keeps its last good bake.
+            Err(e) if old.is_some() => {
+                error!("the level's new bake failed, the last one stays: {e}");
+                continue;
+            }
             Err(e) => {
                 error!("the level's textures stay Bevy's own: {e}");
                 *state = LevelState::Failed(e);
@@ -206,8 +350,21 @@ fn finish_bakes(
             materials.shown_resident = materials.make_resident(&mut standard, &mut images);
         }
         info!("level {} streams from {}", level.gltf.display(), baked.atlas.display());
+        // Baked again: the meshes swapped so far take the new materials (the atlas file,
+        // rewritten, is opened again by the render world).
+        let mut swapped = 0;
+        if old.is_some() {
+            for (mesh, part) in meshes.iter().filter(|(_, m)| m.level == entity) {
+                swapped += usize::from(materials.apply(
+                    &mut commands,
+                    mesh,
+                    part.material,
+                    materials.shown_resident,
+                ));
+            }
+        }
         commands.entity(entity).insert(materials);
-        *state = LevelState::Ready { atlas: baked.atlas.clone(), swapped: 0 };
+        *state = LevelState::Ready { atlas: baked.atlas.clone(), swapped };
     }
 }
 

@@ -130,6 +130,16 @@ pub const PREPASS_SHADER: Handle<Shader> = uuid_handle!("5d0e7b19-c2a4-4c61-8f3e
 /// block and the mesh's uv mapped into it.
 const REGION_SHADER: Handle<Shader> = uuid_handle!("a3f4c6d2-6e81-4b0f-92c7-5d18e0b3f74a");
 
+/// The plugin's shaders and the files they are named by (Bevy's WESL diagnostics, and the
+/// plugin's own log line for a pipeline of [`MATERIAL_SHADER`] or [`PREPASS_SHADER`] that
+/// does not compile: wgpu's message names no shader).
+const SHADER_FILES: [(Handle<Shader>, &str); 4] = [
+    (VT_SHADER, "embedded://tessera/vt.wesl"),
+    (REGION_SHADER, "embedded://bevy_tessera/region.wesl"),
+    (MATERIAL_SHADER, "embedded://bevy_tessera/material.wesl"),
+    (PREPASS_SHADER, "embedded://bevy_tessera/prepass.wesl"),
+];
+
 /// The WESL feature (shader def) under which the `tessera::vt` module's samples record no
 /// feedback: set for a main pass whose depth prepass records it instead.
 pub const FEEDBACK_IN_PREPASS_DEF: &str = "TESSERA_FEEDBACK_IN_PREPASS";
@@ -352,19 +362,15 @@ struct UnattendedRun(Unattended);
 impl Plugin for TesseraPlugin {
     fn build(&self, app: &mut App) {
         let mut shaders = app.world_mut().resource_mut::<Assets<Shader>>();
-        let _ = shaders.insert(VT_SHADER.id(), Shader::from_wesl(vt_module(), "embedded://tessera/vt.wesl"));
-        let _ = shaders.insert(
-            REGION_SHADER.id(),
-            Shader::from_wesl(include_str!("region.wesl"), "embedded://bevy_tessera/region.wesl"),
-        );
-        let _ = shaders.insert(
-            MATERIAL_SHADER.id(),
-            Shader::from_wesl(include_str!("material.wesl"), "embedded://bevy_tessera/material.wesl"),
-        );
-        let _ = shaders.insert(
-            PREPASS_SHADER.id(),
-            Shader::from_wesl(include_str!("prepass.wesl"), "embedded://bevy_tessera/prepass.wesl"),
-        );
+        let sources: [String; 4] = [
+            vt_module(),
+            include_str!("region.wesl").into(),
+            include_str!("material.wesl").into(),
+            include_str!("prepass.wesl").into(),
+        ];
+        for ((handle, file), source) in SHADER_FILES.into_iter().zip(sources) {
+            let _ = shaders.insert(handle.id(), Shader::from_wesl(source, file));
+        }
         app.add_plugins(MaterialPlugin::<TesseraMaterial>::default());
         let (sender, receiver) = crossbeam_channel::unbounded();
         app.init_resource::<TesseraStats>()
@@ -392,12 +398,14 @@ impl Plugin for TesseraPlugin {
                 fallback: None,
                 sender,
                 frames: 0,
+                shader_errors: Default::default(),
             })
             .add_systems(ExtractSchedule, extract_atlases)
             .add_systems(
                 Render,
                 open_atlases.after(RenderSystems::ExtractCommands).before(RenderSystems::PrepareAssets),
             )
+            .add_systems(Render, report_shader_errors.after(RenderSystems::Render))
             .add_systems(RenderGraph, begin_frames.in_set(RenderGraphSystems::Begin))
             .add_systems(RenderGraph, end_frames.in_set(RenderGraphSystems::Finish));
     }
@@ -413,6 +421,10 @@ pub struct TesseraStats {
     pub failed: HashMap<String, String>,
     /// Per atlas: times its file was replaced and opened again.
     pub reopened: HashMap<String, u64>,
+    /// Pipelines of the plugin's shaders that did not compile, one line each naming the
+    /// shader file, its features and wgpu's or WESL's message (also in Bevy's log). Their
+    /// meshes are not drawn.
+    pub shader_errors: Vec<String>,
 }
 
 /// What the render world tells the main world.
@@ -421,6 +433,8 @@ enum Report {
     Failed(String, String),
     /// The atlas file was replaced and opened again: its materials bind anew.
     Reopened(String),
+    /// A pipeline of the plugin's shaders did not compile (the message).
+    ShaderFailed(String),
 }
 
 /// One atlas' streaming figures after a frame.
@@ -465,6 +479,10 @@ fn receive_stats(
             Report::Stats(atlas, new) => (atlas, *new),
             Report::Failed(atlas, why) => {
                 stats.failed.insert(atlas, why);
+                continue;
+            }
+            Report::ShaderFailed(message) => {
+                stats.shader_errors.push(message);
                 continue;
             }
             Report::Reopened(atlas) => {

@@ -4,6 +4,9 @@
 
 use super::*;
 
+use bevy::render::render_resource::{CachedPipelineState, PipelineCache, PipelineDescriptor};
+use bevy::shader::ShaderCacheError;
+
 /// The render world's virtual textures, one per atlas in use.
 #[derive(Resource)]
 pub struct VtRenderState {
@@ -18,6 +21,8 @@ pub struct VtRenderState {
     /// Render-world frames so far (atlas files are checked for replacement every
     /// [`RELOAD_CHECK_FRAMES`]).
     pub(super) frames: u64,
+    /// Pipelines whose shader error was reported ([`report_shader_errors`]).
+    pub(super) shader_errors: std::collections::HashSet<usize>,
 }
 
 /// Frames between two checks of whether an atlas file was replaced.
@@ -234,4 +239,48 @@ pub(super) fn end_frames(mut state: ResMut<VtRenderState>) {
         };
         let _ = state.sender.send(Report::Stats(location.clone(), Box::new(stats)));
     }
+}
+
+/// Names the file of every pipeline of [`MATERIAL_SHADER`] or [`PREPASS_SHADER`] that
+/// failed to compile, once each, in Bevy's log and [`TesseraStats::shader_errors`]:
+/// Bevy creates shader modules without a label, so wgpu's own message (logged by Bevy's
+/// pipeline cache) names no shader. Pipelines still waiting for an import are not
+/// failures.
+pub(super) fn report_shader_errors(cache: Res<PipelineCache>, mut state: ResMut<VtRenderState>) {
+    for (id, pipeline) in cache.pipelines().enumerate() {
+        let CachedPipelineState::Err(
+            err @ (ShaderCacheError::ProcessShaderError(_) | ShaderCacheError::CreateShaderModule(_)),
+        ) = &pipeline.state
+        else {
+            continue;
+        };
+        let (label, fragment) = match &pipeline.descriptor {
+            PipelineDescriptor::RenderPipelineDescriptor(d) => (&d.label, &d.fragment),
+            PipelineDescriptor::MeshPipelineDescriptor(d) => (&d.label, &d.fragment),
+            PipelineDescriptor::ComputePipelineDescriptor(_) => continue,
+        };
+        let Some(fragment) = fragment else { continue };
+        let Some((_, file)) = SHADER_FILES.iter().find(|(h, _)| *h == fragment.shader) else { continue };
+        if !state.shader_errors.insert(id) {
+            continue;
+        }
+        let message = format!(
+            "shader {file} (pipeline {}, features {}) does not compile: {err}",
+            label.as_deref().unwrap_or("without a label"),
+            enabled_defs(&fragment.shader_defs),
+        );
+        error!("{message}");
+        let _ = state.sender.send(Report::ShaderFailed(message));
+    }
+}
+
+/// The shader features turned on in `defs`, comma-separated.
+fn enabled_defs(defs: &[ShaderDefVal]) -> String {
+    let on = defs.iter().filter_map(|d| match d {
+        ShaderDefVal::Bool(name, true) => Some(name.to_string()),
+        ShaderDefVal::Bool(_, false) => None,
+        ShaderDefVal::Int(name, v) => Some(format!("{name} = {v}")),
+        ShaderDefVal::UInt(name, v) => Some(format!("{name} = {v}")),
+    });
+    on.collect::<Vec<_>>().join(", ")
 }

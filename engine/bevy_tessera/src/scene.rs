@@ -20,7 +20,7 @@ use tessera::core::progress::Progress;
 use tessera::core::scene::Mesh as SceneMeshData;
 use tessera::core::scene::camera::Camera as SceneCamera;
 use tessera::core::scene::catalog::{self, CatalogError};
-use tessera::core::scene::material_scene::{MaterialScene, SceneError, load_gltf};
+use tessera::core::scene::material_scene::{ImageRef, MaterialScene, SceneError, load_gltf, scene_images};
 use tessera::core::scene::scene_bake::{PackedMaterial, SceneManifest, bake_scene, scene_bake_key};
 
 use crate::{TesseraMaterial, scene_material};
@@ -37,6 +37,9 @@ pub struct BakedScene {
     pub atlas: PathBuf,
     /// Each material's rectangle of the atlas and its constant factors.
     pub manifest: SceneManifest,
+    /// The files the bake read: the glTF, its external buffers and image files. One
+    /// that changes makes the bake stale (what [`crate::level::StreamedLevel`] watches).
+    pub inputs: Vec<PathBuf>,
 }
 
 /// Why a scene could not be loaded or baked.
@@ -88,11 +91,14 @@ impl BakedScene {
         let prepared = catalog::prepare(name, &data, &catalog::cache_dir(), codec, false, progress)?;
         let scene = prepared.scene.ok_or_else(|| BakedSceneError::NotAScene(name.to_owned()))?;
         let manifest = SceneManifest::load(&SceneManifest::path_for(&prepared.atlas))?;
-        Ok(Self { scene, atlas: prepared.atlas, manifest })
+        let inputs = scene_inputs(&scene);
+        Ok(Self { scene, atlas: prepared.atlas, manifest, inputs })
     }
 
     /// The glTF file at `gltf`, baked with `codec` into `dir` (`<stem>-<codec>.tsa` and its
-    /// manifest) unless a current bake of the same file and options is there.
+    /// manifest) unless a current bake of the same file and options is there: same
+    /// options, and the glTF, its external buffers (images may live in them) and its image
+    /// files unchanged (length, modification time and, for small files, CRC-32).
     pub fn gltf(
         gltf: &Path,
         dir: &Path,
@@ -105,7 +111,8 @@ impl BakedScene {
             .map_err(|source| CatalogError::Io { path: dir.to_path_buf(), source })?;
         let atlas = dir.join(format!("{stem}-{codec}.tsa"));
         let opts = BakeOptions { codec, ..BakeOptions::default() };
-        let key = scene_bake_key(BakeKind::Gltf, &scene, &atlas, &opts);
+        let buffers = buffer_files(gltf);
+        let key = scene_bake_key(BakeKind::Gltf, &scene, &atlas, &opts).inputs(buffers.iter().cloned());
         let stamp = BakeCache::new(&atlas);
         if !stamp.is_current(&key) || !SceneManifest::path_for(&atlas).is_file() {
             bake_scene(&scene, &atlas, &opts, progress)?;
@@ -114,13 +121,74 @@ impl BakedScene {
             }
         }
         let manifest = SceneManifest::load(&SceneManifest::path_for(&atlas))?;
-        Ok(Self { scene, atlas, manifest })
+        let mut inputs = scene_inputs(&scene);
+        inputs.extend(buffers);
+        Ok(Self { scene, atlas, manifest, inputs })
     }
 
     /// The atlas location as [`crate::VirtualTexture`] takes it.
     pub fn location(&self) -> String {
         self.atlas.to_string_lossy().into_owned()
     }
+}
+
+/// The scene's own file and the image files of its materials.
+fn scene_inputs(scene: &MaterialScene) -> Vec<PathBuf> {
+    let images = scene_images(scene).into_iter().filter_map(|i| match i {
+        ImageRef::File(path) => Some(path),
+        ImageRef::Embedded { .. } => None,
+    });
+    std::iter::once(scene.source.clone()).chain(images).collect()
+}
+
+/// The external buffer files of the JSON glTF at `gltf` (relative URIs that name an
+/// existing file; `data:` and other schemes are not files). A binary `.glb`, or a file
+/// that does not parse (the scene loader said why already), has none.
+fn buffer_files(gltf: &Path) -> Vec<PathBuf> {
+    let is_json = gltf.extension().is_some_and(|e| e.eq_ignore_ascii_case("gltf"));
+    let Some(document) = is_json
+        .then(|| std::fs::read(gltf).ok())
+        .flatten()
+        .and_then(|bytes| bevy::gltf::gltf::Gltf::from_slice_without_validation(&bytes).ok())
+    else {
+        return Vec::new();
+    };
+    let folder = gltf.parent().unwrap_or(Path::new(""));
+    document
+        .buffers()
+        .filter_map(|b| match b.source() {
+            bevy::gltf::gltf::buffer::Source::Uri(uri) => Some(uri.to_owned()),
+            bevy::gltf::gltf::buffer::Source::Bin => None,
+        })
+        // A scheme (`data:`, `file:`...) comes before any slash.
+        .filter(|uri| uri.split('/').next().is_none_or(|first| !first.contains(':')))
+        .map(|uri| folder.join(percent_decoded(&uri)))
+        .filter(|path| path.is_file())
+        .collect()
+}
+
+/// `uri` with its `%XX` escapes decoded (an invalid escape is kept as written).
+fn percent_decoded(uri: &str) -> String {
+    let bytes = uri.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
+            .and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A Tessera scene camera as a Bevy transform and perspective projection.
@@ -298,4 +366,32 @@ pub fn resident_bytes(materials: &[StandardMaterial], images: &Assets<Image>) ->
         .filter_map(|h| images.get(h))
         .map(|i| i.data.as_ref().map_or(0, |d| d.len() as u64))
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris_are_percent_decoded() {
+        assert_eq!(percent_decoded("level%20one.bin"), "level one.bin");
+        assert_eq!(percent_decoded("a%2"), "a%2");
+        assert_eq!(percent_decoded("a%+1b%zz"), "a%+1b%zz");
+        assert_eq!(percent_decoded("%C3%A9t%C3%A9.bin"), "été.bin");
+    }
+
+    #[test]
+    fn a_gltf_s_external_buffers_are_its_files() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("geo metry.bin"), [0u8; 4]).expect("buffer");
+        let gltf = dir.path().join("level.gltf");
+        let json = r#"{"asset":{"version":"2.0"},"buffers":[
+            {"uri":"geo%20metry.bin","byteLength":4},
+            {"uri":"data:application/octet-stream;base64,AAAAAA==","byteLength":4},
+            {"uri":"missing.bin","byteLength":4},
+            {"uri":"file:///etc/passwd","byteLength":4}]}"#;
+        std::fs::write(&gltf, json).expect("gltf");
+        assert_eq!(buffer_files(&gltf), [dir.path().join("geo metry.bin")]);
+        assert!(buffer_files(&dir.path().join("nothing.gltf")).is_empty());
+    }
 }

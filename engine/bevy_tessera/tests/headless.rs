@@ -2,7 +2,9 @@
 //! plane streamed through `TesseraMaterial` converges to Bevy's own `StandardMaterial`
 //! with the whole texture resident, and an atlas that cannot be opened leaves its
 //! mesh in the material's colour; the `gltf_scene` level converges to the same level
-//! drawn by `StandardMaterial`.
+//! drawn by `StandardMaterial`; a user's level with uv-less meshes and its own camera,
+//! loaded by Bevy's glTF loader, streams what it shows resident, and bakes again when
+//! its files change.
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly by design.
 
@@ -831,4 +833,349 @@ fn default_camera_renders_without_errors_and_diagnostics_are_in_the_store() {
     assert_eq!(value(&diagnostics::NETWORK_MIB), 0.0, "a local atlas fetches nothing");
     let logged = String::from_utf8_lossy(&errors.lock().unwrap_or_else(|e| e.into_inner())).to_string();
     assert!(!logged.to_lowercase().contains("tonemapping"), "{logged}");
+}
+
+/// A level written by the test as a user's exporter would: a textured ground and wall
+/// with uvs, helper volumes (boxes) without uvs, one of them on the textured material,
+/// one primitive without a material (glTF's default material), and a camera node of
+/// its own. Folder: `level.gltf`, `level.bin`, `ground.png`.
+mod user_level {
+    use std::path::{Path, PathBuf};
+
+    /// One primitive: positions, normals, uvs (or none) and its material (or none).
+    struct Prim {
+        name: &'static str,
+        translation: [f32; 3],
+        positions: Vec<[f32; 3]>,
+        normals: Vec<[f32; 3]>,
+        uvs: Option<Vec<[f32; 2]>>,
+        indices: Vec<u32>,
+        material: Option<usize>,
+    }
+
+    /// A horizontal (or, rotated, vertical) quad of `w` x `h` with uvs 0..`repeat`.
+    fn quad(name: &'static str, translation: [f32; 3], w: f32, h: f32, vertical: bool, repeat: f32) -> Prim {
+        let corners = [(-1.0, -1.0), (1.0, -1.0), (1.0, 1.0), (-1.0, 1.0)];
+        let positions = corners
+            .iter()
+            .map(|&(x, y)| {
+                if vertical {
+                    [x * w / 2.0, (y + 1.0) * h / 2.0, 0.0]
+                } else {
+                    [x * w / 2.0, 0.0, -y * h / 2.0]
+                }
+            })
+            .collect();
+        let normal = if vertical { [0.0, 0.0, 1.0] } else { [0.0, 1.0, 0.0] };
+        let uvs =
+            corners.iter().map(|&(x, y)| [(x + 1.0) / 2.0 * repeat, (1.0 - y) / 2.0 * repeat]).collect();
+        Prim {
+            name,
+            translation,
+            positions,
+            normals: vec![normal; 4],
+            uvs: Some(uvs),
+            indices: vec![0, 1, 2, 0, 2, 3],
+            material: Some(0),
+        }
+    }
+
+    /// A box of half-size `half` without uvs.
+    fn cube(name: &'static str, translation: [f32; 3], half: [f32; 3], material: Option<usize>) -> Prim {
+        let (mut positions, mut normals, mut indices) = (Vec::new(), Vec::new(), Vec::new());
+        for axis in 0..3 {
+            for sign in [-1.0f32, 1.0] {
+                let (u, v) = ((axis + 1) % 3, (axis + 2) % 3);
+                let base = positions.len() as u32;
+                for (a, b) in [(-1.0, -1.0), (1.0, -1.0), (1.0, 1.0), (-1.0, 1.0)] {
+                    let mut p = [0.0; 3];
+                    p[axis] = sign * half[axis];
+                    p[u] = a * half[u];
+                    p[v] = b * half[v];
+                    positions.push(p);
+                    let mut n = [0.0; 3];
+                    n[axis] = sign;
+                    normals.push(n);
+                }
+                // Counter-clockwise seen from outside.
+                if sign > 0.0 {
+                    indices.extend([base, base + 1, base + 2, base, base + 2, base + 3]);
+                } else {
+                    indices.extend([base, base + 2, base + 1, base, base + 3, base + 2]);
+                }
+            }
+        }
+        Prim { name, translation, positions, normals, uvs: None, indices, material }
+    }
+
+    /// The ground's texture: rings, a checker and a ramp (detail at every scale).
+    pub(super) fn ground_texture(size: u32, swap: bool) -> image::RgbaImage {
+        image::RgbaImage::from_fn(size, size, |x, y| {
+            let (fx, fy) = (x as f32 / size as f32, y as f32 / size as f32);
+            let r = ((fx - 0.5).hypot(fy - 0.5) * 40.0).sin() * 0.5 + 0.5;
+            let check = ((x / 8) + (y / 8)) % 2;
+            let p = [(r * 255.0) as u8, (fx * 200.0) as u8 + 50 * check as u8, (fy * 255.0) as u8, 255];
+            image::Rgba(if swap { [p[2], p[0], p[1], 255] } else { p })
+        })
+    }
+
+    /// The level's one buffer, its views and accessors (JSON).
+    #[derive(Default)]
+    struct Buffer {
+        bin: Vec<u8>,
+        views: Vec<String>,
+        accessors: Vec<String>,
+    }
+
+    impl Buffer {
+        /// Appends `bytes` as a view and an accessor of `count` elements; its index.
+        fn push(&mut self, bytes: Vec<u8>, count: usize, kind: &str, component: u32, extra: String) -> usize {
+            let view = self.views.len();
+            let (offset, length) = (self.bin.len(), bytes.len());
+            self.views.push(format!(r#"{{"buffer":0,"byteOffset":{offset},"byteLength":{length}}}"#));
+            self.bin.extend(bytes);
+            self.accessors.push(format!(
+                r#"{{"bufferView":{view},"componentType":{component},"count":{count},"type":"{kind}"{extra}}}"#
+            ));
+            self.accessors.len() - 1
+        }
+    }
+
+    /// Meshes in the level, textured or not (what `StreamedLevel` swaps).
+    pub(super) const MESHES: usize = 8;
+
+    /// Writes the level into `dir`; returns the glTF's path.
+    pub(super) fn write(dir: &Path) -> PathBuf {
+        ground_texture(256, false).save(dir.join("ground.png")).unwrap();
+        let prims = [
+            quad("ground", [0.0, 0.0, 0.0], 6.0, 6.0, false, 3.0),
+            quad("wall", [0.0, 0.0, -2.0], 6.0, 2.0, true, 2.0),
+            cube("trigger volume", [-1.6, 0.5, 0.0], [0.4, 0.5, 0.4], Some(1)),
+            cube("spawn volume", [-0.6, 0.3, 0.8], [0.3, 0.3, 0.3], Some(1)),
+            cube("audio volume", [0.6, 0.4, 0.6], [0.3, 0.4, 0.3], Some(2)),
+            cube("nav blocker", [1.6, 0.35, 0.0], [0.35, 0.35, 0.35], Some(1)),
+            cube("textured without uvs", [0.0, 0.25, -1.0], [0.5, 0.25, 0.25], Some(0)),
+            cube("no material", [-0.2, 0.2, 1.8], [0.2, 0.2, 0.2], None),
+        ];
+        assert_eq!(prims.len(), MESHES);
+        let mut buffer = Buffer::default();
+        let (mut meshes, mut nodes) = (Vec::new(), Vec::new());
+        let floats = |v: &[f32]| v.iter().flat_map(|f| f.to_le_bytes()).collect::<Vec<u8>>();
+        for (i, p) in prims.iter().enumerate() {
+            let mut min = [f32::MAX; 3];
+            let mut max = [f32::MIN; 3];
+            for q in &p.positions {
+                for k in 0..3 {
+                    min[k] = min[k].min(q[k]);
+                    max[k] = max[k].max(q[k]);
+                }
+            }
+            let bounds = format!(r#","min":{min:?},"max":{max:?}"#);
+            let n = p.positions.len();
+            let pos = buffer.push(floats(p.positions.as_flattened()), n, "VEC3", 5126, bounds);
+            let nor = buffer.push(floats(p.normals.as_flattened()), n, "VEC3", 5126, String::new());
+            let mut attributes = format!(r#""POSITION":{pos},"NORMAL":{nor}"#);
+            if let Some(uvs) = &p.uvs {
+                let uv = buffer.push(floats(uvs.as_flattened()), n, "VEC2", 5126, String::new());
+                attributes += &format!(r#","TEXCOORD_0":{uv}"#);
+            }
+            let idx = p.indices.iter().flat_map(|i| i.to_le_bytes()).collect();
+            let ind = buffer.push(idx, p.indices.len(), "SCALAR", 5125, String::new());
+            let material = p.material.map_or(String::new(), |m| format!(r#","material":{m}"#));
+            meshes.push(format!(
+                r#"{{"name":"{}","primitives":[{{"attributes":{{{attributes}}},"indices":{ind}{material}}}]}}"#,
+                p.name
+            ));
+            nodes.push(format!(r#"{{"name":"{}","mesh":{i},"translation":{:?}}}"#, p.name, p.translation));
+        }
+        // The camera at (0, 2.5, 5) looking at the origin: pitched down about x.
+        let pitch = -(2.5f32).atan2(5.0);
+        let q = [(pitch / 2.0).sin(), 0.0, 0.0, (pitch / 2.0).cos()];
+        nodes.push(format!(
+            r#"{{"name":"level camera","camera":0,"translation":[0.0,2.5,5.0],"rotation":{q:?}}}"#
+        ));
+        let scene_nodes: Vec<usize> = (0..nodes.len()).collect();
+        let json = format!(
+            r#"{{"asset":{{"version":"2.0","generator":"bevy_tessera test"}},
+"scene":0,"scenes":[{{"nodes":{scene_nodes:?}}}],
+"nodes":[{nodes}],
+"meshes":[{meshes}],
+"cameras":[{{"type":"perspective","perspective":{{"yfov":0.75,"znear":0.1,"zfar":100.0,"aspectRatio":1.7778}}}}],
+"materials":[
+ {{"name":"ground","pbrMetallicRoughness":{{"baseColorTexture":{{"index":0}},"metallicFactor":0.0,"roughnessFactor":0.8}}}},
+ {{"name":"helper","pbrMetallicRoughness":{{"baseColorFactor":[0.8,0.2,0.1,1.0],"metallicFactor":0.0,"roughnessFactor":0.6}}}},
+ {{"name":"helper blue","pbrMetallicRoughness":{{"baseColorFactor":[0.1,0.3,0.9,1.0],"metallicFactor":0.0}}}}],
+"textures":[{{"source":0,"sampler":0}}],
+"samplers":[{{"magFilter":9729,"minFilter":9987,"wrapS":10497,"wrapT":10497}}],
+"images":[{{"uri":"ground.png"}}],
+"accessors":[{accessors}],
+"bufferViews":[{views}],
+"buffers":[{{"uri":"level.bin","byteLength":{len}}}]}}"#,
+            nodes = nodes.join(","),
+            meshes = meshes.join(","),
+            accessors = buffer.accessors.join(","),
+            views = buffer.views.join(","),
+            len = buffer.bin.len(),
+        );
+        std::fs::write(dir.join("level.bin"), &buffer.bin).unwrap();
+        let gltf = dir.join("level.gltf");
+        std::fs::write(&gltf, json).unwrap();
+        gltf
+    }
+}
+
+/// A level of [`user_level`] spawned by Bevy's glTF loader with `StreamedLevel`, its own
+/// glTF camera drawing into an image read back under layer 0 once it appears.
+struct UserLevel {
+    app: App,
+    root: Entity,
+    camera: Entity,
+    gltf: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl UserLevel {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let gltf = user_level::write(dir.path());
+        let mut app = app_in(VtConfig { pool_mib: 32, ..VtConfig::default() }, Some(dir.path()));
+        let world = app.world_mut();
+        world.spawn((
+            DirectionalLight { illuminance: 6000.0, shadow_maps_enabled: false, ..default() },
+            Transform::from_xyz(1.0, 3.0, 2.0).looking_at(Vec3::ZERO, Vec3::Y),
+        ));
+        world.insert_resource(GlobalAmbientLight { brightness: 400.0, ..default() });
+        let scene = world.resource::<AssetServer>().load(GltfAssetLabel::Scene(0).from_asset("level.gltf"));
+        let level = StreamedLevel { cache: dir.path().join("cache"), ..StreamedLevel::new(&gltf) };
+        let root = world.spawn((WorldAssetRoot(scene), level)).id();
+        // The level's own camera, once Bevy's loader spawned it: into an image.
+        let started = std::time::Instant::now();
+        let camera = loop {
+            assert!(started.elapsed().as_secs() < 120, "the level's camera never appeared");
+            app.update();
+            let world = app.world_mut();
+            let mut cameras = world.query_filtered::<(Entity, &Name), With<Camera3d>>();
+            let found = cameras.iter(world).find(|(_, n)| n.as_str() == "level camera").map(|(e, _)| e);
+            if let Some(camera) = found {
+                break camera;
+            }
+        };
+        let world = app.world_mut();
+        let mut image =
+            Image::new_target_texture(SCENE_SIZE.0, SCENE_SIZE.1, TextureFormat::Rgba8UnormSrgb, None);
+        image.texture_descriptor.usage |= TextureUsages::COPY_SRC;
+        let image = world.resource_mut::<Assets<Image>>().add(image);
+        world.entity_mut(camera).insert((RenderTarget::Image(image.clone().into()), Tonemapping::None));
+        read_back(world, image, 0);
+        Self { app, root, camera, gltf, _dir: dir }
+    }
+
+    /// Updates until the level is ready with every mesh swapped, drawn, and fully
+    /// resident with nothing uploaded for 8 frames in a row; `reopened` atlases first
+    /// when a re-bake is awaited. Fails on a shader error.
+    fn settle(&mut self, reopened: u64) {
+        let started = std::time::Instant::now();
+        let mut quiet = 0;
+        while quiet < 8 {
+            assert!(started.elapsed().as_secs() < 300, "the level did not settle in 300 s");
+            self.app.update();
+            let state = self.app.world().get::<LevelState>(self.root).unwrap().clone();
+            if let LevelState::Failed(e) = &state {
+                panic!("the level's bake failed: {e}");
+            }
+            let stats = self.app.world().resource::<TesseraStats>();
+            assert!(stats.failed.is_empty(), "{:?}", stats.failed);
+            assert!(stats.shader_errors.is_empty(), "{:#?}", stats.shader_errors);
+            let settled = stats
+                .atlases
+                .values()
+                .next()
+                .is_some_and(|s| s.resident_fraction == Some(1.0) && s.stream.uploads == 0);
+            let reloaded = stats.reopened.values().sum::<u64>() >= reopened;
+            let ready = matches!(state, LevelState::Ready { swapped: user_level::MESHES, .. });
+            quiet = if ready && reloaded && settled && first_drawn(&self.app, 0).is_some() {
+                quiet + 1
+            } else {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                0
+            };
+        }
+        for _ in 0..3 {
+            self.app.update();
+        }
+    }
+
+    /// The frame streamed, then with `StreamedLevel::resident` (the same texels
+    /// resident in Bevy's `StandardMaterial`s), back to streamed.
+    fn streamed_and_resident(&mut self) -> (Vec<u8>, Vec<u8>) {
+        let streamed = frame_of(&self.app, 0).expect("no frame read back");
+        self.app.world_mut().get_mut::<StreamedLevel>(self.root).unwrap().resident = true;
+        for _ in 0..12 {
+            self.app.update();
+        }
+        let resident = frame_of(&self.app, 0).expect("no frame read back");
+        self.app.world_mut().get_mut::<StreamedLevel>(self.root).unwrap().resident = false;
+        (streamed, resident)
+    }
+}
+
+/// Issue 41: a user's level loaded by Bevy's glTF loader with `StreamedLevel`, most of
+/// whose meshes have no uvs (helper volumes, one on a textured material, one without a
+/// material: glTF's default), seen through its own glTF camera (which the plugin gives a
+/// `DepthPrepass`). Every mesh is swapped, no shader fails, and the streamed frame
+/// matches the same level resident in `StandardMaterial`s at 40 dB or more, the helper
+/// volumes drawn in their factors' colours.
+#[test]
+fn a_users_level_with_uv_less_meshes_and_its_own_camera_streams() {
+    let mut level = UserLevel::new();
+    level.settle(0);
+    let world = level.app.world_mut();
+    assert!(world.get::<DepthPrepass>(level.camera).is_some(), "the level's camera has no DepthPrepass");
+    let streamed_meshes = world.query::<&MeshMaterial3d<TesseraMaterial>>().iter(world).count();
+    assert_eq!(streamed_meshes, user_level::MESHES, "every mesh streams");
+    let (streamed, resident) = level.streamed_and_resident();
+    let db = psnr(&streamed, &resident);
+    eprintln!("a user's level with uv-less meshes: streamed vs resident {db:.1} dB");
+    // Not vacuous: the resident frame shows the textured ground and the red helpers.
+    let distinct: std::collections::HashSet<&[u8]> = resident.chunks(4).collect();
+    let reddish = resident.chunks(4).filter(|p| p[0] > 60 && p[0] / 2 > p[1].max(p[2])).count();
+    let cleared = resident.chunks(4).filter(|p| p[..3] == [0, 0, 0]).count();
+    assert!(distinct.len() > 1000, "a nearly uniform frame: {} colours", distinct.len());
+    assert!(reddish > 200, "the red helper volumes are not in view: {reddish} pixels");
+    assert!(cleared < resident.len() / 4 / 4, "{cleared} pixels of clear colour");
+    if db < 40.0 || std::env::var_os("BEVY_TESSERA_KEEP").is_some() {
+        let dir = write_failure_sized("user-level", &streamed, &resident, SCENE_SIZE);
+        assert!(
+            db >= 40.0,
+            "PSNR {db:.1} dB < 40 between the streamed and the resident level; PNGs in {}",
+            dir.display()
+        );
+    }
+}
+
+/// `StreamedLevel` bakes again when a file of its glTF changes: the ground's image
+/// rewritten (its channels swapped) while the level streams gives a new bake, the atlas
+/// opened again, and the streamed frame then matches the new texels resident (40 dB),
+/// no longer the old frame.
+#[test]
+fn a_streamed_level_bakes_again_when_its_gltf_changes() {
+    let mut level = UserLevel::new();
+    level.settle(0);
+    let before = frame_of(&level.app, 0).expect("no frame read back");
+    let folder = level.gltf.parent().unwrap().to_path_buf();
+    // Written beside and renamed over, as an editor saving does.
+    let next = folder.join("ground.next.png");
+    user_level::ground_texture(256, true).save(&next).unwrap();
+    std::fs::rename(&next, folder.join("ground.png")).unwrap();
+    level.settle(1);
+    let (streamed, resident) = level.streamed_and_resident();
+    let (db, old_db) = (psnr(&streamed, &resident), psnr(&before, &resident));
+    eprintln!("re-baked level: streamed vs resident {db:.1} dB (the frame before the edit {old_db:.1} dB)");
+    if db < 40.0 || old_db > 30.0 {
+        let dir = write_failure_sized("user-level-rebaked", &streamed, &resident, SCENE_SIZE);
+        panic!(
+            "after the edit {db:.1} dB (want >= 40), before it {old_db:.1} dB (want < 30); PNGs in {}",
+            dir.display()
+        );
+    }
 }
