@@ -445,6 +445,45 @@ fn a_missing_or_corrupted_atlas_leaves_the_material_colour() {
     assert_eq!(&middle[..3], &[0, 0, 0], "between the quads: the clear colour");
 }
 
+/// A plugin shader that does not compile is named: the material shader replaced by one
+/// that reads a field its input lacks (as the shader without a uv guard did on meshes
+/// without uvs) leaves one entry in `TesseraStats::shader_errors` that names the file,
+/// the pipeline's features and naga's message; wgpu's own names no shader.
+#[test]
+fn a_shader_that_does_not_compile_is_named_by_its_file() {
+    let mut app = app();
+    let world = app.world_mut();
+    camera(world, 1);
+    light(world);
+    let mesh = plane(world);
+    let m = world.resource_mut::<Assets<TesseraMaterial>>().add(VirtualTexture::material("missing.tsa"));
+    world.spawn((Mesh3d(mesh), MeshMaterial3d(m), RenderLayers::layer(1)));
+    let broken = "import bevy_pbr::render::forward_io::VertexOutput;\n\
+        @fragment fn fragment(in: VertexOutput) -> @location(0) vec4<f32> {\n\
+        return vec4<f32>(in.no_such_field, 0.0, 0.0, 1.0);\n}\n";
+    let shader = bevy::shader::Shader::from_wesl(broken, "embedded://bevy_tessera/material.wesl");
+    let _ = world
+        .resource_mut::<Assets<bevy::shader::Shader>>()
+        .insert(bevy_tessera::MATERIAL_SHADER.id(), shader);
+    for _ in 0..60 {
+        app.update();
+        if !app.world().resource::<TesseraStats>().shader_errors.is_empty() {
+            break;
+        }
+    }
+    for _ in 0..5 {
+        app.update();
+    }
+    let errors = &app.world().resource::<TesseraStats>().shader_errors;
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    let e = &errors[0];
+    for part in
+        ["shader embedded://bevy_tessera/material.wesl", "features ", "MESH_PIPELINE", "no_such_field"]
+    {
+        assert!(e.contains(part), "no '{part}' in: {e}");
+    }
+}
+
 /// The dungeon view's frame size: 16:9.
 const SCENE_SIZE: (u32, u32) = (320, 180);
 
