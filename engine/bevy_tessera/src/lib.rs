@@ -32,7 +32,8 @@
 //! materials then record their feedback in the depth prepass, and their main pass,
 //! left without side effects, is depth tested before shading, so hidden fragments are
 //! never lit ([`feedback_in_prepass`] says when). Without one, or with a normal, motion
-//! vector or deferred prepass, the main pass records the feedback itself.
+//! vector or deferred prepass, the main pass records the feedback itself. The cameras a
+//! [`level::StreamedLevel`] spawns get one from the plugin.
 //!
 //! Your own materials can sample a virtual texture too: the WESL module `tessera::vt`
 //! ([`VT_SHADER`]) declares `vt_sample(uv, frag_coord)` on bindings 100 to 106 of the
