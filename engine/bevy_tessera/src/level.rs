@@ -212,12 +212,14 @@ impl Progress for Report<'_> {
 
 fn start_bakes(mut commands: Commands, levels: Query<(Entity, &StreamedLevel), Added<StreamedLevel>>) {
     for (entity, level) in &levels {
-        commands.entity(entity).insert((bake(level), LevelBakeProgress(Some(0.0))));
+        commands.entity(entity).insert((bake(level, Vec::new()), LevelBakeProgress(Some(0.0))));
     }
 }
 
-/// A bake of `level` on Bevy's `AsyncComputeTaskPool` (a current bake is reused).
-fn bake(level: &StreamedLevel) -> LevelBake {
+/// A bake of `level` on Bevy's `AsyncComputeTaskPool` (a current bake is reused). Its
+/// inputs are watched afterwards: those the bake read, or, when it fails, the glTF and
+/// `previous` (the last good bake's), so that restoring a file bakes again too.
+fn bake(level: &StreamedLevel, previous: Vec<PathBuf>) -> LevelBake {
     let progress = Arc::new(ProgressCounter::new());
     let (counter, level) = (Arc::clone(&progress), level.clone());
     let task = AsyncComputeTaskPool::get().spawn(async move {
@@ -226,10 +228,15 @@ fn bake(level: &StreamedLevel) -> LevelBake {
         let report = Report { counter: &counter, log: LogProgress::new("tessera level bake") };
         let result = BakedScene::gltf(&level.gltf, &level.cache, level.codec, &report)
             .map_err(|e| format!("{}: {e}", level.gltf.display()));
-        if let Ok(baked) = &result {
-            let others = baked.inputs.iter().filter(|p| **p != level.gltf && **p != baked.scene.source);
-            inputs.0.extend(others.map(|p| (p.clone(), identity(p))));
-        }
+        let others = match &result {
+            Ok(baked) => baked.inputs.iter().filter(|p| **p != baked.scene.source).cloned().collect(),
+            Err(_) => previous,
+        };
+        let others = others.into_iter().filter(|p| *p != level.gltf);
+        inputs.0.extend(others.map(|p| {
+            let seen = identity(&p);
+            (p, seen)
+        }));
         (result, inputs)
     });
     LevelBake { task, progress }
@@ -266,7 +273,8 @@ fn watch_inputs(
         }
         let Some(changed) = inputs.changed() else { continue };
         info!("level {}: {} changed, baking it again", level.gltf.display(), changed.display());
-        commands.entity(entity).insert((bake(level), LevelBakeProgress(Some(0.0))));
+        let previous = inputs.0.iter().map(|(path, _)| path.clone()).collect();
+        commands.entity(entity).insert((bake(level, previous), LevelBakeProgress(Some(0.0))));
     }
 }
 
@@ -426,7 +434,8 @@ fn swap_materials(
     mut levels: Query<(Entity, &StreamedLevel, &LevelMaterials, &mut LevelState, Option<&WorldAssetRoot>)>,
     meshes: Query<&MeshMaterial3d<StandardMaterial>, Without<LevelMesh>>,
     fresh: Query<Entity, (Added<MeshMaterial3d<StandardMaterial>>, Without<LevelMesh>)>,
-    ready: Query<(), Added<LevelMaterials>>,
+    // Ready, or baked again: every mesh under the level not swapped yet.
+    ready: Query<(), Changed<LevelMaterials>>,
     children: Query<&Children>,
     parents: Query<&ChildOf>,
 ) {
@@ -454,7 +463,7 @@ fn swap_materials(
     };
     for (level, settings, materials, mut state, root) in &mut levels {
         if ready.get(level).is_ok() {
-            // Just ready: everything spawned under the level so far.
+            // Ready or baked again: everything spawned under the level so far.
             for mesh in children.iter_descendants(level) {
                 swap(level, settings, root, materials, &mut state, mesh);
             }
@@ -501,7 +510,19 @@ fn switch_copies(
 
 #[cfg(test)]
 mod tests {
-    use super::gltf_index;
+    use super::{default_cache, gltf_index};
+    use std::path::Path;
+
+    #[test]
+    fn each_level_has_a_cache_folder_of_its_own() {
+        let a = default_cache(Path::new("/games/one/assets/level.gltf"));
+        let b = default_cache(Path::new("/games/two/assets/level.gltf"));
+        assert_ne!(a, b, "two levels of the same name share a bake");
+        assert_eq!(a, default_cache(Path::new("/games/one/assets/level.gltf")), "not stable");
+        let name = a.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with("level-") && name.len() == "level-".len() + 16, "{name}");
+        assert!(a.parent().unwrap().ends_with("scenes"), "{}", a.display());
+    }
 
     #[test]
     fn labels_of_bevys_gltf_materials_name_their_index() {
