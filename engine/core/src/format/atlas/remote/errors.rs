@@ -66,7 +66,9 @@ pub(crate) fn map_error_at(e: object_store::Error, access: Access) -> RemoteErro
 /// A refusal (`status`) with the server's own words and what to check at `access`.
 fn refused(status: &str, says: &str, access: Access) -> RemoteError {
     let hint = match access {
-        Access::Cloud => format!("the server did not accept the credentials ({})", credential_source()),
+        Access::Cloud => {
+            format!("access denied: the server did not accept the credentials ({})", credential_source())
+        }
         Access::Web => "the web server refused access (no credentials are sent to http(s):// URLs: \
                         a signed URL needs its query string)"
             .to_owned(),
