@@ -1,6 +1,8 @@
 //! TIFF and BigTIFF inputs (GeoTIFF rasters included) read strip by strip or tile by tile,
 //! so that a bake holds one row of chunks of a huge scan at a time, never the whole image.
 
+mod lzw;
+
 use std::fs::File;
 use std::io::{self, BufReader, ErrorKind};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -42,6 +44,9 @@ pub struct TiffSource {
     /// Compressed bytes of each chunk; 0 marks a chunk the file leaves out (sparse GDAL
     /// files), read as zero samples.
     byte_counts: Vec<u64>,
+    /// LZW tiles, decoded by [`lzw`] (the `tiff` crate fails on some edge tiles): their
+    /// format and each tile's offset in the file.
+    lzw_tiles: Option<(lzw::TileFormat, Vec<u64>)>,
     /// The decoder needs `&mut` to read; a [`RowSource`] is shared.
     state: Mutex<State>,
 }
@@ -121,12 +126,15 @@ impl TiffSource {
         let (width, height) = decoder.dimensions().map_err(|e| header_error(path, e))?;
         check_size(path, width, height)?;
         let grid = grid(path, &mut decoder, width, height)?;
-        let byte_counts = chunk_extents(path, &mut decoder, &grid, width, height, meta.len())?;
+        let (offsets, byte_counts) = chunk_extents(path, &mut decoder, &grid, width, height, meta.len())?;
+        let lzw_tiles = lzw_tiles(path, &mut decoder, &grid)?.map(|format| (format, offsets));
 
         let row_bytes = u64::from(width) * TEXEL_BYTES as u64;
         let chunk_bytes =
             u64::from(grid.chunk_w) * u64::from(grid.chunk_h) * (grid.samples * grid.sample_bytes) as u64;
-        let needed = window_rows(&grid, height) as u64 * row_bytes + chunk_bytes;
+        // One decoded chunk; an LZW tile is decoded whole, then its visible part copied out.
+        let chunks = if lzw_tiles.is_some() { 2 } else { 1 };
+        let needed = window_rows(&grid, height) as u64 * row_bytes + chunks * chunk_bytes;
         if needed > max_bytes {
             return Err(SourceError::OverMemory { path: p, width, height, needed, limit: max_bytes });
         }
@@ -154,6 +162,7 @@ impl TiffSource {
             height,
             grid,
             byte_counts,
+            lzw_tiles,
             state: Mutex::new(State {
                 decoder,
                 window: Window { first: 0, rows: 0, texels: Vec::new() },
@@ -247,14 +256,14 @@ impl TiffSource {
                 DecodingResult::U16(vec![0; len])
             });
         }
-        let decoded = guarded(|| decoder.read_chunk(index)).map_err(|e| {
-            let kind = match &e {
-                TiffError::IoError(io) if io.kind() == ErrorKind::UnexpectedEof => ErrorKind::UnexpectedEof,
-                TiffError::IoError(io) => io.kind(),
-                _ => ErrorKind::InvalidData,
-            };
-            self.chunk_error(kind, index, &e.to_string())
-        })?;
+        let count = self.byte_counts.get(index as usize).copied().unwrap_or(0);
+        let decoded = if let Some((format, offsets)) = &self.lzw_tiles {
+            let offset = offsets.get(index as usize).copied().unwrap_or(0);
+            lzw::read_tile(decoder.inner(), offset, count, format, w, h)
+                .map_err(|e| self.chunk_error(e.kind(), index, &e.to_string()))?
+        } else {
+            self.read_chunk_with_crate(decoder, index)?
+        };
         let found = match &decoded {
             DecodingResult::U8(v) if self.grid.sample_bytes == 1 => v.len(),
             DecodingResult::U16(v) if self.grid.sample_bytes == 2 => v.len(),
@@ -265,6 +274,18 @@ impl TiffSource {
             return Err(self.chunk_error(ErrorKind::InvalidData, index, &reason));
         }
         Ok(decoded)
+    }
+
+    /// Chunk `index` decoded by the `tiff` crate.
+    fn read_chunk_with_crate(&self, decoder: &mut Decoder<Reader>, index: u32) -> io::Result<DecodingResult> {
+        guarded(|| decoder.read_chunk(index)).map_err(|e| {
+            let kind = match &e {
+                TiffError::IoError(io) if io.kind() == ErrorKind::UnexpectedEof => ErrorKind::UnexpectedEof,
+                TiffError::IoError(io) => io.kind(),
+                _ => ErrorKind::InvalidData,
+            };
+            self.chunk_error(kind, index, &e.to_string())
+        })
     }
 
     /// An error reading chunk `index`, naming the file, the chunk and the texels it holds.
@@ -481,7 +502,40 @@ fn grid(path: &Path, decoder: &mut Decoder<Reader>, width: u32, height: u32) -> 
     })
 }
 
-/// The compressed size of every chunk, checked to lie inside the file of `file_len` bytes.
+/// The format of the image's tiles when they are LZW-compressed, for [`lzw::read_tile`];
+/// `None` for strips and other compressions (read by the `tiff` crate).
+fn lzw_tiles(
+    path: &Path,
+    decoder: &mut Decoder<Reader>,
+    g: &Grid,
+) -> Result<Option<lzw::TileFormat>, SourceError> {
+    let first = |v: Option<Vec<u16>>| v.and_then(|v| v.first().copied());
+    if !g.tiled || first(tag_u16s(path, decoder, Tag::Compression)?) != Some(5) {
+        return Ok(None);
+    }
+    let horizontal = match first(tag_u16s(path, decoder, Tag::Predictor)?).unwrap_or(1) {
+        1 => false,
+        2 => true,
+        p => {
+            let reason = format!("TIFF predictor {p} on unsigned samples; only none (1) and horizontal (2)");
+            return Err(SourceError::Unsupported { path: path.to_path_buf(), reason });
+        }
+    };
+    let photometric = first(tag_u16s(path, decoder, Tag::PhotometricInterpretation)?);
+    Ok(Some(lzw::TileFormat {
+        tile_w: g.chunk_w as usize,
+        tile_h: g.chunk_h as usize,
+        samples: g.samples,
+        sample_bytes: g.sample_bytes,
+        big_endian: decoder.byte_order() == ::tiff::tags::ByteOrder::BigEndian,
+        horizontal,
+        // As the crate does: gray of one sample only.
+        invert: photometric == Some(0) && g.texels == Texels::Gray && g.samples == 1,
+    }))
+}
+
+/// The offset and compressed size of every chunk, checked to lie inside the file of
+/// `file_len` bytes.
 fn chunk_extents(
     path: &Path,
     decoder: &mut Decoder<Reader>,
@@ -489,7 +543,7 @@ fn chunk_extents(
     width: u32,
     height: u32,
     file_len: u64,
-) -> Result<Vec<u64>, SourceError> {
+) -> Result<(Vec<u64>, Vec<u64>), SourceError> {
     let (offsets, counts, kind) = if g.tiled {
         (Tag::TileOffsets, Tag::TileByteCounts, "tile")
     } else {
@@ -520,7 +574,7 @@ fn chunk_extents(
             });
         }
     }
-    Ok(counts)
+    Ok((offsets, counts))
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 //! behind the checksum check: for the atlas and Basis targets the first byte is a control
 //! byte (see [`ATLAS_REPAIR_HEADER`] and [`BASIS_REPAIR`]).
 
+pub mod ktx2_fields;
 mod scratch;
 pub mod seeds;
 
@@ -274,7 +275,23 @@ pub fn camera(data: &[u8]) -> Summary {
 /// ([`open_image`](crate::bake::open::open_image): PNG row by row, JPEG in its own layout,
 /// TIFF chunk by chunk, DDS block row by block row, KTX2 through the Rust transcoder) in overlapping bands, and asserts that where both read the image
 /// they give the same texels.
+///
+/// A KTX2 input is then read again with one header or level-index field forged
+/// ([`ktx2_fields::mutate`], the field and value picked by a hash of the input): forged
+/// lengths and offsets must be errors, never a panic, an abort or a huge allocation. The
+/// summary is the unforged file's.
 pub fn image(data: &[u8]) -> Summary {
+    let s = image_once(data);
+    if crate::bake::open::sniff(data) == Kind::Ktx2
+        && let Some((_, _, forged)) = ktx2_fields::mutate(data, u64::from(crc32fast::hash(data)))
+    {
+        black_box(image_once(&forged));
+    }
+    s
+}
+
+/// [`image`] without the forged KTX2 field.
+fn image_once(data: &[u8]) -> Summary {
     let mut s = Summary::default();
     // TIFF and DDS have only the bake's readers (this build's `image` decodes neither).
     let kind = crate::bake::open::sniff(data);

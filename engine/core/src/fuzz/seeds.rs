@@ -514,9 +514,10 @@ fn image_seeds() -> Vec<Seed> {
 }
 
 /// KTX2 seeds for the Rust transcoder's reader: the UASTC blocks of an 8×8 crop of `rgb`
-/// (sRGB transfer function) and an uncompressed RGBA8 level of 12×8.
+/// (sRGB transfer function), uncompressed and in Zstandard, the same crop in ETC1S
+/// (BasisLZ) and an uncompressed RGBA8 level of 12×8.
 fn ktx2_seeds(rgb: &image::RgbImage) -> Vec<Seed> {
-    use crate::bake::ktx2::{ktx2_file, uastc_blocks};
+    use crate::bake::ktx2::{encode_ktx2, ktx2_file, uastc_blocks, uastc_zstd_ktx2};
     use crate::format::basis::{BasisMode, encode};
     let texels = |w: u32, h: u32| -> Vec<u8> {
         (0..h)
@@ -533,6 +534,10 @@ fn ktx2_seeds(rgb: &image::RgbImage) -> Vec<Seed> {
         encode(&texels(8, 8), 8, BasisMode::Uastc, &Default::default()).ok().and_then(|f| uastc_blocks(&f));
     if let Some(blocks) = blocks {
         out.push(("uastc.ktx2".into(), ktx2_file(8, 8, 0, 2, 1, &blocks)));
+        out.push(("uastc-zstd.ktx2".into(), uastc_zstd_ktx2(8, 8, &blocks)));
+    }
+    if let Ok(etc1s) = encode_ktx2(&texels(8, 8), 8, 8, BasisMode::Etc1s, &Default::default()) {
+        out.push(("etc1s.ktx2".into(), etc1s));
     }
     out
 }
