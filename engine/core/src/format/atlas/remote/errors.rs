@@ -100,6 +100,8 @@ pub(super) fn server_says(text: &str) -> String {
         (Some(only), None) | (None, Some(only)) => only,
         (None, None) => return String::new(),
     };
+    // One line: bodies wrap their messages.
+    let said = said.split_whitespace().collect::<Vec<_>>().join(" ");
     let said: String = crate::error_text::redact(&said).chars().take(200).collect();
     format!(" (\"{said}\")")
 }

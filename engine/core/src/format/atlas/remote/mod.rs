@@ -773,6 +773,7 @@ mod tests {
         assert_eq!(server_says(body), " (\"AccessDenied: Request has expired\")");
         assert_eq!(server_says(r#"{"error":{"code":403,"message":"no"}}"#), " (\"no\")");
         assert_eq!(server_says("plain"), "");
+        assert_eq!(server_says("<Code>A</Code><Message>two\nlines</Message>"), " (\"A: two lines\")");
         assert_eq!(Access::of("https://h/a.tsa?X-Amz-Signature=1"), Access::Signed);
         assert_eq!(Access::of("HTTP://h/a.tsa"), Access::Web);
         assert_eq!(Access::of("s3://b/a.tsa"), Access::Cloud);
