@@ -6,26 +6,36 @@ use std::process::ExitCode;
 use anyhow::Result;
 use tessera_core::format::atlas::{Atlas, AtlasSummary};
 
+use crate::out::Out;
+
 /// Runs `tessera inspect`.
 pub(crate) fn run(path: &Path, json: bool, tiles: bool) -> Result<ExitCode> {
     crate::args::atlas_file(path)?;
     let atlas = Atlas::open(path)?;
+    // Through a locked handle: a reader that stops early (`| head`) ends the listing quietly.
+    let mut out = Out::new();
     if tiles {
         // One line per tile: what two bakes of the same inputs must agree on.
         for (i, layer) in atlas.layers().iter().enumerate() {
             for t in layer.layout.tiles(i as u16) {
                 let e = atlas.entry(t)?;
-                println!("{} {} {} {} {} {} {:08x}", t.layer, t.mip, t.x, t.y, e.codec, e.length, e.crc32);
+                writeln!(
+                    out,
+                    "{} {} {} {} {} {} {:08x}",
+                    t.layer, t.mip, t.x, t.y, e.codec, e.length, e.crc32
+                )?;
             }
         }
+        out.flush()?;
         return Ok(ExitCode::SUCCESS);
     }
     let summary = atlas.summary();
     if json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&summary)?)?;
     } else {
-        print!("{}", table(&summary));
+        write!(out, "{}", table(&summary))?;
     }
+    out.flush()?;
     if let Some(e) = &summary.first_error {
         // The sizes above leave those tiles out: not an atlas to trust.
         eprintln!(

@@ -9,6 +9,7 @@ mod codecs;
 mod demo;
 mod gpu_bench;
 mod inspect;
+mod out;
 mod progress;
 mod scene;
 mod signals;
@@ -264,7 +265,8 @@ fn main() -> ExitCode {
         .with_target(false)
         .init();
     signals::install();
-    let result = match cli.command {
+    // A listing piped into `head` ends quietly when `head` has read enough.
+    let result = out::guard(|| match cli.command {
         Command::Bake(args) => run_bake(&args),
         Command::Inspect { atlas, json, tiles } => inspect::run(&atlas, json, tiles),
         Command::Verify { atlas, cache } => run_verify(&atlas, cache),
@@ -275,9 +277,10 @@ fn main() -> ExitCode {
         Command::Codecs(args) => codecs::run(&args),
         Command::BakeBench(args) => bake_bench::run(&args),
         Command::Soak(args) => soak::run(&args),
-    };
+    });
     match result {
         Ok(code) => code,
+        Err(e) if out::is_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tessera: error: {}", tessera_core::error_text::chain(e.as_ref()));
             ExitCode::FAILURE
