@@ -176,8 +176,10 @@ fn tile_bytes(len: usize, seed: u32) -> Vec<u8> {
 
 fn batched_matches_single(target: TargetFormat) {
     let ctx = gpu();
-    let make =
-        || TilePool::with_grid(&ctx.device, &ctx.queue, (5, 3), 136, target, ColorSpace::Srgb, 1).unwrap();
+    let make = || {
+        TilePool::with_grid(&ctx.device, &ctx.queue, (5, 3), (136, 0), target, &[ColorSpace::Srgb], 1)
+            .unwrap()
+    };
     let (single, batched) = (make(), make());
     let len = single.slot_bytes() as usize;
     let tiles: Vec<Vec<u8>> = (0..12).map(|i| tile_bytes(len, i)).collect();
@@ -213,8 +215,10 @@ fn batched_matches_single(target: TargetFormat) {
 /// twice) leaves the pool exactly as per-tile uploads in the same order do.
 fn many_batched_match_single(target: TargetFormat) {
     let ctx = gpu();
-    let make =
-        || TilePool::with_grid(&ctx.device, &ctx.queue, (8, 6), 136, target, ColorSpace::Srgb, 1).unwrap();
+    let make = || {
+        TilePool::with_grid(&ctx.device, &ctx.queue, (8, 6), (136, 0), target, &[ColorSpace::Srgb], 1)
+            .unwrap()
+    };
     let (single, batched) = (make(), make());
     let len = single.slot_bytes() as usize;
     let tiles: Vec<Vec<u8>> = (0..60).map(|i| tile_bytes(len, 1000 + i)).collect();
@@ -247,7 +251,8 @@ fn level_one_of_each_uploaded_slot_is_its_tiles_downsample() {
     let ctx = gpu();
     for color in [ColorSpace::Srgb, ColorSpace::Linear] {
         let pool =
-            TilePool::with_grid(&ctx.device, &ctx.queue, (5, 3), 136, TargetFormat::Rgba8, color, 2).unwrap();
+            TilePool::with_grid(&ctx.device, &ctx.queue, (5, 3), (136, 0), TargetFormat::Rgba8, &[color], 2)
+                .unwrap();
         assert_eq!(pool.levels(), 2);
         assert_eq!(pool.slot_bytes(), (136 * 136 + 68 * 68) * 4);
         let len = pool.tile_bytes() as usize;
@@ -324,7 +329,8 @@ fn upload_timing() {
             continue;
         }
         let pool =
-            TilePool::with_grid(&ctx.device, &ctx.queue, (32, 16), 136, target, ColorSpace::Srgb, 1).unwrap();
+            TilePool::with_grid(&ctx.device, &ctx.queue, (32, 16), (136, 0), target, &[ColorSpace::Srgb], 1)
+                .unwrap();
         let len = pool.slot_bytes() as usize;
         let tiles: Vec<Vec<u8>> = (0..256).map(|i| tile_bytes(len, i)).collect();
         let slots: Vec<SlotCoord> = (0..512u16).map(|i| SlotCoord { x: i % 32, y: i / 32 }).collect();
@@ -399,8 +405,10 @@ fn staged_copies_match_single(target: TargetFormat) {
     use tessera::staging::GpuStaging;
     use tessera_core::stream::staging::StagingLayout;
     let ctx = gpu();
-    let make =
-        || TilePool::with_grid(&ctx.device, &ctx.queue, (8, 6), 136, target, ColorSpace::Srgb, 1).unwrap();
+    let make = || {
+        TilePool::with_grid(&ctx.device, &ctx.queue, (8, 6), (136, 0), target, &[ColorSpace::Srgb], 1)
+            .unwrap()
+    };
     let (single, mixed) = (make(), make());
     let len = single.slot_bytes() as usize;
     let layout = StagingLayout::new(&[mixed.tile_rows()], wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
@@ -452,7 +460,8 @@ fn merged_copies_match_per_tile(target: TargetFormat) {
     let ctx = gpu();
     let make = |merged: bool| {
         let mut pool =
-            TilePool::with_grid(&ctx.device, &ctx.queue, (8, 8), 136, target, ColorSpace::Srgb, 1).unwrap();
+            TilePool::with_grid(&ctx.device, &ctx.queue, (8, 8), (136, 0), target, &[ColorSpace::Srgb], 1)
+                .unwrap();
         pool.set_merged_copies(merged);
         pool
     };
@@ -872,7 +881,8 @@ fn level_one_of_each_uploaded_bc_slot_is_its_tiles_downsample() {
         (TargetFormat::Bc1, ColorSpace::Srgb),
     ] {
         let bc1 = target == TargetFormat::Bc1;
-        let pool = TilePool::with_grid(&ctx.device, &ctx.queue, (5, 3), 136, target, color, 2).unwrap();
+        let pool =
+            TilePool::with_grid(&ctx.device, &ctx.queue, (5, 3), (136, 0), target, &[color], 2).unwrap();
         assert_eq!(pool.levels(), 2, "{target:?}");
         let blocks = 34usize;
         // A gradient of solid blocks, different in every slot.
@@ -954,5 +964,81 @@ fn level_one_of_each_uploaded_bc_slot_is_its_tiles_downsample() {
         for c in 0..3 {
             assert!(unwritten[c].abs_diff(tessera::pool::UNWRITTEN[c]) <= 8, "{target:?}: {unwritten:?}");
         }
+    }
+}
+
+/// With a parent resident, level 1 of a slot is its parent tile's quadrant, bit for bit:
+/// in an RGBA8 pool copied at any offset, in a BC7 pool with the margin that puts the
+/// quadrant on whole blocks (`pool_layout::slot_margin`), block for block. A slot whose
+/// parent is out downsamples itself (its level 1 is then not the parent's texels).
+#[test]
+fn level_one_copies_the_parents_quadrant_exactly() {
+    use tessera_core::stream::level_one::{LevelOne, LevelOneSource};
+    let ctx = gpu();
+    for (target, margin) in [(TargetFormat::Rgba8, 0u32), (TargetFormat::Bc7, 4)] {
+        let pool = TilePool::with_grid(
+            &ctx.device,
+            &ctx.queue,
+            (4, 2),
+            (136, margin),
+            target,
+            &[ColorSpace::Srgb],
+            2,
+        )
+        .unwrap();
+        assert_eq!(pool.pitch(), 136 + 2 * margin);
+        // Tiles of distinct bytes (BC7: every block a different solid colour).
+        let tile = |seed: u32| -> Vec<u8> {
+            match target {
+                TargetFormat::Rgba8 => {
+                    (0..136 * 136 * 4u32).map(|i| ((i * 7 + seed * 31) % 251) as u8).collect()
+                }
+                _ => (0..34 * 34u32)
+                    .flat_map(|b| {
+                        let v = |k: u32| (((b * k + seed * 13) % 127) * 2) as u8;
+                        bc7_solid([v(3), v(5), v(7), 254])
+                    })
+                    .collect(),
+            }
+        };
+        let (parent, child, orphan) = (tile(1), tile(2), tile(3));
+        let slots = [SlotCoord { x: 3, y: 1 }, SlotCoord { x: 0, y: 0 }, SlotCoord { x: 1, y: 1 }];
+        let ones = [
+            LevelOne { slot: slots[0], source: LevelOneSource::Downsample },
+            LevelOne { slot: slots[1], source: LevelOneSource::Parent { slot: slots[0], quadrant: (1, 0) } },
+            LevelOne { slot: slots[2], source: LevelOneSource::Downsample },
+        ];
+        let items: Vec<(SlotCoord, &[u8])> =
+            slots.iter().copied().zip([&parent, &child, &orphan].map(Vec::as_slice)).collect();
+        pool.upload_frame(&ctx.device, &ctx.queue, &items, &[], Some((&ones, 4)));
+        let level0 = read_pool_level(ctx, &pool, 0);
+        let level1 = read_pool_level(ctx, &pool, 1);
+        // Bytes of the texel (or block) row `y`, columns x..x + n (in texels), of a level.
+        let (w0, _) = pool.texels();
+        let unit = if target == TargetFormat::Rgba8 { 1 } else { 4 };
+        let bytes = if target == TargetFormat::Rgba8 { 4 } else { 16 };
+        let span = |level: &[u8], width: u32, x: u32, y: u32, n: u32| {
+            let row = (width / unit * bytes) as usize;
+            let at = (y / unit) as usize * row + (x / unit * bytes) as usize;
+            level[at..at + (n / unit * bytes) as usize].to_vec()
+        };
+        let half = pool.pitch() / 2;
+        let (px, py) = (3 * pool.pitch(), pool.pitch());
+        // Quadrant (1, 0): from the parent's slot texel margin + border + 64 − (margin + border) / 2.
+        let off = margin + 4 + 64 - (margin + 4) / 2;
+        for y in (0..half).step_by(unit as usize) {
+            assert_eq!(
+                span(&level1, w0 / 2, 0, y, half),
+                span(&level0, w0, px + off, py + (margin + 4) - (margin + 4) / 2 + y, half),
+                "{target:?}: level-1 row {y} of the child is not the parent's quadrant"
+            );
+        }
+        // The orphan's level 1 is its own downsample: not a copy of its level-0 texels.
+        let (ox, oy) = (pool.pitch(), pool.pitch());
+        assert_ne!(
+            span(&level1, w0 / 2, half, half + 8, half),
+            span(&level0, w0, ox, oy + 8, half),
+            "{target:?}"
+        );
     }
 }

@@ -121,6 +121,27 @@ fn dungeon_gltf_converges_to_its_fully_resident_reference() {
     assert!(colours.len() > 2000, "only {} colours", colours.len());
 }
 
+/// A Basis (ETC1S) glTF level with default options on whatever adapter runs the test: on
+/// a software one (lavapipe in CI) the pool is RGBA8 and the capture's header says why
+/// (a BC7 pool's level-1 encoder took llvmpipe minutes to compile; issue 41); on any
+/// adapter the level converges to its own reference as the lossless one does.
+#[test]
+fn etc1s_dungeon_with_default_options_converges_and_says_which_pool() {
+    let scene = load_gltf(&dungeon_gltf()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = dir.path().join("dungeon-etc1s.tsa");
+    bake_scene(&scene, &atlas, &BakeOptions { codec: Codec::Etc1s, ..BakeOptions::default() }, &NoProgress)
+        .unwrap();
+    let size = (480, 270);
+    let r = run_with(&atlas, scene.clone(), view(&scene, "walk", 40), 20, size, VtConfig::default());
+    if gpu().info.device_type == wgpu::DeviceType::Cpu {
+        assert_eq!(r.pool_format, "rgba8", "{}", r.pool_line());
+        assert!(r.pool_line().contains("software adapter"), "{}", r.pool_line());
+    }
+    eprintln!("{}", r.pool_line());
+    assert_converges("dungeon-etc1s", &r, 8, 40.0);
+}
+
 /// The dungeon as a game ships it: converted by glTF-Transform and ktx2-encoder to
 /// KHR_texture_basisu (required, no fallback; ETC1S colour, UASTC normal maps), one GLB
 /// (`assets/fetch-data.sh --dungeon --basisu`).

@@ -88,6 +88,17 @@ impl VtParams {
         self.feedback_phase = s.feedback_phase;
     }
 
+    /// Slots whose tile sits `margin` texels in from the slot's corner (a block pool on
+    /// the hardware trilinear path, [`tessera_core::stream::pool_layout::slot_margin`]):
+    /// one slot is the tile and twice the margin.
+    pub fn set_slot_margin(&mut self, margin: u32) {
+        let m = margin as f32;
+        for i in 0..2 {
+            self.slot_pitch[i] = (self.tile + 2.0 * self.border + 2.0 * m) * self.inv_pool[i];
+            self.border_uv[i] = (self.border + m) * self.inv_pool[i];
+        }
+    }
+
     /// Selects the sampling path: hardware trilinear reads level 1 of the pool's slots.
     pub fn set_trilinear(&mut self, t: tessera_core::stream::pool_layout::Trilinear) {
         self.slot_mips = u32::from(t == tessera_core::stream::pool_layout::Trilinear::Hardware);

@@ -40,21 +40,24 @@ pub struct LevelOne {
 
 impl LevelOne {
     /// Top-left texel (at level 0 of the pool) and step (1: a copy, 2: a 2× average)
-    /// of the texels behind this slot's level 1, for slots of `slot_texels²` with a
-    /// `border` (level-1 texel `i` reads level-0 texels `origin + step·i` ..
-    /// `+ step − 1`).
-    pub fn source_texels(&self, slot_texels: u32, border: u32) -> ([u32; 2], u32) {
+    /// of the texels behind this slot's level 1, for slots of `pitch²` texels holding
+    /// a tile with `border` `margin` texels in from the slot's corner (level-1 texel `i`
+    /// reads level-0 texels `origin + step·i` .. `+ step − 1`). A parent's quadrant
+    /// lines up with level-1 texels only when `margin + border` is even.
+    pub fn source_texels(&self, pitch: u32, margin: u32, border: u32) -> ([u32; 2], u32) {
         match self.source {
             LevelOneSource::Downsample => {
-                ([u32::from(self.slot.x) * slot_texels, u32::from(self.slot.y) * slot_texels], 2)
+                ([u32::from(self.slot.x) * pitch, u32::from(self.slot.y) * pitch], 2)
             }
             LevelOneSource::Parent { slot, quadrant } => {
-                // Level-1 texel i covers the tile's level-0 texels 2i, 2i + 1, which are
-                // payload texels 2i − border, …; the parent holds them at half
-                // resolution from its own border on, the quadrant half a payload in.
-                let payload = slot_texels - 2 * border;
+                // Level-1 texel i covers the slot's level-0 texels 2i, 2i + 1: payload
+                // texels 2i − margin − border, …, which the parent holds at half
+                // resolution from its own margin and border on, the quadrant half a
+                // payload in.
+                let payload = pitch - 2 * (margin + border);
                 let at = |s: u16, q: u8| {
-                    u32::from(s) * slot_texels + border + u32::from(q) * (payload / 2) - border / 2
+                    u32::from(s) * pitch + margin + border + u32::from(q) * (payload / 2)
+                        - (margin + border) / 2
                 };
                 ([at(slot.x, quadrant.0), at(slot.y, quadrant.1)], 1)
             }
@@ -149,7 +152,10 @@ mod tests {
         );
         // Quadrant (1, 1) of the parent's slot (5, 2): border 4, a half payload of 64 in,
         // a level-1 border of 2 out.
-        assert_eq!(jobs[0].source_texels(136, 4), ([5 * 136 + 66, 2 * 136 + 66], 1));
+        assert_eq!(jobs[0].source_texels(136, 0, 4), ([5 * 136 + 66, 2 * 136 + 66], 1));
+        // With a margin of 4 (144² slots), whole 4×4 blocks: the parent's tile starts 4
+        // texels into its slot and the quadrant 64 texels further.
+        assert_eq!(jobs[0].source_texels(144, 4, 4), ([5 * 144 + 68, 2 * 144 + 68], 1));
     }
 
     #[test]
@@ -159,7 +165,7 @@ mod tests {
         let coarsest = TileId::new(0, 2, 0, 0);
         let jobs = plan(&layout, &[upload(child, (3, 1)), upload(coarsest, (0, 0))], |_| None);
         assert!(jobs.iter().all(|j| j.source == LevelOneSource::Downsample));
-        assert_eq!(jobs[0].source_texels(136, 4), ([3 * 136, 136], 2));
+        assert_eq!(jobs[0].source_texels(136, 0, 4), ([3 * 136, 136], 2));
     }
 
     #[test]

@@ -66,8 +66,11 @@ pub enum PoolLayoutError {
 pub struct PoolLayout {
     /// The format of each pool: one, or one per layer of a stack.
     pub targets: Vec<TargetFormat>,
-    /// Side of a slot in texels (the stored tile, border included).
+    /// Side of a stored tile in texels, border included (what a slot's upload holds).
     pub slot_texels: u32,
+    /// Unused texels around the tile in each slot ([`slot_margin`]): 0, or the tile's
+    /// border for block-compressed pools on the hardware trilinear path.
+    pub slot_margin: u32,
     /// Slots across.
     pub slots_x: u32,
     /// Slots down.
@@ -145,15 +148,19 @@ impl PoolLayout {
                 t.name()
             )));
         }
-        let (trilinear, trilinear_reason) = sampling_path(trilinear, &targets, slot);
-        let slot_bytes: u64 = targets.iter().map(|&t| vram_bytes_per_slot(t, slot, trilinear)).sum();
+        let margin = slot_margin(&targets, first.layout.tile_size(), first.layout.border(), trilinear);
+        let pitch = slot + 2 * margin;
+        let (trilinear, trilinear_reason) = sampling_path(trilinear, &targets, pitch);
+        let margin = if trilinear == Trilinear::Hardware { margin } else { 0 };
+        let pitch = slot + 2 * margin;
+        let slot_bytes: u64 = targets.iter().map(|&t| vram_bytes_per_slot(t, pitch, trilinear)).sum();
         if (u64::from(pool_mib) << 20) / slot_bytes.max(1) < 2 {
             return Err(unfit(format!(
                 "a {pool_mib} MiB pool holds fewer than 2 tiles of {slot}² texels; give at least {} MiB",
                 (2 * slot_bytes).div_ceil(1 << 20)
             )));
         }
-        let max_side = (limits.max_texture_side / slot.max(1)).min(u32::from(MAX_SLOTS_PER_SIDE));
+        let max_side = (limits.max_texture_side / pitch.max(1)).min(u32::from(MAX_SLOTS_PER_SIDE));
         if let Some(note) = oversized_pool(pool_mib, slot_bytes, max_side) {
             tracing::warn!("{}: {note}", atlas.path().display());
         }
@@ -178,6 +185,7 @@ impl PoolLayout {
         Ok(Self {
             targets,
             slot_texels: slot,
+            slot_margin: margin,
             slots_x,
             slots_y,
             stacked,
@@ -198,10 +206,14 @@ impl PoolLayout {
         trilinear: Trilinear,
     ) -> Self {
         let slot_texels = owners.first().map_or(0, TextureLayout::padded_tile_size);
-        let (trilinear, trilinear_reason) = sampling_path(trilinear, &targets, slot_texels);
+        let (tile, border) = owners.first().map_or((0, 0), |l| (l.tile_size(), l.border()));
+        let margin = slot_margin(&targets, tile, border, trilinear);
+        let (trilinear, trilinear_reason) = sampling_path(trilinear, &targets, slot_texels + 2 * margin);
+        let slot_margin = if trilinear == Trilinear::Hardware { margin } else { 0 };
         Self {
             targets,
             slot_texels,
+            slot_margin,
             slots_x: slots.0,
             slots_y: slots.1,
             stacked,
@@ -222,7 +234,12 @@ impl PoolLayout {
 
     /// Bytes of GPU memory one slot takes over every pool, level-1 copies included.
     pub fn vram_bytes_per_slot(&self) -> u64 {
-        self.targets.iter().map(|&t| vram_bytes_per_slot(t, self.slot_texels, self.trilinear)).sum()
+        self.targets.iter().map(|&t| vram_bytes_per_slot(t, self.slot_pitch(), self.trilinear)).sum()
+    }
+
+    /// Side of a slot in the pool texture: the tile and its margin on each side.
+    pub fn slot_pitch(&self) -> u32 {
+        self.slot_texels + 2 * self.slot_margin
     }
 
     /// Slots in the pool.
@@ -244,6 +261,25 @@ impl PoolLayout {
     pub fn page_table_entries(&self) -> usize {
         self.owners.iter().map(TextureLayout::tile_count).sum::<u64>() as usize
     }
+}
+
+/// The margin of unused texels around each tile in the slots of a pool of `targets` on
+/// the `trilinear` path, for tiles of `tile`² payload texels and `border`.
+///
+/// A slot's level 1 is the quadrant of its parent tile ([`crate::stream::level_one`]),
+/// which for an uncompressed pool is a copy at any offset. A block-compressed pool can
+/// only copy whole 4×4 blocks, and level-1 texel `i` of a slot whose tile sits `m`
+/// texels in is the parent's padded texel `i + (m + border) / 2 + (tile / 2) · q`
+/// (quadrant `q`) from the start of the parent's slot, `m` texels before its tile: with
+/// `m = border` and a border and half tile that are multiples of 4, that offset is
+/// whole blocks and the copy stays inside the parent's written texels. So such pools
+/// leave a margin of `border` around each tile (136² tiles in 144² slots, 12% more
+/// memory a slot) and their level 1 is the atlas' own coarser mip, bit for bit; with
+/// any other border or tile size, 0 (level 1 is then re-encoded on the GPU).
+pub fn slot_margin(targets: &[TargetFormat], tile: u32, border: u32, trilinear: Trilinear) -> u32 {
+    let block = targets.iter().any(|t| t.is_block_compressed());
+    let aligned = border > 0 && border.is_multiple_of(4) && (tile / 2).is_multiple_of(4);
+    if trilinear == Trilinear::Hardware && block && aligned { border } else { 0 }
 }
 
 /// Whether a pool of `target` with `slot_texels²` slots can keep each slot's 2×
@@ -275,11 +311,12 @@ fn sampling_path(wanted: Trilinear, targets: &[TargetFormat], slot: u32) -> (Tri
         };
         return (Trilinear::Software, format!("software trilinear: {why}"));
     }
-    let encoded = if targets.iter().any(|t| t.is_block_compressed()) { ", encoded on the GPU" } else { "" };
+    let encoded = if targets.iter().any(|t| t.is_block_compressed()) { ", encoded on the GPU," } else { "" };
     (
         Trilinear::Hardware,
         format!(
-            "hardware trilinear: each {slot}² slot keeps its 2x downsample ({}²{encoded}) as level 1",
+            "hardware trilinear: each {slot}² slot keeps the next coarser mip ({}²: its parent tile's \
+             quadrant, or its own 2x downsample{encoded} until the parent is resident) as level 1",
             slot / 2
         ),
     )
@@ -320,6 +357,25 @@ pub fn slot_grid(mib: u32, slot_bytes: u64, max_side: u32) -> (u32, u32) {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn block_pools_on_the_hardware_path_get_a_margin_that_aligns_level_one_copies() {
+        use TargetFormat::*;
+        assert_eq!(slot_margin(&[Bc7], 128, 4, Trilinear::Hardware), 4);
+        assert_eq!(slot_margin(&[Rgba8, Bc1], 128, 4, Trilinear::Hardware), 4);
+        assert_eq!(slot_margin(&[Rgba8], 128, 4, Trilinear::Hardware), 0, "RGBA8 copies at any offset");
+        assert_eq!(slot_margin(&[Bc7], 128, 4, Trilinear::Software), 0, "no level 1");
+        assert_eq!(slot_margin(&[Bc7], 128, 2, Trilinear::Hardware), 0, "a border of 2 cannot align");
+        assert_eq!(
+            slot_margin(&[Bc7], 100, 4, Trilinear::Hardware),
+            0,
+            "half a tile of 50 is not whole blocks"
+        );
+        // The level-1 copy of quadrant 1 of a parent starts on a block and ends at its tile.
+        let (pitch, margin, border, tile) = (144u32, 4u32, 4u32, 128u32);
+        let start = margin + border + tile / 2 - (margin + border) / 2;
+        assert!(start.is_multiple_of(4) && start + pitch / 2 == margin + 2 * border + tile);
+    }
     use super::*;
 
     /// RGBA8, BC1 and BC7 pools keep a level 1 where its slots are whole blocks; ASTC

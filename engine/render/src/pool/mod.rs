@@ -98,7 +98,10 @@ pub struct TilePool {
     view: wgpu::TextureView,
     /// A plain (not sRGB) view of an sRGB pool that also holds linear layers.
     linear_view: Option<wgpu::TextureView>,
+    /// Side of a stored tile (what an upload writes).
     slot_texels: u32,
+    /// Unused texels around the tile in each slot.
+    margin: u32,
     slots_x: u32,
     slots_y: u32,
     /// The staging belt of [`TilePool::upload_batch`].
@@ -121,7 +124,7 @@ impl TilePool {
     ) -> Result<Self, RenderError> {
         let slot_bytes = target.bytes_per_tile(slot_texels) as u64;
         let (slots_x, slots_y) = Self::grid_for(device, mib, slot_bytes, slot_texels)?;
-        Self::with_grid(device, queue, (slots_x, slots_y), slot_texels, target, &[ColorSpace::Srgb], 1)
+        Self::with_grid(device, queue, (slots_x, slots_y), (slot_texels, 0), target, &[ColorSpace::Srgb], 1)
     }
 
     /// The slot grid of a `mib` MiB pool whose slots (all layers of a stack together)
@@ -143,8 +146,10 @@ impl TilePool {
         Ok(slot_grid(mib, slot_bytes, max_side))
     }
 
-    /// A pool of exactly `grid` (across, down) slots of `slot_texels²` texels in
-    /// `target` format, every slot filled with [`UNWRITTEN`], sampled as each of
+    /// A pool of exactly `grid` (across, down) slots of `slot.0²` texels (a stored
+    /// tile) with a margin of `slot.1` unused texels on each side
+    /// ([`tessera_core::stream::pool_layout::slot_margin`]) in `target` format, every
+    /// slot filled with [`UNWRITTEN`], sampled as each of
     /// `colors` (the colour spaces of the layers it holds): the texture is in the sRGB
     /// variant of `target` when any layer is sRGB, else the plain one, and a pool that
     /// holds both kinds also has a view of the other ([`TilePool::view_for`]), so a
@@ -156,12 +161,14 @@ impl TilePool {
         device: &wgpu::Device,
         queue: &wgpu::Queue,
         grid: (u32, u32),
-        slot_texels: u32,
+        slot: (u32, u32),
         target: TargetFormat,
         colors: &[ColorSpace],
         levels: u32,
     ) -> Result<Self, RenderError> {
         let (slots_x, slots_y) = grid;
+        let (slot_texels, margin) = slot;
+        let pitch = slot_texels + 2 * margin;
         let color = if colors.contains(&ColorSpace::Srgb) || colors.is_empty() {
             ColorSpace::Srgb
         } else {
@@ -170,19 +177,16 @@ impl TilePool {
         let format = wgpu_format_for(target, color);
         let other = wgpu_format_for(target, ColorSpace::Linear);
         let mixed = colors.contains(&ColorSpace::Linear) && other != format;
-        if levels == 2 && !level_one_possible(target, slot_texels) {
+        if levels == 2 && !level_one_possible(target, pitch) {
             return Err(RenderError::Config(format!(
                 "a two-level pool needs an uncompressed, BC1 or BC7 format and a slot side whose half is a \
-                 whole number of blocks, not {} with {slot_texels}² slots",
+                 whole number of blocks, not {} with {pitch}² slots",
                 target.name()
             )));
         }
         let levels = levels.clamp(1, 2);
-        let size = wgpu::Extent3d {
-            width: slots_x * slot_texels,
-            height: slots_y * slot_texels,
-            depth_or_array_layers: 1,
-        };
+        let size =
+            wgpu::Extent3d { width: slots_x * pitch, height: slots_y * pitch, depth_or_array_layers: 1 };
         let texture = device.create_texture(&wgpu::TextureDescriptor {
             label: Some("tessera tile pool"),
             size,
@@ -217,7 +221,7 @@ impl TilePool {
                     &texture,
                     target,
                     color == ColorSpace::Srgb,
-                    slot_texels,
+                    pitch,
                 ))
             } else {
                 SlotMips::Rendered(RenderedMips::new(device, &texture, format, slot_texels))
@@ -229,6 +233,7 @@ impl TilePool {
             view,
             linear_view,
             slot_texels,
+            margin,
             slots_x,
             slots_y,
             staging: Mutex::new(wgpu::util::StagingBelt::new(device.clone(), STAGING_CHUNK_BYTES)),
@@ -329,11 +334,19 @@ impl TilePool {
     pub fn tile_bytes(&self) -> u64 {
         self.target.bytes_per_tile(self.slot_texels) as u64
     }
-    /// Bytes of GPU memory one slot takes, its level-1 copy included.
+    /// Bytes of GPU memory one slot takes, its margin and level-1 copy included.
     pub fn slot_bytes(&self) -> u64 {
-        let level1 =
-            if self.slot_mips.is_some() { self.target.bytes_per_tile(self.slot_texels / 2) } else { 0 };
-        self.tile_bytes() + level1 as u64
+        let pitch = self.pitch();
+        let level1 = if self.slot_mips.is_some() { self.target.bytes_per_tile(pitch / 2) } else { 0 };
+        (self.target.bytes_per_tile(pitch) + level1) as u64
+    }
+    /// Side of a slot in the pool texture: the stored tile and its margin on each side.
+    pub fn pitch(&self) -> u32 {
+        self.slot_texels + 2 * self.margin
+    }
+    /// Unused texels around the tile in each slot.
+    pub fn margin(&self) -> u32 {
+        self.margin
     }
     /// Bytes of GPU memory the pool takes.
     pub fn bytes(&self) -> u64 {
@@ -350,7 +363,7 @@ impl TilePool {
 
     /// Size of the pool texture in texels.
     pub fn texels(&self) -> (u32, u32) {
-        (self.slots_x * self.slot_texels, self.slots_y * self.slot_texels)
+        (self.slots_x * self.pitch(), self.slots_y * self.pitch())
     }
     /// The pool texture.
     pub fn texture(&self) -> &wgpu::Texture {

@@ -67,11 +67,11 @@ pub(super) fn write_padded(
 impl TilePool {
     /// The texture region of `slot`.
     pub(super) fn slot_region(&self, slot: SlotCoord) -> wgpu::TexelCopyTextureInfo<'_> {
-        let s = self.slot_texels;
+        let (p, m) = (self.pitch(), self.margin);
         wgpu::TexelCopyTextureInfo {
             texture: &self.texture,
             mip_level: 0,
-            origin: wgpu::Origin3d { x: u32::from(slot.x) * s, y: u32::from(slot.y) * s, z: 0 },
+            origin: wgpu::Origin3d { x: u32::from(slot.x) * p + m, y: u32::from(slot.y) * p + m, z: 0 },
             aspect: wgpu::TextureAspect::All,
         }
     }
@@ -243,47 +243,79 @@ impl TilePool {
             copied.extend(group.iter().map(|(slot, _)| [u32::from(slot.x), u32::from(slot.y)]));
         }
         belt.finish();
-        let jobs = self.slot_mip_jobs(&copied, level_ones);
+        let jobs = self.slot_mip_jobs(&mut encoder, &copied, level_ones);
         match &self.slot_mips {
             Some(SlotMips::Rendered(mips)) => mips.record(device, queue, &mut encoder, &jobs),
             Some(SlotMips::Encoded(mips)) => mips.record(device, &mut encoder, &self.texture, &jobs),
             None => {}
         }
-        if !copied.is_empty() || (self.slot_mips.is_some() && !jobs.is_empty()) {
+        if !copied.is_empty() || !jobs.is_empty() {
             queue.submit([encoder.finish()]);
         }
         belt.recall();
         commands
     }
 
-    /// The level-1 jobs after a batch that wrote `copied`: `level_ones` inside the
-    /// grid (a parent's quadrant only with an even border, which keeps level-1 texels on
-    /// the parent's texels), else a downsample of each slot written.
-    fn slot_mip_jobs(&self, copied: &[[u32; 2]], level_ones: Option<(&[LevelOne], u32)>) -> Vec<SlotMipJob> {
-        let s = self.slot_texels;
+    /// The level-1 work after a batch that wrote `copied`: with `level_ones`, each
+    /// slot whose parent is resident gets the parent's quadrant, copied texel for texel
+    /// into `encoder` where the format allows the copy (any offset for RGBA8, whole
+    /// blocks for block formats: pools with a margin), else made by the level-1 pass
+    /// from it (returned); the other slots, or every slot written without
+    /// `level_ones`, are downsampled by that pass. Nothing for a pool without level 1.
+    fn slot_mip_jobs(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        copied: &[[u32; 2]],
+        level_ones: Option<(&[LevelOne], u32)>,
+    ) -> Vec<SlotMipJob> {
+        if self.slot_mips.is_none() {
+            return Vec::new();
+        }
+        let pitch = self.pitch();
         let Some((ones, border)) = level_ones else {
-            return copied.iter().map(|&slot| SlotMipJob::downsample(slot, s)).collect();
+            return copied.iter().map(|&slot| SlotMipJob::downsample(slot, pitch)).collect();
         };
         let inside = |c: SlotCoord| u32::from(c.x) < self.slots_x && u32::from(c.y) < self.slots_y;
-        ones.iter()
-            .filter(|j| inside(j.slot))
-            .map(|j| {
-                let dst = [u32::from(j.slot.x), u32::from(j.slot.y)];
-                match j.source {
-                    LevelOneSource::Parent { slot, .. } if inside(slot) && border.is_multiple_of(2) => {
-                        let (src, step) = j.source_texels(s, border);
-                        SlotMipJob { dst, src, step, _pad: 0 }
-                    }
-                    _ => SlotMipJob::downsample(dst, s),
+        let half = pitch / 2;
+        let mut jobs = Vec::new();
+        for j in ones.iter().filter(|j| inside(j.slot)) {
+            let dst = [u32::from(j.slot.x), u32::from(j.slot.y)];
+            let parent = match j.source {
+                LevelOneSource::Parent { slot, .. } if inside(slot) && (self.margin + border) % 2 == 0 => {
+                    Some(j.source_texels(pitch, self.margin, border).0)
                 }
-            })
-            .collect()
+                _ => None,
+            };
+            match parent {
+                Some(src) if !self.target.is_block_compressed() || (src[0] % 4 == 0 && src[1] % 4 == 0) => {
+                    encoder.copy_texture_to_texture(
+                        wgpu::TexelCopyTextureInfo {
+                            texture: &self.texture,
+                            mip_level: 0,
+                            origin: wgpu::Origin3d { x: src[0], y: src[1], z: 0 },
+                            aspect: wgpu::TextureAspect::All,
+                        },
+                        wgpu::TexelCopyTextureInfo {
+                            texture: &self.texture,
+                            mip_level: 1,
+                            origin: wgpu::Origin3d { x: dst[0] * half, y: dst[1] * half, z: 0 },
+                            aspect: wgpu::TextureAspect::All,
+                        },
+                        wgpu::Extent3d { width: half, height: half, depth_or_array_layers: 1 },
+                    );
+                }
+                Some(src) => jobs.push(SlotMipJob { dst, src, step: 1, _pad: 0 }),
+                None => jobs.push(SlotMipJob::downsample(dst, pitch)),
+            }
+        }
+        jobs
     }
 
     /// The copies that move `tiles` (laid out `span` bytes apart where contiguous):
     /// runs one below the other merged ([`TilePool::set_merged_copies`]), else one each.
     pub(super) fn runs(&self, tiles: &[TileCopy], span: u64) -> Vec<Range<usize>> {
-        if self.merged_copies {
+        // Slots with a margin are not one below the other's texels: one copy each.
+        if self.merged_copies && self.margin == 0 {
             vertical_runs(tiles, span)
         } else {
             (0..tiles.len()).map(|i| i..i + 1).collect()

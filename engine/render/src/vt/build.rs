@@ -98,7 +98,7 @@ impl VirtualTextures {
                     device,
                     &ctx.queue,
                     (plan.slots_x, plan.slots_y),
-                    plan.slot_texels,
+                    (plan.slot_texels, plan.slot_margin),
                     t,
                     &colors,
                     plan.pool_levels(),
@@ -200,6 +200,7 @@ impl VirtualTextures {
                 };
                 let mut params = VtParams::new(l, texels, config.max_anisotropy, config.debug_view);
                 params.set_trilinear(plan.trilinear);
+                params.set_slot_margin(plan.slot_margin);
                 LayerBinding::new(&ctx.device, layout_bgl, params, &l.name, &resources)
             })
             .collect()
