@@ -144,7 +144,7 @@ pub(crate) fn upload_file(
         file.read_exact_at(&mut buf, start).map_err(read_err)?;
         Ok(buf)
     };
-    runtime.block_on(async {
+    let done = runtime.block_on(async {
         match built {
             Built::Gcs(gcs, base) => {
                 let bucket =
@@ -158,8 +158,18 @@ pub(crate) fn upload_file(
             Built::Azure(az) => multipart(az.clone(), az, &path, len, &part, progress).await,
             Built::Http(_) => Err(RemoteError::Config("plain web servers take no uploads".into()).into()),
         }
-    })?;
-    Ok(len)
+    });
+    if done.is_err() && interrupted() {
+        // The signal handler aborted this upload and is about to exit the process with
+        // the signal's status: an upload error now would only race it to the exit.
+        std::thread::sleep(Duration::from_secs(30));
+    }
+    done.map(|()| len)
+}
+
+/// Whether [`abort_in_flight`] ran: the process is being interrupted.
+fn interrupted() -> bool {
+    IN_FLIGHT.lock().unwrap_or_else(PoisonError::into_inner).is_none()
 }
 
 /// One PUT for a file of one part, else a multipart upload, aborted on failure.
