@@ -772,8 +772,8 @@ mod tests {
         let etc1s = encode_ktx2(&noisy(16), 16, 16, BasisMode::Etc1s, &EncodeOptions::default()).unwrap();
         let at64 = |f: &mut Vec<u8>, at: usize, v: u64| f[at..at + 8].copy_from_slice(&v.to_le_bytes());
         let at32 = |f: &mut Vec<u8>, at: usize, v: u32| f[at..at + 4].copy_from_slice(&v.to_le_bytes());
-        type Forge = dyn Fn(&mut Vec<u8>);
-        let cases: [(&str, &Forge); 9] = [
+        type Forge<'a> = dyn Fn(&mut Vec<u8>) + 'a;
+        let cases: [(&str, &Forge<'_>); 9] = [
             ("sgdByteOffset", &|f| at64(f, 64, u64::MAX)),
             ("sgdByteLength", &|f| at64(f, 72, u64::MAX - 10)),
             ("sgdByteLength 0", &|f| at64(f, 72, 0)),

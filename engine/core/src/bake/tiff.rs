@@ -633,6 +633,10 @@ mod tests {
         /// Further tags, `(tag, type, values)`: values are written in the type's size
         /// (type 12, DOUBLE, takes `f64::to_bits`).
         extra: Vec<(u16, u16, Vec<u64>)>,
+        /// LZW compression (`Some`), with the horizontal predictor (`Some(true)`).
+        lzw: Option<bool>,
+        /// Zero bytes each LZW chunk's stream holds after its samples.
+        lzw_trailing: usize,
     }
 
     impl Spec {
@@ -646,6 +650,8 @@ mod tests {
                 big_endian: false,
                 planar: false,
                 extra: Vec::new(),
+                lzw: None,
+                lzw_trailing: 0,
             }
         }
     }
@@ -705,17 +711,34 @@ mod tests {
                     let start = b.len();
                     offsets.push(start as u64);
                     let rows = if tiled { ch } else { ch.min(height - cy * ch) };
+                    let mut chunk = Vec::new();
                     for y in cy * ch..cy * ch + rows {
+                        let mut row = Vec::new();
                         for x in cx * cw..cx * cw + cw {
                             let inside = x < width && y < height;
                             let texel = (y as usize * width as usize + x as usize) * spp;
                             let range = if planar { plane..plane + 1 } else { 0..spp };
                             for s in range {
-                                let v = if inside { samples[texel + s] } else { 0 };
-                                put(&mut b, u64::from(v), usize::from(format.bits / 8));
+                                row.push(if inside { samples[texel + s] } else { 0 });
                             }
                         }
+                        if spec.lzw == Some(true) {
+                            let mask = if format.bits == 8 { 0xFF } else { 0xFFFF };
+                            for i in (spp..row.len()).rev() {
+                                row[i] = row[i].wrapping_sub(row[i - spp]) & mask;
+                            }
+                        }
+                        for v in row {
+                            put(&mut chunk, u64::from(v), usize::from(format.bits / 8));
+                        }
                     }
+                    if spec.lzw.is_some() {
+                        chunk.resize(chunk.len() + spec.lzw_trailing, 0);
+                        let mut encoder =
+                            weezl::encode::Encoder::with_tiff_size_switch(weezl::BitOrder::Msb, 8);
+                        chunk = encoder.encode(&chunk).unwrap();
+                    }
+                    b.extend_from_slice(&chunk);
                     counts.push((b.len() - start) as u64);
                 }
             }
@@ -729,7 +752,7 @@ mod tests {
             (256, LONG, vec![u64::from(width)]),
             (257, LONG, vec![u64::from(height)]),
             (258, SHORT, vec![u64::from(format.bits); spp]),
-            (259, SHORT, vec![1]),
+            (259, SHORT, vec![if spec.lzw.is_some() { 5 } else { 1 }]),
             (262, SHORT, vec![u64::from(format.photometric)]),
             (277, SHORT, vec![spp as u64]),
             (284, SHORT, vec![if planar { 2 } else { 1 }]),
@@ -747,6 +770,9 @@ mod tests {
         let alpha = (format.photometric == GRAY && spp == 2) || (format.photometric == RGB && spp == 4);
         if alpha {
             tags.push((338, SHORT, vec![2]));
+        }
+        if spec.lzw == Some(true) {
+            tags.push((317, SHORT, vec![2]));
         }
         tags.extend(spec.extra.iter().cloned());
         tags.sort_by_key(|t| t.0);
@@ -889,6 +915,73 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Hostile case 10 of issue 41: LZW tiles (decoded by [`lzw`]) with partial tiles on
+    /// the right and bottom edges read as the samples they hold, in every format, both byte
+    /// orders, with and without the horizontal predictor; strips stay with the crate.
+    #[test]
+    fn lzw_tiles_read_like_their_samples_in_every_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let (w, h) = (45, 21);
+        let mut n = 0;
+        for (fi, &format) in FORMATS.iter().enumerate() {
+            let samples = noise((w * h) as usize * usize::from(format.samples), format.bits, fi as u64 + 9);
+            let want = expected(&samples, format);
+            for (big_endian, predictor, chunks) in [
+                (false, false, Chunks::Tiles(16, 16)),
+                (false, true, Chunks::Tiles(16, 16)),
+                (true, true, Chunks::Tiles(32, 16)),
+                (true, false, Chunks::Strips(4)),
+            ] {
+                n += 1;
+                let mut spec = Spec::new(w, h, format, chunks);
+                spec.big_endian = big_endian;
+                spec.lzw = Some(predictor);
+                let path = dir.path().join(format!("lzw{n}.tif"));
+                write_tiff(&path, &spec, &samples);
+                let src = TiffSource::open(&path).unwrap_or_else(|e| panic!("{spec:?}: {e}"));
+                assert_eq!(src.lzw_tiles.is_some(), matches!(chunks, Chunks::Tiles(..)), "{spec:?}");
+                check_windows(&src, &want, n);
+            }
+        }
+    }
+
+    /// `--max-memory` holds for what an LZW tile inflates to: a stream that goes on far past
+    /// its tile is cut at the tile's size, and a stream that stops short is an error
+    /// naming the tile.
+    #[test]
+    fn lzw_tiles_inflate_to_their_size_and_no_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let (w, h) = (40, 40);
+        let format = FORMATS[2];
+        let samples = noise((w * h * 3) as usize, 8, 5);
+        let mut spec = Spec::new(w, h, format, Chunks::Tiles(16, 16));
+        spec.lzw = Some(false);
+        // 8 MiB of zeros after each 768-byte tile: some 20 KiB of codes each.
+        spec.lzw_trailing = 8 << 20;
+        let path = dir.path().join("long.tif");
+        write_tiff(&path, &spec, &samples);
+        let src = TiffSource::open(&path).unwrap();
+        check_windows(&src, &expected(&samples, format), 3);
+        let g = src.grid;
+        let chunk = (g.chunk_w * g.chunk_h * 3) as usize;
+        let bound = window_rows(&g, h) as usize * w as usize * TEXEL_BYTES + 2 * chunk;
+        assert!(src.stats().peak_bytes <= bound, "held {} bytes, bound {bound}", src.stats().peak_bytes);
+        // Cut short: the first tile's stream is half its bytes.
+        let (mut file, offsets) = write_tiff(&path, &Spec { lzw_trailing: 0, ..spec }, &samples);
+        let first = offsets[0] as usize;
+        let count = (offsets[1] - offsets[0]) as usize;
+        let mut encoder = weezl::encode::Encoder::with_tiff_size_switch(weezl::BitOrder::Msb, 8);
+        let short = encoder.encode(&vec![3u8; chunk / 2]).unwrap();
+        assert!(short.len() <= count);
+        file[first..first + short.len()].copy_from_slice(&short);
+        file[first + short.len()..first + count].fill(0);
+        std::fs::write(&path, &file).unwrap();
+        let src = TiffSource::open(&path).unwrap();
+        let mut out = vec![0u8; w as usize * 4 * 16];
+        let e = src.read_rows(0, &mut out).unwrap_err().to_string();
+        assert!(e.contains("long.tif") && e.contains("tile 0"), "{e}");
     }
 
     /// Writes `samples` with the `tiff` crate's encoder: strips of 5 rows (PackBits: its
