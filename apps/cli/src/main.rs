@@ -12,6 +12,7 @@ mod inspect;
 mod out;
 mod progress;
 mod scene;
+mod shards;
 mod signals;
 mod soak;
 mod stream_bench;
@@ -24,7 +25,6 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use tessera_core::bake::cache::{BakeCache, BakeKey, BakeKind};
 use tessera_core::bake::grid::GridSource;
-use tessera_core::bake::shard::MergeForm;
 use tessera_core::bake::source::Generated;
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
 use tessera_core::format::atlas::{Atlas, ColorSpace, Wrap};
@@ -296,11 +296,11 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
         return run_scene_bake(args);
     }
     if args.merge {
-        return run_merge(args);
+        return shards::run_merge(args);
     }
     let no_inputs = args.inputs.is_empty() && args.generate.is_empty();
     if no_inputs && let Some(count) = args.status {
-        return run_status(args, count, None);
+        return shards::run_status(args, count, None);
     }
     if no_inputs {
         bail!("nothing to bake: give at least one INPUT image, --generate WxH, --gltf or --globe");
@@ -371,7 +371,7 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
     }
     if let Some(count) = args.status {
         let expected = tessera_core::bake::bake_fingerprint(&inputs, &opts)?;
-        return run_status(args, count, Some(&expected));
+        return shards::run_status(args, count, Some(&expected));
     }
     let bar = Bar::new("bake", 0);
     let report = bake(inputs, &args.output, &opts, &bar)
@@ -454,94 +454,6 @@ fn human_seconds(s: f64) -> String {
     } else {
         format!("{s:.1} s")
     }
-}
-
-/// `tessera bake … --status [N]`: the state of each shard's part.
-fn run_status(args: &BakeArgs, count: u32, expected: Option<&str>) -> Result<ExitCode> {
-    use tessera_core::bake::shard_plan::PartState;
-    let count = (count > 0).then_some(count);
-    let parts = tessera_core::bake::shard_plan::status(&args.output, count, expected, &[])
-        .with_context(|| format!("listing the shard parts of {}", args.output.display()))?;
-    let dir = tessera_core::bake::shard::shard_dir(&args.output);
-    if parts.is_empty() {
-        println!("{}: no shard parts (give --status N to list the shards of an N-shard bake)", dir.display());
-        return Ok(ExitCode::from(1));
-    }
-    let mut rerun = Vec::new();
-    for p in &parts {
-        let line = match &p.state {
-            PartState::Done { tiles, bytes } => {
-                format!("done     {tiles} tiles, {:.1} MiB", *bytes as f64 / (1 << 20) as f64)
-            }
-            PartState::Missing => "missing".to_string(),
-            PartState::Stale { reason } => format!("stale    {reason}"),
-            PartState::Damaged { reason } => format!("damaged  {reason}"),
-        };
-        // Parts of another shard count are in the way, not to be rerun.
-        if !matches!(p.state, PartState::Done { .. }) && count.is_none_or(|c| p.shard.count == c) {
-            rerun.push(p.shard.to_string());
-        }
-        println!("  {:>9}  {line}", p.shard.to_string());
-    }
-    if rerun.is_empty() {
-        println!("all {} parts done: run the same command with --merge", parts.len());
-        Ok(ExitCode::SUCCESS)
-    } else {
-        println!("to (re)run: --shard {}", rerun.join(", --shard "));
-        Ok(ExitCode::from(1))
-    }
-}
-
-/// `tessera bake … --merge`: the atlas from its shard parts.
-fn run_merge(args: &BakeArgs) -> Result<ExitCode> {
-    let remote = tessera_core::format::atlas::is_remote_location(&args.output);
-    if !remote {
-        check_output(&args.output, args.inputs.iter().map(PathBuf::as_path))?;
-    }
-    let start = std::time::Instant::now();
-    let bar = Bar::new("merge", 0);
-    let form = if args.one_file { MergeForm::OneFile } else { MergeForm::Split };
-    let report = tessera_core::bake::shard::merge_shards(&args.output, form, &bar)
-        .with_context(|| format!("merging the shards of {}", args.output.display()))?;
-    bar.clear();
-    if !remote && (!args.inputs.is_empty() || !args.generate.is_empty()) {
-        record(&BakeCache::new(&args.output), &bake_key(args));
-    }
-    let dir = tessera_core::bake::shard::shard_dir(&args.output);
-    if args.one_file
-        && !args.keep_shards
-        && let Err(e) = std::fs::remove_dir_all(&dir)
-    {
-        eprintln!("tessera: warning: {}: {e}; delete it by hand", dir.display());
-    }
-    let mib = |b: u64| b as f64 / (1 << 20) as f64;
-    let moved = report.blob_bytes + report.record_bytes + report.file_bytes;
-    if report.split {
-        println!(
-            "merged {} shard parts, {} tiles into split atlas {} ({:.1} KiB index over {:.1} MiB of data in {}) \
-             in {:.2} s; moved {:.1} KiB ({:.3}% of the data)",
-            report.parts,
-            report.tiles,
-            args.output.display(),
-            report.file_bytes as f64 / 1024.0,
-            mib(report.data_bytes),
-            dir.display(),
-            start.elapsed().as_secs_f64(),
-            moved as f64 / 1024.0,
-            100.0 * moved as f64 / report.data_bytes.max(1) as f64
-        );
-    } else {
-        println!(
-            "merged {} shard parts, {} tiles into {} ({:.1} MiB) in {:.2} s; moved {:.1} MiB",
-            report.parts,
-            report.tiles,
-            args.output.display(),
-            mib(report.file_bytes),
-            start.elapsed().as_secs_f64(),
-            mib(moved)
-        );
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 fn bake_options(args: &BakeArgs) -> BakeOptions {

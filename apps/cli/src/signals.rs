@@ -1,9 +1,11 @@
-//! SIGINT, SIGTERM, SIGHUP and SIGQUIT: delete this process's temporary files, then exit
-//! with the conventional status (128 + the signal's number), so an interrupted bake leaves
-//! nothing. (SIGPIPE is ignored, as in every Rust program: a write to a closed pipe is an
-//! error that unwinds normally, and dropping the writers deletes their files. SIGKILL
-//! cannot be caught: spilled levels have no name to leave, and the next bake beside the
-//! same output sweeps the atlas's temporary file.)
+//! SIGINT, SIGTERM, SIGHUP and SIGQUIT: delete this process's temporary files and folders
+//! (a shard baking into `s3://` stages its part in one), then exit with the conventional
+//! status (128 + the signal's number), so an interrupted bake leaves nothing. (SIGPIPE is
+//! ignored, as in every Rust program: a write to a closed pipe is an error that unwinds
+//! normally, and dropping the writers deletes their files. SIGKILL cannot be caught:
+//! spilled levels have no name to leave, the next bake beside the same output sweeps the
+//! atlas's temporary file, and the next shard or merge into `s3://` the staging folders of
+//! killed shards.)
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 use signal_hook::iterator::Signals;

@@ -57,6 +57,7 @@ pub mod format;
 // regression tests; hidden from the documentation: entry points for fuzzers, not API.
 #[doc(hidden)]
 pub mod fuzz;
+pub mod local_file;
 pub mod progress;
 pub mod scene;
 pub mod stream;

@@ -1,13 +1,14 @@
-//! Temporary files of writes in progress: listed while they live, so that a signal
-//! handler can delete them before the process exits, and named with the writer's process
-//! id, so that a later bake can sweep the ones a killed process left behind.
+//! Temporary files (and staging folders) of writes in progress: listed while they live,
+//! so that a signal handler can delete them before the process exits, and named with the
+//! writer's process id, so that a later bake can sweep the ones a killed process left
+//! behind.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-/// The temporary files this process has open now.
-static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// The temporary files this process has open now, each with whether it is a folder.
+static LIVE: Mutex<Vec<(PathBuf, bool)>> = Mutex::new(Vec::new());
 
 /// Where processes cannot be looked up (no `/proc`), a temporary file this old is stale.
 pub const STALE_AGE: Duration = Duration::from_secs(24 * 60 * 60);
@@ -18,13 +19,21 @@ pub const STALE_AGE: Duration = Duration::from_secs(24 * 60 * 60);
 pub struct TempPath {
     path: PathBuf,
     armed: bool,
+    folder: bool,
 }
 
 impl TempPath {
     /// Lists `path` (not yet created, or just created) as a live temporary file.
     pub fn new(path: PathBuf) -> Self {
-        LIVE.lock().unwrap_or_else(PoisonError::into_inner).push(path.clone());
-        Self { path, armed: true }
+        LIVE.lock().unwrap_or_else(PoisonError::into_inner).push((path.clone(), false));
+        Self { path, armed: true, folder: false }
+    }
+
+    /// Lists the folder `path` (not yet made, or just made) as a live temporary folder:
+    /// deleted with everything in it on drop and by [`remove_all`].
+    pub fn new_folder(path: PathBuf) -> Self {
+        LIVE.lock().unwrap_or_else(PoisonError::into_inner).push((path.clone(), true));
+        Self { path, armed: true, folder: true }
     }
 
     /// The file's path.
@@ -44,7 +53,7 @@ impl TempPath {
 impl Drop for TempPath {
     fn drop(&mut self) {
         if self.armed {
-            let _ = std::fs::remove_file(&self.path);
+            let _ = remove(&self.path, self.folder);
             unlist(&self.path);
         }
     }
@@ -52,17 +61,23 @@ impl Drop for TempPath {
 
 fn unlist(path: &Path) {
     let mut live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(i) = live.iter().rposition(|p| p == path) {
+    if let Some(i) = live.iter().rposition(|(p, _)| p == path) {
         live.swap_remove(i);
     }
 }
 
-/// Deletes every temporary file this process has open now; returns how many were
-/// deleted. For a signal handler about to exit the process: the writers still holding
-/// these files will fail or never finish.
+fn remove(path: &Path, folder: bool) -> std::io::Result<()> {
+    if folder { std::fs::remove_dir_all(path) } else { std::fs::remove_file(path) }
+}
+
+/// Deletes every temporary file and folder this process has open now; returns how many
+/// were deleted. For a signal handler about to exit the process: the writers still
+/// holding these files will fail or never finish.
 pub fn remove_all() -> usize {
     let live = std::mem::take(&mut *LIVE.lock().unwrap_or_else(PoisonError::into_inner));
-    live.iter().filter(|p| std::fs::remove_file(p).is_ok()).count()
+    // Files first: a folder's removal takes its listed files with it.
+    let (folders, files): (Vec<_>, Vec<_>) = live.into_iter().partition(|(_, folder)| *folder);
+    files.into_iter().chain(folders).filter(|(p, folder)| remove(p, *folder).is_ok()).count()
 }
 
 /// How many temporary files this process has open now.
@@ -82,21 +97,40 @@ pub fn temp_name(prefix: &str, suffix: &str) -> String {
 /// [`STALE_AGE`]. Files of this process and of live processes stay. Returns how many
 /// files were deleted; a folder that cannot be listed deletes nothing.
 pub fn sweep(dir: &Path, prefix: &str) -> usize {
+    sweep_kind(dir, prefix, false)
+}
+
+/// [`sweep`] for temporary folders ([`TempPath::new_folder`]): each one of a process
+/// that is gone is deleted with everything in it. A symbolic link is never followed.
+pub fn sweep_folders(dir: &Path, prefix: &str) -> usize {
+    sweep_kind(dir, prefix, true)
+}
+
+fn sweep_kind(dir: &Path, prefix: &str, folders: bool) -> usize {
     let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
     let mut removed = 0;
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| temp_pid(n, prefix)) else { continue };
-        if pid == std::process::id() || !is_stale(pid, &entry) {
+        let Some(pid) = name.to_str().and_then(|n| left_by_gone_process(n, prefix, &entry.path())) else {
+            continue;
+        };
+        if entry.file_type().is_ok_and(|t| t.is_dir()) != folders {
             continue;
         }
-        if std::fs::remove_file(entry.path()).is_ok() {
+        if remove(&entry.path(), folders).is_ok() {
             tracing::info!("removed {}, left by process {pid}", entry.path().display());
             removed += 1;
         }
     }
     removed
+}
+
+/// The process id in `name`, when it is a temporary file name `{prefix}{pid}[-.…].tmp`
+/// (at `path`) of a process that is gone (not this one).
+pub(crate) fn left_by_gone_process(name: &str, prefix: &str, path: &Path) -> Option<u32> {
+    let pid = temp_pid(name, prefix)?;
+    (pid != std::process::id() && is_stale(pid, path)).then_some(pid)
 }
 
 /// The process id in a temporary file name `{prefix}{pid}[-.…].tmp`.
@@ -111,11 +145,11 @@ fn temp_pid(name: &str, prefix: &str) -> Option<u32> {
 }
 
 /// Whether a temporary file of process `pid` was left behind.
-fn is_stale(pid: u32, entry: &std::fs::DirEntry) -> bool {
+fn is_stale(pid: u32, path: &Path) -> bool {
     if Path::new("/proc/self").exists() {
         return !Path::new("/proc").join(pid.to_string()).exists();
     }
-    let modified = entry.metadata().and_then(|m| m.modified());
+    let modified = std::fs::symlink_metadata(path).and_then(|m| m.modified());
     modified.is_ok_and(|t| SystemTime::now().duration_since(t).is_ok_and(|age| age > STALE_AGE))
 }
 
@@ -154,6 +188,13 @@ mod tests {
         }
         assert_eq!(sweep(dir.path(), ".a.tsa."), 1);
         assert!(!dead.exists() && own.exists() && other.exists());
+        // Folders are swept by sweep_folders only, with what they hold.
+        let stage = dir.path().join(format!("stage-{}-0-of-2.tmp", dead_pid()));
+        std::fs::create_dir(&stage).expect("mkdir");
+        std::fs::write(stage.join("spool"), b"x").expect("write");
+        assert_eq!(sweep(dir.path(), "stage-"), 0);
+        assert_eq!(sweep_folders(dir.path(), "stage-"), 1);
+        assert!(!stage.exists());
     }
 
     #[test]
@@ -167,6 +208,11 @@ mod tests {
         kept.keep();
         drop(kept);
         assert!(!a.exists() && b.exists());
+        let folder = dir.path().join("stage");
+        std::fs::create_dir(&folder).expect("mkdir");
+        std::fs::write(folder.join("spool"), b"x").expect("write");
+        drop(TempPath::new_folder(folder.clone()));
+        assert!(!folder.exists());
         // remove_all() is exercised by the CLI's SIGTERM test: here it would delete the
         // temporary files of tests running in parallel.
     }

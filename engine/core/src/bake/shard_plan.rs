@@ -7,7 +7,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::bake::baker::{BakeError, BakeInput, BakeOptions, bake_threads, layer_table};
-use crate::bake::shard::{Shard, ShardError, list_dir, part_path, read_part, shard_dir};
+use crate::bake::shard::{MAX_SHARDS, Shard, ShardError, part_path, parts_present, read_part, shard_dir};
 use crate::format::atlas::order::StorageOrder;
 use crate::format::codec::EncodeOptions;
 
@@ -50,6 +50,9 @@ pub struct BakePlan {
 /// codec and options). Encoding dominates a bake; reading and filtering add a few
 /// percent (BENCHMARKS.md, "Sharded bakes").
 pub fn plan(inputs: &[BakeInput], opts: &BakeOptions, count: u32) -> Result<BakePlan, BakeError> {
+    if count > MAX_SHARDS {
+        return Err(BakeError::Shard(ShardError::Spec(count.to_string())));
+    }
     let layers = layer_table(inputs, opts)?;
     let mut seconds_per_tile = Vec::with_capacity(layers.len());
     let mut sampled_source = Vec::with_capacity(layers.len());
@@ -156,82 +159,103 @@ pub enum PartState {
     },
 }
 
-/// One shard and its part's state.
+/// One shard and its part's state; or a run of shards whose parts are all missing.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PartStatus {
-    /// The shard.
+    /// The shard (the first of a run).
     pub shard: Shard,
+    /// The last shard index the entry stands for: `shard.index` but for a run of
+    /// missing parts, `shard.index..=last`, listed as one entry whatever its length.
+    pub last: u32,
     /// Its part's state.
     #[serde(flatten)]
     pub state: PartState,
+}
+
+/// What [`status`] found in `OUT.shards/`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ShardStatus {
+    /// The parts, by shard count then index.
+    pub parts: Vec<PartStatus>,
+    /// Names ending in `.part` that name no part of any bake (`0-of-4294967295.part`,
+    /// `5-of-5.part`): never read.
+    pub strays: Vec<String>,
 }
 
 /// The parts of the atlas `out` (`OUT.shards/`, a folder or an `s3://` prefix), shard by
 /// shard, for every shard count that has parts there (or `count` when given: then its
 /// missing shards are listed even when none has run). With `expected` (the fingerprint
 /// of the bake as it would run now, [`crate::bake::bake_fingerprint`]) a part of another
-/// bake is stale; without, parts that disagree with the first intact one are.
+/// bake is stale; without, parts that disagree with the first intact one are. Missing
+/// parts come in runs, so the answer grows with the files present, never with a count
+/// a file name claims.
 pub fn status(
     out: &Path,
     count: Option<u32>,
     expected: Option<&str>,
     s3: &[(String, String)],
-) -> Result<Vec<PartStatus>, ShardError> {
-    let names = match list_dir(&shard_dir(out), s3) {
-        Ok(n) => n,
-        Err(ShardError::NoParts(_)) => Vec::new(),
+) -> Result<ShardStatus, ShardError> {
+    let (mut present, strays) = match parts_present(&shard_dir(out), s3) {
+        Ok(found) => found,
+        Err(ShardError::NoParts(_)) => Default::default(),
         Err(e) => return Err(e),
     };
-    let mut counts: Vec<u32> = names
-        .iter()
-        .filter_map(|n| n.strip_suffix(".part")?.split_once("-of-")?.1.parse().ok())
-        .filter(|&n: &u32| n > 0)
-        .collect();
-    counts.extend(count);
-    counts.sort_unstable();
-    counts.dedup();
-    let mut out_status = Vec::new();
+    if let Some(c) = count {
+        if Shard::new(0, c).is_none() {
+            return Err(ShardError::Spec(c.to_string()));
+        }
+        present.entry(c).or_default();
+    }
+    let mut parts = Vec::new();
     let mut reference: Option<String> = expected.map(str::to_owned);
-    for n in counts {
-        for i in 0..n {
+    let missing = |n: u32, first: u32, last: u32| PartStatus {
+        shard: Shard { index: first, count: n },
+        last,
+        state: PartState::Missing,
+    };
+    for (&n, indices) in &present {
+        let mut next = 0;
+        for &i in indices {
+            if i > next {
+                parts.push(missing(n, next, i - 1));
+            }
+            next = i + 1;
             let shard = Shard { index: i, count: n };
-            let name = format!("{i}-of-{n}.part");
-            let state = if !names.contains(&name) {
-                PartState::Missing
-            } else {
-                match read_part(&part_path(out, shard), s3) {
-                    Err(e) => PartState::Damaged { reason: e.to_string() },
-                    Ok(part) if part.manifest.shard != shard => {
-                        PartState::Damaged { reason: format!("holds shard {}", part.manifest.shard) }
-                    }
-                    Ok(part) => {
-                        let fp = &part.manifest.fingerprint;
-                        match &reference {
-                            Some(r) if r != fp => PartState::Stale {
-                                reason: if expected.is_some() {
-                                    "baked from other inputs or options than these".into()
-                                } else {
-                                    "from another bake than the other parts".into()
-                                },
+            let state = match read_part(&part_path(out, shard), s3) {
+                Err(e) => PartState::Damaged { reason: e.to_string() },
+                Ok(part) if part.manifest.shard != shard => {
+                    PartState::Damaged { reason: format!("holds shard {}", part.manifest.shard) }
+                }
+                Ok(part) => {
+                    let fp = &part.manifest.fingerprint;
+                    match &reference {
+                        Some(r) if r != fp => PartState::Stale {
+                            reason: if expected.is_some() {
+                                "baked from other inputs or options than these".into()
+                            } else {
+                                "from another bake than the other parts".into()
                             },
-                            _ if let Some(c) = count.filter(|&c| c != n) => {
-                                PartState::Stale { reason: format!("of a bake cut into {n} shards, not {c}") }
-                            }
-                            _ => {
-                                reference.get_or_insert_with(|| fp.clone());
-                                PartState::Done {
-                                    tiles: part.manifest.range[1] - part.manifest.range[0],
-                                    bytes: part.len,
-                                }
+                        },
+                        _ if let Some(c) = count.filter(|&c| c != n) => {
+                            PartState::Stale { reason: format!("of a bake cut into {n} shards, not {c}") }
+                        }
+                        _ => {
+                            reference.get_or_insert_with(|| fp.clone());
+                            PartState::Done {
+                                tiles: part.manifest.range[1] - part.manifest.range[0],
+                                bytes: part.len,
                             }
                         }
                     }
                 }
             };
-            out_status.push(PartStatus { shard, state });
+            parts.push(PartStatus { shard, last: i, state });
+        }
+        if next < n {
+            parts.push(missing(n, next, n - 1));
         }
     }
-    Ok(out_status)
+    Ok(ShardStatus { parts, strays })
 }
 
 #[cfg(test)]
@@ -280,7 +304,7 @@ mod tests {
             shard: Shard::new(i, 4),
             ..Default::default()
         };
-        assert!(status(&out, None, None, &[]).unwrap().is_empty());
+        assert!(status(&out, None, None, &[]).unwrap().parts.is_empty());
         for (i, q) in [(0, 128), (1, 128), (2, 90)] {
             bake(inputs(), &out, &opts(i, q), &NoProgress).unwrap();
         }
@@ -288,7 +312,7 @@ mod tests {
         let bytes = std::fs::read(&part).unwrap();
         std::fs::write(&part, &bytes[..bytes.len() - 3]).unwrap();
         let expected = bake_fingerprint(&inputs(), &opts(0, 128)).unwrap();
-        let s = status(&out, None, Some(&expected), &[]).unwrap();
+        let s = status(&out, None, Some(&expected), &[]).unwrap().parts;
         let states: Vec<&str> = s
             .iter()
             .map(|p| match p.state {
@@ -300,7 +324,7 @@ mod tests {
             .collect();
         assert_eq!(states, ["done", "damaged", "stale", "missing"]);
         // Without the inputs, the first intact part is the reference.
-        let s = status(&out, None, None, &[]).unwrap();
+        let s = status(&out, None, None, &[]).unwrap().parts;
         assert!(matches!(s[2].state, PartState::Stale { .. }), "{s:?}");
     }
 }

@@ -443,18 +443,9 @@ fn bake_shard_to_store(
     };
     let name = out.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| "atlas.tsa".into());
     let root = opts.scratch_dir.clone().unwrap_or_else(std::env::temp_dir);
-    /// The staging folder, deleted with whatever is in it when dropped.
-    struct Stage(std::path::PathBuf);
-    impl Drop for Stage {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-    let stage =
-        Stage(root.join(format!("tessera-shard-{}-{}-of-{}", std::process::id(), shard.index, shard.count)));
-    std::fs::create_dir_all(&stage.0)
-        .map_err(|source| BakeError::Shard(ShardError::Io { path: stage.0.clone(), source }))?;
-    let local = stage.0.join(name);
+    // Deleted when dropped or on a signal; killed shards' stages are swept first.
+    let stage = crate::bake::shard::stage_folder(&root, shard)?;
+    let local = stage.path().join(name);
     let mut report = bake(inputs, &local, opts, progress)?;
     let (from, to) = (part_path(&local, shard), part_path(out, shard));
     let start = Instant::now();

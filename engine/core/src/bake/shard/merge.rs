@@ -31,7 +31,10 @@ impl PartFile {
             let len = r.size().map_err(|e| io(remote_io(e)))?;
             return Ok((Self::Remote(r), len));
         }
-        let file = File::open(path).map_err(io)?;
+        // A regular file inside the atlas' folder (parts lie in `OUT.shards/` beside it):
+        // never a FIFO, which would block, nor a link leading elsewhere.
+        let atlas_folder = crate::local_file::folder_of(crate::local_file::folder_of(path));
+        let file = crate::local_file::open_confined(atlas_folder, path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         Ok((Self::Local(file), len))
     }
@@ -147,19 +150,31 @@ impl Part {
     }
 }
 
-/// The shard counts of the parts in `OUT.shards/` and their indices, from the file names.
-pub(super) fn parts_present(
+/// Shard counts of the parts in a folder, and the indices (ascending) present of each.
+pub(crate) type PartsByCount = BTreeMap<u32, Vec<u32>>;
+
+/// The shard counts of the parts in `OUT.shards/` and their indices (ascending), from the
+/// file names ([`Shard::from_part_name`]); and the names ending in `.part` that name no
+/// part (`0-of-4294967295.part`, `7-of-7.part`): strays, never read.
+pub(crate) fn parts_present(
     dir: &Path,
     s3: &[(String, String)],
-) -> Result<BTreeMap<u32, Vec<u32>>, ShardError> {
+) -> Result<(PartsByCount, Vec<String>), ShardError> {
     let mut found: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    let mut strays = Vec::new();
     for name in list_dir(dir, s3)? {
-        let Some((i, n)) = name.strip_suffix(".part").and_then(|s| s.split_once("-of-")) else { continue };
-        if let (Ok(i), Ok(n)) = (i.parse::<u32>(), n.parse::<u32>()) {
-            found.entry(n).or_default().push(i);
+        match Shard::from_part_name(&name) {
+            Some(s) => found.entry(s.count).or_default().push(s.index),
+            None if name.ends_with(".part") => strays.push(name),
+            None => {}
         }
     }
-    Ok(found)
+    found.values_mut().for_each(|v| {
+        v.sort_unstable();
+        v.dedup();
+    });
+    strays.sort_unstable();
+    Ok((found, strays))
 }
 
 /// The names of the files in `dir` (a folder, or the objects under an `s3://` prefix);
@@ -227,7 +242,14 @@ pub(super) struct Parts {
 impl Parts {
     fn open(out: &Path, s3: &[(String, String)]) -> Result<Self, ShardError> {
         let dir = shard_dir(out);
-        let present = parts_present(&dir, s3)?;
+        let (present, strays) = parts_present(&dir, s3)?;
+        if let Some(first) = strays.first() {
+            tracing::warn!(
+                "{}: ignoring {} file(s) named like parts of no bake (shard counts 1 to {MAX_SHARDS}), e.g. {first}",
+                dir.display(),
+                strays.len()
+            );
+        }
         let (&count, indices) = match present.len() {
             0 => return Err(ShardError::NoParts(dir)),
             1 => present.iter().next().ok_or_else(|| ShardError::NoParts(dir.clone()))?,
@@ -242,12 +264,18 @@ impl Parts {
                 });
             }
         };
-        let missing: Vec<String> =
-            (0..count).filter(|i| !indices.contains(i)).map(|i| format!("{i}-of-{count}.part")).collect();
-        if !missing.is_empty() {
+        if indices.len() as u32 != count {
+            // At most MAX_SHARDS indices; named in runs, so the message stays one line.
+            let mut missing = Vec::new();
+            let mut next = 0;
+            for &i in indices.iter().chain([count].iter()) {
+                missing.extend(next..i);
+                next = i + 1;
+            }
+            let n = count - indices.len() as u32;
             return Err(ShardError::Part {
                 path: dir,
-                reason: format!("{} of {count} parts missing: {}", missing.len(), missing.join(", ")),
+                reason: format!("{n} of {count} parts missing: {}", part_runs(&missing, count)),
             });
         }
         let mut parts: Vec<Part> = Vec::with_capacity(count as usize);
@@ -358,6 +386,11 @@ pub fn merge_shards_with(
     s3: &[(String, String)],
     progress: &dyn Progress,
 ) -> Result<MergeReport, ShardError> {
+    #[cfg(feature = "remote")]
+    if crate::format::atlas::is_remote_location(out) {
+        // Shards into object storage staged their parts here; a killed one left its own.
+        sweep_stages(&std::env::temp_dir());
+    }
     let parts = Parts::open(out, s3)?;
     let version = parts.parts[0].manifest.format_version;
     match form {
@@ -366,6 +399,14 @@ pub fn merge_shards_with(
             reason: format!(
                 "a split atlas needs format version 2, these parts were baked for version {version}: \
                  merge them into one file (--one-file)"
+            ),
+        }),
+        MergeForm::Split if parts.parts.len() > split::MAX_DATA_OBJECTS => Err(ShardError::Part {
+            path: parts.dir,
+            reason: format!(
+                "a split atlas names at most {} parts, this bake has {}: merge it into one file (--one-file)",
+                split::MAX_DATA_OBJECTS,
+                parts.parts.len()
             ),
         }),
         MergeForm::Split => merge_split(out, &parts, s3, progress),

@@ -30,7 +30,8 @@
 //! trailer (magic `TSRSHRD1`, offsets, CRC-32 of entries and manifest).
 //!
 //! By concern: this file holds shard specs, part paths and manifests; `write.rs` writing
-//! a part (and the sink a bake writes tiles to); `merge.rs` merging the parts.
+//! a part (and the sink a bake writes tiles to); `merge.rs` merging the parts;
+//! `clean.rs` removing what a bake wrote (merged parts, staging folders of killed shards).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -52,11 +53,14 @@ use crate::format::codec::Codec;
 use crate::format::tile::TextureLayout;
 use crate::temp_files::{TempPath, temp_name};
 
+mod clean;
 mod merge;
 mod write;
 
+pub(crate) use clean::stage_folder;
+pub use clean::{PartsRemoved, STAGE_PREFIX, remove_parts, sweep_stages};
 pub use merge::{MergeForm, MergeReport, merge_shards, merge_shards_with};
-pub(crate) use merge::{list_dir, read_part};
+pub(crate) use merge::{parts_present, read_part};
 use write::tile_position;
 pub(crate) use write::{ShardWriter, TileSink};
 
@@ -72,6 +76,10 @@ const TRAILER_BYTES: usize = 32;
 pub const PART_FORMAT: u32 = 2;
 /// Largest manifest read back (a layer table of thousands of layers fits).
 const MANIFEST_MAX: u64 = 16 << 20;
+/// Most shards one bake may be cut into (`--shard I/N`, `--plan N`, `--status N`); a part
+/// name of a larger count is not a part. (A split atlas names at most
+/// [`split::MAX_DATA_OBJECTS`] parts: more shards merge into one file.)
+pub const MAX_SHARDS: u32 = 65536;
 
 /// One shard of a bake: `index` of `count`, from 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -86,9 +94,9 @@ pub struct Shard {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ShardError {
-    /// `--shard` was not `I/N` or `N` with `I < N`.
+    /// `--shard` was not `I/N` or `N` with `I < N <= MAX_SHARDS`.
     #[error(
-        "shard '{0}': expected I/N (0 <= I < N, e.g. 3/16) or N with the index in $JOB_COMPLETION_INDEX, $SLURM_ARRAY_TASK_ID or $AWS_BATCH_JOB_ARRAY_INDEX"
+        "shard '{0}': expected I/N (0 <= I < N <= 65536, e.g. 3/16) or N with the index in $JOB_COMPLETION_INDEX, $SLURM_ARRAY_TASK_ID or $AWS_BATCH_JOB_ARRAY_INDEX"
     )]
     Spec(String),
     /// Only the count was given and no batch engine's index variable is set.
@@ -148,15 +156,24 @@ impl std::str::FromStr for Shard {
 }
 
 impl Shard {
-    /// Shard `index` of `count`; `None` unless `index < count`.
+    /// Shard `index` of `count`; `None` unless `index < count <=` [`MAX_SHARDS`].
     pub fn new(index: u32, count: u32) -> Option<Self> {
-        (index < count).then_some(Self { index, count })
+        (index < count && count <= MAX_SHARDS).then_some(Self { index, count })
+    }
+
+    /// The shard a part file name `I-of-N.part` stands for: `None` for any other name,
+    /// including one whose numbers are not written as a bake writes them (`01-of-2`) or
+    /// are out of range (`0-of-4294967295`).
+    pub fn from_part_name(name: &str) -> Option<Self> {
+        let (i, n) = name.strip_suffix(".part")?.split_once("-of-")?;
+        let number = |t: &str| t.parse::<u32>().ok().filter(|v| v.to_string() == t);
+        Self::new(number(i)?, number(n)?)
     }
 
     /// Shard of `count` whose index the first set of [`INDEX_VARIABLES`] gives (`var`
     /// reads a variable).
     pub fn from_env(count: u32, var: impl Fn(&str) -> Option<String>) -> Result<Self, ShardError> {
-        if count == 0 {
+        if count == 0 || count > MAX_SHARDS {
             return Err(ShardError::Spec(count.to_string()));
         }
         let (variable, value) = INDEX_VARIABLES
@@ -214,6 +231,41 @@ pub fn shard_dir(out: &Path) -> PathBuf {
 /// The part file shard `shard` of the atlas `out` writes: `OUT.shards/I-of-N.part`.
 pub fn part_path(out: &Path, shard: Shard) -> PathBuf {
     shard_dir(out).join(format!("{}-of-{}.part", shard.index, shard.count))
+}
+
+/// `indices` (ascending, distinct) of a bake of `count` shards as part names, runs of
+/// consecutive ones collapsed ([`runs_text`]).
+pub fn part_runs(indices: &[u32], count: u32) -> String {
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for &i in indices {
+        match runs.last_mut() {
+            Some((_, last)) if last.checked_add(1) == Some(i) => *last = i,
+            _ => runs.push((i, i)),
+        }
+    }
+    runs_text(&runs, |i| format!("{i}-of-{count}.part"))
+}
+
+/// Runs of shard indices (`(first, last)`, ascending) as text, `name` naming one index:
+/// `name(3) … name(6)` for a run, adjacent runs joined, at most 8 runs named and the rest
+/// counted, so the line has a bounded length however many shards it stands for.
+pub fn runs_text(runs: &[(u32, u32)], name: impl Fn(u32) -> String) -> String {
+    let mut merged: Vec<(u32, u32)> = Vec::new();
+    for &(a, b) in runs {
+        match merged.last_mut() {
+            Some((_, last)) if last.checked_add(1) == Some(a) => *last = b,
+            _ => merged.push((a, b)),
+        }
+    }
+    let mut text: Vec<String> = merged
+        .iter()
+        .take(8)
+        .map(|&(a, b)| if a == b { name(a) } else { format!("{} … {}", name(a), name(b)) })
+        .collect();
+    if merged.len() > 8 {
+        text.push(format!("and {} more runs", merged.len() - 8));
+    }
+    text.join(", ")
 }
 
 /// What a part says of itself and of the bake it belongs to.
@@ -432,6 +484,22 @@ mod tests {
         let e = Shard::from_env(8, env(&[("AWS_BATCH_JOB_ARRAY_INDEX", "8")])).unwrap_err().to_string();
         assert!(e.contains("AWS_BATCH_JOB_ARRAY_INDEX=8"), "{e}");
         assert!(matches!(Shard::from_env(8, env(&[])), Err(ShardError::NoIndex { count: 8 })));
+        // Counts past MAX_SHARDS, and part names that are not written as a bake writes them.
+        assert!("0/65537".parse::<Shard>().is_err() && "65535/65536".parse::<Shard>().is_ok());
+        assert!(Shard::from_env(u32::MAX, env(&[("SLURM_ARRAY_TASK_ID", "0")])).is_err());
+        assert_eq!(Shard::from_part_name("3-of-8.part"), Shard::new(3, 8));
+        for bad in
+            ["0-of-4294967295.part", "0-of-50000000.part", "03-of-8.part", "8-of-8.part", "+1-of-2.part"]
+        {
+            assert_eq!(Shard::from_part_name(bad), None, "{bad}");
+        }
+        assert_eq!(
+            part_runs(&[0, 2, 3, 4, 9], 10),
+            "0-of-10.part, 2-of-10.part … 4-of-10.part, 9-of-10.part"
+        );
+        let many: Vec<u32> = (0..40_000).filter(|i| i % 2 == 0).collect();
+        let text = part_runs(&many, 40_000);
+        assert!(text.len() < 300 && text.ends_with("and 19992 more runs"), "{text}");
         // Ranges cover every tile once, in whole pages, page counts within one.
         for (tiles, count, per) in [(0u64, 3u32, 1024u32), (10, 3, 1), (22_369_621, 7, 8192), (5000, 8, 1024)]
         {

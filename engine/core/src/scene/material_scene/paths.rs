@@ -78,11 +78,8 @@ pub(crate) fn resolve_uri(
 /// Checks that `file`, if it exists, really lies inside the folder of `gltf` (symbolic
 /// links followed). A file that does not exist passes: reading it will say so.
 pub(super) fn confine(gltf: &Path, file: &Path) -> Result<(), ()> {
-    let Ok(real) = file.canonicalize() else { return Ok(()) };
-    match scene_folder(gltf).canonicalize() {
-        Ok(folder) if real.starts_with(&folder) => Ok(()),
-        _ => Err(()),
-    }
+    // The rule split atlases' data objects and shard parts follow too.
+    if crate::local_file::lies_in(scene_folder(gltf), file) { Ok(()) } else { Err(()) }
 }
 
 /// Checks, just before reading, that an image file of `scene` is still allowed by its

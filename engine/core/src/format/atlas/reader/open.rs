@@ -235,7 +235,8 @@ impl Atlas {
                 ),
             ));
         }
-        File::open(path).map(Store::File)
+        // Never `File::open`: a FIFO in place of an atlas or part would block forever.
+        crate::local_file::open_regular(path).map(Store::File)
     }
 
     /// Opens the data objects of a split atlas at `path` (beside it, or under the same
@@ -274,10 +275,17 @@ impl Atlas {
             return Err(invalid(format!("object table: {next_page} index pages of {}", tiles.div_ceil(per))));
         }
         let end = bases.last().zip(objects.last()).map_or(data_offset, |(b, o)| b + o.size);
+        let local = !crate::format::atlas::is_remote_location(path);
         let open = |o: &DataObject| {
             let location = split::resolve(path, &o.name);
-            let opened = Self::open_store(&location, remote).and_then(|s| Ok((s.len()?, s)));
-            (location, opened)
+            let opened = if local {
+                // The same rule as a glTF's files: nothing outside the atlas' folder.
+                crate::local_file::open_confined(crate::local_file::folder_of(path), &location)
+                    .map(Store::File)
+            } else {
+                Self::open_store(&location, remote)
+            };
+            (location, opened.and_then(|s| Ok((s.len()?, s))))
         };
         let opened: Vec<_> = if objects.len() > 1 && crate::format::atlas::is_remote_location(path) {
             std::thread::scope(|s| {
