@@ -68,7 +68,10 @@ impl Input {
         };
         match self {
             Self::Builtin => "the built-in 8192x4096 labelled texture".into(),
-            Self::Atlas(p) | Self::Image(p) | Self::Gltf(p) => file(p),
+            // A URL's query (a presigned URL's credentials) is never shown.
+            Self::Atlas(p) | Self::Image(p) | Self::Gltf(p) => {
+                file(&tessera::core::format::atlas::display_location(p))
+            }
             Self::Named(name) => name.clone(),
         }
     }
