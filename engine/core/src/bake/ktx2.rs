@@ -276,12 +276,12 @@ impl Layout {
                 Payload::Rgba8 | Payload::Uastc if length != expected || full != expected => {
                     return Err(bad(format!(
                         "KTX2 level {i} byteLength {length} and uncompressedByteLength {full}: \
-                         a {lw}x{lh} {what} level holds {expected} bytes"
+                         the {lw}x{lh} {what} level holds {expected} bytes"
                     )));
                 }
                 Payload::UastcZstd if full != expected => {
                     return Err(bad(format!(
-                        "KTX2 level {i} uncompressedByteLength {full}: a {lw}x{lh} UASTC level holds \
+                        "KTX2 level {i} uncompressedByteLength {full}: the {lw}x{lh} UASTC level holds \
                          {expected} bytes"
                     )));
                 }
