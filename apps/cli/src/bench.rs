@@ -108,6 +108,7 @@ pub(crate) fn run(args: &BenchArgs) -> Result<ExitCode> {
         cfg.frames,
         ctx.describe()
     );
+    println!("basis transcoder: {}", tessera::core::format::codec::basis_transcoder().label());
     let report = crate::gpu_bench::run(&ctx, &cfg).with_context(|| {
         format!("benchmarking {}", tessera::core::format::atlas::display_location(&atlas).display())
     })?;

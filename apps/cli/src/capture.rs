@@ -279,6 +279,7 @@ pub(crate) fn run(args: &CaptureArgs) -> Result<ExitCode> {
     };
     let ctx = GpuContext::headless()?;
     println!("adapter: {}", ctx.describe());
+    println!("basis transcoder: {}", tessera::core::format::codec::basis_transcoder().label());
     let report = capture(&ctx, &cfg).with_context(|| {
         format!("capturing {}", tessera::core::format::atlas::display_location(&atlas).display())
     })?;

@@ -71,6 +71,9 @@ struct Report {
     adapter: Option<String>,
     /// Basis quality.
     quality: u32,
+    /// The Basis transcoder the transcode rates are of (`TESSERA_TRANSCODER`), e.g.
+    /// `rust (basisu 0.1.0)`; `cpp` needs a build with the `cpp-transcoder` feature.
+    transcoder: String,
     images: Vec<ImageReport>,
 }
 
@@ -124,6 +127,13 @@ pub(crate) fn run(args: &CodecsArgs) -> Result<ExitCode> {
     if let Some(ctx) = &ctx {
         println!("adapter: {}", ctx.describe());
     }
+    let transcoder = tessera_core::format::codec::basis_transcoder().label();
+    let choice = if cfg!(feature = "cpp-transcoder") {
+        "TESSERA_TRANSCODER=rust or cpp"
+    } else {
+        "the C++ one needs a build with --features cpp-transcoder"
+    };
+    println!("basis transcoder: {transcoder} ({choice})");
     let work = match &args.work_dir {
         Some(p) => WorkDir { path: p.clone(), owned: false },
         None => WorkDir {
@@ -142,6 +152,7 @@ pub(crate) fn run(args: &CodecsArgs) -> Result<ExitCode> {
         cores,
         adapter: ctx.as_ref().map(GpuContext::describe),
         quality: args.quality,
+        transcoder,
         images: Vec::new(),
     };
     for path in &args.images {

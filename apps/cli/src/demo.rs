@@ -95,6 +95,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
     print!("{}", crate::inspect::table(&atlas.summary()));
     let ctx = GpuContext::headless()?;
     println!("adapter: {}", ctx.describe());
+    println!("basis transcoder: {}", tessera::core::format::codec::basis_transcoder().label());
     // A reference only where one fits the GPU: the point of the demo is a texture that does not.
     let no_reference =
         (0..atlas.layers().len()).find_map(|l| tessera_tools::reference::fits(&ctx, &atlas, l).err());

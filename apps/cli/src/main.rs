@@ -265,6 +265,10 @@ fn main() -> ExitCode {
         .with_target(false)
         .init();
     signals::install();
+    if let Err(e) = tessera_core::format::codec::BasisTranscoder::from_env() {
+        eprintln!("tessera: error: {e}");
+        return ExitCode::from(2);
+    }
     // A listing piped into `head` ends quietly when `head` has read enough.
     let result = out::guard(|| match cli.command {
         Command::Bake(args) => run_bake(&args),

@@ -1,44 +1,29 @@
 //! Basis Universal tiles: each tile (border included) is one small `.basis` file, in
-//! ETC1S or UASTC mode, encoded with the `basis-universal` crate's compressor and
-//! transcoded on loader threads to the GPU pool's format.
+//! ETC1S or UASTC mode, encoded with the `basis-universal` crate's C++ compressor (at bake
+//! time only) and transcoded on loader threads to the GPU pool's format by the pure-Rust
+//! transcoder ([`transcode`], [`crate::format::basis_rust`]). No C or C++ runs at run time.
 //!
-//! The C++ transcoder trusts much of what a `.basis` header says (a data size near 4 GiB
-//! wraps its size check; slice offsets are not checked against the file), so before any
-//! C++ function sees a blob, `check_structure` reads the file header and every slice
-//! descriptor in Rust, overflow-safe: signature, version, sizes, the header's CRC-16,
-//! counts (one image of one level), the mode and flags, the tile's size in texels and
-//! blocks, and that the slice table, codebooks, Huffman tables and slices lie inside the
-//! file without overlapping. Then the data's CRC-16 is checked (unless the caller has
-//! verified the blob already, see [`DataCheck`]). A damaged or forged header is a
-//! [`CodecError`], never a crash.
+//! Before a blob is transcoded, `check_structure` reads the file header and every slice
+//! descriptor, overflow-safe: signature, version, sizes, the header's CRC-16, counts (one
+//! image of one level), the mode and flags, the tile's size in texels and blocks, and that
+//! the slice table, codebooks, Huffman tables and slices lie inside the file without
+//! overlapping. Then the data's CRC-16 is checked (unless the caller has verified the blob
+//! already, see [`DataCheck`]), and for ETC1S the slice streams are walked
+//! (`basis_rust::check_etc1s_streams`). A damaged or forged tile is a [`CodecError`],
+//! never a crash.
 //!
-//! A forged file with a valid structure and repaired checksums can still hold malformed
-//! *compressed contents*, which no check short of decoding them rules out; some trip an
-//! `assert()` inside the C++ transcoder (compiled with assertions on), e.g. `decode_vlc`
-//! for ETC1S or `multiplier >= 1` for UASTC → ETC2. On Linux with glibc every C++ call
-//! of [`transcode`] runs inside an assertion guard (`guard`, `csrc/basis_guard.c`): a
-//! failed assertion becomes a [`CodecError::Corrupt`] naming it, so a loader reports the
-//! tile as corrupt and the renderer keeps its coarser ancestor; the thread's C++
-//! transcoder is deleted and made anew. What the guard skips is never freed: for ETC1S
-//! the transcode's selector history buffer, at most 32 KiB per failed tile (a streamer
-//! does not request a failed tile again). What remains outside the defence: elsewhere
-//! (macOS, Windows, musl) a failed assertion still aborts the process
-//! ([`ASSERTIONS_ARE_ERRORS`] says which); the transcoder's own `abort()` calls, which
-//! are only reached when an allocation fails; and memory errors the transcoder does not
-//! assert against.
+//! The C++ transcoder of the same crate is only compiled with the `cpp-transcoder`
+//! feature ([`cpp`]), for tests and benchmarks that compare the two.
 
-use std::cell::RefCell;
-use std::ffi::{c_int, c_void};
 use std::sync::Once;
 
-use basis_universal::{
-    BasisTextureFormat, Compressor, CompressorParams, DecodeFlags, TranscoderTextureFormat, sys,
-};
+use basis_universal::{BasisTextureFormat, Compressor, CompressorParams, sys};
 
 use crate::format::codec_types::{CodecError, EncodeOptions, TargetFormat};
 use crate::format::color::ColorSpace;
 
-mod guard;
+#[cfg(feature = "cpp-transcoder")]
+pub mod cpp;
 
 /// The two Basis Universal modes a tile can be stored in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -73,15 +58,11 @@ impl BasisMode {
     }
 }
 
-/// Initialises the Basis Universal encoder and transcoder tables, once per process.
-/// [`encode`] and [`transcode`] call it; calling it early moves the cost (a few ms)
-/// out of the first tile.
+/// Initialises the Basis Universal encoder's tables, once per process. [`encode`] calls
+/// it; calling it early moves the cost (a few ms) out of the first tile.
 pub fn init() {
     static INIT: Once = Once::new();
-    INIT.call_once(|| {
-        basis_universal::encoder_init();
-        basis_universal::transcoder_init();
-    });
+    INIT.call_once(basis_universal::encoder_init);
 }
 
 /// Encodes a `side × side` RGBA8 tile (`rgba`) into one `.basis` file with one image
@@ -156,16 +137,11 @@ pub fn encode_image(
     Ok(file.to_vec())
 }
 
-/// Whether an assertion that fails inside the C++ transcoder is a [`CodecError`] (true
-/// on Linux with glibc) rather than an abort of the process (elsewhere).
-pub const ASSERTIONS_ARE_ERRORS: bool = guard::ACTIVE;
-
 /// Whether [`transcode`] checks the CRC-16 over a `.basis` file's data.
 ///
-/// The C++ transcoder does not validate block contents: damaged blocks can trip its
-/// assertions (an error on Linux with glibc, an abort elsewhere, see the module
-/// documentation) or produce garbage. So a blob's integrity must be known before it is
-/// transcoded, by this CRC-16 or by a stronger check the caller made.
+/// A transcoder cannot tell every damaged block from a good one: damaged compressed
+/// contents can decode to garbage texels. So a blob's integrity must be known before it
+/// is transcoded, by this CRC-16 or by a stronger check the caller made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DataCheck {
     /// Check it: for blobs of unknown integrity. Costs about 2.4 ns per byte (6 µs for
@@ -176,156 +152,9 @@ pub enum DataCheck {
     AlreadyVerified,
 }
 
-/// A C++ transcoder owned by one thread; deleted on drop.
-struct CppTranscoder(*mut sys::Transcoder);
-
-impl CppTranscoder {
-    fn new() -> Self {
-        // SAFETY: allocates a fresh transcoder; no preconditions.
-        Self(unsafe { sys::transcoder_new() })
-    }
-}
-
-impl Drop for CppTranscoder {
-    fn drop(&mut self) {
-        // SAFETY: `self.0` came from `transcoder_new` and is deleted once, here. After a
-        // failed assertion the object may hold half-decoded codebooks, but its containers
-        // are consistent (see `transcode`), which is all its destructor needs.
-        unsafe { sys::transcoder_delete(self.0) }
-    }
-}
-
-thread_local! {
-    /// One transcoder per loader thread: it keeps its buffers between tiles. `None`
-    /// until first used, and again after an assertion failed inside it.
-    static TRANSCODER: RefCell<Option<CppTranscoder>> = const { RefCell::new(None) };
-}
-
-fn target_format(target: TargetFormat) -> TranscoderTextureFormat {
-    match target {
-        TargetFormat::Rgba8 => TranscoderTextureFormat::RGBA32,
-        TargetFormat::Bc7 => TranscoderTextureFormat::BC7_RGBA,
-        TargetFormat::Bc1 => TranscoderTextureFormat::BC1_RGB,
-        TargetFormat::Astc4x4 => TranscoderTextureFormat::ASTC_4x4_RGBA,
-        TargetFormat::Etc2Rgba => TranscoderTextureFormat::ETC2_RGBA,
-    }
-}
-
-/// One transcode, as the guarded callback [`run_job`] sees it: raw pointers into buffers
-/// that [`transcode`] owns and plain values, so that a jump out of the C++ transcoder
-/// skips no destructor.
-struct Job {
-    transcoder: *mut sys::Transcoder,
-    blob: *const c_void,
-    blob_len: u32,
-    check_data_crc: bool,
-    /// The `basis_tex_format` the tile must have.
-    tex_format: i32,
-    side: u32,
-    out: *mut c_void,
-    /// The output's size in blocks, or in texels for RGBA32.
-    out_units: u32,
-    format: sys::basist_transcoder_texture_format,
-    decode_flags: sys::basist_basisu_decode_flags,
-    /// What the file says, for the error messages.
-    info: sys::FileInfo,
-    levels: u32,
-    /// Width, height and block count of the image.
-    desc: [u32; 3],
-}
-
-/// Where [`run_job`] stopped: `Done`, or the first check or call that failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(i32)]
-enum JobEnd {
-    Done,
-    Header,
-    Checksums,
-    FileInfo,
-    Format,
-    Counts,
-    LevelDesc,
-    Size,
-    Prepare,
-    Transcode,
-}
-
-impl JobEnd {
-    const ALL: [JobEnd; 10] = [
-        JobEnd::Done,
-        JobEnd::Header,
-        JobEnd::Checksums,
-        JobEnd::FileInfo,
-        JobEnd::Format,
-        JobEnd::Counts,
-        JobEnd::LevelDesc,
-        JobEnd::Size,
-        JobEnd::Prepare,
-        JobEnd::Transcode,
-    ];
-}
-
-/// Every C++ call of one transcode, run inside the assertion guard. Owns nothing.
-extern "C" fn run_job(ctx: *mut c_void) -> c_int {
-    // SAFETY: `transcode` passes a pointer to its live `Job`, used by nothing else
-    // meanwhile; `blob`/`blob_len` and `out`/`out_units` describe its live buffers (the
-    // output has room for `out_units` blocks or texels of `format`), and `transcoder` is
-    // this thread's transcoder. `check_structure` has accepted the blob.
-    unsafe {
-        let job = &mut *ctx.cast::<Job>();
-        let (t, data, len) = (job.transcoder, job.blob, job.blob_len);
-        if !sys::transcoder_validate_header(t, data, len) {
-            return JobEnd::Header as c_int;
-        }
-        if !sys::transcoder_validate_file_checksums(t, data, len, job.check_data_crc) {
-            return JobEnd::Checksums as c_int;
-        }
-        if !sys::transcoder_get_file_info(t, data, len, &mut job.info) {
-            return JobEnd::FileInfo as c_int;
-        }
-        if job.info.m_tex_format != job.tex_format {
-            return JobEnd::Format as c_int;
-        }
-        job.levels = sys::transcoder_get_total_image_levels(t, data, len, 0);
-        if job.info.m_total_images != 1 || job.levels != 1 {
-            return JobEnd::Counts as c_int;
-        }
-        let [w, h, blocks] = &mut job.desc;
-        if !sys::transcoder_get_image_level_desc(t, data, len, 0, 0, w, h, blocks) {
-            return JobEnd::LevelDesc as c_int;
-        }
-        let side_blocks = job.side.div_ceil(4);
-        if job.desc != [job.side, job.side, side_blocks * side_blocks] {
-            return JobEnd::Size as c_int;
-        }
-        if !sys::transcoder_start_transcoding(t, data, len) {
-            return JobEnd::Prepare as c_int;
-        }
-        let ok = sys::transcoder_transcode_image_level(
-            t,
-            data,
-            len,
-            0,
-            0,
-            job.out,
-            job.out_units,
-            job.format,
-            job.decode_flags,
-            0,
-            std::ptr::null_mut(),
-            0,
-        );
-        sys::transcoder_stop_transcoding(t);
-        if ok { JobEnd::Done as c_int } else { JobEnd::Transcode as c_int }
-    }
-}
-
 /// Transcodes a `.basis` tile of `mode` that must hold one `side × side` image into
-/// `target` ([`TargetFormat::bytes_per_tile`] bytes), after validating it.
-///
-/// An assertion that fails inside the C++ transcoder (malformed compressed contents)
-/// is a [`CodecError::Corrupt`] naming it, on Linux with glibc; elsewhere it aborts the
-/// process (see the module documentation).
+/// `target` ([`TargetFormat::bytes_per_tile`] bytes), after validating it: the run-time
+/// transcoder, [`crate::format::basis_rust::transcode`].
 pub fn transcode(
     blob: &[u8],
     mode: BasisMode,
@@ -333,72 +162,7 @@ pub fn transcode(
     target: TargetFormat,
     check: DataCheck,
 ) -> Result<Vec<u8>, CodecError> {
-    init();
-    let corrupt = |what: &str| CodecError::Corrupt(format!("{} tile: {what}", mode.name()));
-    check_structure(blob, mode, side).map_err(|e| corrupt(&e))?;
-    // check_structure matched the length to the header's 32-bit data size (+ 77 bytes).
-    let blob_len = u32::try_from(blob.len()).map_err(|_| corrupt("larger than 4 GiB"))?;
-    let mut out = vec![0u8; target.bytes_per_tile(side)];
-    let blocks = side.div_ceil(4);
-    let flags = if target == TargetFormat::Bc1 {
-        // Opaque BC1 only: a three-colour block's fourth index is transparent black when
-        // the pool samples it as BC1 RGBA (the only BC1 wgpu has).
-        DecodeFlags::BC1_FORBID_THREE_COLOR_BLOCKS
-    } else {
-        DecodeFlags::empty()
-    };
-    TRANSCODER.with(|cell| {
-        let mut slot = cell.try_borrow_mut().map_err(|_| corrupt("transcoder re-entered"))?;
-        let transcoder = slot.get_or_insert_with(CppTranscoder::new).0;
-        let mut job = Job {
-            transcoder,
-            blob: blob.as_ptr().cast(),
-            blob_len,
-            check_data_crc: check == DataCheck::Crc16,
-            tex_format: mode.header_code(),
-            side,
-            out: out.as_mut_ptr().cast(),
-            out_units: if target == TargetFormat::Rgba8 { side * side } else { blocks * blocks },
-            format: target_format(target).into(),
-            decode_flags: flags.bits(),
-            // SAFETY: FileInfo is plain integers, enums as `c_int` and bools: all zero is valid.
-            info: unsafe { std::mem::zeroed() },
-            levels: 0,
-            desc: [0; 3],
-        };
-        // SAFETY: `run_job` and `job` meet `guard::call`'s contract: `run_job` owns
-        // nothing, `job`, `blob` and `out` live in this frame outside the guarded call,
-        // and after an assertion the transcoder is deleted below, never used again.
-        let end = unsafe { guard::call(run_job, (&raw mut job).cast()) };
-        let end = match end {
-            Ok(code) => JobEnd::ALL.into_iter().find(|e| *e as c_int == code).unwrap_or(JobEnd::Transcode),
-            Err(guard::AssertionFailed(what)) => {
-                // Re-created on the next call. Deleting is safe, reusing is not: the
-                // transcoder stopped mid-decode (see CppTranscoder's Drop).
-                *slot = None;
-                return Err(corrupt(&format!("the transcoder's assertion failed ({what})")));
-            }
-        };
-        let (info, desc) = (job.info, job.desc);
-        match end {
-            JobEnd::Done => Ok(()),
-            JobEnd::Header => Err(corrupt("not a valid .basis header (signature, version, sizes or flags)")),
-            JobEnd::Checksums => Err(corrupt(".basis header or data checksum mismatch")),
-            JobEnd::FileInfo => Err(corrupt("unreadable .basis slice table")),
-            JobEnd::Format => {
-                Err(corrupt(&format!("stored as basis format {}, not {}", info.m_tex_format, mode.name())))
-            }
-            JobEnd::Counts => Err(corrupt("a tile must hold exactly one image of one level")),
-            JobEnd::LevelDesc => Err(corrupt("missing image level")),
-            JobEnd::Size => Err(corrupt(&format!(
-                "image is {}×{} in {} blocks, expected a {side}×{side} tile",
-                desc[0], desc[1], desc[2]
-            ))),
-            JobEnd::Prepare => Err(corrupt("codebooks or tables do not decode")),
-            JobEnd::Transcode => Err(corrupt(&format!("transcoding to {target} failed"))),
-        }
-    })?;
-    Ok(out)
+    crate::format::basis_rust::transcode(blob, mode, side, target, check)
 }
 
 /// Whether the CRC-16 over a `.basis` file's data (after the header) matches the header's.
@@ -629,8 +393,16 @@ pub(crate) fn check_structure(blob: &[u8], mode: BasisMode, side: u32) -> Result
                 d(field::SLICE_LEVEL)
             ));
         }
-        if alpha_slices && (d(field::SLICE_FLAGS) as u32 & SLICE_HAS_ALPHA != 0) != (k == 1) {
-            return Err(format!("slice {k} flags {:#x} (colour then alpha)", d(field::SLICE_FLAGS)));
+        // Colour then alpha for ETC1S; UASTC marks its one slice's alpha or not. Any other
+        // flag (a video frame's) has no place in a tile.
+        let slice_flags = d(field::SLICE_FLAGS) as u32;
+        let flags_fit = match (etc1s, alpha_slices && k == 1) {
+            (true, true) => slice_flags == SLICE_HAS_ALPHA,
+            (true, false) => slice_flags == 0,
+            (false, _) => slice_flags & !SLICE_HAS_ALPHA == 0,
+        };
+        if !flags_fit {
+            return Err(format!("slice {k} flags {slice_flags:#x} do not fit a {} tile", mode.name()));
         }
         let dims =
             [field::SLICE_WIDTH, field::SLICE_HEIGHT, field::SLICE_BLOCKS_X, field::SLICE_BLOCKS_Y].map(d);
@@ -959,6 +731,8 @@ mod tests {
             ("slice blocks 0", slice(field::SLICE_BLOCKS_Y, 0)),
             ("slice of image 1", slice(field::SLICE_IMAGE, 1)),
             ("slice of level 1", slice(field::SLICE_LEVEL, 1)),
+            ("slice flagged as a video frame", slice(field::SLICE_FLAGS, 2)),
+            ("slice flags 0xFF", slice(field::SLICE_FLAGS, 0xFF)),
         ];
         for (mode, good) in small_tiles() {
             assert!(transcode_all(&good, mode, 32));
@@ -1010,236 +784,5 @@ mod tests {
         let bad = EncodeOptions { quality: 0, ..EncodeOptions::default() };
         assert!(matches!(Codec::Etc1s.encode(&src, 16, &bad), Err(CodecError::Options(_))));
         assert!(matches!(Codec::Uastc.encode(&src[4..], 16, &bad), Err(CodecError::Length { .. })));
-    }
-
-    /// Assertion failures inside the transcoder, where the guard turns them into errors.
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    mod guarded {
-        use super::*;
-
-        const _: () = assert!(ASSERTIONS_ARE_ERRORS, "this build guards the transcoder");
-
-        /// Forged tiles whose compressed contents trip an assertion inside the C++
-        /// transcoder: edits after the header of a real 32² `mode` tile, both CRC-16s
-        /// repaired, tried in a fixed order with each target until `max` are found. Returns
-        /// (blob, target, error text). Needs the guard: unguarded, the first one aborts.
-        fn asserting_forgeries(
-            mode: BasisMode,
-            good: &[u8],
-            max: usize,
-        ) -> Vec<(Vec<u8>, TargetFormat, String)> {
-            let mut found = Vec::new();
-            // Single-byte flips, then runs of set bits (an ETC1S variable-length code only
-            // ends at a clear continuation bit).
-            for (run, byte) in [(1, 0xff), (1, 0x5a), (1, 0x01), (1, 0x80), (4, 0xff), (8, 0xff)] {
-                for i in HEADER_LEN as usize..good.len() {
-                    let mut bad = good.to_vec();
-                    let end = (i + run).min(bad.len());
-                    for b in &mut bad[i..end] {
-                        *b = if run == 1 { *b ^ byte } else { byte };
-                    }
-                    repair_crcs(&mut bad);
-                    for target in TargetFormat::ALL {
-                        if let Err(e @ CodecError::Corrupt(_)) =
-                            transcode(&bad, mode, 32, target, DataCheck::Crc16)
-                            && e.to_string().contains("assertion failed")
-                        {
-                            found.push((bad.clone(), target, e.to_string()));
-                            if found.len() == max {
-                                return found;
-                            }
-                        }
-                    }
-                }
-            }
-            found
-        }
-
-        /// A real 32² ETC1S tile (gradient and noise, quality 255) whose Huffman models hold
-        /// the endpoint-prediction repeat symbol, so a forged run of set bits reaches the
-        /// `decode_vlc` assertion; and the UASTC tile of [`small_tiles`], whose blocks reach
-        /// `multiplier >= 1` going to ETC2.
-        /// Each with the function and the expression of the assertion it reaches.
-        fn tiles_that_can_assert() -> [(BasisMode, Vec<u8>, (&'static str, &'static str)); 2] {
-            let side = 32u32;
-            let src: Vec<u8> = (0..side * side)
-                .flat_map(|i| {
-                    let noise = (i.wrapping_mul(2_654_435_761) >> 24) as u8;
-                    [((i % side) * 8) as u8, ((i / side) * 8) as u8, noise, 255]
-                })
-                .collect();
-            let opts = EncodeOptions { quality: 255, ..EncodeOptions::default() };
-            let etc1s = encode(&src, side, BasisMode::Etc1s, &opts).unwrap();
-            let uastc = small_tiles().pop().unwrap();
-            assert_eq!(uastc.0, BasisMode::Uastc);
-            [
-                (BasisMode::Etc1s, etc1s, ("bitwise_decoder::decode_vlc", "0")),
-                (BasisMode::Uastc, uastc.1, ("transcode_uastc_to_etc2_eac_a8", "multiplier >= 1")),
-            ]
-        }
-
-        /// Runs the ignored test `name` of this binary alone in a child process with `env`.
-        fn run_child(name: &str, env: &[(&str, String)]) -> std::process::Output {
-            let exe = std::env::current_exe().unwrap();
-            std::process::Command::new(exe)
-                .args([name, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
-                .envs(env.iter().map(|(k, v)| (k, v)))
-                .output()
-                .unwrap()
-        }
-
-        fn hex(bytes: &[u8]) -> String {
-            bytes.iter().map(|b| format!("{b:02x}")).collect()
-        }
-
-        const CHILD_BLOB: &str = "TESSERA_TEST_BASIS_BLOB";
-
-        #[test]
-        fn forged_contents_that_assert_are_errors() {
-            for (mode, good, (function, expr)) in tiles_that_can_assert() {
-                let name = mode.name();
-                let expected: Vec<_> = TargetFormat::ALL
-                    .iter()
-                    .map(|&t| transcode(&good, mode, 32, t, DataCheck::Crc16).unwrap())
-                    .collect();
-                let forged = asserting_forgeries(mode, &good, 20);
-                assert_eq!(forged.len(), 20, "{name}: only {} forgeries trip an assertion", forged.len());
-                for (bad, target, err) in &forged {
-                    let named = err.contains(function) && err.contains(&format!("Assertion '{expr}' failed"));
-                    assert!(named, "{name} → {target}: {err}");
-                    assert!(err.starts_with(&format!("corrupt compressed data: {name} tile: ")), "{err}");
-                    // The same thread's next transcoder gives bit-identical tiles, and the
-                    // forgery fails the same way again.
-                    for (t, want) in TargetFormat::ALL.into_iter().zip(&expected) {
-                        assert_eq!(
-                            &transcode(&good, mode, 32, t, DataCheck::Crc16).unwrap(),
-                            want,
-                            "{name} → {t}"
-                        );
-                    }
-                    let again = transcode(bad, mode, 32, *target, DataCheck::AlreadyVerified).unwrap_err();
-                    assert_eq!(&again.to_string(), err);
-                }
-                // Without the guard the first forgery aborts, as it did before the guard.
-                let (bad, target, _) = &forged[0];
-                let env = [(CHILD_BLOB, format!("{name} {target} {}", hex(bad)))];
-                let out = run_child("format::basis::tests::guarded::child_transcodes_unguarded", &env);
-                let stderr = String::from_utf8_lossy(&out.stderr);
-                use std::os::unix::process::ExitStatusExt;
-                assert_eq!(out.status.signal(), Some(6), "{name}: not SIGABRT: {:?}\n{stderr}", out.status);
-                let glibc = format!("Assertion `{expr}' failed.");
-                assert!(stderr.contains(function) && stderr.contains(&glibc), "{name}: {stderr}");
-            }
-        }
-
-        /// Child process of `forged_contents_that_assert_are_errors`: transcodes the blob
-        /// in `TESSERA_TEST_BASIS_BLOB` ("mode target hex") without the guard.
-        #[test]
-        #[ignore = "a child process of forged_contents_that_assert_are_errors"]
-        fn child_transcodes_unguarded() {
-            let Ok(spec) = std::env::var(CHILD_BLOB) else { return };
-            let [mode, target, blob] = spec.split(' ').collect::<Vec<_>>()[..] else { panic!("{spec}") };
-            let mode = if mode == "etc1s" { BasisMode::Etc1s } else { BasisMode::Uastc };
-            let target = TargetFormat::ALL.into_iter().find(|t| t.to_string() == target).unwrap();
-            let blob: Vec<u8> = (0..blob.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&blob[i..i + 2], 16).unwrap())
-                .collect();
-            guard::UNGUARDED.set(true);
-            let result = transcode(&blob, mode, 32, target, DataCheck::Crc16);
-            panic!("the unguarded transcode returned: {result:?}");
-        }
-
-        #[test]
-        fn assertion_failures_on_many_threads_leak_little() {
-            let out = run_child(
-                "format::basis::tests::guarded::child_fails_many_times",
-                &[(CHILD_BLOB, "run".into())],
-            );
-            let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
-            eprintln!("{text}");
-            assert!(out.status.success() && text.contains("1 passed"), "{:?}", out.status);
-        }
-
-        /// Child process of `assertion_failures_on_many_threads_leak_little`, alone so that
-        /// its heap is its own. Per mode: 4 threads × 250 assertion failures, each followed
-        /// by a good tile that must come out bit-identical, after a warm-up. UASTC leaks
-        /// nothing. ETC1S leaks what the jump skips: the transcode's selector history
-        /// buffer, at most 8191 `int`s (its size is a 13-bit field of the file).
-        #[test]
-        #[ignore = "a child process of assertion_failures_on_many_threads_leak_little"]
-        fn child_fails_many_times() {
-            if std::env::var(CHILD_BLOB).is_err() {
-                return;
-            }
-            const MAX_ETC1S_LEAK: usize = 8191 * 4 + 256;
-            for (mode, good, _) in tiles_that_can_assert() {
-                let forged = asserting_forgeries(mode, &good, 4);
-                let expected: Vec<_> = forged
-                    .iter()
-                    .map(|(_, t, _)| transcode(&good, mode, 32, *t, DataCheck::Crc16).unwrap())
-                    .collect();
-                let run = |per_thread: usize| {
-                    std::thread::scope(|s| {
-                        for k in 0..4 {
-                            let (forged, expected, good) = (&forged, &expected, &good);
-                            s.spawn(move || {
-                                for n in 0..per_thread {
-                                    let j = (n + k) % forged.len();
-                                    let (bad, target, err) = &forged[j];
-                                    let e = transcode(bad, mode, 32, *target, DataCheck::Crc16).unwrap_err();
-                                    assert_eq!(&e.to_string(), err);
-                                    let out = transcode(good, mode, 32, *target, DataCheck::Crc16).unwrap();
-                                    assert_eq!(out, expected[j]);
-                                }
-                            });
-                        }
-                    })
-                };
-                run(50);
-                let (heap0, rss0) = (heap_in_use(), crate::stream::simulate::rss_bytes());
-                run(250);
-                let (heap1, rss1) = (heap_in_use(), crate::stream::simulate::rss_bytes());
-                let per_failure = heap1.saturating_sub(heap0) / 1000;
-                println!(
-                    "{}: 1000 assertion failures on 4 threads: heap in use {heap0} → {heap1} bytes \
-                     ({per_failure} per failure), RSS {} → {} KiB",
-                    mode.name(),
-                    rss0 >> 10,
-                    rss1 >> 10
-                );
-                match mode {
-                    BasisMode::Uastc => {
-                        assert!(heap1 < heap0 + 64 * 1024, "uastc leaks {per_failure} per failure")
-                    }
-                    BasisMode::Etc1s => {
-                        assert!(per_failure <= MAX_ETC1S_LEAK, "etc1s leaks {per_failure} per failure")
-                    }
-                }
-            }
-        }
-
-        /// Bytes malloc has handed out and not had back, over all arenas (glibc `mallinfo2`).
-        fn heap_in_use() -> usize {
-            #[repr(C)]
-            struct MallInfo2 {
-                arena: usize,
-                ordblks: usize,
-                smblks: usize,
-                hblks: usize,
-                hblkhd: usize,
-                usmblks: usize,
-                fsmblks: usize,
-                uordblks: usize,
-                fordblks: usize,
-                keepcost: usize,
-            }
-            unsafe extern "C" {
-                fn mallinfo2() -> MallInfo2;
-            }
-            // SAFETY: mallinfo2 (glibc ≥ 2.33) only reads malloc's statistics.
-            let m = unsafe { mallinfo2() };
-            m.uordblks + m.hblkhd
-        }
     }
 }

@@ -210,41 +210,144 @@ fn transcode_with(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BasisTranscoder {
-    /// The reference C++ transcoder (the `basis-universal` crate), with its assertion guard.
-    Cpp,
-    /// The pure-Rust port (`basisu` 0.1.0, [`crate::format::basis_rust`]): memory-safe,
-    /// byte for byte the C++ output on every mode and format tested but ETC1S to BC1,
-    /// where a few blocks differ (BENCHMARKS.md "Transcoders").
+    /// The pure-Rust port (`basisu`, [`crate::format::basis_rust`]): memory-safe, the
+    /// default and, in default builds, the only one. Byte for byte the C++ output on
+    /// every mode and pool format but ETC1S to BC1, where a few blocks differ within a
+    /// stated bound (BENCHMARKS.md "Transcoders").
     Rust,
+    /// The reference C++ transcoder ([`crate::format::basis::cpp`]), for comparisons only
+    /// (feature `cpp-transcoder`): a forged tile can trip one of its assertions, which
+    /// aborts the process.
+    #[cfg(feature = "cpp-transcoder")]
+    Cpp,
 }
 
-/// 0: not chosen yet (the environment decides on first use), 1: C++, 2: Rust.
-static BASIS_TRANSCODER: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-/// Chooses the Basis transcoder for this whole process (default: [`BasisTranscoder::Cpp`],
-/// or [`BasisTranscoder::Rust`] when the environment variable `TESSERA_TRANSCODER` is `rust`).
-pub fn set_basis_transcoder(transcoder: BasisTranscoder) {
-    let code = match transcoder {
-        BasisTranscoder::Cpp => 1,
-        BasisTranscoder::Rust => 2,
-    };
-    BASIS_TRANSCODER.store(code, std::sync::atomic::Ordering::Relaxed);
+/// A transcoder chosen by name (`TESSERA_TRANSCODER`, an option) that this build does
+/// not have.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{source_name}={value}: {why} (this build has: {})", BasisTranscoder::names().join(", "))]
+pub struct TranscoderChoiceError {
+    /// Where the name came from (`TESSERA_TRANSCODER`, an option's name).
+    pub source_name: String,
+    /// The name given.
+    pub value: String,
+    /// Why it is refused.
+    pub why: String,
 }
 
-/// The Basis transcoder in use (see [`set_basis_transcoder`]).
-pub fn basis_transcoder() -> BasisTranscoder {
-    match BASIS_TRANSCODER.load(std::sync::atomic::Ordering::Relaxed) {
-        1 => BasisTranscoder::Cpp,
-        2 => BasisTranscoder::Rust,
-        _ => {
-            let chosen = match std::env::var("TESSERA_TRANSCODER").as_deref() {
-                Ok("rust") => BasisTranscoder::Rust,
-                _ => BasisTranscoder::Cpp,
-            };
-            set_basis_transcoder(chosen);
-            chosen
+impl BasisTranscoder {
+    /// The environment variable that chooses the transcoder: `rust` (the default), or
+    /// `cpp` in a build with the `cpp-transcoder` feature.
+    pub const ENV: &'static str = "TESSERA_TRANSCODER";
+
+    /// Every transcoder this build has.
+    pub fn all() -> Vec<BasisTranscoder> {
+        vec![
+            BasisTranscoder::Rust,
+            #[cfg(feature = "cpp-transcoder")]
+            BasisTranscoder::Cpp,
+        ]
+    }
+
+    fn names() -> Vec<&'static str> {
+        Self::all().into_iter().map(Self::name).collect()
+    }
+
+    /// Its name, as `TESSERA_TRANSCODER` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            BasisTranscoder::Rust => "rust",
+            #[cfg(feature = "cpp-transcoder")]
+            BasisTranscoder::Cpp => "cpp",
         }
     }
+
+    /// A short label for report headers, with the crate and version that transcodes, e.g.
+    /// `rust (basisu 0.1.0)`.
+    pub fn label(self) -> String {
+        match self {
+            BasisTranscoder::Rust => {
+                format!("rust (basisu {})", crate::format::basis_rust::BASISU_VERSION)
+            }
+            #[cfg(feature = "cpp-transcoder")]
+            BasisTranscoder::Cpp => "cpp (basis-universal 0.3, comparison build)".into(),
+        }
+    }
+
+    /// The transcoder named `value`, which came from `source_name` (for the error).
+    pub fn parse(value: &str, source_name: &str) -> Result<Self, TranscoderChoiceError> {
+        let refuse = |why: &str| TranscoderChoiceError {
+            source_name: source_name.into(),
+            value: value.into(),
+            why: why.into(),
+        };
+        match value {
+            "rust" => Ok(BasisTranscoder::Rust),
+            #[cfg(feature = "cpp-transcoder")]
+            "cpp" => Ok(BasisTranscoder::Cpp),
+            #[cfg(not(feature = "cpp-transcoder"))]
+            "cpp" => Err(refuse(
+                "the C++ transcoder is only in builds with the cpp-transcoder feature \
+                 (cargo build --features cpp-transcoder)",
+            )),
+            _ => Err(refuse("unknown Basis transcoder")),
+        }
+    }
+
+    /// The transcoder `TESSERA_TRANSCODER` names: [`BasisTranscoder::Rust`] when it is
+    /// unset or empty, an error when it names one this build does not have. Programs
+    /// call it at start to refuse a bad value (the CLI exits with status 2).
+    pub fn from_env() -> Result<Self, TranscoderChoiceError> {
+        match std::env::var(Self::ENV) {
+            Ok(value) if !value.is_empty() => Self::parse(&value, Self::ENV),
+            Ok(_) | Err(std::env::VarError::NotPresent) => Ok(BasisTranscoder::Rust),
+            Err(std::env::VarError::NotUnicode(v)) => Err(TranscoderChoiceError {
+                source_name: Self::ENV.into(),
+                value: v.to_string_lossy().into_owned(),
+                why: "not UTF-8".into(),
+            }),
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            BasisTranscoder::Rust => 1,
+            #[cfg(feature = "cpp-transcoder")]
+            BasisTranscoder::Cpp => 2,
+        }
+    }
+}
+
+impl std::fmt::Display for BasisTranscoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// 0: not chosen yet (the environment decides on first use), else [`BasisTranscoder::code`].
+static BASIS_TRANSCODER: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Chooses the Basis transcoder for this whole process (default: the environment's, see
+/// [`basis_transcoder`]).
+pub fn set_basis_transcoder(transcoder: BasisTranscoder) {
+    BASIS_TRANSCODER.store(transcoder.code(), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The Basis transcoder in use: the one [`set_basis_transcoder`] chose, else
+/// [`BasisTranscoder::from_env`]'s. A `TESSERA_TRANSCODER` this build does not have is
+/// logged as an error once and the Rust transcoder is used (programs refuse it at start
+/// with [`BasisTranscoder::from_env`]; a loader thread has no one to refuse it to).
+pub fn basis_transcoder() -> BasisTranscoder {
+    let code = BASIS_TRANSCODER.load(std::sync::atomic::Ordering::Relaxed);
+    if let Some(t) = BasisTranscoder::all().into_iter().find(|t| t.code() == code) {
+        return t;
+    }
+    let chosen = BasisTranscoder::from_env().unwrap_or_else(|e| {
+        tracing::error!("{e}; using the Rust transcoder");
+        BasisTranscoder::Rust
+    });
+    set_basis_transcoder(chosen);
+    chosen
 }
 
 fn basis_transcode(
@@ -255,8 +358,9 @@ fn basis_transcode(
     check: DataCheck,
 ) -> Result<Vec<u8>, CodecError> {
     match basis_transcoder() {
-        BasisTranscoder::Cpp => basis::transcode(blob, mode, side, target, check),
         BasisTranscoder::Rust => crate::format::basis_rust::transcode(blob, mode, side, target, check),
+        #[cfg(feature = "cpp-transcoder")]
+        BasisTranscoder::Cpp => basis::cpp::transcode(blob, mode, side, target, check),
     }
 }
 
@@ -337,6 +441,37 @@ mod tests {
             assert_eq!(serde_json::to_string(&t).unwrap(), format!("\"{}\"", t.name()));
         }
         assert!("bc3".parse::<TargetFormat>().unwrap_err().contains("bc7"));
+    }
+
+    #[test]
+    fn transcoder_names_are_validated() {
+        assert_eq!(BasisTranscoder::parse("rust", "X").unwrap(), BasisTranscoder::Rust);
+        let bogus = BasisTranscoder::parse("bogus", BasisTranscoder::ENV).unwrap_err().to_string();
+        assert!(bogus.starts_with("TESSERA_TRANSCODER=bogus: unknown Basis transcoder"), "{bogus}");
+        assert!(bogus.contains("this build has: rust"), "{bogus}");
+        assert!(BasisTranscoder::parse("Rust", "X").is_err(), "names are exact");
+        let cpp = BasisTranscoder::parse("cpp", "--transcoder");
+        #[cfg(feature = "cpp-transcoder")]
+        assert_eq!(cpp.unwrap(), BasisTranscoder::Cpp);
+        #[cfg(not(feature = "cpp-transcoder"))]
+        {
+            let e = cpp.unwrap_err().to_string();
+            assert!(e.starts_with("--transcoder=cpp: ") && e.contains("--features cpp-transcoder"), "{e}");
+        }
+        for t in BasisTranscoder::all() {
+            assert_eq!(BasisTranscoder::parse(t.name(), "X").unwrap(), t);
+            assert!(t.label().starts_with(t.name()), "{}", t.label());
+        }
+        assert_eq!(BasisTranscoder::Rust.label(), format!("rust (basisu {})", basis_rust_version()));
+    }
+
+    /// The `basisu` version Cargo.lock resolves, which the label must name.
+    fn basis_rust_version() -> String {
+        let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.lock")).unwrap();
+        let at = lock.find("name = \"basisu\"\nversion = \"").unwrap() + 27;
+        let version = &lock[at..at + lock[at..].find('"').unwrap()];
+        assert_eq!(version, crate::format::basis_rust::BASISU_VERSION, "update BASISU_VERSION");
+        version.to_string()
     }
 
     #[test]

@@ -191,8 +191,8 @@ pub fn atlas(data: &[u8]) -> Summary {
 
 /// Basis tile: `data` is a control byte ([`BASIS_REPAIR`], [`BASIS_UASTC`],
 /// [`BASIS_VERIFIED`]), the tile side in texels (one byte), then a `.basis` file. Runs
-/// the Rust structure check, then transcodes to every [`TargetFormat`]; asserts that
-/// every transcode that succeeds has the format's size.
+/// the structure check, then the run-time (pure-Rust) transcoder to every
+/// [`TargetFormat`]; asserts that every transcode that succeeds has the format's size.
 pub fn basis(data: &[u8]) -> Summary {
     let mut s = Summary::default();
     let [control, side, blob @ ..] = data else { return s };
@@ -205,16 +205,8 @@ pub fn basis(data: &[u8]) -> Summary {
     let side = u32::from(*side);
     s.accepted = s.record(basis::check_structure(&blob, mode, side)).is_some();
     for target in TargetFormat::ALL {
-        let cpp = s.record(basis::transcode(&blob, mode, side, target, check));
-        if let Some(out) = &cpp {
+        if let Some(out) = s.record(basis_rust::transcode(&blob, mode, side, target, check)) {
             assert_eq!(out.len(), target.bytes_per_tile(side), "{target}: transcoded size");
-        }
-        // The pure-Rust transcoder on the same tile: where both transcode it, the same bytes
-        // (but ETC1S to BC1, where basisu 0.1.0 differs on a few blocks: tests/basis_rust.rs).
-        let rust = s.record(basis_rust::transcode(&blob, mode, side, target, check));
-        let known_difference = (mode, target) == (BasisMode::Etc1s, TargetFormat::Bc1);
-        if let (Some(c), Some(r), false) = (&cpp, &rust, known_difference) {
-            assert!(c == r, "{mode:?} to {target}: the Rust and C++ transcoders differ");
         }
     }
     s
