@@ -144,3 +144,42 @@ fn refused_ktx2_inputs_fail_cleanly_and_leave_no_temporary_file() {
         assert_eq!(leftovers(dir.path(), name), Vec::<String>::new(), "{name}: left beside the output");
     }
 }
+
+/// `--max-memory` counts what a Zstandard level inflates to: a valid 64×64 UASTC +
+/// Zstandard KTX2 (a file of 4,272 bytes, 4,096 inflated, 16,384 of texels) bakes under
+/// 1 MiB and is refused, before anything is inflated, under 22 KiB, which the file and its
+/// texels alone would fit.
+#[test]
+fn max_memory_counts_the_inflated_level() {
+    let plain = uastc_ktx2();
+    let level_at = u64::from_le_bytes(plain[80..88].try_into().unwrap()) as usize;
+    let level = &plain[level_at..level_at + 4096];
+    // One raw Zstandard block, the content size declared.
+    let mut frame = vec![0x28, 0xB5, 0x2F, 0xFD, 0xE0];
+    frame.extend_from_slice(&4096u64.to_le_bytes());
+    frame.extend_from_slice(&(1u32 | 4096 << 3).to_le_bytes()[..3]);
+    frame.extend_from_slice(level);
+    let mut zstd = plain[..level_at].to_vec();
+    zstd[44..48].copy_from_slice(&2u32.to_le_bytes());
+    put64(&mut zstd, 88, frame.len() as u64);
+    zstd.extend_from_slice(&frame);
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("zstd.ktx2");
+    std::fs::write(&input, &zstd).unwrap();
+    let out = dir.path().join("o.tsa");
+    let bake = |limit: &str| {
+        tessera(&["bake", input.to_str().unwrap(), "-o", out.to_str().unwrap(), "--max-memory", limit])
+    };
+    let o = bake("1MiB");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    std::fs::remove_file(&out).unwrap();
+    let o = bake("22KiB");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("zstd.ktx2")
+            && err.contains("needs 24752 bytes")
+            && err.contains("limit of 22528 bytes"),
+        "{err}"
+    );
+}
