@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use tessera::core::Atlas;
 use tessera::core::format::atlas::RemoteOptions;
-use tessera_tests::{FakeGcs, Moto, Nginx};
+use tessera_tests::{Azurite, FakeGcs, Moto, Nginx};
 
 fn tessera(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tessera"));
@@ -209,11 +209,11 @@ impl tessera::core::Progress for Parts {
     fn set_message(&self, _: &str) {}
 }
 
-/// `gs://` publishing against fake-gcs-server (its XML API takes no unsigned uploads):
-/// a small atlas and one of several chunks, whose progress counts chunks as the server
-/// acknowledges them; a missing bucket is named as such.
+/// `gs://` publishing against fake-gcs-server (its XML API takes no unsigned uploads)
+/// and `az://` against Azurite: a small atlas and one of several chunks, whose progress
+/// counts chunks as the server acknowledges them; a missing bucket is named as such.
 #[test]
-fn gcs_publish_works_on_the_emulator() {
+fn gcs_and_azure_publish_work_on_the_emulators() {
     use tessera::core::format::atlas::publish::publish;
     let gcs = FakeGcs::start();
     let small = baked("small", "1024x512", "lz4");
@@ -235,6 +235,22 @@ fn gcs_publish_works_on_the_emulator() {
         let whole = steps.iter().filter(|&&n| n == 16 << 20).count() as u64;
         assert_eq!(whole, len / (16 << 20), "one step per acknowledged chunk: {steps:?}");
     }
+    let azure = Azurite::start();
+    azure.create_container("textures");
+    let settings = azure.settings();
+    let opts = RemoteOptions { s3: settings.clone(), ..RemoteOptions::without_disk_cache() };
+    for (local, url) in
+        [(small.clone(), "az://textures/a/small.tsa"), (big_atlas(), "az://textures/a/big.tsa")]
+    {
+        let progress = Parts::default();
+        let r = publish(&local, url, false, &settings, &progress).unwrap_or_else(|e| panic!("{url}: {e}"));
+        assert_eq!(r.uploaded.len(), 1, "{r:?}");
+        let len = std::fs::metadata(&local).unwrap().len();
+        assert_eq!(Atlas::open_with(url, &opts).unwrap().file_size(), len);
+        assert_eq!(progress.0.lock().unwrap().iter().sum::<u64>(), len);
+    }
+    let opts = RemoteOptions { s3: gcs.settings(), ..RemoteOptions::without_disk_cache() };
+    let settings = gcs.settings();
     let e = Atlas::open_with("gs://no-such-bucket/a.tsa", &opts).unwrap_err().to_string();
     assert!(e.contains("bucket does not exist"), "{e}");
     let e = publish(&small, "gs://no-such-bucket/a.tsa", false, &settings, &none).unwrap_err().to_string();
