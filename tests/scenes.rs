@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tessera::VtConfig;
 use tessera::core::NoProgress;
-use tessera::core::format::codec::Codec;
+use tessera::core::format::codec::{Codec, TargetFormat};
 use tessera::core::scene::camera::CameraPath;
 use tessera::core::scene::material_scene::{MaterialScene, globe_scene, load_gltf};
 use tessera::core::scene::scene_bake::bake_scene;
@@ -196,7 +196,8 @@ fn stress_scene_of_64k_squared_streams_into_a_small_pool() {
     // The fully resident texture does not fit the adapter: no reference can exist.
     let max = gpu().device.limits().max_texture_dimension_2d;
     assert!(lay.width() > max, "a {max}² adapter could hold it");
-    let err = tessera_tools::reference::build(gpu(), &atlas, 0).err().unwrap().to_string();
+    let err =
+        tessera_tools::reference::build(gpu(), &atlas, 0, TargetFormat::Rgba8).err().unwrap().to_string();
     assert!(err.contains("too large") || err.contains("texture limit"), "{err}");
     let size = (480, 270);
     // The cut preset's close-up of a ground corner needs the finest mips.

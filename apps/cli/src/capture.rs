@@ -78,8 +78,9 @@ pub(crate) struct VtArgs {
     /// pass has no side effect and keeps early depth) or storage (atomics into the
     /// request bitset from the fragment shader, the depth test forced early where the
     /// device allows).
-    #[arg(long, default_value = "target", value_parser = parse_feedback_path, action = clap::ArgAction::Set)]
-    pub(crate) feedback: bool,
+    /// Default: target, except on a software adapter (llvmpipe), where storage.
+    #[arg(long, value_parser = parse_feedback_path)]
+    pub(crate) feedback: Option<bool>,
     /// Record one copy command per uploaded tile instead of one per run of tiles bound
     /// for slots one below the other (to compare; the default merges them).
     #[arg(long)]
@@ -96,7 +97,8 @@ impl VtArgs {
             early_depth: !self.no_early_depth,
             staging_mib: self.staging_mib,
             page_table: self.page_table,
-            feedback_target: self.feedback,
+            feedback_target: self.feedback.unwrap_or(true),
+            feedback_target_on_software: self.feedback.is_some(),
             merged_copies: !self.per_tile_copies,
             streaming: tessera::StreamerConfig {
                 host_cache_mib: self.host_cache_mib,
