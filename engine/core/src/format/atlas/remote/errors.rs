@@ -9,6 +9,9 @@ use super::*;
 pub(crate) enum Access {
     /// A cloud store (`s3://`, `gs://`, `az://`): credentials from the environment.
     Cloud,
+    /// A cloud store given credentials in the caller's settings
+    /// ([`RemoteOptions::s3`](crate::format::atlas::RemoteOptions::s3)).
+    CloudGiven,
     /// A web server (`http(s)://` without a query string): no credentials at all.
     Web,
     /// A presigned or signed `http(s)://` URL: its query string is the credential.
@@ -16,6 +19,19 @@ pub(crate) enum Access {
 }
 
 impl Access {
+    /// Who answers at `location` reached with `settings`.
+    pub(crate) fn with(location: &str, settings: &[(String, String)]) -> Self {
+        const SECRETS: [&str; 5] = ["key", "secret", "token", "service_account", "sas"];
+        let given = settings.iter().any(|(k, _)| {
+            let k = k.to_ascii_lowercase();
+            SECRETS.iter().any(|s| k.contains(s))
+        });
+        match Self::of(location) {
+            Access::Cloud if given => Access::CloudGiven,
+            other => other,
+        }
+    }
+
     /// Who answers at `location`.
     pub(crate) fn of(location: &str) -> Self {
         let lower = location.get(..8).unwrap_or(location).to_ascii_lowercase();
@@ -68,6 +84,9 @@ fn refused(status: &str, says: &str, access: Access) -> RemoteError {
     let hint = match access {
         Access::Cloud => {
             format!("access denied: the server did not accept the credentials ({})", credential_source())
+        }
+        Access::CloudGiven => {
+            "access denied: the server did not accept the credentials given in the settings".to_owned()
         }
         Access::Web => "the web server refused access (no credentials are sent to http(s):// URLs: \
                         a signed URL needs its query string)"

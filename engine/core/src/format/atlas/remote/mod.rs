@@ -256,7 +256,7 @@ impl RemoteObject {
     /// identity).
     pub fn open(location: &str, options: &RemoteOptions) -> Result<Self, RemoteError> {
         let (store, path) = store_for(location, &options.s3)?;
-        let access = Access::of(location);
+        let access = Access::with(location, &options.s3);
         // Logs and errors name the location without its query values (credentials).
         let shown = crate::error_text::redact_url(location);
         let cache_key = store::cache_key(location, &options.s3);
@@ -293,7 +293,7 @@ impl RemoteObject {
                 .map_err(|e| map_error_at(e, access))
         };
         let first = match first {
-            Err(RemoteError::NotFound) if access == Access::Cloud => {
+            Err(RemoteError::NotFound) if matches!(access, Access::Cloud | Access::CloudGiven) => {
                 Err(runtime.block_on(not_found(&*store, &path)))
             }
             other => other,
@@ -777,6 +777,9 @@ mod tests {
         assert_eq!(Access::of("https://h/a.tsa?X-Amz-Signature=1"), Access::Signed);
         assert_eq!(Access::of("HTTP://h/a.tsa"), Access::Web);
         assert_eq!(Access::of("s3://b/a.tsa"), Access::Cloud);
+        let given = [("azure_storage_account_key".to_owned(), "k".to_owned())];
+        assert_eq!(Access::with("az://c/a.tsa", &given), Access::CloudGiven);
+        assert_eq!(Access::with("https://h/a.tsa", &given), Access::Web);
     }
 
     #[test]
