@@ -327,4 +327,45 @@ mod tests {
         let s = status(&out, None, None, &[]).unwrap().parts;
         assert!(matches!(s[2].state, PartState::Stale { .. }), "{s:?}");
     }
+
+    #[test]
+    fn status_grows_with_the_files_present_not_with_the_counts_they_claim() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("s.tsa");
+        let opts = BakeOptions { tile_size: 32, border: 2, shard: Shard::new(0, 2), ..Default::default() };
+        bake(inputs(), &out, &opts, &NoProgress).unwrap();
+        let shards = shard_dir(&out);
+        for stray in ["0-of-4294967295.part", "0-of-50000000.part", "01-of-2.part", "2-of-2.part", "x.part"] {
+            std::fs::write(shards.join(stray), b"stray").unwrap();
+        }
+        std::fs::write(shards.join("7-of-65536.part"), b"damaged").unwrap();
+        let s = status(&out, None, None, &[]).unwrap();
+        assert_eq!(s.strays.len(), 5, "{:?}", s.strays);
+        let runs: Vec<(u32, u32, u32, &str)> = s
+            .parts
+            .iter()
+            .map(|p| {
+                let state = match p.state {
+                    PartState::Done { .. } => "done",
+                    PartState::Missing => "missing",
+                    _ => "damaged",
+                };
+                (p.shard.count, p.shard.index, p.last, state)
+            })
+            .collect();
+        assert_eq!(
+            runs,
+            [
+                (2, 0, 0, "done"),
+                (2, 1, 1, "missing"),
+                (65536, 0, 6, "missing"),
+                (65536, 7, 7, "damaged"),
+                (65536, 8, 65535, "missing")
+            ]
+        );
+        // A count asked for is listed whole; past the cap it is refused.
+        let s = status(&out, Some(65536), None, &[]).unwrap();
+        assert_eq!(s.parts.len(), 5);
+        assert!(matches!(status(&out, Some(65537), None, &[]), Err(ShardError::Spec(_))));
+    }
 }
