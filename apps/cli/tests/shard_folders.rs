@@ -89,10 +89,12 @@ fn a_fifo_in_place_of_a_part_is_refused_at_once_everywhere() {
     let p = part(&out, 1);
     std::fs::remove_file(&p).unwrap();
     assert!(Command::new("mkfifo").arg(&p).status().unwrap().success());
+    let capture = dir.path().join("capture");
     let start = Instant::now();
     for args in [
         vec!["inspect", s(&out)],
         vec!["verify", s(&out)],
+        vec!["capture", "--atlas", s(&out), "--frames", "2", "--size", "64x64", "--out", s(&capture)],
         vec!["bake", "--generate", "600x400", "--tile-size", "64", "--merge", "-o", s(&out)],
         vec!["bake", "--generate", "600x400", "--tile-size", "64", "--merge", "--one-file", "-o", s(&out)],
     ] {
