@@ -78,8 +78,9 @@ pub fn url_scheme(location: &std::path::Path) -> Option<String> {
 
 /// Where and how much a remote atlas may cache on the local disk.
 ///
-/// `Default` is [`RemoteOptions::from_env`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// `Default` is [`RemoteOptions::from_env`]. Its `Debug` shows the settings' names, never
+/// their values.
+#[derive(Clone, PartialEq, Eq)]
 pub struct RemoteOptions {
     /// The disk cache's root directory (each URL and identity gets its own below);
     /// `None`: no disk cache.
@@ -97,6 +98,18 @@ pub struct RemoteOptions {
     /// (the CLI's `--offline`, `TESSERA_OFFLINE=1`). Without it, only a server that
     /// cannot be reached falls back to the cache; one that refuses access is an error.
     pub offline: bool,
+}
+
+impl std::fmt::Debug for RemoteOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.s3.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("RemoteOptions")
+            .field("disk_cache_dir", &self.disk_cache_dir)
+            .field("disk_cache_bytes", &self.disk_cache_bytes)
+            .field("s3 (names only)", &names)
+            .field("offline", &self.offline)
+            .finish()
+    }
 }
 
 /// The disk cache budget when `TESSERA_DISK_CACHE_MIB` is not set: 2 GiB.
@@ -285,6 +298,16 @@ fn stacked_mismatch(layers: &[LayerInfo]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remote_options_never_print_setting_values() {
+        let o = RemoteOptions {
+            s3: vec![("aws_secret_access_key".into(), "s3cr3t-value".into())],
+            ..RemoteOptions::without_disk_cache()
+        };
+        let shown = format!("{o:?}");
+        assert!(shown.contains("aws_secret_access_key") && !shown.contains("s3cr3t-value"), "{shown}");
+    }
 
     #[test]
     fn network_counters_since_an_earlier_snapshot() {
