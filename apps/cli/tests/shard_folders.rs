@@ -261,10 +261,14 @@ fn wait_for_stage(scratch: &Path, child: &mut std::process::Child) {
 }
 
 fn start_s3_shard(scratch: &Path) -> std::process::Child {
+    start_shard(scratch, "16384x16384", "s3://bucket/big.tsa", &NO_SERVER)
+}
+
+fn start_shard(scratch: &Path, size: &str, url: &str, envs: &[(&str, &str)]) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["bake", "--generate", "16384x16384", "--shard", "0/2", "-o", "s3://bucket/big.tsa"])
+        .args(["bake", "--generate", size, "--codec", "lz4", "--shard", "0/2", "-o", url])
         .args(["--scratch-dir", s(scratch)])
-        .envs(NO_SERVER)
+        .envs(envs.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -316,4 +320,54 @@ fn staging_folders_of_killed_s3_shards_are_removed() {
         run(&["bake", "--merge", "-o", "s3://bucket/big.tsa", "--scratch-dir", s(scratch)], &NO_SERVER);
     assert!(finished && !o.status.success(), "no server to list: {}", text(&o));
     assert!(!stale.exists(), "{}", text(&o));
+}
+
+/// Against a real S3 server (moto): a shard killed while baking into `s3://` leaves its
+/// staging folder; rerunning the shards removes it, and they merge into an atlas that
+/// verifies over S3.
+#[test]
+fn a_killed_s3_shard_leaks_nothing_once_the_farm_reruns_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let scratch = dir.path().join("scratch").tap_mkdir();
+    let moto = tessera_tests::Moto::start();
+    let readme = dir.path().join("README");
+    std::fs::write(&readme, b"the bucket").unwrap();
+    moto.put("farm", "README", &readme);
+    let endpoint = moto.endpoint();
+    let envs = [
+        ("AWS_ENDPOINT", endpoint.as_str()),
+        ("AWS_ALLOW_HTTP", "true"),
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_REGION", "us-east-1"),
+    ];
+    let url = "s3://farm/big.tsa";
+    let mut child = start_shard(&scratch, "2048x2048", url, &envs);
+    wait_for_stage(&scratch, &mut child);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(stages(&scratch).len(), 1, "the killed shard's staging folder");
+    for shard in ["0/2", "1/2"] {
+        let args = [
+            "bake",
+            "--generate",
+            "2048x2048",
+            "--codec",
+            "lz4",
+            "--shard",
+            shard,
+            "-o",
+            url,
+            "--scratch-dir",
+            s(&scratch),
+        ];
+        let (o, finished) = run(&args, &envs);
+        assert!(finished && o.status.success(), "{}", text(&o));
+    }
+    assert!(stages(&scratch).is_empty(), "left: {:?}", stages(&scratch));
+    let (o, finished) =
+        run(&["bake", "--generate", "2048x2048", "--codec", "lz4", "--merge", "-o", url], &envs);
+    assert!(finished && o.status.success(), "{}", text(&o));
+    let (o, finished) = run(&["verify", url], &envs);
+    assert!(finished && o.status.success(), "{}", text(&o));
 }
