@@ -1,4 +1,5 @@
-//! AFL++ harness of the `basis` target: see `tessera_core::fuzz::basis`.
+//! AFL++ harness of the `basis` target (the structure check and the run-time Rust
+//! transcoder): see `tessera_core::fuzz::basis`.
 
 fn main() {
     afl::fuzz!(|data: &[u8]| {

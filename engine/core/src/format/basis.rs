@@ -13,7 +13,7 @@
 //! never a crash.
 //!
 //! The C++ transcoder of the same crate is only compiled with the `cpp-transcoder`
-//! feature ([`cpp`]), for tests and benchmarks that compare the two.
+//! feature (`basis::cpp`), for tests and benchmarks that compare the two.
 
 use std::sync::Once;
 

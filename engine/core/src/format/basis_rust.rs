@@ -8,7 +8,7 @@
 //! 1. The file structure (`basis::check_structure`): header, sizes, CRC-16s, counts,
 //!    mode and flags, every slice descriptor, and that the slice table, codebooks, Huffman
 //!    tables and slices lie inside the file without overlapping.
-//! 2. For ETC1S, the slice streams ([`check_etc1s_streams`]): the Huffman tables decode,
+//! 2. For ETC1S, the slice streams (`check_etc1s_streams`): the Huffman tables decode,
 //!    and each slice's symbol stream is walked as the C++ transcoder walks it, with the
 //!    checks it makes and `basisu` 0.1.0 skips: an endpoint-prediction run must end inside
 //!    the slice (the C++ `endpoint_pred_repeat_count != 0` failure), and a run-length code
