@@ -1,6 +1,7 @@
 //! Single-core transcode throughput of the run-time (pure-Rust) Basis transcoder on real
-//! tiles: tiles/s per mode and pool format. With `--features cpp-transcoder` the C++
-//! transcoder runs beside it on the same tiles:
+//! tiles, tiles/s per mode and pool format, beside `basisu-unchecked` (`basisu` alone,
+//! without the run-time path's checks). With `--features cpp-transcoder` the C++
+//! transcoder runs beside them on the same tiles:
 //! `cargo bench -p tessera-vt-core --features cpp-transcoder --bench transcode`.
 
 #![allow(clippy::unwrap_used, missing_docs)] // A benchmark fails loudly by design.
@@ -49,6 +50,32 @@ fn transcode(c: &mut Criterion) {
                 b.iter(|| {
                     for blob in &blobs {
                         basis::cpp::transcode(blob, mode, SIDE, target, DataCheck::AlreadyVerified).unwrap();
+                    }
+                })
+            });
+            // The checks' cost: `basisu::Transcoder` alone, without the structure check and
+            // the ETC1S stream walk that the run-time path makes first.
+            let format = match target {
+                TargetFormat::Rgba8 => basisu::TargetFormat::Rgba32,
+                TargetFormat::Bc7 => basisu::TargetFormat::Bc7Rgba,
+                TargetFormat::Bc1 => basisu::TargetFormat::Bc1Rgb,
+                TargetFormat::Astc4x4 => basisu::TargetFormat::Astc4x4Rgba,
+                _ => basisu::TargetFormat::Etc2Rgba,
+            };
+            let mut bits = basisu::DecodeFlags::NO_ETC1S_CHROMA_FILTERING.bits()
+                | basisu::DecodeFlags::NO_DEBLOCK_FILTERING.bits();
+            if target == TargetFormat::Bc1 {
+                bits |= basisu::DecodeFlags::BC1_FORBID_THREE_COLOR_BLOCKS.bits();
+            }
+            let flags = basisu::DecodeFlags::from_bits(bits);
+            group.bench_function(BenchmarkId::new("basisu-unchecked", &name), |b| {
+                b.iter(|| {
+                    for blob in &blobs {
+                        let mut out = vec![0u8; target.bytes_per_tile(SIDE)];
+                        basisu::Transcoder::new(blob)
+                            .unwrap()
+                            .transcode_into(0, format, flags, &mut out)
+                            .unwrap();
                     }
                 })
             });

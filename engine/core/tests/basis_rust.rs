@@ -99,6 +99,40 @@ fn damaged_tiles_are_errors() {
     }
 }
 
+/// ETC1S tiles go through `basisu`'s codebook decoder and dispatch directly (to decode the
+/// tables once for the stream check and the transcode): the bytes are exactly what
+/// `basisu::Transcoder` gives for the same file, flags and target.
+#[test]
+fn the_etc1s_path_gives_the_basisu_transcoders_bytes() {
+    let flags = |target| {
+        let mut bits = basisu::DecodeFlags::NO_ETC1S_CHROMA_FILTERING.bits()
+            | basisu::DecodeFlags::NO_DEBLOCK_FILTERING.bits();
+        if target == TargetFormat::Bc1 {
+            bits |= basisu::DecodeFlags::BC1_FORBID_THREE_COLOR_BLOCKS.bits();
+        }
+        basisu::DecodeFlags::from_bits(bits)
+    };
+    let formats = [
+        (TargetFormat::Rgba8, basisu::TargetFormat::Rgba32),
+        (TargetFormat::Bc7, basisu::TargetFormat::Bc7Rgba),
+        (TargetFormat::Bc1, basisu::TargetFormat::Bc1Rgb),
+        (TargetFormat::Astc4x4, basisu::TargetFormat::Astc4x4Rgba),
+        (TargetFormat::Etc2Rgba, basisu::TargetFormat::Etc2Rgba),
+    ];
+    assert_eq!(formats.len(), TargetFormat::ALL.len());
+    for (i, (side, tile)) in test_tiles().iter().enumerate() {
+        let blob = basis::encode(tile, *side, BasisMode::Etc1s, &EncodeOptions::default()).unwrap();
+        let whole = basisu::Transcoder::new(&blob).unwrap();
+        for (target, format) in formats {
+            let mut want = vec![0u8; target.bytes_per_tile(*side)];
+            whole.transcode_into(0, format, flags(target), &mut want).unwrap();
+            let got =
+                basis_rust::transcode(&blob, BasisMode::Etc1s, *side, target, DataCheck::Crc16).unwrap();
+            assert!(got == want, "tile {i} ({side}²) to {target}: not basisu::Transcoder's bytes");
+        }
+    }
+}
+
 /// The BC1 pool is sampled as BC1 RGBA, where a three-colour block's fourth index is
 /// transparent black: every ETC1S and UASTC block must come out in four-colour mode
 /// (colour 0 > colour 1), solid blocks included.

@@ -93,7 +93,7 @@ pub fn transcode_into(
     }
     let run = || -> Result<(), String> {
         if mode == BasisMode::Etc1s {
-            check_etc1s_streams(blob, side)?;
+            return transcode_etc1s(blob, side, target, flags, out);
         }
         let tex = basisu::Transcoder::new(blob).map_err(|e| format!("{e:?}"))?;
         if tex.level_count() != 1 || tex.base_dimensions() != (side, side) {
@@ -126,19 +126,49 @@ const SELECTOR_RLE_MIN: u32 = 3;
 /// Payload bits per chunk of a long selector-history run length.
 const SELECTOR_RLE_VLC_BITS: u32 = 7;
 
-/// Checks the Huffman tables and every slice's symbol stream of an ETC1S tile whose
-/// structure `check_structure` has accepted (see the module documentation). May panic on
-/// malformed tables inside `basisu`'s Huffman decoder: callers catch it.
-pub(crate) fn check_etc1s_streams(blob: &[u8], side: u32) -> Result<(), String> {
+/// An ETC1S tile through `basisu`'s parts rather than its `Transcoder`: the codebooks
+/// and Huffman tables are decoded once, serve [`check_etc1s_streams`] and then the
+/// transcode itself (`basisu::dispatch::transcode_etc1s`, what `Transcoder` calls for a
+/// `.basis` file). May panic inside `basisu` on malformed contents: callers catch it.
+fn transcode_etc1s(
+    blob: &[u8],
+    side: u32,
+    target: TargetFormat,
+    flags: u32,
+    out: &mut [u8],
+) -> Result<(), String> {
     let parts = basis_parts(blob).ok_or("a region lies outside the file")?;
+    let [endpoint_cb, selector_cb, tables] = parts.codebooks;
+    let (endpoints, selectors) = (u32::from(parts.counts.0), u32::from(parts.counts.1));
     let mut models = Etc1sTranscoder::new();
-    if !models.decode_tables(parts.codebooks[2]) {
+    if !models.decode_palettes(endpoints, endpoint_cb, selectors, selector_cb) {
+        return Err("the endpoint or selector codebook does not decode".into());
+    }
+    if !models.decode_tables(tables) {
         return Err("the Huffman tables do not decode".into());
     }
-    let selectors = u32::from(parts.counts.1);
+    check_etc1s_streams(&models, &parts.slices, side, selectors)?;
+    // check_structure has made sure of one colour slice, then one alpha slice or none.
+    let (rgb, alpha) = (parts.slices[0], parts.slices.get(1).copied());
     let blocks = side.div_ceil(4);
-    for (k, slice) in parts.slices.iter().enumerate() {
-        walk_slice(&models, slice, blocks, selectors).map_err(|e| format!("slice {k}: {e}"))?;
+    let format = target_format(target).as_i32();
+    basisu::dispatch::transcode_etc1s(
+        &models, rgb, alpha, blocks, blocks, side, side, format, flags, None, out,
+    )
+    .ok_or_else(|| format!("transcoding to {target} failed"))
+}
+
+/// Walks every slice's symbol stream of an ETC1S tile (see the module documentation):
+/// `models` holds the tile's decoded Huffman tables, `selectors` its selector count.
+fn check_etc1s_streams(
+    models: &Etc1sTranscoder,
+    slices: &[&[u8]],
+    side: u32,
+    selectors: u32,
+) -> Result<(), String> {
+    let blocks = side.div_ceil(4);
+    for (k, slice) in slices.iter().enumerate() {
+        walk_slice(models, slice, blocks, selectors).map_err(|e| format!("slice {k}: {e}"))?;
     }
     Ok(())
 }
