@@ -8,8 +8,9 @@
 //! 1. The file structure (`basis::check_structure`): header, sizes, CRC-16s, counts,
 //!    mode and flags, every slice descriptor, and that the slice table, codebooks, Huffman
 //!    tables and slices lie inside the file without overlapping.
-//! 2. For ETC1S, the slice streams (`check_etc1s_streams`): the Huffman tables decode,
-//!    and each slice's symbol stream is walked as the C++ transcoder walks it, with the
+//! 2. For ETC1S, the codebooks and Huffman tables decode (once: they then serve the
+//!    transcode), and each slice's symbol stream (`check_etc1s_streams`) is walked as the
+//!    C++ transcoder walks it, with the
 //!    checks it makes and `basisu` 0.1.0 skips: an endpoint-prediction run must end inside
 //!    the slice (the C++ `endpoint_pred_repeat_count != 0` failure), and a run-length code
 //!    must fit 32 bits (a C++ assertion in `decode_vlc`; `basisu` stops reading it and, in
@@ -24,9 +25,12 @@
 //!   ETC2. `basisu` writes the EAC alpha block with multiplier 0, which is what the C++
 //!   code writes without assertions: a well-formed 16-byte block whose alpha is the base
 //!   value. Nothing is read or written outside the tile.
-//! - A slice descriptor flagged as a video P-frame is refused by `basisu`
-//!   (`VideoRequiresState`) and ignored by the C++ transcoder; the structure check now
-//!   refuses any slice flag but the alpha one, so both paths refuse it.
+//! - A slice descriptor flagged as a video frame was ignored by the C++ transcoder and
+//!   refused by `basisu` (`VideoRequiresState`); the structure check now refuses any slice
+//!   flag but the alpha one, for both.
+//! - The Rust path is stricter in one way: it walks an ETC1S tile's alpha slice for every
+//!   target, where the C++ transcoder reads it only for targets with alpha, so a tile with
+//!   a damaged alpha slice is corrupt even when transcoded to BC1.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
