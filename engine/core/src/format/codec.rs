@@ -338,9 +338,11 @@ pub fn set_basis_transcoder(transcoder: BasisTranscoder) {
 /// logged as an error once and the Rust transcoder is used (programs refuse it at start
 /// with [`BasisTranscoder::from_env`]; a loader thread has no one to refuse it to).
 pub fn basis_transcoder() -> BasisTranscoder {
-    let code = BASIS_TRANSCODER.load(std::sync::atomic::Ordering::Relaxed);
-    if let Some(t) = BasisTranscoder::all().into_iter().find(|t| t.code() == code) {
-        return t;
+    match BASIS_TRANSCODER.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => return BasisTranscoder::Rust,
+        #[cfg(feature = "cpp-transcoder")]
+        2 => return BasisTranscoder::Cpp,
+        _ => {}
     }
     let chosen = BasisTranscoder::from_env().unwrap_or_else(|e| {
         tracing::error!("{e}; using the Rust transcoder");
