@@ -613,13 +613,17 @@ fn flooded_staging_keeps_every_slot_equal_to_its_tile() {
         let pool = vt.pool();
         let texels = read_pool(ctx, pool);
         let (row, rows) = pool.tile_rows();
-        let pool_row = row as usize * pool.slots_x() as usize;
+        // In rows of texels (blocks): a slot is `pitch` of them, its tile `margin` in.
+        let unit = if target.is_block_compressed() { 4 } else { 1 };
+        let (pitch, margin) = ((pool.pitch() / unit) as usize, (pool.margin() / unit) as usize);
+        let per_unit = row as usize / rows as usize;
+        let pool_row = per_unit * pitch * pool.slots_x() as usize;
         let mut checked = 0;
         for (tile, slot) in vt.residency().resident_tiles() {
             let want = loader.transcode_tile(tile).unwrap();
             for r in 0..rows as usize {
-                let at =
-                    (usize::from(slot.y) * rows as usize + r) * pool_row + usize::from(slot.x) * row as usize;
+                let at = (usize::from(slot.y) * pitch + margin + r) * pool_row
+                    + (usize::from(slot.x) * pitch + margin) * per_unit;
                 let (got, want) =
                     (&texels[at..at + row as usize], &want[r * row as usize..(r + 1) * row as usize]);
                 assert!(got == want, "{name}: slot {slot:?} of {tile} differs from the tile at row {r}");

@@ -450,11 +450,7 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
         pool_bytes: vt.pools().iter().map(|p| p.bytes()).sum(),
         pool_format: vt.pool().target().name().to_string(),
         pool_note: vt.pool_format_note().map(str::to_owned),
-        sampling: format!(
-            "{}; feedback through {}",
-            vt.trilinear().1,
-            if vt.config().feedback_target { "a colour target" } else { "the storage bitset" }
-        ),
+        sampling: vt.trilinear().1.to_owned(),
         reference_bytes: scene.reference_bytes(),
         frames,
         final_stats: vt.stats(),

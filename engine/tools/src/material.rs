@@ -104,6 +104,9 @@ pub struct MaterialRenderer {
     /// shader never discards nor writes depth). Built when the scene has blended
     /// materials.
     vt_pipeline_blend: Option<wgpu::RenderPipeline>,
+    /// Whether the VT pipelines write feedback to the colour target (else the storage
+    /// bitset: also on a software adapter, see `VtConfig::feedback_target_on_software`).
+    feedback_target: bool,
     /// Where the camera of the next draws is (blended meshes are drawn far to near).
     eye: std::sync::Mutex<Vec3>,
     /// The predicted view's pass, when the virtual textures take predictions.
@@ -259,7 +262,10 @@ impl MaterialRenderer {
         let (frame_layout, frame_buffer, frame_group) =
             frame_uniform(device, "material frame", std::mem::size_of::<FrameUniform>() as u64);
         let layouts = [Some(&frame_layout), Some(vt.bind_group_layout()), Some(&material_layout)];
-        let (source, feedback_target) = vt_shader(device, vt, &shaders::material_vt_source(), false);
+        // See VtConfig::feedback_target_on_software.
+        let software = ctx.info.device_type == wgpu::DeviceType::Cpu;
+        let target = vt.config().feedback_target && (!software || vt.config().feedback_target_on_software);
+        let (source, feedback_target) = vt_shader(device, vt, &shaders::material_vt_source(), false, target);
         let vt_pipeline = mesh_pipeline(
             device,
             "material vt",
@@ -282,7 +288,7 @@ impl MaterialRenderer {
         // runs early anyway); alpha-tested ones keep the pipeline above, since their
         // fragments may be discarded after the test.
         let vt_pipeline_early = (!feedback_target && vt.early_depth_on(device)).then(|| {
-            let (early, _) = vt_shader(device, vt, &shaders::material_vt_source(), true);
+            let (early, _) = vt_shader(device, vt, &shaders::material_vt_source(), true, false);
             mesh_pipeline(
                 device,
                 "material vt early depth",
@@ -317,6 +323,7 @@ impl MaterialRenderer {
             vt_pipeline,
             vt_pipeline_early,
             vt_pipeline_blend,
+            feedback_target,
             eye: std::sync::Mutex::new(Vec3::ZERO),
             predicted,
             reference: None,
@@ -502,7 +509,7 @@ impl Drawer for MaterialRenderer {
     ) {
         let Some(layer) = vt.layer(0) else { return };
         let group = vt.bind_group(layer);
-        let feedback = feedback_for(vt, color);
+        let feedback = feedback_for(vt, color, self.feedback_target);
         let mut pass = SceneRenderer::pass(encoder, color, depth, feedback.as_ref(), timestamps);
         pass.set_bind_group(0, &self.frame_group, &[]);
         pass.set_bind_group(1, group, &[]);

@@ -108,9 +108,10 @@ pub(crate) fn vt_shader(
     vt: &VirtualTextures,
     src: &str,
     early: bool,
+    target: bool,
 ) -> (String, bool) {
     let src = shaders::with_page_table(src, vt.page_table_storage());
-    if vt.config().feedback_target {
+    if target {
         (shaders::with_feedback_target(&src), true)
     } else if early && vt.early_depth_on(device) {
         (shaders::with_early_depth_test(&src), false)
@@ -196,8 +197,12 @@ impl PredictedPass {
 
 /// The feedback attachment for a pass drawing into `color` through `vt`, when the
 /// drawers write feedback to a target.
-pub(crate) fn feedback_for(vt: &VirtualTextures, color: &wgpu::TextureView) -> Option<FeedbackAttachment> {
-    vt.config().feedback_target.then(|| {
+pub(crate) fn feedback_for(
+    vt: &VirtualTextures,
+    color: &wgpu::TextureView,
+    target: bool,
+) -> Option<FeedbackAttachment> {
+    target.then(|| {
         let size = color.texture().size();
         vt.feedback_attachment(size.width, size.height)
     })
@@ -335,7 +340,8 @@ impl SceneRenderer {
             .collect();
         let (frame_layout, frame_buffer, frame_group) =
             frame_uniform(device, "frame", std::mem::size_of::<FrameUniform>() as u64);
-        let (source, feedback_target) = vt_shader(device, vt, &shaders::scene_vt_source(), true);
+        let (source, feedback_target) =
+            vt_shader(device, vt, &shaders::scene_vt_source(), true, vt.config().feedback_target);
         let vt_pipeline = pipeline(
             device,
             "scene vt",
@@ -652,7 +658,7 @@ impl Drawer for SceneRenderer {
         vt: &VirtualTextures,
         timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
     ) {
-        let feedback = feedback_for(vt, color);
+        let feedback = feedback_for(vt, color, vt.config().feedback_target);
         let mut pass = Self::pass(encoder, color, depth, feedback.as_ref(), timestamps);
         pass.set_pipeline(&self.vt_pipeline);
         pass.set_bind_group(0, &self.frame_group, &[]);

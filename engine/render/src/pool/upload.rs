@@ -281,13 +281,18 @@ impl TilePool {
         for j in ones.iter().filter(|j| inside(j.slot)) {
             let dst = [u32::from(j.slot.x), u32::from(j.slot.y)];
             let parent = match j.source {
-                LevelOneSource::Parent { slot, .. } if inside(slot) && (self.margin + border) % 2 == 0 => {
+                LevelOneSource::Parent { slot, .. }
+                    if inside(slot) && (self.margin + border).is_multiple_of(2) =>
+                {
                     Some(j.source_texels(pitch, self.margin, border).0)
                 }
                 _ => None,
             };
             match parent {
-                Some(src) if !self.target.is_block_compressed() || (src[0] % 4 == 0 && src[1] % 4 == 0) => {
+                Some(src)
+                    if !self.target.is_block_compressed()
+                        || (src[0].is_multiple_of(4) && src[1].is_multiple_of(4)) =>
+                {
                     encoder.copy_texture_to_texture(
                         wgpu::TexelCopyTextureInfo {
                             texture: &self.texture,

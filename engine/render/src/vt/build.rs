@@ -9,17 +9,8 @@ impl VirtualTextures {
     /// Fails with [`RenderError::Config`] for a setting out of range
     /// ([`VtConfig::validate`]) or a pool that does not fit the device, and with
     /// [`RenderError::DeviceLost`] on a lost device.
-    pub fn new(ctx: &GpuContext, atlas: Arc<Atlas>, mut config: VtConfig) -> Result<Self, RenderError> {
+    pub fn new(ctx: &GpuContext, atlas: Arc<Atlas>, config: VtConfig) -> Result<Self, RenderError> {
         config.validate()?;
-        if ctx.info.device_type == wgpu::DeviceType::Cpu
-            && config.feedback_target
-            && !config.feedback_target_on_software
-        {
-            config.feedback_target = false;
-            tracing::info!(
-                "software adapter: feedback through the storage bitset (VtConfig::feedback_target_on_software)"
-            );
-        }
         // wgpu's buffer helpers panic on a lost device instead of failing.
         ctx.check()?;
         let device = &ctx.device;

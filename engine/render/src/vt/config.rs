@@ -50,11 +50,12 @@ pub struct VtConfig {
     /// without `SHADER_EARLY_DEPTH_TEST`. Your own pipelines choose by their shader;
     /// the virtual textures take feedback from both paths in the same frame.
     pub feedback_target: bool,
-    /// Keep [`VtConfig::feedback_target`] on a software adapter (Mesa's llvmpipe /
-    /// lavapipe) too. Off by default: there the built-in drawers write feedback to the
-    /// storage bitset, since llvmpipe keeps compiling fragment-shader variants for the
-    /// material scene's colour-target path (its memory grew by about 150 MB a frame in
-    /// a 960×540 dungeon capture, 6.7 GB after 30 frames) and that path is slower there.
+    /// Keep [`VtConfig::feedback_target`] for the built-in material scene drawer on a
+    /// software adapter (Mesa's llvmpipe / lavapipe) too. Off by default: there that
+    /// drawer writes feedback to the storage bitset, since llvmpipe's memory grows on
+    /// its side-effect-free colour-target pass (about 150 MB a frame in a 960×540
+    /// dungeon capture, 6.7 GB after 30 frames) and that path is slower there. Other
+    /// drawers, and your own pipelines, are not affected.
     pub feedback_target_on_software: bool,
     /// Take a predicted view's feedback each frame: passes drawn where the camera is
     /// going write it to [`VirtualTextures::predicted_attachment`] (the built-in
