@@ -1,28 +1,28 @@
 //! Shard parts and split-atlas indexes in object storage (`s3://bucket/prefix/…`): a
-//! shard uploads its part with a multipart upload, a merge lists the parts, reads their
+//! shard uploads its part as `publish` does (a multipart upload aborted on failure and
+//! on interruption), a merge lists the parts, reads their
 //! records with range requests and puts the index object. Same settings as remote
 //! reading ([`crate::format::atlas::remote`]): the `AWS_*` environment, plus
 //! [`RemoteOptions::s3`](crate::format::atlas::RemoteOptions::s3).
 
-use std::io::Read;
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
 use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, WriteMultipart};
+use object_store::{ObjectStore, ObjectStoreExt};
 
 use crate::format::atlas::remote::{RemoteError, map_error as map, store_for};
-
-/// Bytes per part of a multipart upload (S3 needs at least 5 MiB but for the last).
-pub(crate) const UPLOAD_CHUNK_BYTES: usize = 16 << 20;
 
 /// An object of a store, for a few blocking calls.
 pub(crate) struct Remote {
     store: Arc<dyn ObjectStore>,
     path: ObjectPath,
     runtime: tokio::runtime::Runtime,
+    /// The location and settings it was opened with, for [`Remote::upload`].
+    location: String,
+    settings: Vec<(String, String)>,
 }
 
 impl Remote {
@@ -34,7 +34,7 @@ impl Remote {
             .enable_all()
             .build()
             .map_err(|e| RemoteError::Config(format!("starting the network runtime: {e}")))?;
-        Ok(Self { store, path, runtime })
+        Ok(Self { store, path, runtime, location: text.to_owned(), settings: s3.to_vec() })
     }
 
     /// The object's size, or `None` when there is no such object.
@@ -68,38 +68,15 @@ impl Remote {
         Ok(())
     }
 
-    /// Replaces the object with the file `local`: one PUT when it fits in one part,
-    /// else a multipart upload of [`UPLOAD_CHUNK_BYTES`] parts (either way the object
-    /// appears whole, or not at all). Returns the bytes sent.
+    /// Replaces the object with the file `local` through publish's uploader
+    /// ([`crate::format::atlas::remote::upload::upload_file`]): one PUT when it fits in
+    /// one part, else a multipart upload (either way the object appears whole, or not
+    /// at all) that is aborted when it fails or the process is interrupted, after
+    /// unfinished uploads to the same key (a killed shard's) are aborted. Returns the
+    /// bytes sent.
     pub(crate) fn upload(&self, local: &Path, progress: &dyn crate::Progress) -> Result<u64, std::io::Error> {
-        let mut file = std::fs::File::open(local)?;
-        if file.metadata()?.len() <= UPLOAD_CHUNK_BYTES as u64 {
-            let mut bytes = Vec::new();
-            file.read_to_end(&mut bytes)?;
-            let n = bytes.len() as u64;
-            self.put(bytes).map_err(std::io::Error::other)?;
-            progress.inc(n);
-            return Ok(n);
-        }
-        self.runtime.block_on(async {
-            let upload = self.store.put_multipart(&self.path).await.map_err(std::io::Error::other)?;
-            let mut writer = WriteMultipart::new_with_chunk_size(upload, UPLOAD_CHUNK_BYTES);
-            let mut buf = vec![0u8; 1 << 20];
-            let mut sent = 0u64;
-            loop {
-                let n = file.read(&mut buf)?;
-                if n == 0 {
-                    break;
-                }
-                // At most a few chunks in flight at once.
-                writer.wait_for_capacity(4).await.map_err(std::io::Error::other)?;
-                writer.write(&buf[..n]);
-                sent += n as u64;
-                progress.inc(n as u64);
-            }
-            writer.finish().await.map_err(std::io::Error::other)?;
-            Ok(sent)
-        })
+        crate::format::atlas::remote::upload::upload_file(&self.location, &self.settings, local, progress)
+            .map_err(std::io::Error::other)
     }
 
     /// Names and sizes of the objects directly below this "folder" (the object path as
