@@ -8,7 +8,7 @@
 //! supercompression global data, level index) is checked against the file, and every
 //! level's length against what the texture's size and format imply, before anything is
 //! allocated or handed to the transcoder; a Zstandard level is inflated here, capped at
-//! that length ([`zstd`]).
+//! that length (`ktx2/zstd.rs`).
 
 mod zstd;
 
