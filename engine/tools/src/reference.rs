@@ -28,7 +28,23 @@ pub fn pool_of(pools: &[TargetFormat], layer: usize) -> TargetFormat {
 pub struct ReferenceParams {
     /// Virtual size divided by the padded texture size.
     pub uv_scale: [f32; 2],
+    /// Virtual size in texels.
+    pub size: [f32; 2],
+    /// The coarsest mip.
+    pub max_lod: f32,
+    /// 1: compute the level of detail in the shader as `vt.wgsl` does and sample that
+    /// level (the hardware's own level of detail is an approximation that differs by
+    /// GPU); 0: the hardware sampler's, for anisotropic filtering.
+    pub explicit_lod: f32,
     _pad: [f32; 2],
+}
+
+impl ReferenceParams {
+    /// Samples with the hardware's anisotropic filtering (`max_anisotropy` > 1) rather
+    /// than at the level of detail the virtual textures compute.
+    pub fn set_anisotropic(&mut self, max_anisotropy: u16) {
+        self.explicit_lod = if max_anisotropy > 1 { 0.0 } else { 1.0 };
+    }
 }
 
 /// One layer fully resident, with its sampler parameters.
@@ -139,6 +155,9 @@ pub fn build(
     let view = texture.create_view(&wgpu::TextureViewDescriptor::default());
     let params = ReferenceParams {
         uv_scale: [lay.width() as f32 / bw as f32, lay.height() as f32 / bh as f32],
+        size: [lay.width() as f32, lay.height() as f32],
+        max_lod: (mips - 1) as f32,
+        explicit_lod: 1.0,
         _pad: [0.0; 2],
     };
     Ok(ReferenceTexture { texture, view, params, bytes })

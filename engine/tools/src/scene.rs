@@ -596,8 +596,9 @@ impl Drawer for SceneRenderer {
         let mut groups = Vec::new();
         let mut bytes = 0;
         for layer in 0..layers.min(atlas.layers().len()) {
-            let ReferenceTexture { view, params, bytes: b, .. } =
+            let ReferenceTexture { view, mut params, bytes: b, .. } =
                 reference::build(ctx, atlas, layer, reference::pool_of(pools, layer))?;
+            params.set_anisotropic(max_anisotropy);
             bytes += b;
             let ubuf = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some("reference params"),
