@@ -14,6 +14,7 @@ pub const STAGE_PREFIX: &str = "tessera-shard-";
 /// ([`crate::temp_files::remove_all`]) and deleted with its contents when dropped. The
 /// staging folders that killed shards left in `root` (their process gone, whatever atlas
 /// they baked) are deleted first.
+#[cfg(feature = "remote")]
 pub(crate) fn stage_folder(root: &Path, shard: Shard) -> Result<TempPath, ShardError> {
     sweep_stages(root);
     let name = temp_name(STAGE_PREFIX, &format!("-{}-of-{}", shard.index, shard.count));

@@ -57,6 +57,7 @@ mod clean;
 mod merge;
 mod write;
 
+#[cfg(feature = "remote")]
 pub(crate) use clean::stage_folder;
 pub use clean::{PartsRemoved, STAGE_PREFIX, remove_parts, sweep_stages};
 pub use merge::{MergeForm, MergeReport, merge_shards, merge_shards_with};
