@@ -243,13 +243,13 @@ impl TilePool {
             copied.extend(group.iter().map(|(slot, _)| [u32::from(slot.x), u32::from(slot.y)]));
         }
         belt.finish();
-        let jobs = self.slot_mip_jobs(&mut encoder, &copied, level_ones);
+        let (jobs, level_copies) = self.slot_mip_jobs(&mut encoder, &copied, level_ones);
         match &self.slot_mips {
             Some(SlotMips::Rendered(mips)) => mips.record(device, queue, &mut encoder, &jobs),
             Some(SlotMips::Encoded(mips)) => mips.record(device, &mut encoder, &self.texture, &jobs),
             None => {}
         }
-        if !copied.is_empty() || !jobs.is_empty() {
+        if !copied.is_empty() || !jobs.is_empty() || level_copies > 0 {
             queue.submit([encoder.finish()]);
         }
         belt.recall();
@@ -260,21 +260,23 @@ impl TilePool {
     /// slot whose parent is resident gets the parent's quadrant, copied texel for texel
     /// into `encoder` where the format allows the copy (any offset for RGBA8, whole
     /// blocks for block formats: pools with a margin), else made by the level-1 pass
-    /// from it (returned); the other slots, or every slot written without
-    /// `level_ones`, are downsampled by that pass. Nothing for a pool without level 1.
+    /// from it (returned, with the number of copies recorded); the other slots, or
+    /// every slot written without `level_ones`, are downsampled by that pass. Nothing
+    /// for a pool without level 1.
     fn slot_mip_jobs(
         &self,
         encoder: &mut wgpu::CommandEncoder,
         copied: &[[u32; 2]],
         level_ones: Option<(&[LevelOne], u32)>,
-    ) -> Vec<SlotMipJob> {
+    ) -> (Vec<SlotMipJob>, usize) {
         if self.slot_mips.is_none() {
-            return Vec::new();
+            return (Vec::new(), 0);
         }
         let pitch = self.pitch();
         let Some((ones, border)) = level_ones else {
-            return copied.iter().map(|&slot| SlotMipJob::downsample(slot, pitch)).collect();
+            return (copied.iter().map(|&slot| SlotMipJob::downsample(slot, pitch)).collect(), 0);
         };
+        let mut copies = 0;
         let inside = |c: SlotCoord| u32::from(c.x) < self.slots_x && u32::from(c.y) < self.slots_y;
         let half = pitch / 2;
         let mut jobs = Vec::new();
@@ -308,12 +310,13 @@ impl TilePool {
                         },
                         wgpu::Extent3d { width: half, height: half, depth_or_array_layers: 1 },
                     );
+                    copies += 1;
                 }
                 Some(src) => jobs.push(SlotMipJob { dst, src, step: 1, _pad: 0 }),
                 None => jobs.push(SlotMipJob::downsample(dst, pitch)),
             }
         }
-        jobs
+        (jobs, copies)
     }
 
     /// The copies that move `tiles` (laid out `span` bytes apart where contiguous):
