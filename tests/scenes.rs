@@ -85,6 +85,8 @@ fn view(scene: &MaterialScene, preset: &str, frame: u32) -> CameraPath {
 /// the last frames upload nothing.
 fn assert_converges(name: &str, r: &CaptureReport, settle: usize, floor_db: f64) {
     let psnr: Vec<f64> = r.frames.iter().map(|f| f.psnr_db.unwrap()).collect();
+    let lowest = psnr.iter().skip(settle).copied().fold(f64::INFINITY, f64::min);
+    eprintln!("{name}: lowest {lowest:.2} dB from frame {settle} on (floor {floor_db} dB)");
     for (i, p) in psnr.iter().enumerate().skip(settle) {
         if *p < floor_db {
             let dir = write_failure(name, r.size, &r.last_frame, r.last_reference.as_deref().unwrap());
@@ -109,10 +111,10 @@ fn dungeon_gltf_converges_to_its_fully_resident_reference() {
     let camera = view(&scene, "walk", 40);
     let size = (480, 270);
     let r = run(&atlas, scene, camera, 20, size);
-    // Stated floor: 40 dB from frame 8 on (the page table and three pools settle in a
-    // few frames; the remaining error is filtering at rectangle edges, where the
-    // reference's hardware sampler wraps into the neighbouring rectangle).
-    assert_converges("dungeon", &r, 8, 40.0);
+    // Stated floor: 55 dB from frame 8 on (the page table and three pools settle in a
+    // few frames). Measured 75.6 dB on lavapipe; 39.8 dB before the reference filtered
+    // across a material's edges under the bake's border rule, as the tiles do (issue 41).
+    assert_converges("dungeon", &r, 8, 55.0);
     check_golden("dungeon-walk-40", size, &r.last_frame, 38.0);
     // The scene is lit and textured, not flat: many distinct colours.
     let mut colours: Vec<[u8; 4]> = r.last_frame.chunks_exact(4).map(|c| [c[0], c[1], c[2], 0]).collect();
@@ -139,7 +141,8 @@ fn etc1s_dungeon_with_default_options_converges_and_says_which_pool() {
         assert!(r.pool_line().contains("software adapter"), "{}", r.pool_line());
     }
     eprintln!("{}", r.pool_line());
-    assert_converges("dungeon-etc1s", &r, 8, 40.0);
+    // Measured 69.4 dB on lavapipe (RGBA8 pool).
+    assert_converges("dungeon-etc1s", &r, 8, 55.0);
 }
 
 /// The dungeon as a game ships it: converted by glTF-Transform and ktx2-encoder to
@@ -160,8 +163,9 @@ fn basisu_dungeon_from_third_party_tools_renders_like_the_png_dungeon() {
     let atlas = bake(&scene, dir.path(), "dungeon-basisu");
     let size = (480, 270);
     let r = run(&atlas, scene.clone(), view(&scene, "walk", 40), 20, size);
-    // Streamed against its own fully resident reference: as for the PNG dungeon.
-    assert_converges("dungeon-basisu", &r, 8, 40.0);
+    // Streamed against its own fully resident reference: as for the PNG dungeon
+    // (measured 75.2 dB on lavapipe).
+    assert_converges("dungeon-basisu", &r, 8, 55.0);
     // Against the PNG dungeon's golden frame (never rewritten from this one): ETC1S colour
     // and UASTC normals cost a few dB. Stated floor: 30 dB (measured 44.9 dB).
     let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/dungeon-walk-40.png");
@@ -270,9 +274,10 @@ fn translucent_and_masked_materials_stream_what_lies_behind() {
             ..VtConfig::default()
         };
         let r = run_with(&atlas, scene, camera.clone(), 16, size, vt);
-        // 47 dB (blend) and 51 dB (opaque) on lavapipe, the difference at the fence's
-        // hole edges; a pane that requested nothing stayed at 39.5 dB.
-        assert_converges(name, &r, 8, 44.0);
+        // 82.5 dB (blend) and 83.5 dB (opaque) on lavapipe (47 and 51 dB while the
+        // reference filtered into neighbouring rectangles at the fence's edges); a pane
+        // that requested nothing stayed at 39.5 dB.
+        assert_converges(name, &r, 8, 55.0);
         last.push(r.last_frame);
     }
     // The pane covers the middle of the view: there the fence and floor show through the

@@ -431,11 +431,17 @@ impl Drawer for MaterialRenderer {
         let bytes = textures.iter().map(|t| t.bytes).sum();
         let view = |i: usize| &textures[i.min(n - 1)].view;
         let lay = atlas.layers()[0].layout;
-        let params: [f32; 4] = [
+        // MaterialReference in material_reference.wgsl (the tile's payload side: where the
+        // bake's border rule of a material's rectangle applies).
+        let params: [f32; 8] = [
             textures[0].params.uv_scale[0],
             textures[0].params.uv_scale[1],
             lay.width() as f32,
             lay.height() as f32,
+            lay.tile_size() as f32,
+            0.0,
+            0.0,
+            0.0,
         ];
         let ubuf = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("material reference"),
