@@ -2,18 +2,23 @@
 //! shard parts): regular files only, opened without ever blocking on a FIFO, and, where a
 //! folder's files are read on its say-so, paths confined to that folder (symbolic links
 //! leading out of it refused). The glTF importer follows the same confinement rule.
+//!
+//! Also the platform edge of local files: Unix's positioned reads, non-blocking opens and
+//! file identities natively; on wasm32 (the browser build), where no file can be opened,
+//! stand-ins that let the code reading files compile and fail as unsupported.
 
 use std::fs::File;
 use std::io::{Error, ErrorKind};
-use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
 use std::path::Path;
+
+pub(crate) use platform::{FileExt, file_identity, unix_file_kind};
 
 /// Opens `path` for reading when it is a regular file (or a symbolic link to one). The
 /// file is opened non-blocking and checked on the open handle, so a FIFO, socket or
 /// device swapped in at any moment is refused at once instead of blocking the read; the
 /// error says what it is (its message does not repeat the path: callers name it).
 pub fn open_regular(path: &Path) -> std::io::Result<File> {
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+    let file = platform::open_nonblocking(path)?;
     let meta = file.metadata()?;
     if let Some(kind) = crate::bake::input_file::special_kind(meta.file_type()) {
         return Err(Error::new(ErrorKind::InvalidInput, format!("it is {kind}, not a regular file")));
@@ -54,7 +59,7 @@ pub fn open_confined(folder: &Path, path: &Path) -> std::io::Result<File> {
     let opened = file.metadata()?;
     let real = path.canonicalize()?;
     let resolved = std::fs::metadata(&real)?;
-    if (opened.dev(), opened.ino()) != (resolved.dev(), resolved.ino()) || !lies_in(folder, &real) {
+    if file_identity(&opened) != file_identity(&resolved) || !lies_in(folder, &real) {
         return Err(outside());
     }
     Ok(file)
@@ -65,6 +70,75 @@ pub fn folder_of(path: &Path) -> &Path {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
+    }
+}
+
+/// Unix: what the standard library's Unix extensions give.
+#[cfg(not(target_arch = "wasm32"))]
+mod platform {
+    use std::fs::{File, FileType, Metadata};
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _};
+    use std::path::Path;
+
+    /// Positioned reads (`pread`) of a file, shared by any number of threads.
+    pub(crate) use std::os::unix::fs::FileExt;
+
+    /// Opens `path` for reading with `O_NONBLOCK`: opening a FIFO never waits for a writer.
+    pub(super) fn open_nonblocking(path: &Path) -> std::io::Result<File> {
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)
+    }
+
+    /// What makes two open files the same file: device and inode.
+    pub(crate) fn file_identity(meta: &Metadata) -> (u64, u64) {
+        (meta.dev(), meta.ino())
+    }
+
+    /// A FIFO, socket or device, in words; `None` for any other type.
+    pub(crate) fn unix_file_kind(file_type: FileType) -> Option<&'static str> {
+        if file_type.is_fifo() {
+            Some("a FIFO (named pipe)")
+        } else if file_type.is_socket() {
+            Some("a socket")
+        } else if file_type.is_char_device() {
+            Some("a character device")
+        } else if file_type.is_block_device() {
+            Some("a block device")
+        } else {
+            None
+        }
+    }
+}
+
+/// wasm32: the standard library opens no file there (every open fails as unsupported), so
+/// no `File`, `Metadata` or `FileType` ever exists and these are never reached.
+#[cfg(target_arch = "wasm32")]
+mod platform {
+    use std::fs::{File, FileType, Metadata};
+    use std::io::{Error, ErrorKind};
+    use std::path::Path;
+
+    /// The one method of Unix's `FileExt` the crate uses.
+    pub(crate) trait FileExt {
+        /// Reads exactly `buf.len()` bytes at `offset`.
+        fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()>;
+    }
+
+    impl FileExt for File {
+        fn read_exact_at(&self, _buf: &mut [u8], _offset: u64) -> std::io::Result<()> {
+            Err(Error::new(ErrorKind::Unsupported, "no local files on wasm32"))
+        }
+    }
+
+    pub(super) fn open_nonblocking(path: &Path) -> std::io::Result<File> {
+        File::open(path)
+    }
+
+    pub(crate) fn file_identity(_meta: &Metadata) -> (u64, u64) {
+        (0, 0)
+    }
+
+    pub(crate) fn unix_file_kind(_file_type: FileType) -> Option<&'static str> {
+        None
     }
 }
 

@@ -5,12 +5,12 @@
 //! unknown filter, often not in linear light).
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 
 use crate::bake::source::{RowSource, SourceError, SourceOrigin, TEXEL_BYTES, check_size, out_of_range};
 use crate::format::atlas::ColorSpace;
+use crate::local_file::FileExt;
 
 /// `"DDS "`.
 const MAGIC: &[u8; 4] = b"DDS ";

@@ -12,20 +12,13 @@ use crate::bake::source::SourceError;
 /// device"), when it is not a regular file; `None` for a regular file. Symbolic links are
 /// not followed here: pass the type of what a link points to.
 pub fn special_kind(file_type: FileType) -> Option<&'static str> {
-    use std::os::unix::fs::FileTypeExt as _;
     if file_type.is_file() {
         return None;
     }
     Some(if file_type.is_dir() {
         "a directory"
-    } else if file_type.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if file_type.is_socket() {
-        "a socket"
-    } else if file_type.is_char_device() {
-        "a character device"
-    } else if file_type.is_block_device() {
-        "a block device"
+    } else if let Some(kind) = crate::local_file::unix_file_kind(file_type) {
+        kind
     } else if file_type.is_symlink() {
         "a symbolic link"
     } else {

@@ -4,7 +4,6 @@
 
 use std::fs::File;
 use std::io::{BufReader, Read, Write as _};
-use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
@@ -15,6 +14,7 @@ use crate::bake::source::{
     RowSource, SourceError, SourceOrigin, TEXEL_BYTES, check_size, classify, jpeg_complete, memory_limit,
     open_input, out_of_range,
 };
+use crate::local_file::FileExt as _;
 use crate::temp_files::{self, TempPath};
 
 /// Decoded pixels all JPEG sources of this process may keep in memory together; a JPEG

@@ -74,8 +74,7 @@ struct Identity {
 
 impl Identity {
     fn of(path: &Path) -> Self {
-        use std::os::unix::fs::MetadataExt as _;
-        let file = std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
+        let file = std::fs::metadata(path).ok().map(|m| crate::local_file::file_identity(&m));
         let canonical = path.canonicalize().unwrap_or_else(|_| {
             // A file not yet written: resolve its folder, keep its name.
             let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());

@@ -714,7 +714,7 @@ impl RowSource for LevelStore {
                 if start + out.len() as u64 > *written {
                     return Err(out_of_range(y0));
                 }
-                std::os::unix::fs::FileExt::read_exact_at(file, out, start)
+                crate::local_file::FileExt::read_exact_at(file, out, start)
             }
         }
     }

@@ -37,7 +37,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -51,6 +50,7 @@ use crate::format::atlas::{
 };
 use crate::format::codec::Codec;
 use crate::format::tile::TextureLayout;
+use crate::local_file::FileExt;
 use crate::temp_files::{TempPath, temp_name};
 
 mod clean;

@@ -7,7 +7,6 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::header::{
@@ -18,6 +17,7 @@ use super::order::StorageOrder;
 use super::{AtlasError, LayerInfo, TileEntry, stacked_mismatch};
 use crate::format::codec::Codec;
 use crate::format::tile::MAX_LAYERS;
+use crate::local_file::FileExt;
 use crate::temp_files::{self, TempPath};
 
 /// Writes an atlas to a temporary file next to its destination and renames it into

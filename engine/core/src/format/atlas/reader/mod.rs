@@ -12,7 +12,6 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -25,6 +24,7 @@ use super::split::{self, DataObject};
 use super::{AtlasError, ColorSpace, LayerInfo, TileEntry, Wrap, stacked_mismatch};
 use crate::format::codec::{Codec, TargetFormat};
 use crate::format::tile::{MAX_LAYERS, TextureLayout, TileId};
+use crate::local_file::FileExt;
 
 mod index;
 mod open;
