@@ -188,7 +188,9 @@ if ((bindgen)); then
     step "    wasm-bindgen-cli $version: up to date"
   else
     step "    building wasm-bindgen-cli $version with the native cargo (minutes)"
+    # Its own Cargo.lock first; when the registry lacks a version locked there, a fresh resolve.
     cargo install -q --locked wasm-bindgen-cli --version "=$version" --root "$dir" >> "$log" 2>&1 ||
+      cargo install -q wasm-bindgen-cli --version "=$version" --root "$dir" >> "$log" 2>&1 ||
       die "cargo install wasm-bindgen-cli $version failed (see $log)"
   fi
 fi
