@@ -2,7 +2,9 @@
 //! application's own ([`GpuContext::from_parts`]).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use web_time::Instant;
 
 use crate::error::RenderError;
 use crate::lost::{DeviceLost, LostState, PollFailure};
@@ -27,7 +29,9 @@ pub const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY
 /// An adapter, its device and queue, and what was chosen.
 ///
 /// Make one with [`GpuContext::headless`], [`GpuContext::with_instance`] (a window's
-/// surface), or [`GpuContext::from_parts`] around the application's own device.
+/// surface), or [`GpuContext::from_parts`] around the application's own device; in a
+/// browser with [`GpuContext::headless_async`] or [`GpuContext::with_instance_async`]
+/// (a canvas' surface), as no thread may block there.
 pub struct GpuContext {
     /// The wgpu instance, when this context created it (`None` from
     /// [`GpuContext::from_parts`]).
@@ -57,13 +61,38 @@ impl std::fmt::Debug for GpuContext {
 
 impl GpuContext {
     /// A context without a surface, honouring `WGPU_BACKEND`, `WGPU_ADAPTER_NAME` and friends.
+    /// Blocks until the adapter and device are ready; in a browser, where no thread
+    /// may block, it fails with [`RenderError::WouldBlock`]: use
+    /// [`GpuContext::headless_async`] there.
     pub fn headless() -> Result<Self, RenderError> {
+        crate::wait::block_on("GpuContext::headless", "GpuContext::headless_async", Self::headless_async())
+    }
+
+    /// [`GpuContext::headless`] as a future, for native code and browsers alike (in a
+    /// browser, WebGPU without a canvas).
+    pub async fn headless_async() -> Result<Self, RenderError> {
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-        Self::with_instance(instance, None)
+        Self::with_instance_async(instance, None).await
     }
 
     /// A context on `instance` whose adapter can present to `surface` (when given).
+    /// Blocks like [`GpuContext::headless`]; in a browser use
+    /// [`GpuContext::with_instance_async`].
     pub fn with_instance(
+        instance: wgpu::Instance,
+        surface: Option<&wgpu::Surface<'_>>,
+    ) -> Result<Self, RenderError> {
+        crate::wait::block_on(
+            "GpuContext::with_instance",
+            "GpuContext::with_instance_async",
+            Self::with_instance_async(instance, surface),
+        )
+    }
+
+    /// [`GpuContext::with_instance`] as a future: the constructor of a browser's
+    /// context, with the surface of its `<canvas>` (`wgpu::SurfaceTarget::Canvas`) and
+    /// an instance with the `BROWSER_WEBGPU` backend.
+    pub async fn with_instance_async(
         instance: wgpu::Instance,
         surface: Option<&wgpu::Surface<'_>>,
     ) -> Result<Self, RenderError> {
@@ -73,11 +102,13 @@ impl GpuContext {
             compatible_surface: surface,
             apply_limit_buckets: false,
         };
-        let adapter = pollster::block_on(instance.request_adapter(&options))
-            .map_err(|e| RenderError::NoAdapter(e.to_string()))?;
+        let adapter =
+            instance.request_adapter(&options).await.map_err(|e| RenderError::NoAdapter(e.to_string()))?;
         let info = adapter.get_info();
         let desc = Self::device_descriptor(&adapter);
-        let (device, queue) = pollster::block_on(adapter.request_device(&desc))
+        let (device, queue) = adapter
+            .request_device(&desc)
+            .await
             .map_err(|e| RenderError::Device { adapter: info.name.clone(), reason: e.to_string() })?;
         let mut ctx = Self::from_parts(&adapter, &device, &queue)?;
         ctx.instance = Some(instance);
@@ -171,15 +202,34 @@ impl GpuContext {
     /// Blocks until the GPU has finished everything submitted (benchmarks, tests and
     /// captures that read frames back; a frame loop never needs it). Fails with
     /// [`RenderError::DeviceLost`] once the device is lost, and with
-    /// [`RenderError::GpuTimeout`] after [`WAIT_TIMEOUT`]; it never waits forever.
+    /// [`RenderError::GpuTimeout`] after [`WAIT_TIMEOUT`]; it never waits forever. In a
+    /// browser it fails with [`RenderError::WouldBlock`]: use
+    /// [`GpuContext::wait_idle_async`].
     pub fn wait_idle(&self) -> Result<(), RenderError> {
+        crate::wait::may_block("GpuContext::wait_idle", "GpuContext::wait_idle_async")?;
         self.poll(wgpu::PollType::Wait { submission_index: None, timeout: Some(WAIT_TIMEOUT) })
+    }
+
+    /// [`GpuContext::wait_idle`] as a future: in a browser it resolves when the queue's
+    /// work is done; natively it waits on this thread like `wait_idle` (the device
+    /// must be polled for anything to complete there).
+    pub async fn wait_idle_async(&self) -> Result<(), RenderError> {
+        if crate::wait::MAY_BLOCK {
+            return self.wait_idle();
+        }
+        let (tx, rx) = crate::wait::oneshot();
+        self.queue.on_submitted_work_done(move || tx.send(()));
+        let done = rx.await;
+        self.check()?;
+        done.ok_or_else(|| RenderError::Readback("the queue's work-done callback was dropped".into()))
     }
 
     /// Maps all of `buffer` for reading and waits until it is mapped (then read it with
     /// `get_mapped_range` and unmap it). Fails like [`GpuContext::wait_idle`]: on a lost
-    /// device, or after [`WAIT_TIMEOUT`]; it never waits forever.
+    /// device, or after [`WAIT_TIMEOUT`]; it never waits forever. In a browser it fails
+    /// with [`RenderError::WouldBlock`]: use [`GpuContext::map_read_async`].
     pub fn map_read(&self, buffer: &wgpu::Buffer) -> Result<(), RenderError> {
+        crate::wait::may_block("GpuContext::map_read", "GpuContext::map_read_async")?;
         let (tx, rx) = crossbeam_channel::bounded(1);
         buffer.map_async(wgpu::MapMode::Read, .., move |r| {
             let _ = tx.send(r);
@@ -201,6 +251,21 @@ impl GpuContext {
                 }
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
             }
+        }
+    }
+
+    /// [`GpuContext::map_read`] as a future: in a browser it resolves when the mapping
+    /// is done (frames read back there, for captures and tests); natively it waits on
+    /// this thread like `map_read`.
+    pub async fn map_read_async(&self, buffer: &wgpu::Buffer) -> Result<(), RenderError> {
+        if crate::wait::MAY_BLOCK {
+            return self.map_read(buffer);
+        }
+        let (tx, rx) = crate::wait::oneshot();
+        buffer.map_async(wgpu::MapMode::Read, .., move |r| tx.send(r));
+        match rx.await {
+            Some(mapped) => mapped.map_err(|e| self.explain(RenderError::Readback(e.to_string()))),
+            None => Err(self.explain(RenderError::Readback("the map callback was dropped".into()))),
         }
     }
 

@@ -2,15 +2,21 @@
 
 use std::path::PathBuf;
 
+/// What to do when no adapter is found: install a driver natively; in a browser, use
+/// one with WebGPU.
+#[cfg(not(target_arch = "wasm32"))]
+const NO_ADAPTER_HINT: &str = "Install a Vulkan driver: on Debian, `apt-get install mesa-vulkan-drivers libvulkan1` \
+     gives the lavapipe software driver; or pick another backend with WGPU_BACKEND=vulkan|metal|dx12|gl";
+#[cfg(target_arch = "wasm32")]
+const NO_ADAPTER_HINT: &str = "This browser offers no WebGPU adapter: use a browser with WebGPU \
+     (Chrome or Edge 113+, Firefox 141+, Safari 26+), enable it, or check that the GPU is not blocklisted";
+
 /// Everything that can go wrong in the renderer.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RenderError {
     /// No GPU adapter could be found.
-    #[error(
-        "no GPU adapter found ({0}). Install a Vulkan driver: on Debian, `apt-get install mesa-vulkan-drivers libvulkan1` \
-         gives the lavapipe software driver; or pick another backend with WGPU_BACKEND=vulkan|metal|dx12|gl"
-    )]
+    #[error("no GPU adapter found ({0}). {hint}", hint = NO_ADAPTER_HINT)]
     NoAdapter(String),
     /// The adapter refused the device.
     #[error("the GPU adapter '{adapter}' refused to create a device: {reason}")]
@@ -49,6 +55,16 @@ pub enum RenderError {
     GpuTimeout {
         /// The limit, seconds.
         seconds: u64,
+    },
+    /// A call that blocks until the GPU answers was made where no thread may block
+    /// (in a browser, wasm32: the answer comes from the event loop that the blocked
+    /// thread would hold up); `instead` is its `async` twin.
+    #[error("{call} would block this thread, which a browser does not allow: use {instead}")]
+    WouldBlock {
+        /// The blocking call.
+        call: &'static str,
+        /// What to call instead.
+        instead: &'static str,
     },
     /// A camera path could not be loaded.
     #[error(transparent)]

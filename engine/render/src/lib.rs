@@ -128,6 +128,17 @@
 //! valid); the other `set_*` methods change budgets, bias, feedback resolution and
 //! debug views from the next frame on.
 
+//!
+//! # In a browser
+//!
+//! Built for `wasm32-unknown-unknown` without default features, the crate renders
+//! through WebGPU. No thread may block there, so make the context with
+//! [`GpuContext::with_instance_async`] (the surface of a `<canvas>`) or
+//! [`GpuContext::headless_async`]; the blocking helpers ([`GpuContext::headless`],
+//! [`GpuContext::wait_idle`], [`GpuContext::map_read`]) fail with
+//! [`RenderError::WouldBlock`] and name their `async` twins ([`wait`]). The frame loop
+//! never blocks anywhere: feedback is read back through `map_async` callbacks.
+
 #![warn(missing_docs)]
 
 /// The guide's Rust blocks (docs/embedding.md, docs/baking.md), compiled as doctests so
@@ -143,6 +154,7 @@ pub mod error;
 pub mod lost;
 pub mod shaders;
 pub mod vt;
+pub mod wait;
 
 // The machinery behind `VirtualTextures`, public and documented for what looks inside
 // it: the GPU integration tests, the benchmarks, the viewer's pool view and engines

@@ -19,6 +19,13 @@ pub const DEFAULT_STAGING_MIB: u32 = 64;
 /// [`crate::VtConfig::staging_mib`] is clamped to this (and to twice the size of its pools).
 pub const MAX_STAGING_MIB: u32 = 2048;
 
+/// Whether a buffer's mapping outlives the view that gave its address, so that loader
+/// threads may write into it: on native backends, not in a browser (wasm32), where a
+/// mapped view is a copy in the module's memory that goes back to the GPU buffer when
+/// the view is dropped. Without it, [`crate::VirtualTextures`] makes no staging memory
+/// and the render thread copies tiles into a staging belt itself.
+pub const PERSISTENT_MAPPING: bool = cfg!(not(target_arch = "wasm32"));
+
 /// Size of one chunk (one buffer) of staging memory.
 pub const STAGING_CHUNK_MIB: u32 = 4;
 
@@ -79,8 +86,16 @@ impl GpuStaging {
         self.buffers.len() as u64 * self.ring.chunk_bytes()
     }
 
-    /// Hands chunk `chunk`'s mapped memory to the ring.
+    /// Hands chunk `chunk`'s mapped memory to the ring (never without
+    /// [`PERSISTENT_MAPPING`]: the chunk then stays out of use).
     fn attach(&self, chunk: usize) {
+        if !PERSISTENT_MAPPING {
+            tracing::warn!(
+                chunk,
+                "staging chunk left unused: mapped memory does not persist on this platform"
+            );
+            return;
+        }
         let buffer = &self.buffers[chunk];
         self.mapping[chunk].store(MAP_IDLE, Ordering::Relaxed);
         match buffer.get_mapped_range_mut(..) {

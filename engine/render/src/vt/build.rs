@@ -138,14 +138,14 @@ impl VirtualTextures {
     }
 
     /// `mib` MiB of staging memory laid out for `pools`' copies, handed to `streamer`'s
-    /// loader threads (`None` for 0 MiB).
+    /// loader threads (`None` for 0 MiB, and where mappings do not persist: in a browser).
     pub(super) fn make_staging(
         ctx: &GpuContext,
         pools: &[TilePool],
         streamer: &mut Streamer,
         mib: u32,
     ) -> Option<GpuStaging> {
-        if mib == 0 {
+        if mib == 0 || !crate::staging::PERSISTENT_MAPPING {
             streamer.set_staging(None);
             return None;
         }

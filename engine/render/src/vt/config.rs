@@ -37,7 +37,8 @@ pub struct VtConfig {
     /// MiB of host-visible staging memory the loader threads write tiles into, so that
     /// the render thread only records copies (0: none; the render thread then copies
     /// every uploaded tile into a staging belt itself, as it also does for a tile that
-    /// finds the staging memory full).
+    /// finds the staging memory full). Ignored in a browser, where mapped memory does
+    /// not persist ([`crate::staging::PERSISTENT_MAPPING`]).
     pub staging_mib: u32,
     /// Where the page table lives on the GPU: a complete storage buffer updated on the
     /// GPU (the default), one written from the CPU with shallow fallbacks, or an

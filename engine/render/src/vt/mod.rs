@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use web_time::Instant;
 
 use tessera_core::format::codec::TargetFormat;
 use tessera_core::format::color::ColorSpace;
