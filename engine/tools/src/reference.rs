@@ -1,16 +1,22 @@
 //! The reference renderer's texture: the atlas' own mip pyramid, fully resident as an
 //! ordinary mip-mapped texture sampled by the hardware. Ground truth for convergence.
 //!
-//! Built from the texels the streamed pool holds: a tile of a Basis layer streamed
-//! into a block-compressed pool (BC7, BC1, ASTC, ETC2) is transcoded to that format and
-//! decoded back on the CPU, so a fully resident frame matches its reference whatever
-//! the pool's format; the codec's own loss is measured against the lossless bake of
-//! the same source (`tessera capture --reference-atlas`).
+//! Built from the texels the streamed pool holds: a Basis layer streamed into a
+//! block-compressed pool (BC7, BC1, ASTC, ETC2) gets a reference texture in that very
+//! format, each tile transcoded as the loaders do and its payload blocks laid side by
+//! side, so the GPU decodes the pool and the reference alike (BC1's interpolated colours
+//! round differently from one decoder to the next: a CPU decode cost 1–2 dB at 1080p).
+//! Where that cannot be done (a border that is not a whole number of blocks, a tile
+//! that is not Basis), tiles are transcoded and decoded back on the CPU. Either way a
+//! fully resident frame matches its reference whatever the pool's format; the codec's
+//! own loss is measured against the lossless bake of the same source
+//! (`tessera capture --reference-atlas`).
 
 use bytemuck::{Pod, Zeroable};
 use tessera::core::bake::edge;
 use tessera::core::format::atlas::{Atlas, ColorSpace, LayerInfo, Wrap};
-use tessera::core::format::codec::TargetFormat;
+use tessera::core::format::codec::{Codec, TargetFormat, transcode_verified};
+use tessera::core::format::tile::TileId;
 
 use tessera::GpuContext;
 use tessera::RenderError;
@@ -71,7 +77,9 @@ pub fn fits(ctx: &GpuContext, atlas: &Atlas, layer: usize) -> Result<(u32, u32),
         .get(layer)
         .ok_or_else(|| RenderError::Config(format!("the atlas has no layer {layer}")))?;
     let lay = info.layout;
-    let align = 1u32 << (lay.mip_count() - 1);
+    // Halving exactly down the mips, and whole 4×4 blocks at the base (a reference in
+    // the pool's block format).
+    let align = (1u32 << (lay.mip_count() - 1)).max(4);
     let (bw, bh) = (lay.width().div_ceil(align) * align, lay.height().div_ceil(align) * align);
     let max = ctx.device.limits().max_texture_dimension_2d;
     if u64::from(bw) * u64::from(bh) * 4 > MAX_REFERENCE_BYTES {
@@ -96,7 +104,7 @@ pub fn fits(ctx: &GpuContext, atlas: &Atlas, layer: usize) -> Result<(u32, u32),
 
 /// Builds the reference texture of `layer` from the atlas tiles (mip by mip, payload
 /// texels only) as a pool in `pool` format holds them ([`TargetFormat::Rgba8`]: the
-/// decoded tiles). The base size is padded up to a multiple of `2^(mips-1)` so every
+/// decoded tiles). The base size is padded up to a multiple of `2^(mips-1)` (and of 4) so every
 /// hardware mip covers exactly the same texels as the atlas' mip.
 pub fn build(
     ctx: &GpuContext,
@@ -109,6 +117,9 @@ pub fn build(
         .get(layer)
         .ok_or_else(|| RenderError::Config(format!("the atlas has no layer {layer}")))?;
     let (bw, bh) = fits(ctx, atlas, layer)?;
+    if let Some(r) = build_blocks(ctx, atlas, layer, pool, (bw, bh))? {
+        return Ok(r);
+    }
     let lay = info.layout;
     let mips = lay.mip_count();
     let texture = ctx.device.create_texture(&wgpu::TextureDescriptor {
@@ -161,4 +172,113 @@ pub fn build(
         _pad: [0.0; 2],
     };
     Ok(ReferenceTexture { texture, view, params, bytes })
+}
+
+/// The reference of `layer` in `pool`'s own block format: each tile transcoded as the
+/// loaders transcode it, its payload blocks copied side by side, so the GPU decodes the
+/// reference as it decodes the pool. `None` when `pool` is RGBA8, the border is not a
+/// whole number of blocks, or a tile is not Basis (the caller decodes on the CPU then).
+fn build_blocks(
+    ctx: &GpuContext,
+    atlas: &Atlas,
+    layer: usize,
+    pool: TargetFormat,
+    (bw, bh): (u32, u32),
+) -> Result<Option<ReferenceTexture>, RenderError> {
+    let info: &LayerInfo = &atlas.layers()[layer];
+    let lay = info.layout;
+    if !pool.is_block_compressed() || !lay.border().is_multiple_of(4) {
+        return Ok(None);
+    }
+    let mips = lay.mip_count();
+    let bpb = pool.bytes_per_block();
+    let (tb, bb) = ((lay.tile_size() / 4) as usize, (lay.border() / 4) as usize);
+    let mut levels = Vec::with_capacity(mips as usize);
+    for m in 0..mips {
+        // Blocks of this level (the last levels are smaller than a block: one block).
+        let (cw, ch) = (((bw >> m).max(1)).div_ceil(4) as usize, ((bh >> m).max(1)).div_ceil(4) as usize);
+        let mut level = vec![0u8; cw * ch * bpb];
+        let (tx_n, ty_n) = lay.tiles_at(m);
+        for ty in 0..ty_n {
+            for tx in 0..tx_n {
+                let tile = TileId::new(layer as u16, m as u8, tx, ty);
+                let e = atlas.entry(tile)?;
+                if matches!(e.codec, Codec::Raw | Codec::Lz4) {
+                    return Ok(None);
+                }
+                let blob = atlas.read_tile(tile)?;
+                let side = (e.raw_length as usize / 4).isqrt() as u32;
+                let blocks = transcode_verified(e.codec, &blob, e.raw_length as usize, side, pool)
+                    .map_err(|err| RenderError::Config(format!("tile {tile}: {err}")))?;
+                let src_row = side.div_ceil(4) as usize;
+                for by in 0..tb {
+                    let dy = ty as usize * tb + by;
+                    if dy >= ch {
+                        break;
+                    }
+                    let x0 = tx as usize * tb;
+                    if x0 >= cw {
+                        break;
+                    }
+                    let n = tb.min(cw - x0);
+                    let src = ((by + bb) * src_row + bb) * bpb;
+                    let dst = (dy * cw + x0) * bpb;
+                    let run = blocks.get(src..src + n * bpb).ok_or_else(|| {
+                        RenderError::Config(format!("tile {tile}: {} bytes of blocks, too few", blocks.len()))
+                    })?;
+                    level[dst..dst + n * bpb].copy_from_slice(run);
+                }
+            }
+        }
+        // Blocks past the tiles (none for the layouts the baker makes): the nearest one.
+        let (cov_w, cov_h) = ((tx_n as usize * tb).min(cw), (ty_n as usize * tb).min(ch));
+        for dy in 0..ch {
+            for dx in 0..cw {
+                if dx < cov_w && dy < cov_h {
+                    continue;
+                }
+                let (sx, sy) = (dx.min(cov_w - 1), dy.min(cov_h - 1));
+                level.copy_within((sy * cw + sx) * bpb..(sy * cw + sx + 1) * bpb, (dy * cw + dx) * bpb);
+            }
+        }
+        levels.push((cw, ch, level));
+    }
+    let texture = ctx.device.create_texture(&wgpu::TextureDescriptor {
+        label: Some("tessera reference (pool format)"),
+        size: wgpu::Extent3d { width: bw, height: bh, depth_or_array_layers: 1 },
+        mip_level_count: mips,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: tessera::pool::wgpu_format_for(pool, info.color),
+        usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+        view_formats: &[],
+    });
+    let mut bytes = 0u64;
+    for (m, (cw, ch, level)) in levels.iter().enumerate() {
+        ctx.queue.write_texture(
+            wgpu::TexelCopyTextureInfo {
+                texture: &texture,
+                mip_level: m as u32,
+                origin: wgpu::Origin3d::ZERO,
+                aspect: wgpu::TextureAspect::All,
+            },
+            level,
+            wgpu::TexelCopyBufferLayout {
+                offset: 0,
+                bytes_per_row: Some((cw * bpb) as u32),
+                rows_per_image: Some(*ch as u32),
+            },
+            wgpu::Extent3d { width: *cw as u32 * 4, height: *ch as u32 * 4, depth_or_array_layers: 1 },
+        );
+        bytes += level.len() as u64;
+    }
+    let view = texture.create_view(&wgpu::TextureViewDescriptor::default());
+    let params = ReferenceParams {
+        uv_scale: [lay.width() as f32 / bw as f32, lay.height() as f32 / bh as f32],
+        size: [lay.width() as f32, lay.height() as f32],
+        max_lod: (mips - 1) as f32,
+        explicit_lod: 1.0,
+        _pad: [0.0; 2],
+    };
+    Ok(Some(ReferenceTexture { texture, view, params, bytes }))
 }
