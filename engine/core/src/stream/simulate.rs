@@ -4,7 +4,7 @@
 //! plan comes out, with loader threads delivering synthetic tiles.
 
 use std::sync::Arc;
-use std::time::Instant;
+use web_time::Instant;
 
 use serde::Serialize;
 

@@ -13,7 +13,9 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
+
+// std's `Instant` panics in the browser; this one is std's on native.
+use web_time::Instant;
 
 use crate::format::atlas::Atlas;
 use crate::format::tile::{TileId, TileMap, TileSet};
