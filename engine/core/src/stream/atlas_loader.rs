@@ -52,20 +52,29 @@ impl AtlasLoader {
     }
 
     /// Transcodes a blob read for `tile` (read errors become load errors: a network
-    /// failure is [`LoadError::Unavailable`], asked for again later).
+    /// failure, or bytes a ranged atlas' driver has not fetched, is
+    /// [`LoadError::Unavailable`], asked for again later).
     fn transcode_blob(&self, tile: TileId, blob: Result<Vec<u8>, AtlasError>) -> Result<Vec<u8>, LoadError> {
         let fail = |e: &dyn std::fmt::Display| LoadError::failed(tile, e.to_string());
-        let blob = blob.map_err(|e| match e {
-            AtlasError::Unavailable { .. } => LoadError::Unavailable { tile, reason: e.to_string() },
-            other => fail(&other),
-        })?;
-        let entry = self.atlas.entry(tile).map_err(|e| fail(&e))?;
+        let blob = blob.map_err(|e| load_error(tile, e))?;
+        let entry = self.atlas.entry(tile).map_err(|e| load_error(tile, e))?;
         // The entry exists, so the layer does.
         let side =
             self.atlas.layers().get(usize::from(tile.layer)).map_or(0, |l| l.layout.padded_tile_size());
         // read_tile checked the blob's CRC-32, so Basis's own data CRC-16 is redundant.
         transcode_verified(entry.codec, &blob, entry.raw_length as usize, side, self.target)
             .map_err(|e| fail(&format_args!("{}: {tile}: {e}", self.atlas.path().display())))
+    }
+}
+
+/// `e`, met reading `tile`, as a load error: [`LoadError::Unavailable`] when a later try
+/// may succeed (a network failure, bytes not fetched yet).
+fn load_error(tile: TileId, e: AtlasError) -> LoadError {
+    match e {
+        AtlasError::Unavailable { .. } | AtlasError::NeedBytes { .. } => {
+            LoadError::Unavailable { tile, reason: e.to_string() }
+        }
+        other => LoadError::failed(tile, other.to_string()),
     }
 }
 

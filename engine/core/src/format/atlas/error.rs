@@ -149,6 +149,20 @@ pub enum AtlasError {
         /// Why (the page's error).
         reason: String,
     },
+    /// Bytes of an atlas read through a [`RangedBytes`](super::ranged::RangedBytes) are not
+    /// held yet: fetch them, insert them and try again. Never a sign of a bad file.
+    #[error(
+        "{path}: bytes {offset}..{end} are not fetched yet (fetch them into the ranged store and try again)",
+        end = offset.saturating_add(*len)
+    )]
+    NeedBytes {
+        /// The atlas location.
+        path: PathBuf,
+        /// The first byte to fetch.
+        offset: u64,
+        /// How many bytes to fetch.
+        len: u64,
+    },
     /// A layout could not be built (writer side).
     #[error("{path}: {source}")]
     Layout {
@@ -160,6 +174,14 @@ pub enum AtlasError {
 }
 
 impl AtlasError {
+    /// The byte range to fetch, for [`AtlasError::NeedBytes`].
+    pub fn need_bytes(&self) -> Option<std::ops::Range<u64>> {
+        match self {
+            AtlasError::NeedBytes { offset, len, .. } => Some(*offset..offset.saturating_add(*len)),
+            _ => None,
+        }
+    }
+
     /// The tile the error is about, when it is about one tile.
     pub fn tile(&self) -> Option<TileId> {
         match self {

@@ -1,5 +1,6 @@
-//! The `.tsa` atlas file, versions 1 and 2: a validated reader (local files and, with
-//! the `remote` feature, URLs) and an atomic streaming writer. The byte layout is specified in `docs/atlas-format.md`.
+//! The `.tsa` atlas file, versions 1 and 2: a validated reader (local files, with the
+//! `remote` feature URLs, and byte ranges fetched by the embedder) and an atomic
+//! streaming writer. The byte layout is specified in `docs/atlas-format.md`.
 
 pub mod disk_cache;
 mod error;
@@ -7,6 +8,8 @@ mod header;
 pub mod order;
 #[cfg(feature = "remote")]
 pub mod publish;
+pub mod ranged;
+pub mod ranges;
 mod reader;
 #[cfg(feature = "remote")]
 pub mod remote;

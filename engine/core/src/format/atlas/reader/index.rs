@@ -5,15 +5,16 @@ use super::*;
 
 impl Atlas {
     /// The entry at storage position `position` of a version-2 atlas (for `tile`,
-    /// which errors name), through the page cache.
+    /// which errors name), through the page cache; `forget_bad` as for [`Atlas::page`].
     pub(super) fn paged_entry(
         &self,
         paged: &Paged,
         tile: TileId,
         position: u64,
+        forget_bad: bool,
     ) -> Result<TileEntry, AtlasError> {
         let per = u64::from(paged.page_entries);
-        let page = self.page(paged, position / per, tile)?;
+        let page = self.page(paged, position / per, tile, forget_bad)?;
         let at = (position % per) as usize * ENTRY_BYTES;
         let b = page.get(at..at + ENTRY_BYTES).ok_or_else(|| AtlasError::Invalid {
             path: self.path.clone(),
@@ -28,8 +29,15 @@ impl Atlas {
 
     /// Index page `p` of a version-2 atlas: from the page cache, else read (from the
     /// file, or the network and disk cache), checked against its CRC-32 in the root
-    /// directory and entry by entry, and cached.
-    pub(super) fn page(&self, paged: &Paged, p: u64, tile: TileId) -> Result<Arc<[u8]>, AtlasError> {
+    /// directory and entry by entry, and cached. With `forget_bad`, a ranged store
+    /// drops a page that fails its CRC-32, so that a later read fetches it again.
+    pub(super) fn page(
+        &self,
+        paged: &Paged,
+        p: u64,
+        tile: TileId,
+        forget_bad: bool,
+    ) -> Result<Arc<[u8]>, AtlasError> {
         {
             let mut c = paged.cache.lock().unwrap_or_else(|e| e.into_inner());
             c.tick += 1;
@@ -47,16 +55,14 @@ impl Atlas {
         let entries = per.min(self.tile_count - p * per);
         let holder = self.page_holder(p);
         let (store, offset, _) = self.page_location(paged, p);
+        let page_len = entries * ENTRY_BYTES as u64;
         let mut bytes =
-            store.read_page(offset, (entries * ENTRY_BYTES as u64) as u32, crc).map_err(|e| match e {
-                ReadError::Io(source) => AtlasError::Changed { path: self.path.clone(), tile, source },
-                ReadError::Unavailable(reason) => {
-                    AtlasError::Unavailable { path: self.path.clone(), tile, reason }
-                }
-                ReadError::Replaced => AtlasError::Replaced { path: self.path.clone(), tile },
-            })?;
+            store.read_page(offset, page_len as u32, crc).map_err(|e| e.for_tile(&self.path, tile))?;
         if crc32fast::hash(&bytes) != crc {
             if self.is_remote() {
+                if forget_bad {
+                    store.forget(offset, page_len);
+                }
                 return Err(AtlasError::Unavailable {
                     path: self.path.clone(),
                     tile,
@@ -163,6 +169,7 @@ impl Atlas {
             let at_hand = match store {
                 #[cfg(feature = "remote")]
                 Store::Remote(r) => r.at_hand(offset, len),
+                Store::Ranged(r) => r.contains(offset, len),
                 Store::File(_) => {
                     let _ = (offset, len);
                     true
@@ -172,7 +179,7 @@ impl Atlas {
                 return None;
             }
         }
-        self.paged_entry(paged, tile, position).ok()
+        self.paged_entry(paged, tile, position, true).ok()
     }
 
     /// Version 2: reads the index pages of `tiles` not in the page cache, all at once
@@ -180,7 +187,9 @@ impl Atlas {
     /// page. Errors are left for the entries' own reads to report.
     #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     pub(super) fn load_pages_for(&self, tiles: &[TileId]) {
-        let Some(paged) = &self.paged else { return };
+        // Only a remote store's reads are worth making concurrently (a ranged store's
+        // bytes are at hand or missing).
+        let Some(paged) = self.paged.as_ref().filter(|_| self.is_remote_store()) else { return };
         let per = u64::from(paged.page_entries);
         let mut missing: Vec<(u64, TileId)> = Vec::new();
         {
@@ -204,7 +213,7 @@ impl Atlas {
         std::thread::scope(|s| {
             for &(p, t) in &missing {
                 s.spawn(move || {
-                    let _ = self.page(paged, p, t);
+                    let _ = self.page(paged, p, t, true);
                 });
             }
         });

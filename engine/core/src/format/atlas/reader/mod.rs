@@ -8,7 +8,8 @@
 //!
 //! By concern: this file holds the [`Atlas`] type and reading tiles; `open.rs` opening
 //! (store, header, layer table, data objects); `index.rs` the paged tile index;
-//! `verify.rs` checking a whole atlas; `store.rs` file and remote reads.
+//! `verify.rs` checking a whole atlas; `store.rs` file, remote and ranged reads;
+//! `ranged.rs` opening from fetched byte ranges and saying which ranges to fetch.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -20,6 +21,7 @@ use super::header::{
     MAX_NAME_BYTES, OLDEST_VERSION, ROOT_FIXED_BYTES, ROOT_LIMIT, Root, VERSION, rd_u32, rd_u64,
 };
 use super::order::StorageOrder;
+use super::ranged::RangedBytes;
 use super::split::{self, DataObject};
 use super::{AtlasError, ColorSpace, LayerInfo, TileEntry, Wrap, stacked_mismatch};
 use crate::format::codec::{Codec, TargetFormat};
@@ -28,6 +30,7 @@ use crate::local_file::FileExt;
 
 mod index;
 mod open;
+mod ranged;
 mod store;
 mod verify;
 
@@ -142,6 +145,14 @@ impl Atlas {
             match s {
                 #[cfg(feature = "remote")]
                 Store::Remote(r) => Some(r.stats()),
+                Store::Ranged(r) => {
+                    let s = r.stats();
+                    Some(super::NetworkStats {
+                        requests: s.inserts,
+                        bytes: s.inserted_bytes,
+                        ..Default::default()
+                    })
+                }
                 Store::File(_) => None,
             }
         };
@@ -164,7 +175,17 @@ impl Atlas {
         Some(total)
     }
 
-    /// Whether the atlas is read over the network.
+    /// Whether the atlas is read from an object store (the `remote` feature's URLs).
+    fn is_remote_store(&self) -> bool {
+        #[cfg(feature = "remote")]
+        if matches!(self.file, Store::Remote(_)) {
+            return true;
+        }
+        false
+    }
+
+    /// Whether the atlas is read over the network: from a URL, or from byte ranges an
+    /// embedder fetches ([`Atlas::open_ranged`]).
     pub fn is_remote(&self) -> bool {
         !matches!(self.file, Store::File(_))
     }
@@ -188,7 +209,7 @@ impl Atlas {
         let layer = &self.layers[li];
         let (m, x, y) = layer.layout.tile_at_index(i - layer.first_tile).ok_or_else(past)?;
         let tile = TileId::new(li as u16, m as u8, x, y);
-        self.paged_entry(paged, tile, paged.order.position(li, m, x, y))
+        self.paged_entry(paged, tile, paged.order.position(li, m, x, y), true)
     }
 
     /// The file's first bytes as read at open: header, layer table and root directory
@@ -244,6 +265,11 @@ impl Atlas {
 
     /// Where `tile` is stored.
     pub fn entry(&self, tile: TileId) -> Result<TileEntry, AtlasError> {
+        self.entry_with(tile, true)
+    }
+
+    /// [`Atlas::entry`]; `forget_bad` as for [`Atlas::page`].
+    pub(super) fn entry_with(&self, tile: TileId, forget_bad: bool) -> Result<TileEntry, AtlasError> {
         let no = || AtlasError::NoSuchTile { path: self.path.clone(), tile };
         let layer = self.layers.get(usize::from(tile.layer)).ok_or_else(no)?;
         let i = layer.layout.tile_index(u32::from(tile.mip), tile.x, tile.y).ok_or_else(no)?;
@@ -251,7 +277,7 @@ impl Atlas {
             Some(paged) => {
                 let position =
                     paged.order.position(usize::from(tile.layer), u32::from(tile.mip), tile.x, tile.y);
-                self.paged_entry(paged, tile, position)
+                self.paged_entry(paged, tile, position, forget_bad)
             }
             None => self.entry_at(layer.first_tile + i),
         }
@@ -280,7 +306,7 @@ impl Atlas {
         keep: &dyn Fn(usize) -> bool,
     ) -> Vec<Result<Vec<u8>, AtlasError>> {
         #[cfg(feature = "remote")]
-        if self.is_remote() {
+        if self.is_remote_store() {
             self.load_pages_for(tiles);
             let entries: Vec<Result<TileEntry, AtlasError>> = tiles.iter().map(|&t| self.entry(t)).collect();
             // The tiles found, grouped by the object holding them (one group for a
@@ -349,12 +375,14 @@ impl Atlas {
             .map(|&t| {
                 let e = self.entry_if_cached(t)?;
                 let (store, at) = self.blob_store(e.offset);
-                #[cfg(feature = "remote")]
-                if let Store::Remote(r) = store {
-                    return r.cached_blob(at, e.length, e.crc32);
+                match store {
+                    #[cfg(feature = "remote")]
+                    Store::Remote(r) => r.cached_blob(at, e.length, e.crc32),
+                    Store::Ranged(r) => {
+                        r.get(at, u64::from(e.length)).filter(|b| crc32fast::hash(b) == e.crc32)
+                    }
+                    Store::File(_) => None,
                 }
-                let _ = (store, at);
-                None
             })
             .collect()
     }
@@ -366,17 +394,14 @@ impl Atlas {
         e: &TileEntry,
         blob: Result<Vec<u8>, ReadError>,
     ) -> Result<Vec<u8>, AtlasError> {
-        let blob = blob.map_err(|err| match err {
-            ReadError::Io(source) => AtlasError::Changed { path: self.path.clone(), tile, source },
-            ReadError::Unavailable(reason) => {
-                AtlasError::Unavailable { path: self.path.clone(), tile, reason }
-            }
-            ReadError::Replaced => AtlasError::Replaced { path: self.path.clone(), tile },
-        })?;
+        let blob = blob.map_err(|err| err.for_tile(&self.path, tile))?;
         if crc32fast::hash(&blob) != e.crc32 {
             if self.is_remote() {
                 // Damaged in transit as likely as on the server: asked for again later
-                // (the disk cache only ever keeps blobs that passed).
+                // (the disk cache only ever keeps blobs that passed; a ranged store
+                // drops the bytes, to be fetched again).
+                let (store, at) = self.blob_store(e.offset);
+                store.forget(at, u64::from(e.length));
                 return Err(AtlasError::Unavailable {
                     path: self.path.clone(),
                     tile,

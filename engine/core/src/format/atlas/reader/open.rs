@@ -25,14 +25,30 @@ impl Atlas {
         // Errors and `Atlas::path` show the location without a URL's query values (the
         // credentials of a presigned URL).
         let path = crate::format::atlas::display_location(location);
-        let io = |source| AtlasError::Io { path: path.clone(), source };
-        let file = Self::open_store(location, remote).map_err(io)?;
-        let len = file.len().map_err(io)?;
-        let io = |e: ReadError| AtlasError::Io { path: path.clone(), source: e.into_io() };
+        let file = Self::open_store(location, remote)
+            .map_err(|source| AtlasError::Io { path: path.clone(), source })?;
+        Self::from_store(file, path, Some((location, remote)))
+    }
+
+    /// Reads and validates the atlas in `file`, shown as `path`. A split atlas' data
+    /// objects are opened beside `location` with `remote`'s settings; without a
+    /// location (a ranged store) a split atlas is refused.
+    pub(super) fn from_store(
+        file: Store,
+        path: PathBuf,
+        location: Option<(&Path, &crate::format::atlas::RemoteOptions)>,
+    ) -> Result<Self, AtlasError> {
+        let len = file.len().map_err(|source| AtlasError::Io { path: path.clone(), source })?;
+        let io = |e: ReadError| e.at_open(&path);
         let invalid = |what: String| AtlasError::Invalid { path: path.clone(), what };
         if len < HEADER_BYTES as u64 {
-            if len >= 8 && !Self::starts_with_magic(&file) {
-                return Err(AtlasError::BadMagic { path });
+            let mut magic = [0u8; 8];
+            if len >= 8 {
+                match file.read_exact_at(&mut magic, 0) {
+                    Ok(()) if magic != MAGIC => return Err(AtlasError::BadMagic { path }),
+                    Err(missing @ ReadError::Missing(..)) => return Err(io(missing)),
+                    _ => {}
+                }
             }
             return Err(AtlasError::Truncated { path, expected: HEADER_BYTES as u64, found: len });
         }
@@ -108,6 +124,12 @@ impl Atlas {
             if header.data_offset != len {
                 return Err(invalid("a split atlas' index object holds blobs".into()));
             }
+            let Some((location, remote)) = location else {
+                return Err(invalid(
+                    "a split atlas (index object and data objects) cannot be read from fetched byte ranges: merge it into one file"
+                        .into(),
+                ));
+            };
             let per = root.as_ref().map_or(1, |r| u64::from(r.page_entries));
             Self::open_data(location, remote, header.data_offset, objects, header.tile_count, per)?
         } else {
@@ -318,11 +340,6 @@ impl Atlas {
             data.push(DataStore { base, object, location, store });
         }
         Ok((data, end))
-    }
-
-    pub(super) fn starts_with_magic(file: &Store) -> bool {
-        let mut b = [0u8; 8];
-        file.read_exact_at(&mut b, 0).is_ok() && b == MAGIC
     }
 }
 

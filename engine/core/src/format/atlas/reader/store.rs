@@ -1,13 +1,15 @@
-//! Where an atlas' bytes come from: positioned reads of a local file, or range requests
-//! to an object store, with one error type for both.
+//! Where an atlas' bytes come from: positioned reads of a local file, range requests
+//! to an object store, or the byte ranges a driver fetched, with one error type for all.
 
 use super::*;
 
-/// Where an atlas' bytes come from: a local file, or an object on a server.
+/// Where an atlas' bytes come from: a local file, an object on a server, or the
+/// ranges of one that an embedder fetched.
 pub(super) enum Store {
     File(File),
     #[cfg(feature = "remote")]
     Remote(Box<crate::format::atlas::remote::RemoteObject>),
+    Ranged(Arc<RangedBytes>),
 }
 
 /// Why a positioned read failed: an I/O error, or a remote read that may work later.
@@ -19,6 +21,8 @@ pub(super) enum ReadError {
     /// A remote atlas was replaced on the server since it was opened.
     #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     Replaced,
+    /// A ranged store does not hold these bytes yet (`offset`, `len`).
+    Missing(u64, u64),
 }
 
 impl Store {
@@ -27,6 +31,9 @@ impl Store {
             Self::File(f) => f.read_exact_at(buf, offset).map_err(ReadError::Io),
             #[cfg(feature = "remote")]
             Self::Remote(r) => r.read_exact_at(buf, offset).map_err(ReadError::from_remote),
+            Self::Ranged(r) => {
+                r.read_into(buf, offset).map_err(|m| ReadError::Missing(m.start, m.end - m.start))
+            }
         }
     }
 
@@ -59,6 +66,15 @@ impl Store {
             Self::File(f) => Ok(f.metadata()?.len()),
             #[cfg(feature = "remote")]
             Self::Remote(r) => Ok(r.size()),
+            Self::Ranged(r) => Ok(r.object_len()),
+        }
+    }
+
+    /// Drops bytes that failed their checksum from a ranged store, so that a later
+    /// read fetches them again (other stores hold nothing to drop).
+    pub(super) fn forget(&self, offset: u64, len: u64) {
+        if let Self::Ranged(r) = self {
+            r.forget(offset..offset.saturating_add(len));
         }
     }
 }
@@ -82,6 +98,29 @@ impl ReadError {
             Self::Replaced => {
                 std::io::Error::other("the atlas was replaced on the server since it was opened")
             }
+            Self::Missing(offset, len) => std::io::Error::other(format!(
+                "bytes {offset}..{} are not fetched yet",
+                offset.saturating_add(len)
+            )),
+        }
+    }
+
+    /// The error of a read at open: I/O, or bytes a ranged store does not hold yet.
+    pub(super) fn at_open(self, path: &Path) -> AtlasError {
+        match self {
+            Self::Missing(offset, len) => AtlasError::NeedBytes { path: path.to_path_buf(), offset, len },
+            other => AtlasError::Io { path: path.to_path_buf(), source: other.into_io() },
+        }
+    }
+
+    /// The error of a read for `tile` (its blob or its index page).
+    pub(super) fn for_tile(self, path: &Path, tile: TileId) -> AtlasError {
+        let path = path.to_path_buf();
+        match self {
+            Self::Io(source) => AtlasError::Changed { path, tile, source },
+            Self::Unavailable(reason) => AtlasError::Unavailable { path, tile, reason },
+            Self::Replaced => AtlasError::Replaced { path, tile },
+            Self::Missing(offset, len) => AtlasError::NeedBytes { path, offset, len },
         }
     }
 }
