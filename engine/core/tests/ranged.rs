@@ -1,7 +1,8 @@
 //! Atlases read from fetched byte ranges (the browser's path), natively: a simulated
 //! driver serves the ranges that `NeedBytes` and `ranges_to_fetch` name from a baked
 //! file, counting round trips and bytes; every tile must come back as `Atlas::open` of
-//! the file gives it, and damaged bytes must give the usual errors.
+//! the file gives it, damaged bytes must give the usual errors, and the streamer must
+//! run on external loader threads.
 
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly by design.
 
@@ -13,10 +14,14 @@ use proptest::prelude::*;
 use tessera_core::bake::source::Generated;
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
 use tessera_core::format::atlas::order::StorageOrder;
-use tessera_core::format::atlas::ranged::{RangedBytes, first_range};
+use tessera_core::format::atlas::ranged::{DEFAULT_RANGED_BUDGET, FetchRange, RangedBytes, first_range};
 use tessera_core::format::atlas::ranges::OPEN_PREFIX;
 use tessera_core::format::atlas::{Atlas, AtlasError, ENTRY_BYTES, HEADER_BYTES};
 use tessera_core::format::codec::{Codec, TargetFormat};
+use tessera_core::format::pool_format::FormatSupport;
+use tessera_core::stream::feedback::compact;
+use tessera_core::stream::pool_layout::{GpuLimits, PoolLayout, Trilinear};
+use tessera_core::stream::streamer::{FrameInput, SharedStreaming, SparseFeedback, Streamer, StreamerConfig};
 use tessera_core::{AtlasLoader, HostCache, NoProgress, TileId, TileLoader};
 
 /// Round trips a driver allows itself before it gives up (every loop here must end
@@ -99,6 +104,15 @@ impl Server {
             self.fetch(store, &ranges);
         }
         panic!("the tiles' ranges did not converge: {:?}", atlas.ranges_to_fetch(tiles));
+    }
+
+    /// [`Server::fetch`] of what a loader job names.
+    fn fetch_job(&mut self, ranges: &[FetchRange]) {
+        self.round_trips += 1;
+        for r in ranges {
+            let body = self.body(r.range.clone());
+            r.store.insert(r.range.start, body).unwrap();
+        }
     }
 }
 
@@ -300,6 +314,74 @@ fn a_server_that_sends_nothing_stops_at_the_limit() {
     }
     assert!(asked.windows(2).all(|w| w[0] == w[1]), "{asked:?}");
     assert_eq!(asked[0].start, 1000, "held bytes are not asked for again");
+}
+
+/// The web path end to end, natively: a streamer on external loader threads over a
+/// ranged atlas, its jobs taken, fetched and run by a driver loop; every tile the
+/// feedback asks for becomes resident with the file's bytes.
+#[test]
+fn a_streamer_on_external_threads_streams_a_ranged_atlas() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = bake_atlas(dir.path(), 2, Codec::Lz4, 2048);
+    let mut server = Server::new(bytes);
+    let (atlas, store) = server.open(DEFAULT_RANGED_BUDGET).unwrap();
+    let atlas = Arc::new(atlas);
+    let limits =
+        GpuLimits { support: FormatSupport::default(), max_texture_side: 8192, max_storage_binding: 1 << 27 };
+    let pool = PoolLayout::plan(&atlas, 16, None, limits, Trilinear::Software).unwrap();
+    let shared = SharedStreaming::external(64);
+    let threads = shared.loader_threads().clone();
+    assert!(threads.is_external() && threads.threads() == 0);
+    // Without the coarsest tiles' bytes the streamer cannot start, and says why at once.
+    let e = Streamer::new_shared(atlas.clone(), &pool, StreamerConfig::default(), &shared).unwrap_err();
+    assert!(e.to_string().contains("not fetched yet"), "{e}");
+    server.fetch_tiles(&atlas, &store, &atlas.coarsest_tiles());
+    let mut streamer =
+        Streamer::new_shared(atlas.clone(), &pool, StreamerConfig::default(), &shared).unwrap();
+    // The feedback of a view of 4×4 tiles of mip 0 and their ancestors.
+    let layout = streamer.layout().clone();
+    let view: Vec<TileId> = (0..4).flat_map(|y| (0..4).map(move |x| TileId::new(0, 0, x, y))).collect();
+    let mut words = vec![0u32; layout.words()];
+    for &t in &layout.with_ancestors(&view) {
+        layout.mark_tile(&mut words, t);
+    }
+    let feedback = SparseFeedback { frame: 0, pairs: compact(&words) };
+    let (mut jobs, mut frames) = (0, 0);
+    for frame in 1..60 {
+        frames = frame;
+        let fb = (frame <= 2).then_some(&feedback);
+        streamer.frame(FrameInput { frame, feedback: fb, ..FrameInput::default() });
+        if streamer.fully_resident() {
+            break;
+        }
+        // The driver: each job's ranges fetched (a version-2 atlas: pages, then blobs),
+        // then run within the frame.
+        while let Some(job) = threads.take_job(64) {
+            jobs += 1;
+            for _ in 0..MAX_ROUND_TRIPS {
+                let ranges = job.fetch_ranges();
+                if ranges.is_empty() {
+                    break;
+                }
+                server.fetch_job(&ranges);
+            }
+            assert!(job.fetch_ranges().is_empty());
+            job.run();
+        }
+    }
+    assert!(streamer.fully_resident(), "after {frames} frames: {streamer:?}");
+    for t in layout.with_ancestors(&view) {
+        let bytes = streamer.host_cache().get(t).unwrap();
+        assert_eq!(&bytes[..], &atlas.decode_tile(t).unwrap()[..], "{t}");
+    }
+    let net = atlas.network_stats().unwrap();
+    eprintln!(
+        "streamer: {jobs} jobs, {frames} frames, {} round trips, {} requests, {} bytes (store: {} requests, {} bytes)",
+        server.round_trips, server.requests, server.bytes, net.requests, net.bytes
+    );
+    assert_eq!(net.bytes, server.bytes);
+    drop(streamer);
+    assert_eq!(threads.clients(), 0);
 }
 
 proptest! {

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use crate::format::atlas::ranged::FetchRange;
 use crate::format::atlas::{Atlas, AtlasError};
 use crate::format::codec::{TargetFormat, transcode_verified};
 use crate::format::tile::TileId;
@@ -78,6 +79,13 @@ fn load_error(tile: TileId, e: AtlasError) -> LoadError {
     }
 }
 
+/// The ranges of `atlas`' ranged store to fetch before `tiles` can be read.
+fn fetch_ranges_of(atlas: &Atlas, tiles: &[TileId]) -> Vec<FetchRange> {
+    let Some(store) = atlas.ranged_bytes() else { return Vec::new() };
+    let ranges = if tiles.is_empty() { Vec::new() } else { atlas.ranges_to_fetch(tiles) };
+    ranges.into_iter().map(|range| FetchRange { store: store.clone(), range }).collect()
+}
+
 /// Tiles a loader thread takes at once from a remote atlas: their blobs are read with
 /// a few coalesced range requests instead of one round trip each.
 pub const REMOTE_BATCH: usize = 64;
@@ -111,6 +119,12 @@ impl TileLoader for AtlasLoader {
 
     fn batch_size(&self) -> usize {
         if self.atlas.is_remote() { REMOTE_BATCH } else { 1 }
+    }
+
+    /// A ranged atlas' index pages and blobs of the tiles not in the host cache.
+    fn fetch_ranges(&self, tiles: &[TileId]) -> Vec<FetchRange> {
+        let todo: Vec<TileId> = tiles.iter().copied().filter(|&t| !self.cache.contains(t)).collect();
+        fetch_ranges_of(&self.atlas, &todo)
     }
 
     /// Host-cache hits, and tiles whose blobs the disk cache holds (transcoded now).
@@ -200,6 +214,19 @@ impl TileLoader for StackedLoader {
 
     fn batch_size(&self) -> usize {
         self.layers.first().map_or(1, TileLoader::batch_size)
+    }
+
+    /// A ranged atlas' index pages and blobs of every layer of the tiles not in the
+    /// host cache.
+    fn fetch_ranges(&self, tiles: &[TileId]) -> Vec<FetchRange> {
+        let Some(first) = self.layers.first() else { return Vec::new() };
+        let n = self.layers.len();
+        let todo: Vec<TileId> = tiles
+            .iter()
+            .filter(|&&t| !self.cache.contains(t))
+            .flat_map(|t| (0..n).map(move |l| TileId::new(l as u16, t.mip, t.x, t.y)))
+            .collect();
+        fetch_ranges_of(&first.atlas, &todo)
     }
 
     /// Host-cache hits (every layer of a stacked tile is cached together).

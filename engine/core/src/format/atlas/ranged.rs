@@ -14,7 +14,9 @@
 //! 3. Before a [`Streamer`](crate::stream::streamer::Streamer) starts: fetch
 //!    [`Atlas::ranges_to_fetch`] of [`Atlas::coarsest_tiles`] (loop until it is empty:
 //!    index pages first, then blobs).
-//! 4. Before reading tiles: fetch [`Atlas::ranges_to_fetch`] of them until it is empty.
+//! 4. Per loader job ([`LoaderThreads::take_job`](crate::stream::loader::LoaderThreads::take_job)):
+//!    fetch [`ExternalJob::fetch_ranges`](crate::stream::loader::ExternalJob::fetch_ranges)
+//!    until it is empty, then run the job.
 //!
 //! Every fetch the helpers ask for is coalesced by the remote store's rules
 //! ([`ranges::coalesce`](super::ranges::coalesce)). The bytes at the head of the object
@@ -25,7 +27,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::ranges::OPEN_PREFIX;
 #[cfg(doc)]
@@ -396,6 +398,18 @@ impl std::fmt::Debug for RangedBytes {
             .field("pinned_prefix", &p.pinned)
             .finish()
     }
+}
+
+/// A range of one ranged object to fetch and insert into it: what
+/// [`TileLoader::fetch_ranges`](crate::stream::loader::TileLoader::fetch_ranges) and
+/// [`ExternalJob::fetch_ranges`](crate::stream::loader::ExternalJob::fetch_ranges) hand
+/// a driver, which knows the object behind each store (its URL).
+#[derive(Clone, Debug)]
+pub struct FetchRange {
+    /// Where the bytes go ([`RangedBytes::insert`] at `range.start`).
+    pub store: Arc<RangedBytes>,
+    /// The bytes to fetch (an HTTP `Range: bytes=start-(end-1)`).
+    pub range: Range<u64>,
 }
 
 #[cfg(test)]

@@ -4,7 +4,9 @@
 //! before speculative ones at priority 0 such as prefetches; then coarser mips first,
 //! then caller priority, then first come first served) and its own results channel on
 //! which [`LoadResult`]s come back. The worker threads ([`LoaderThreads`]) are the
-//! pool's own or shared by several pools, which then take turns request by request.
+//! pool's own or shared by several pools, which then take turns request by request; or
+//! there are none, and the embedder takes and runs the same jobs
+//! ([`LoaderThreads::external`], the browser's path).
 //!
 //! Guarantee: every [`LoaderPool::request`] that returned `true` yields exactly one
 //! [`LoadResult`] for that tile — [`LoadOutcome::Ready`], [`LoadOutcome::Failed`] or
@@ -13,7 +15,7 @@
 //!
 //! By concern: this file holds the loader API (errors, `TileLoader`, outcomes) and the
 //! [`LoaderPool`] of one client; `queue.rs` the request queue and the hub; `threads.rs`
-//! the shared loader threads.
+//! the shared loader threads and the jobs of external ones.
 
 use std::cmp::Ordering;
 use std::collections::hash_map::Entry as MapEntry;
@@ -25,6 +27,7 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender};
 use serde::{Deserialize, Serialize};
 
+use crate::format::atlas::ranged::FetchRange;
 use crate::format::tile::{TileId, TileMap};
 use crate::stream::staging::{StagedTile, StagingRing};
 
@@ -33,7 +36,7 @@ mod threads;
 
 use queue::*;
 use threads::*;
-pub use threads::{LoaderThreads, default_loader_threads};
+pub use threads::{ExternalJob, LoaderThreads, default_loader_threads};
 
 /// Why a tile could not be loaded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -119,6 +122,16 @@ pub trait TileLoader: Send + Sync + 'static {
         let _ = wanted;
         tiles.iter().map(|&t| Some(self.load(t))).collect()
     }
+
+    /// The byte ranges to fetch before `tiles` load without waiting on bytes: a loader
+    /// over an atlas opened with
+    /// [`Atlas::open_ranged`](crate::format::atlas::Atlas::open_ranged) names the index
+    /// pages and blobs its store lacks; the default needs none. An external executor
+    /// ([`ExternalJob::fetch_ranges`]) fetches them before running the job.
+    fn fetch_ranges(&self, tiles: &[TileId]) -> Vec<FetchRange> {
+        let _ = tiles;
+        Vec::new()
+    }
 }
 
 impl<F> TileLoader for F
@@ -196,7 +209,9 @@ pub struct LoaderCounters {
 /// counters and cancellation. Dropping the pool (or calling [`LoaderPool::shutdown`])
 /// cancels its queued requests and waits for its in-flight loads to finish (their
 /// results go to this pool's channel only); its own threads are then joined, shared
-/// ones keep serving the other pools.
+/// ones keep serving the other pools. On [`LoaderThreads::external`] threads the jobs
+/// the executor holds are not waited for: they end when it finishes them, and their
+/// results are dropped with the pool.
 pub struct LoaderPool {
     client: Arc<Client>,
     threads: Arc<LoaderThreads>,
@@ -430,7 +445,8 @@ impl LoaderPool {
     }
 
     /// Stops the pool: queued requests are dropped and reported
-    /// [`LoadOutcome::Cancelled`], in-flight loads finish and report their outcome,
+    /// [`LoadOutcome::Cancelled`], in-flight loads finish and report their outcome
+    /// (not waited for on [`LoaderThreads::external`] threads: those results are lost),
     /// and the pool's own workers are joined (shared ones keep serving other pools;
     /// they are joined with the last handle on them).
     ///
@@ -461,8 +477,10 @@ impl LoaderPool {
         // Lock order: a client's queue, then the hub.
         self.threads.hub.unregister(&self.client);
         // Workers never hold the queue lock while loading, so this wait ends when the
-        // in-flight loads do.
-        while q.in_flight > 0 {
+        // in-flight loads do. Jobs of external threads end when their executor gets to
+        // them (in the browser never while this thread waits): not waited for, their
+        // results go nowhere.
+        while q.in_flight > 0 && !self.threads.is_external() {
             q = self.client.idle.wait(q).unwrap_or_else(|e| e.into_inner());
         }
         // Workers dropped their handles on the loader before reporting; these are the
@@ -1181,5 +1199,137 @@ mod tests {
         assert_eq!(pool.in_flight(), 0);
         let pool = Arc::try_unwrap(pool).unwrap();
         assert!(pool.shutdown().is_empty());
+    }
+
+    /// What external threads hand out: each job's tile, the client whose job it was.
+    fn drain_external(threads: &LoaderThreads, clients: &[&LoaderPool]) -> Vec<(usize, TileId)> {
+        let mut order = Vec::new();
+        while let Some(job) = threads.take_job(1) {
+            assert_eq!(job.tiles().len(), 1);
+            let tile = job.tiles()[0];
+            job.run();
+            let who = clients.iter().position(|c| !c.try_results().is_empty()).unwrap();
+            order.push((who, tile));
+        }
+        order
+    }
+
+    /// External threads hand out jobs in the order worker threads take them: clients in
+    /// turn, each client's wanted tiles coarse mip first, then by priority, then in
+    /// request order, speculative ones last; a batch loader's jobs hold up to its batch.
+    #[test]
+    fn external_threads_hand_out_jobs_in_the_pools_order() {
+        let threads = LoaderThreads::external(LoaderConfig::default());
+        assert!(threads.is_external() && threads.threads() == 0);
+        assert!(format!("{threads:?}").contains("external: true"));
+        let a = LoaderPool::on_threads(&threads, tagged(1));
+        let b = LoaderPool::on_threads(&threads, tagged(2));
+        assert!(threads.take_job(8).is_none(), "nothing queued");
+        assert_eq!(
+            a.request_many(&[(t(0, 1), 5), (t(2, 2), 1), (t(1, 3), 9), (t(2, 4), 0), (t(0, 5), 5)], 0),
+            5
+        );
+        assert_eq!(b.request_many(&[(t(0, 9), 1), (t(3, 8), 1)], 0), 2);
+        assert_eq!(a.pending(), 5);
+        let order = drain_external(&threads, &[&a, &b]);
+        let want = [
+            (0, t(2, 2)),
+            (1, t(3, 8)),
+            (0, t(1, 3)),
+            (1, t(0, 9)),
+            (0, t(0, 1)),
+            (0, t(0, 5)),
+            (0, t(2, 4)),
+        ];
+        assert_eq!(order, want);
+        assert_eq!((a.pending(), a.in_flight(), b.pending(), b.in_flight()), (0, 0, 0, 0));
+        assert_eq!(a.counters(), LoaderCounters { requested: 5, completed: 5, ..Default::default() });
+
+        // A batch loader's job holds its batch (4), or fewer when asked.
+        let (tx, rx) = crossbeam_channel::unbounded();
+        // The gate open: the batches load at once.
+        drop(tx);
+        let batcher = Arc::new(Batcher { gate: Mutex::new(rx), batches: Mutex::new(Vec::new()) });
+        let c = LoaderPool::on_threads(&threads, batcher);
+        let tiles: Vec<(TileId, u32)> = (0..7).map(|x| (t(0, x), 1)).collect();
+        assert_eq!(c.request_many(&tiles, 0), 7);
+        let first = threads.take_job(3).unwrap();
+        assert_eq!(first.tiles(), &[t(0, 0), t(0, 1), t(0, 2)]);
+        let second = threads.take_job(64).unwrap();
+        assert_eq!(second.tiles(), &[t(0, 3), t(0, 4), t(0, 5), t(0, 6)]);
+        assert!(threads.take_job(64).is_none());
+        assert_eq!(c.in_flight(), 7);
+        // Finished out of order, each reports its own tiles.
+        second.run();
+        first.run();
+        let mut got: Vec<u32> = c.try_results().iter().map(|r| r.tile.x).collect();
+        got.sort_unstable();
+        assert_eq!(got, (0..7).collect::<Vec<u32>>());
+
+        // Threads with workers hand out nothing: their workers take the jobs.
+        let native = LoaderThreads::new(1, LoaderConfig::default()).unwrap();
+        assert!(!native.is_external() && native.take_job(1).is_none());
+    }
+
+    /// Jobs of tiles no longer wanted finish cancelled without loading, as a batch
+    /// loader gives them up on worker threads; a dropped job cancels its tiles, a
+    /// missing outcome fails its tile, and a pool dropped with a job out does not wait.
+    #[test]
+    fn external_jobs_follow_cancellation_and_staleness() {
+        let threads =
+            LoaderThreads::external(LoaderConfig { cancel_after_frames: 2, ..LoaderConfig::default() });
+        let loads = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&loads);
+        let loader: Arc<dyn TileLoader> = Arc::new(move |tile: TileId| -> Result<Arc<[u8]>, LoadError> {
+            counter.fetch_add(1, AtomicOrdering::SeqCst);
+            Ok(Arc::from(vec![tile.x as u8]))
+        });
+        let pool = LoaderPool::on_threads(&threads, loader);
+        assert_eq!(pool.config().cancel_after_frames, 2);
+        assert_eq!(pool.request_many(&[(t(0, 1), 1), (t(0, 2), 1)], 10), 2);
+        let job = threads.take_job(8).unwrap();
+        assert_eq!(job.tiles(), &[t(0, 1)]);
+        assert!(job.still_wanted(t(0, 1)) && job.loader().is_some());
+        assert!(job.fetch_ranges().is_empty(), "a closure loader fetches nothing");
+        assert_eq!((pool.pending(), pool.in_flight()), (1, 1));
+        // Frame 13: the queued tile is cancelled, the one in flight no longer wanted.
+        assert_eq!(pool.cancel_stale(13), 1);
+        assert!(!job.still_wanted(t(0, 1)));
+        assert_eq!(job.load(), vec![LoadOutcome::Cancelled]);
+        job.run();
+        assert_eq!(loads.load(AtomicOrdering::SeqCst), 0, "nothing loaded");
+        let results = pool.try_results();
+        assert_eq!(results.len(), 2);
+        assert!(results.iter().all(|r| r.outcome == LoadOutcome::Cancelled));
+
+        // Renewed while in flight: still wanted, loaded.
+        assert!(pool.request(t(0, 3), 1, 20));
+        let job = threads.take_job(8).unwrap();
+        assert!(!pool.request(t(0, 3), 1, 30), "in flight: renewed");
+        assert_eq!(pool.cancel_stale(31), 0);
+        assert!(job.still_wanted(t(0, 3)));
+        job.run();
+        assert_eq!(pool.try_results()[0].outcome, LoadOutcome::Ready(Arc::from(vec![3u8])));
+
+        // Dropped unfinished: cancelled. Finished without an outcome: failed.
+        // Unavailable: transient, as a failed fetch is.
+        assert_eq!(pool.request_many(&[(t(0, 4), 1), (t(0, 5), 1), (t(0, 6), 1)], 40), 3);
+        drop(threads.take_job(1).unwrap());
+        threads.take_job(1).unwrap().finish(Vec::new());
+        threads.take_job(1).unwrap().finish_unavailable("fetch failed: 503");
+        let results = pool.try_results();
+        assert_eq!(results[0], LoadResult { tile: t(0, 4), outcome: LoadOutcome::Cancelled, staged: None });
+        assert!(matches!(&results[1].outcome, LoadOutcome::Failed(e) if !e.is_transient()), "{results:?}");
+        assert!(matches!(&results[2].outcome, LoadOutcome::Failed(e) if e.is_transient()), "{results:?}");
+        assert_eq!(pool.counters(), LoaderCounters { requested: 6, completed: 1, failed: 2, cancelled: 3 });
+
+        // A pool dropped with a job out returns at once; the job ends later, unheard.
+        assert!(pool.request(t(0, 7), 1, 50));
+        let job = threads.take_job(1).unwrap();
+        drop(pool);
+        assert_eq!(threads.clients(), 0);
+        assert!(!job.still_wanted(t(0, 7)), "a closed pool wants nothing");
+        job.run();
+        assert!(threads.take_job(1).is_none());
     }
 }

@@ -151,15 +151,16 @@ impl Client {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes the client's best request and marks it in flight; puts the client back at
-    /// the end of the ready ring if more is queued. Called by a worker that has just
-    /// taken the client from the ring.
-    pub(super) fn start_next(self: &Arc<Self>, hub: &Hub) -> Option<Job> {
+    /// Takes the client's best requests (as many as its loader batches, at most
+    /// `max_tiles`) and marks them in flight; puts the client back at the end of the
+    /// ready ring if more is queued. Called by a worker (or [`LoaderThreads::take_job`])
+    /// that has just taken the client from the ring.
+    pub(super) fn start_next(self: &Arc<Self>, hub: &Hub, max_tiles: usize) -> Option<Job> {
         let mut q = self.lock();
         let staging = q.staging.clone();
         let job = match q.loader.clone() {
             Some(loader) if !q.closed => {
-                let want = loader.batch_size().max(1);
+                let want = loader.batch_size().min(max_tiles).max(1);
                 let tiles: Vec<TileId> = std::iter::from_fn(|| q.pop_next()).take(want).collect();
                 (!tiles.is_empty()).then_some(Job { tiles, loader, staging })
             }
@@ -240,6 +241,13 @@ impl Hub {
         let mut h = self.lock();
         h.ready.retain(|c| !Arc::ptr_eq(c, client));
         h.clients = h.clients.saturating_sub(1);
+    }
+
+    /// Takes the client at the front of the ring without waiting (`None`: none is
+    /// ready, or shutdown).
+    pub(super) fn try_next_client(&self) -> Option<Arc<Client>> {
+        let mut h = self.lock();
+        if h.shutdown { None } else { h.ready.pop_front() }
     }
 
     /// Blocks until a client is ready and takes it from the front of the ring, or

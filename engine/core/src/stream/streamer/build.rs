@@ -7,6 +7,9 @@ impl Streamer {
     /// Starts streaming `atlas` into a pool shaped as `pool`: host cache, loader
     /// threads, residency. The coarsest tile of every layer is loaded before this
     /// returns; the first [`Streamer::frame`] uploads it (nothing is ever missing).
+    ///
+    /// This starts loader threads, which the browser does not have: there, use
+    /// [`Streamer::new_shared`] with [`SharedStreaming::external`].
     pub fn new(atlas: Arc<Atlas>, pool: &PoolLayout, config: StreamerConfig) -> Result<Self, StreamerError> {
         let cache = Arc::new(HostCache::new(u64::from(config.host_cache_mib) << 20));
         // A remote atlas waits on round trips, not on the CPU: by default it gets enough
@@ -26,6 +29,14 @@ impl Streamer {
     /// as given in [`Streamer::config`]); the streamer's requests are cancelled after
     /// its own [`Staleness::request_frames`]. Dropping the streamer drops its
     /// partition's tiles and its queue; the shared parts go with their last user.
+    ///
+    /// On [`SharedStreaming::external`] (the browser: no threads) no thread is started,
+    /// and the loads wait for the embedder's executor
+    /// ([`LoaderThreads::take_job`]); the coarsest tiles, loaded before this returns,
+    /// must then be at hand: for an atlas of [`Atlas::open_ranged`], fetch
+    /// [`Atlas::ranges_to_fetch`] of [`Atlas::coarsest_tiles`] first (the
+    /// [`StreamerConfig::coarsest_patience`] does not apply: nothing can arrive while
+    /// this waits).
     pub fn new_shared(
         atlas: Arc<Atlas>,
         pool: &PoolLayout,
@@ -141,13 +152,20 @@ impl Streamer {
             .collect();
         let part_lengths = pool.part_lengths();
         let tile_bytes: usize = part_lengths.iter().sum();
+        // On external threads (the browser) nothing arrives while this thread waits: the
+        // embedder fetched the coarsest tiles' bytes before, or they are an error now.
+        let patience = if loader.loader_threads().is_external() {
+            std::time::Duration::ZERO
+        } else {
+            config.coarsest_patience
+        };
         for (tile, _) in residency.on_feedback(0, &roots) {
             let start = Instant::now();
             let bytes = loop {
                 match tile_loader.load(tile).and_then(|b| check_length(tile, b, tile_bytes)) {
                     // Unavailable for now: asked again, as every other tile would be.
                     Err(LoadError::Unavailable { reason, .. })
-                        if start.elapsed() + COARSEST_RETRY <= config.coarsest_patience =>
+                        if start.elapsed() + COARSEST_RETRY <= patience =>
                     {
                         tracing::warn!(
                             "{tile}, the coarsest tile, is unavailable for now ({reason}); trying again"

@@ -59,7 +59,8 @@ pub struct StreamerConfig {
     pub loader_stack_bytes: Option<usize>,
     /// How long the coarsest tiles (loaded before the first frame) are waited for while
     /// their reads are unavailable for now (a remote atlas' server briefly unreachable
-    /// or failing): tried again every [`COARSEST_RETRY`] within it, then an error.
+    /// or failing): tried again every [`COARSEST_RETRY`] within it, then an error. Not
+    /// on [`LoaderThreads::external`] threads, where nothing arrives while it waits.
     pub coarsest_patience: std::time::Duration,
     /// Keep a complete page table (every entry valid at any depth), updated by the GPU
     /// from [`FramePlan::page_table_jobs`], instead of uploading entries with shallow
@@ -178,6 +179,14 @@ impl SharedStreaming {
         let threads = LoaderThreads::new(loader_threads, LoaderConfig::default())
             .map_err(StreamerError::LoaderThreads)?;
         Ok(Self::from_parts(Arc::new(HostCache::new(u64::from(host_cache_mib) << 20)), threads))
+    }
+
+    /// A host cache of `host_cache_mib` MiB and [`LoaderThreads::external`] threads: no
+    /// thread is started, and the embedder runs the loads
+    /// ([`LoaderThreads::take_job`]). The browser's path.
+    pub fn external(host_cache_mib: u32) -> Self {
+        let cache = Arc::new(HostCache::new(u64::from(host_cache_mib) << 20));
+        Self::from_parts(cache, LoaderThreads::external(LoaderConfig::default()))
     }
 
     /// Shares `cache`'s store and `threads` (made with their own settings, such as a
