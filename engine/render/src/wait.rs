@@ -1,7 +1,7 @@
 //! Waiting for the GPU: native threads may block (until the adapter answers, until a
 //! buffer is mapped); a browser's thread (wasm32) may not, so there the blocking helpers
 //! fail with [`RenderError::WouldBlock`] naming their `async` twin, and callbacks reach
-//! `async` code through [`oneshot`].
+//! `async` code through a one-shot channel.
 
 use std::future::Future;
 use std::pin::Pin;
