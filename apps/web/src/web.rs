@@ -1,14 +1,25 @@
-//! The browser's side (wasm32 only): the page's `<canvas>` and status line, the WebGPU
-//! context on the canvas, and the frame loop on `requestAnimationFrame`.
+//! The browser's side (wasm32 only): the page's `<canvas>`, status line and stats, the
+//! WebGPU context on the canvas, the scene the query string asks for (a streamed atlas,
+//! or the procedural pattern), and the frame loop on `requestAnimationFrame`.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use tessera::GpuContext;
+use tessera::core::stream::streamer::SharedStreaming;
+use tessera::{GpuContext, VirtualTextures, VtConfig};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
+use crate::fetch::{DECODE_BUDGET_MS, MAX_IN_FLIGHT, RangeFetcher, StreamDriver, open_atlas};
 use crate::pattern::{FrameCheck, FrameSummary, PatternScene};
+use crate::plane::{CameraPath, ImageStats, PlaneScene};
+
+/// The atlas the page streams without `?atlas=` (beside the page).
+const DEFAULT_ATLAS: &str = "atlas.tsa";
+/// Host cache of the streamed atlas' decoded tiles, MiB.
+const HOST_CACHE_MIB: u32 = 256;
+/// GPU tile pool of the streamed atlas, MiB.
+const POOL_MIB: u32 = 128;
 
 /// The frame whose pixels are read back and checked (feedback has arrived by then).
 const CHECK_FRAME: u64 = 30;
@@ -65,7 +76,7 @@ async fn run(canvas_id: &str) -> Result<(), String> {
         .map_err(|e| format!("the canvas gave no WebGPU surface: {e}"))?;
     let ctx = GpuContext::with_instance_async(instance, Some(&surface)).await.map_err(|e| e.to_string())?;
     let adapter = if ctx.info.name.is_empty() { browser_adapter } else { ctx.describe() };
-    status(Level::Info, &format!("WebGPU adapter: {adapter}. Building the scene…"));
+    let query = Query::of_page(&window)?;
     let mut config = surface
         .get_default_config(&ctx.adapter, size.0, size.1)
         .ok_or_else(|| format!("the adapter {adapter} cannot present to the canvas"))?;
@@ -73,6 +84,48 @@ async fn run(canvas_id: &str) -> Result<(), String> {
     // it stores encoded colour, as the pool's sRGB texels expect.
     let view_format = config.format.add_srgb_suffix();
     config.view_formats = if view_format == config.format { vec![] } else { vec![view_format] };
+    if let Some(atlas_url) = query.atlas {
+        // The frame check copies the canvas' own texture.
+        config.usage |= wgpu::TextureUsages::COPY_SRC;
+        surface.configure(&ctx.device, &config);
+        let fetcher = RangeFetcher::new(atlas_url.clone());
+        status(
+            Level::Info,
+            &format!("WebGPU adapter: {adapter}. Opening {atlas_url} (HTTP range requests)…"),
+        );
+        let atlas = open_atlas(&fetcher).await?;
+        let opened_ms = js_sys::Date::now() - started;
+        let shared = SharedStreaming::external(HOST_CACHE_MIB);
+        let threads = shared.loader_threads().clone();
+        let vt_config = VtConfig { pool_mib: POOL_MIB, shared: Some(shared), ..VtConfig::default() };
+        let vt = VirtualTextures::new(&ctx, atlas, vt_config)
+            .map_err(|e| format!("streaming {atlas_url}: {e}"))?;
+        let plane =
+            PlaneScene::new(&ctx, &vt, view_format).map_err(|e| format!("building the scene: {e}"))?;
+        let app = StreamApp {
+            ctx: Rc::new(ctx),
+            surface,
+            config,
+            view_format,
+            vt,
+            plane,
+            driver: StreamDriver::new(threads, fetcher.clone()),
+            fetcher,
+            camera: query.camera,
+            canvas,
+            adapter,
+            started,
+            opened_ms,
+            first_frame_ms: None,
+            resident_ms: None,
+            frame: 0,
+            tiles_resident: 0,
+            check: Rc::new(RefCell::new(StreamCheck::Pending)),
+        };
+        run_frames(app);
+        return Ok(());
+    }
+    status(Level::Info, &format!("WebGPU adapter: {adapter}. Building the scene…"));
     surface.configure(&ctx.device, &config);
     let scene = PatternScene::new(&ctx, view_format).map_err(|e| format!("building the scene: {e}"))?;
     let app = App {
@@ -127,7 +180,234 @@ async fn browser_adapter(gpu: &JsValue) -> Result<String, String> {
     Ok(format!("{}{}", words.join(" "), if fallback { " (fallback adapter)" } else { "" }))
 }
 
-/// Everything the frame loop owns.
+/// What the page's query string asks for.
+struct Query {
+    /// The atlas to stream (absolute URL); `None`: the procedural pattern
+    /// (`?scene=pattern`).
+    atlas: Option<String>,
+    camera: CameraPath,
+}
+
+impl Query {
+    /// `?atlas=URL` (default [`DEFAULT_ATLAS`] beside the page), `?camera=static|fly`
+    /// (default static), `?scene=pattern`.
+    fn of_page(window: &web_sys::Window) -> Result<Self, String> {
+        let location = window.location();
+        let search = location.search().unwrap_or_default();
+        let params = web_sys::UrlSearchParams::new_with_str(&search).map_err(|e| format!("{e:?}"))?;
+        let camera = CameraPath::parse(&params.get("camera").unwrap_or_else(|| "static".into()))?;
+        let atlas = match params.get("scene").as_deref() {
+            Some("pattern") => None,
+            Some("atlas") | None => {
+                let given = params.get("atlas").unwrap_or_else(|| DEFAULT_ATLAS.into());
+                let base = location.href().map_err(|e| format!("{e:?}"))?;
+                let url = web_sys::Url::new_with_base(&given, &base)
+                    .map_err(|_| format!("atlas=\"{given}\" is not a URL"))?;
+                Some(url.href())
+            }
+            Some(other) => {
+                return Err(format!("unknown scene \"{other}\" (use scene=atlas or scene=pattern)"));
+            }
+        };
+        Ok(Self { atlas, camera })
+    }
+}
+
+/// One animation frame of a scene.
+trait Frames {
+    /// Draws the frame at `now_ms` (the animation clock); an error stops the loop.
+    fn frame(&mut self, now_ms: f64) -> Result<(), String>;
+}
+
+/// The streamed atlas' frame loop: everything it owns.
+struct StreamApp {
+    ctx: Rc<GpuContext>,
+    surface: wgpu::Surface<'static>,
+    config: wgpu::SurfaceConfiguration,
+    view_format: wgpu::TextureFormat,
+    vt: VirtualTextures,
+    plane: PlaneScene,
+    driver: StreamDriver,
+    fetcher: RangeFetcher,
+    camera: CameraPath,
+    canvas: web_sys::HtmlCanvasElement,
+    adapter: String,
+    /// `Date.now()` when `start` was called, and milliseconds from then to the atlas
+    /// being open (its coarsest tiles fetched), to the first frame, to fully resident
+    /// once the camera stands still.
+    started: f64,
+    opened_ms: f64,
+    first_frame_ms: Option<f64>,
+    resident_ms: Option<f64>,
+    frame: u64,
+    tiles_resident: usize,
+    check: Rc<RefCell<StreamCheck>>,
+}
+
+/// The readback of the first fully resident frame once the camera stands still.
+enum StreamCheck {
+    Pending,
+    Reading,
+    Done(ImageStats),
+    Failed(String),
+}
+
+impl Frames for StreamApp {
+    fn frame(&mut self, _now_ms: f64) -> Result<(), String> {
+        if let Some(lost) = self.ctx.lost() {
+            return Err(lost.to_string());
+        }
+        self.driver.pump();
+        let size = canvas_size(&self.canvas);
+        if size != (self.config.width, self.config.height) {
+            self.canvas.set_width(size.0);
+            self.canvas.set_height(size.1);
+            self.config.width = size.0;
+            self.config.height = size.1;
+            self.surface.configure(&self.ctx.device, &self.config);
+        }
+        let texture = match self.surface.get_current_texture() {
+            wgpu::CurrentSurfaceTexture::Success(t) | wgpu::CurrentSurfaceTexture::Suboptimal(t) => t,
+            wgpu::CurrentSurfaceTexture::Outdated | wgpu::CurrentSurfaceTexture::Lost => {
+                self.surface.configure(&self.ctx.device, &self.config);
+                return Ok(());
+            }
+            _ => return Ok(()),
+        };
+        let view = texture.texture.create_view(&wgpu::TextureViewDescriptor {
+            format: Some(self.view_format),
+            ..Default::default()
+        });
+        let camera = self.camera.camera(self.frame, self.plane.half_width());
+        let still = self.frame >= self.camera.still_from();
+        let resident = still && self.vt.fully_resident() && !self.driver.busy();
+        let check = resident && matches!(*self.check.borrow(), StreamCheck::Pending);
+        let ctx = self.ctx.clone();
+        let mut encoder =
+            ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("frame") });
+        let vt_frame = self.vt.begin(&ctx, &mut encoder);
+        self.plane.draw(&ctx, &vt_frame, &mut encoder, &view, size, &camera);
+        let readback = check.then(|| FrameCheck::record(&ctx.device, &mut encoder, &texture.texture));
+        let stats = vt_frame.finish(&ctx, encoder).map_err(|e| e.to_string())?;
+        ctx.queue.present(texture);
+        self.tiles_resident = stats.resident_vram;
+        self.frame += 1;
+        let elapsed = js_sys::Date::now() - self.started;
+        self.first_frame_ms.get_or_insert(elapsed);
+        if resident {
+            self.resident_ms.get_or_insert(elapsed);
+        }
+        if let Some(readback) = readback {
+            *self.check.borrow_mut() = StreamCheck::Reading;
+            let state = self.check.clone();
+            wasm_bindgen_futures::spawn_local(async move {
+                let result =
+                    match ctx.map_read_async(readback.buffer()).await.and_then(|()| readback.pixels()) {
+                        Ok(pixels) => StreamCheck::Done(ImageStats::of(&pixels)),
+                        Err(e) => StreamCheck::Failed(e.to_string()),
+                    };
+                *state.borrow_mut() = result;
+            });
+        }
+        if self.frame % STATUS_EVERY == 1 || check || matches!(*self.check.borrow(), StreamCheck::Done(_)) {
+            self.report(resident);
+        }
+        Ok(())
+    }
+}
+
+impl StreamApp {
+    /// Writes the status line and the `#stats` JSON.
+    fn report(&self, resident: bool) {
+        let net = self.fetcher.stats();
+        let driver = self.driver.stats();
+        let ms = |v: Option<f64>| v.map_or("null".to_owned(), |v| format!("{v:.0}"));
+        let (level, check_json, check_text) = match &*self.check.borrow() {
+            StreamCheck::Pending | StreamCheck::Reading => {
+                (Level::Info, "null".to_owned(), "pending".to_owned())
+            }
+            StreamCheck::Done(s) => (
+                if s.non_trivial() { Level::Ok } else { Level::Error },
+                format!(
+                    "{{\"mean\":{:.2},\"stddev\":{:.2},\"colours\":{},\"unwritten\":{:.5},\"ok\":{}}}",
+                    s.mean,
+                    s.stddev,
+                    s.colours,
+                    s.unwritten,
+                    s.non_trivial()
+                ),
+                format!(
+                    "{} (luma {:.0} ± {:.0}, {} colours)",
+                    if s.non_trivial() { "ok" } else { "FAILED: a flat or unwritten image" },
+                    s.mean,
+                    s.stddev,
+                    s.colours
+                ),
+            ),
+            StreamCheck::Failed(e) => (Level::Error, "null".to_owned(), format!("FAILED ({e})")),
+        };
+        let last_error = self.driver.last_error().map_or("null".to_owned(), json_string);
+        let json = format!(
+            "{{\"atlas\":{},\"camera\":\"{}\",\"frame\":{},\"tiles_resident\":{},\"requests\":{},\
+             \"bytes_fetched\":{},\"in_flight\":{},\"failed_requests\":{},\"jobs\":{},\"jobs_unavailable\":{},\
+             \"tiles_decoded\":{},\"worst_decode_ms\":{:.1},\"decode_budget_ms\":{DECODE_BUDGET_MS},\
+             \"max_in_flight\":{MAX_IN_FLIGHT},\"fully_resident\":{resident},\"opened_ms\":{:.0},\
+             \"first_frame_ms\":{},\"resident_ms\":{},\"check\":{check_json},\"last_fetch_error\":{last_error}}}",
+            json_string(self.fetcher.url()),
+            self.camera.name(),
+            self.frame,
+            self.tiles_resident,
+            net.requests,
+            net.bytes,
+            net.in_flight,
+            net.failures,
+            driver.jobs,
+            driver.jobs_unavailable,
+            driver.tiles_decoded,
+            driver.worst_decode_ms,
+            self.opened_ms,
+            ms(self.first_frame_ms),
+            ms(self.resident_ms),
+        );
+        if let Some(element) =
+            web_sys::window().and_then(|w| w.document()).and_then(|d| d.get_element_by_id("stats"))
+        {
+            element.set_text_content(Some(&json));
+        }
+        let text = format!(
+            "WebGPU adapter: {}. {}: frame {} ({} camera), {} tiles resident, {} requests, {:.1} MiB fetched, \
+             fully resident: {}{}. Frame check: {check_text}.",
+            self.adapter,
+            self.fetcher.url(),
+            self.frame,
+            self.camera.name(),
+            self.tiles_resident,
+            net.requests,
+            net.bytes as f64 / f64::from(1 << 20),
+            if resident { "yes" } else { "no" },
+            self.resident_ms.map_or(String::new(), |ms| format!(" ({ms:.0} ms after start)")),
+        );
+        status(level, &text);
+    }
+}
+
+/// `text` as a JSON string literal.
+fn json_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The pattern's frame loop: everything it owns.
 struct App {
     ctx: Rc<GpuContext>,
     surface: wgpu::Surface<'static>,
@@ -152,9 +432,15 @@ enum Check {
     Failed(String),
 }
 
+impl Frames for App {
+    fn frame(&mut self, now_ms: f64) -> Result<(), String> {
+        self.pattern_frame(now_ms)
+    }
+}
+
 impl App {
     /// One animation frame at `now_ms` (the animation clock).
-    fn frame(&mut self, now_ms: f64) -> Result<(), String> {
+    fn pattern_frame(&mut self, now_ms: f64) -> Result<(), String> {
         if let Some(lost) = self.ctx.lost() {
             return Err(lost.to_string());
         }
@@ -288,7 +574,7 @@ impl App {
 type FrameCallback = Rc<RefCell<Option<Closure<dyn FnMut(f64)>>>>;
 
 /// Runs `app.frame` on every animation frame until it fails (then says why in the page).
-fn run_frames(app: App) {
+fn run_frames(app: impl Frames + 'static) {
     let app = RefCell::new(app);
     let callback: FrameCallback = Rc::new(RefCell::new(None));
     let next = callback.clone();

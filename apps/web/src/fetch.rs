@@ -1,0 +1,348 @@
+//! The browser's fetch edge (wasm32 only): an atlas opened from HTTP `Range` replies
+//! into the core's [`RangedBytes`], and the streamer's external loader jobs fetched
+//! with `fetch()` (a few requests at once) and decoded on the main thread within a
+//! per-frame budget.
+//!
+//! No Web Workers: `wasm32-unknown-unknown` has no threads without the atomics target
+//! feature and a cross-origin-isolated page (COOP + COEP headers), which a static
+//! server would have to send; decoding on the main thread within
+//! [`DECODE_BUDGET_MS`] a frame keeps the page responsive instead.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use tessera::core::format::atlas::ranged::{DEFAULT_RANGED_BUDGET, FetchRange, RangedBytes, first_range};
+use tessera::core::stream::loader::{ExternalJob, LoaderThreads};
+use tessera::core::{Atlas, TileId};
+use wasm_bindgen::JsCast;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+/// Round trips the open loop (and each job) may take before giving up.
+const MAX_ROUND_TRIPS: u32 = 8;
+/// Requests in flight at once (what browsers allow per HTTP/1.1 host).
+pub(crate) const MAX_IN_FLIGHT: usize = 6;
+/// Loader jobs held at once (fetching, or fetched and waiting to decode).
+const MAX_JOBS: usize = 8;
+/// Tiles per loader job: neighbours in storage order, so usually one range.
+const JOB_TILES: usize = 16;
+/// Milliseconds of tile decoding each frame may spend on the main thread.
+pub(crate) const DECODE_BUDGET_MS: f64 = 4.0;
+
+/// What the network did: requests and bytes, shared with the requests in flight.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct NetStats {
+    pub(crate) requests: u64,
+    pub(crate) bytes: u64,
+    pub(crate) in_flight: usize,
+    pub(crate) failures: u64,
+}
+
+/// One reply to a range request.
+struct Reply {
+    body: Vec<u8>,
+    /// The object's length, from `Content-Range`.
+    total: Option<u64>,
+}
+
+/// Fetches byte ranges of one URL, counting them.
+#[derive(Clone)]
+pub(crate) struct RangeFetcher {
+    url: String,
+    net: Rc<RefCell<NetStats>>,
+}
+
+impl RangeFetcher {
+    /// A fetcher of `url` (absolute, as the messages name it).
+    pub(crate) fn new(url: String) -> Self {
+        Self { url, net: Rc::new(RefCell::new(NetStats::default())) }
+    }
+
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub(crate) fn stats(&self) -> NetStats {
+        *self.net.borrow()
+    }
+
+    /// `GET` of `range` with a `Range` header; the reply must be 206. With `exact`,
+    /// its body must be the whole range.
+    async fn get(&self, range: Range<u64>, exact: bool) -> Result<Reply, String> {
+        self.net.borrow_mut().in_flight += 1;
+        let result = self.get_inner(range, exact).await;
+        let mut net = self.net.borrow_mut();
+        net.in_flight -= 1;
+        net.requests += 1;
+        match &result {
+            Ok(reply) => net.bytes += reply.body.len() as u64,
+            Err(_) => net.failures += 1,
+        }
+        result
+    }
+
+    async fn get_inner(&self, range: Range<u64>, exact: bool) -> Result<Reply, String> {
+        let url = &self.url;
+        let window = web_sys::window().ok_or("no window")?;
+        let headers = web_sys::Headers::new().map_err(|e| format!("{e:?}"))?;
+        let end = range.end.saturating_sub(1).max(range.start);
+        headers.set("Range", &format!("bytes={}-{end}", range.start)).map_err(|e| format!("{e:?}"))?;
+        let init = web_sys::RequestInit::new();
+        init.set_method("GET");
+        init.set_headers(&headers);
+        // The ranged store is the cache; the browser's would only hide round trips.
+        init.set_cache(web_sys::RequestCache::NoStore);
+        let response = JsFuture::from(window.fetch_with_str_and_init(url, &init)).await.map_err(|e| {
+            format!(
+                "fetching {url} was refused (a network error: likely CORS, as a server on another origin must \
+                 allow this page, or the server is down): {}",
+                js_message(&e)
+            )
+        })?;
+        let response: web_sys::Response = response.dyn_into().map_err(|_| "fetch gave no Response")?;
+        match response.status() {
+            206 => {}
+            200 => {
+                return Err(format!(
+                    "the server does not support HTTP range requests (it answered 200 to a Range request for \
+                     {url}): serve the atlas with a server that does (nginx, or tests/web/range_server.py)"
+                ));
+            }
+            404 => return Err(format!("no atlas at {url} (404)")),
+            416 => return Err(format!("{url} is empty: the server cannot serve its first bytes (416)")),
+            status => return Err(format!("{url}: HTTP {status} {}", response.status_text())),
+        }
+        let content_range = response.headers().get("Content-Range").ok().flatten();
+        let total = content_range.as_deref().and_then(|v| v.rsplit('/').next()).and_then(|t| t.parse().ok());
+        let buffer =
+            JsFuture::from(response.array_buffer().map_err(|e| js_message(&e))?).await.map_err(|e| {
+                format!("reading {url}'s reply to bytes {}-{end}: {}", range.start, js_message(&e))
+            })?;
+        let body = js_sys::Uint8Array::new(&buffer).to_vec();
+        let want = range.end - range.start;
+        if (exact && body.len() as u64 != want) || body.len() as u64 > want {
+            return Err(format!(
+                "{url} answered bytes {}-{end} with {} bytes, not {want} (was the file changed or truncated?)",
+                range.start,
+                body.len()
+            ));
+        }
+        Ok(Reply { body, total })
+    }
+}
+
+/// The message of a JavaScript error value.
+fn js_message(e: &JsValue) -> String {
+    e.dyn_ref::<js_sys::Error>().map_or_else(|| format!("{e:?}"), |e| String::from(e.message()))
+}
+
+/// Opens the atlas at `fetcher`'s URL from range requests: the first range (which
+/// tells the object's length), the ranges the open names, then the coarsest tiles' (a
+/// streamer needs them before it starts).
+pub(crate) async fn open_atlas(fetcher: &RangeFetcher) -> Result<Arc<Atlas>, String> {
+    let url = fetcher.url();
+    let head = fetcher.get(first_range(None), false).await?;
+    let total = head.total.ok_or_else(|| {
+        format!(
+            "{url}: the 206 reply names no object length in Content-Range (a server on another origin must \
+             expose the header with Access-Control-Expose-Headers)"
+        )
+    })?;
+    let expected = first_range(Some(total));
+    if head.body.len() as u64 != expected.end {
+        return Err(format!("{url}: the first {} bytes came back as {}", expected.end, head.body.len()));
+    }
+    let store = Arc::new(RangedBytes::new(total, DEFAULT_RANGED_BUDGET));
+    store.insert(0, head.body).map_err(|e| format!("{url}: {e}"))?;
+    let mut trips = 1;
+    let atlas = loop {
+        match Atlas::open_ranged(url, store.clone()) {
+            Ok(atlas) => break atlas,
+            Err(e) => match e.need_bytes() {
+                Some(range) if trips < MAX_ROUND_TRIPS => {
+                    trips += 1;
+                    let reply = fetcher.get(range.clone(), true).await?;
+                    store.insert(range.start, reply.body).map_err(|e| format!("{url}: {e}"))?;
+                }
+                _ => return Err(format!("not a readable Tessera atlas: {e}")),
+            },
+        }
+    };
+    let coarsest = atlas.coarsest_tiles();
+    fetch_tiles(fetcher, &atlas, &store, &coarsest).await?;
+    Ok(Arc::new(atlas))
+}
+
+/// Fetches what `tiles` need into `store`, round trip after round trip.
+async fn fetch_tiles(
+    fetcher: &RangeFetcher,
+    atlas: &Atlas,
+    store: &RangedBytes,
+    tiles: &[TileId],
+) -> Result<(), String> {
+    for _ in 0..MAX_ROUND_TRIPS {
+        let ranges = atlas.ranges_to_fetch(tiles);
+        if ranges.is_empty() {
+            return Ok(());
+        }
+        for range in ranges {
+            let reply = fetcher.get(range.clone(), true).await?;
+            store.insert(range.start, reply.body).map_err(|e| format!("{}: {e}", fetcher.url()))?;
+        }
+    }
+    Err(format!(
+        "{}: the coarsest tiles' bytes did not arrive in {MAX_ROUND_TRIPS} round trips",
+        fetcher.url()
+    ))
+}
+
+/// A loader job between taking and running: its fetches in flight, or an error.
+struct Pending {
+    job: Option<ExternalJob>,
+    outstanding: usize,
+    error: Option<String>,
+    rounds: u32,
+}
+
+/// What the driver has done.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct DriverStats {
+    pub(crate) jobs: u64,
+    pub(crate) jobs_unavailable: u64,
+    pub(crate) tiles_decoded: u64,
+    /// The longest decode step of a frame, in milliseconds.
+    pub(crate) worst_decode_ms: f64,
+}
+
+/// Runs the external loader threads' jobs: takes them, fetches their ranges, decodes
+/// them within the frame budget.
+pub(crate) struct StreamDriver {
+    threads: Arc<LoaderThreads>,
+    fetcher: RangeFetcher,
+    pending: Vec<Rc<RefCell<Pending>>>,
+    ready: VecDeque<ExternalJob>,
+    stats: DriverStats,
+    last_error: Option<String>,
+}
+
+impl StreamDriver {
+    pub(crate) fn new(threads: Arc<LoaderThreads>, fetcher: RangeFetcher) -> Self {
+        Self {
+            threads,
+            fetcher,
+            pending: Vec::new(),
+            ready: VecDeque::new(),
+            stats: DriverStats::default(),
+            last_error: None,
+        }
+    }
+
+    pub(crate) fn stats(&self) -> DriverStats {
+        self.stats
+    }
+
+    /// The latest fetch failure (its tiles were reported unavailable).
+    pub(crate) fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
+    }
+
+    /// Whether jobs are being fetched or wait to be decoded.
+    pub(crate) fn busy(&self) -> bool {
+        !self.pending.is_empty() || !self.ready.is_empty()
+    }
+
+    /// One frame's work: new jobs taken, fetches started for those whose ranges are
+    /// known, fetched jobs decoded for at most [`DECODE_BUDGET_MS`].
+    pub(crate) fn pump(&mut self) {
+        while self.pending.len() + self.ready.len() < MAX_JOBS {
+            let Some(job) = self.threads.take_job(JOB_TILES) else { break };
+            self.stats.jobs += 1;
+            self.pending.push(Rc::new(RefCell::new(Pending {
+                job: Some(job),
+                outstanding: 0,
+                error: None,
+                rounds: 0,
+            })));
+        }
+        let mut i = 0;
+        while i < self.pending.len() {
+            let entry = self.pending[i].clone();
+            let mut p = entry.borrow_mut();
+            if p.outstanding > 0 {
+                i += 1;
+                continue;
+            }
+            let Some(job) = p.job.take() else {
+                self.pending.swap_remove(i);
+                continue;
+            };
+            if let Some(error) = p.error.take() {
+                self.stats.jobs_unavailable += 1;
+                job.finish_unavailable(&error);
+                self.last_error = Some(error);
+                self.pending.swap_remove(i);
+                continue;
+            }
+            let ranges = job.fetch_ranges();
+            if ranges.is_empty() {
+                self.ready.push_back(job);
+                self.pending.swap_remove(i);
+                continue;
+            }
+            if p.rounds >= MAX_ROUND_TRIPS {
+                self.stats.jobs_unavailable += 1;
+                job.finish_unavailable("its bytes did not arrive within the round trips allowed");
+                self.pending.swap_remove(i);
+                continue;
+            }
+            let in_flight = self.fetcher.stats().in_flight;
+            if in_flight > 0 && in_flight + ranges.len() > MAX_IN_FLIGHT {
+                p.job = Some(job);
+                i += 1;
+                continue;
+            }
+            p.job = Some(job);
+            p.rounds += 1;
+            p.outstanding = ranges.len();
+            drop(p);
+            for range in ranges {
+                self.spawn_fetch(range, entry.clone());
+            }
+            i += 1;
+        }
+        let started = now_ms();
+        while let Some(job) = self.ready.pop_front() {
+            self.stats.tiles_decoded += job.tiles().len() as u64;
+            job.run();
+            if now_ms() - started >= DECODE_BUDGET_MS {
+                break;
+            }
+        }
+        self.stats.worst_decode_ms = self.stats.worst_decode_ms.max(now_ms() - started);
+    }
+
+    fn spawn_fetch(&self, range: FetchRange, entry: Rc<RefCell<Pending>>) {
+        let fetcher = self.fetcher.clone();
+        wasm_bindgen_futures::spawn_local(async move {
+            let result = fetcher.get(range.range.clone(), true).await.and_then(|reply| {
+                range
+                    .store
+                    .insert(range.range.start, reply.body)
+                    .map_err(|e| format!("{}: {e}", fetcher.url()))
+            });
+            let mut p = entry.borrow_mut();
+            p.outstanding -= 1;
+            if let Err(e) = result {
+                p.error.get_or_insert(e);
+            }
+        });
+    }
+}
+
+/// `performance.now()`: milliseconds, sub-millisecond resolution.
+fn now_ms() -> f64 {
+    web_sys::window().and_then(|w| w.performance()).map_or_else(js_sys::Date::now, |p| p.now())
+}
