@@ -22,25 +22,65 @@ atlas. The script serves a scratch folder holding both with tests/web/range_serv
   cors        an atlas on another origin that sends no CORS headers: the page must say
               that the fetch was refused.
 
+After the stream case, the page's checked frame (window.tesseraFrame) is compared with
+the same view rendered natively (`cargo run -p tessera-web --example plane_frame`, on
+lavapipe here): PSNR over RGB must reach --min-psnr (default 45 dB; 56.5 dB seen). On failure both
+frames and their difference are written beside --screenshot (stream-page.png,
+stream-native.png, stream-diff.png). --no-native skips the comparison.
+
 Exit status: 0 when every case passes, 1 otherwise, 2 when Chromium is missing.
 """
 
 import argparse
+import base64
 import json
+import math
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+import zlib
 
+sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import smoke  # noqa: E402 (beside this file)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 STATS_JS = "(() => { const s = document.getElementById('stats'); return s ? s.textContent : ''; })()"
+
+# The checked frame's pixels, base64 (window.tesseraFrame, set by the page).
+FRAME_JS = """(() => { const f = window.tesseraFrame; if (!f) return null; let s = '';
+  for (let i = 0; i < f.rgba.length; i += 32768) s += String.fromCharCode.apply(null, f.rgba.subarray(i, i + 32768));
+  return {width: f.width, height: f.height, rgba: btoa(s)}; })()"""
+
+
+def write_png(path, width, height, rgba):
+    """RGBA8 rows as a PNG (standard library only)."""
+    rows = b"".join(b"\0" + rgba[y * width * 4 : (y + 1) * width * 4] for y in range(height))
+
+    def chunk(kind, data):
+        body = kind + data
+        return struct.pack("!I", len(data)) + body + struct.pack("!I", zlib.crc32(body) & 0xFFFFFFFF)
+
+    head = struct.pack("!IIBBBBB", width, height, 8, 6, 0, 0, 0)
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", head) + chunk(b"IDAT", zlib.compress(rows, 6)) + chunk(b"IEND", b""))
+
+
+def psnr(a, b):
+    """PSNR (dB) over the RGB channels of two RGBA8 images of one size."""
+    total, n = 0, 0
+    for i in range(0, len(a), 4):
+        for c in range(3):
+            d = a[i + c] - b[i + c]
+            total += d * d
+        n += 3
+    return math.inf if total == 0 else 10 * math.log10(255 * 255 * n / total)
 
 
 def serve(directory, no_range=False):
@@ -79,13 +119,49 @@ def open_page(binary, url, timeout, until, verbose):
                 break
         elapsed = time.monotonic() - started
         shot = page.call("Page.captureScreenshot", format="png")
-        import base64
-
-        return state, stats, elapsed, page.console, base64.b64decode(shot["data"])
+        frame = page.evaluate(FRAME_JS)
+        return state, stats, elapsed, page.console, base64.b64decode(shot["data"]), frame
     finally:
         proc.kill()
         proc.wait()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def compare_native(args, frame, failures):
+    """The page's checked frame against plane_frame's native render of the same view."""
+    if not frame:
+        failures.append("stream: the page exposed no frame (window.tesseraFrame)")
+        return
+    width, height, page = frame["width"], frame["height"], base64.b64decode(frame["rgba"])
+    repo = os.path.dirname(os.path.dirname(HERE))
+    native_path = os.path.join(tempfile.mkdtemp(prefix="tessera-native-"), "native.rgba")
+    env = dict(os.environ)
+    if not env.get("XDG_RUNTIME_DIR"):
+        env["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="tessera-xdg-")
+    cmd = ["cargo", "run", "--locked", "-q", "-p", "tessera-web", "--example", "plane_frame", "--",
+           os.path.abspath(args.atlas), args.camera, str(width), str(height), native_path]
+    run = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
+    if run.returncode != 0:
+        failures.append(f"stream: the native render failed: {run.stderr.strip()[-600:]}")
+        return
+    with open(native_path, "rb") as f:
+        native = f.read()
+    shutil.rmtree(os.path.dirname(native_path), ignore_errors=True)
+    if len(native) != len(page):
+        failures.append(f"stream: the native frame has {len(native)} bytes, the page's {len(page)}")
+        return
+    value = psnr(page, native)
+    print(f"stream: the page's frame ({width}x{height}, SwiftShader) against plane_frame natively "
+          f"({run.stdout.strip().split(' on ', 1)[-1]}): PSNR {value:.1f} dB (at least {args.min_psnr} dB)")
+    if value < args.min_psnr or args.verbose:
+        out = os.path.dirname(os.path.abspath(args.screenshot))
+        os.makedirs(out, exist_ok=True)
+        diff = bytes(min(255, abs(a - b) * 8) if i % 4 != 3 else 255 for i, (a, b) in enumerate(zip(page, native)))
+        for name, pixels in (("stream-page.png", page), ("stream-native.png", native), ("stream-diff.png", diff)):
+            write_png(os.path.join(out, name), width, height, pixels)
+        print(f"stream: wrote stream-page.png, stream-native.png, stream-diff.png in {out}")
+    if value < args.min_psnr:
+        failures.append(f"stream: PSNR {value:.1f} dB against the native render, below {args.min_psnr} dB")
 
 
 def main():
@@ -98,6 +174,8 @@ def main():
     parser.add_argument("--chromium")
     parser.add_argument("--only", action="append", help="run only these cases (repeatable)")
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--no-native", action="store_true", help="skip the comparison with a native render")
+    parser.add_argument("--min-psnr", type=float, default=45.0)
     args = parser.parse_args()
     binary = smoke.find_chromium(args.chromium)
     if not binary:
@@ -132,7 +210,7 @@ def main():
         def case(name, url, words, cls="error", timeout=60.0):
             if args.only and name not in args.only:
                 return None
-            state, stats, elapsed, console, png = open_page(binary, url, timeout, finished, args.verbose)
+            state, stats, elapsed, console, png, frame = open_page(binary, url, timeout, finished, args.verbose)
             print(f"stream: [{name}] {url} after {elapsed:.1f} s ({state['cls']}): {state['text']}")
             problems = [f"the page does not say '{w}'" for w in words if w not in state["text"]]
             if state["cls"] != cls:
@@ -141,7 +219,7 @@ def main():
                 print(f"stream: [{name}] {line}")
             if problems:
                 failures.append(f"{name}: " + "; ".join(problems))
-            return state, stats, elapsed, png
+            return state, stats, elapsed, png, frame
 
         result = case(
             "stream",
@@ -151,7 +229,7 @@ def main():
             timeout=args.timeout,
         )
         if result:
-            _state, stats, _elapsed, png = result
+            _state, stats, _elapsed, png, frame = result
             if args.screenshot:
                 os.makedirs(os.path.dirname(os.path.abspath(args.screenshot)), exist_ok=True)
                 with open(args.screenshot, "wb") as f:
@@ -169,6 +247,8 @@ def main():
                     f"{stats['tiles_resident']} tiles resident, {stats['tiles_decoded']} tiles decoded, "
                     f"worst decode step {stats['worst_decode_ms']} ms"
                 )
+            if not args.no_native:
+                compare_native(args, frame, failures)
         case("missing", f"{base}index.html?atlas=missing.tsa", ["no atlas at", "missing.tsa (404)"])
         case("truncated", f"{base}index.html?atlas=truncated.tsa", ["truncated.tsa"])
         case(

@@ -3,7 +3,8 @@
 //! the camera still, written as a PNG that `tests/web/stream.py --reference` compares
 //! with the page's own frame (PSNR).
 //!
-//! `cargo run --release -p tessera-web --example plane_frame -- ATLAS CAMERA WIDTH HEIGHT OUT.png`
+//! `cargo run -p tessera-web --example plane_frame -- ATLAS CAMERA WIDTH HEIGHT OUT` (OUT: a
+//! PNG when it ends in `.png`, else raw RGBA8 rows).
 
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [atlas_path, camera, width, height, out] = args.as_slice() else {
-        return Err("usage: plane_frame ATLAS CAMERA(static|fly) WIDTH HEIGHT OUT.png".into());
+        return Err("usage: plane_frame ATLAS CAMERA(static|fly) WIDTH HEIGHT OUT(.png|.rgba)".into());
     };
     let camera = CameraPath::parse(camera)?;
     let size: (u32, u32) = (width.parse()?, height.parse()?);
@@ -64,8 +65,12 @@ fn main() -> Result<()> {
     };
     ctx.map_read(check.buffer())?;
     let pixels = check.pixels()?;
-    image::save_buffer(out, &pixels, size.0, size.1, image::ExtendedColorType::Rgba8)
-        .map_err(|e| format!("writing {out}: {e}"))?;
+    if out.ends_with(".png") {
+        image::save_buffer(out, &pixels, size.0, size.1, image::ExtendedColorType::Rgba8)
+            .map_err(|e| format!("writing {out}: {e}"))?;
+    } else {
+        std::fs::write(out, &pixels).map_err(|e| format!("writing {out}: {e}"))?;
+    }
     println!("{}: {}×{} after {frames} frames on {}", out, size.0, size.1, ctx.describe());
     Ok(())
 }

@@ -27,8 +27,9 @@ const MAX_ROUND_TRIPS: u32 = 8;
 pub(crate) const MAX_IN_FLIGHT: usize = 6;
 /// Loader jobs held at once (fetching, or fetched and waiting to decode).
 const MAX_JOBS: usize = 8;
-/// Tiles per loader job: neighbours in storage order, so usually one range.
-const JOB_TILES: usize = 16;
+/// Tiles per loader job: neighbours in storage order, so usually one range; few enough
+/// that one job's decode stays near [`DECODE_BUDGET_MS`] (a job is the unit).
+const JOB_TILES: usize = 8;
 /// Milliseconds of tile decoding each frame may spend on the main thread.
 pub(crate) const DECODE_BUDGET_MS: f64 = 4.0;
 

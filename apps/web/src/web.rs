@@ -303,7 +303,10 @@ impl Frames for StreamApp {
             wasm_bindgen_futures::spawn_local(async move {
                 let result =
                     match ctx.map_read_async(readback.buffer()).await.and_then(|()| readback.pixels()) {
-                        Ok(pixels) => StreamCheck::Done(ImageStats::of(&pixels)),
+                        Ok(pixels) => {
+                            expose_frame(size, &pixels);
+                            StreamCheck::Done(ImageStats::of(&pixels))
+                        }
                         Err(e) => StreamCheck::Failed(e.to_string()),
                     };
                 *state.borrow_mut() = result;
@@ -388,6 +391,21 @@ impl StreamApp {
             self.resident_ms.map_or(String::new(), |ms| format!(" ({ms:.0} ms after start)")),
         );
         status(level, &text);
+    }
+}
+
+/// Leaves the checked frame's pixels to the page's scripts (and tests) as
+/// `window.tesseraFrame = { width, height, rgba }` (RGBA8 rows, sRGB-encoded).
+fn expose_frame(size: (u32, u32), pixels: &[u8]) {
+    let Some(window) = web_sys::window() else { return };
+    let frame = js_sys::Object::new();
+    let set =
+        |key: &str, value: &JsValue| js_sys::Reflect::set(&frame, &JsValue::from_str(key), value).is_ok();
+    let done = set("width", &JsValue::from(size.0))
+        && set("height", &JsValue::from(size.1))
+        && set("rgba", &js_sys::Uint8Array::from(pixels).into());
+    if done {
+        let _ = js_sys::Reflect::set(&window, &JsValue::from_str("tesseraFrame"), &frame);
     }
 }
 
