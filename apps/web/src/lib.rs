@@ -3,19 +3,17 @@
 //! `start` (wasm32 only) with the id of its `<canvas>`.
 //!
 //! The page streams a baked atlas over `fetch()` with HTTP `Range` requests into the
-//! core's ranged store (`fetch.rs`: the open loop, then the loader jobs of the
-//! streamer's external threads, fetched concurrently and decoded on the main thread
-//! within a per-frame budget) and draws its first layer on a plane under a camera
-//! path ([`plane`]). With `?scene=pattern` it draws [`pattern`] instead: a procedural
+//! core's ranged store (the engine's `tessera::web`, wasm32 only: the open loop, then
+//! the loader jobs of the streamer's external threads, fetched concurrently and decoded
+//! on the main thread within a per-frame budget) and draws its first layer on a plane
+//! under a camera path ([`plane`]). With `?scene=pattern` it draws [`pattern`] instead: a procedural
 //! virtual texture, fully resident, through the engine's pool, page table, feedback
 //! and `vt.wgsl`. Those two are target-independent and compile (and are tested
-//! headless) natively; the page's side, `web.rs` and `fetch.rs`, is wasm32 only.
+//! headless) natively; the page's side, `web.rs`, is wasm32 only.
 
 pub mod pattern;
 pub mod plane;
 
-#[cfg(target_arch = "wasm32")]
-mod fetch;
 #[cfg(target_arch = "wasm32")]
 mod web;
 #[cfg(target_arch = "wasm32")]

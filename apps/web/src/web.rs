@@ -6,11 +6,11 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use tessera::core::stream::streamer::SharedStreaming;
+use tessera::web::{DECODE_BUDGET_MS, MAX_IN_FLIGHT, RangeFetcher, StreamDriver, open_atlas};
 use tessera::{GpuContext, VirtualTextures, VtConfig};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
-use crate::fetch::{DECODE_BUDGET_MS, MAX_IN_FLIGHT, RangeFetcher, StreamDriver, open_atlas};
 use crate::pattern::{FrameCheck, FrameSummary, PatternScene};
 use crate::plane::{CameraPath, ImageStats, PlaneScene};
 
@@ -93,7 +93,7 @@ async fn run(canvas_id: &str) -> Result<(), String> {
             Level::Info,
             &format!("WebGPU adapter: {adapter}. Opening {atlas_url} (HTTP range requests)…"),
         );
-        let atlas = open_atlas(&fetcher).await?;
+        let atlas = open_atlas(&fetcher).await.map_err(|e| e.to_string())?;
         let opened_ms = js_sys::Date::now() - started;
         let shared = SharedStreaming::external(HOST_CACHE_MIB);
         let threads = shared.loader_threads().clone();

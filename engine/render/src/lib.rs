@@ -137,7 +137,10 @@
 //! [`GpuContext::headless_async`]; the blocking helpers ([`GpuContext::headless`],
 //! [`GpuContext::wait_idle`], [`GpuContext::map_read`]) fail with
 //! [`RenderError::WouldBlock`] and name their `async` twins ([`wait`]). The frame loop
-//! never blocks anywhere: feedback is read back through `map_async` callbacks.
+//! never blocks anywhere: feedback is read back through `map_async` callbacks. Atlases
+//! stream over `fetch()` with HTTP `Range` requests through the `web` module (wasm32
+//! only): `web::open_atlas` opens one from a `web::RangeFetcher`, and a
+//! `web::StreamDriver` runs the loader jobs of `SharedStreaming::external` each frame.
 
 #![warn(missing_docs)]
 
@@ -155,6 +158,8 @@ pub mod lost;
 pub mod shaders;
 pub mod vt;
 pub mod wait;
+#[cfg(target_arch = "wasm32")]
+pub mod web;
 
 // The machinery behind `VirtualTextures`, public and documented for what looks inside
 // it: the GPU integration tests, the benchmarks, the viewer's pool view and engines

@@ -1,7 +1,18 @@
 //! The browser's fetch edge (wasm32 only): an atlas opened from HTTP `Range` replies
-//! into the core's [`RangedBytes`], and the streamer's external loader jobs fetched
-//! with `fetch()` (a few requests at once) and decoded on the main thread within a
-//! per-frame budget.
+//! into the core's [`RangedBytes`] ([`open_atlas`]), and the streamer's external loader
+//! jobs fetched with `fetch()` (a few requests at once) and decoded on the main thread
+//! within a per-frame budget ([`StreamDriver`]).
+//!
+//! ```ignore
+//! let fetcher = RangeFetcher::new(url);
+//! let atlas = open_atlas(&fetcher).await?;                 // first range, open loop, coarsest tiles
+//! let shared = SharedStreaming::external(256);
+//! let mut driver = StreamDriver::new(shared.loader_threads().clone(), fetcher);
+//! let mut vt = VirtualTextures::new(&ctx, atlas, VtConfig { shared: Some(shared), ..VtConfig::default() })?;
+//! // each animation frame:
+//! driver.pump();                                           // take jobs, fetch, decode within the budget
+//! let frame = vt.begin(&ctx, &mut encoder); /* passes */ frame.finish(&ctx, encoder)?;
+//! ```
 //!
 //! No Web Workers: `wasm32-unknown-unknown` has no threads without the atomics target
 //! feature and a cross-origin-isolated page (COOP + COEP headers), which a static
@@ -14,9 +25,9 @@ use std::ops::Range;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use tessera::core::format::atlas::ranged::{DEFAULT_RANGED_BUDGET, FetchRange, RangedBytes, first_range};
-use tessera::core::stream::loader::{ExternalJob, LoaderThreads};
-use tessera::core::{Atlas, TileId};
+use tessera_core::format::atlas::ranged::{DEFAULT_RANGED_BUDGET, FetchRange, RangedBytes, first_range};
+use tessera_core::stream::loader::{ExternalJob, LoaderThreads};
+use tessera_core::{Atlas, AtlasError, TileId};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
@@ -24,22 +35,81 @@ use wasm_bindgen_futures::JsFuture;
 /// Round trips the open loop (and each job) may take before giving up.
 const MAX_ROUND_TRIPS: u32 = 8;
 /// Requests in flight at once (what browsers allow per HTTP/1.1 host).
-pub(crate) const MAX_IN_FLIGHT: usize = 6;
+pub const MAX_IN_FLIGHT: usize = 6;
 /// Loader jobs held at once (fetching, or fetched and waiting to decode).
 const MAX_JOBS: usize = 8;
 /// Tiles per loader job: neighbours in storage order, so usually one range; few enough
 /// that one job's decode stays near [`DECODE_BUDGET_MS`] (a job is the unit).
 const JOB_TILES: usize = 8;
 /// Milliseconds of tile decoding each frame may spend on the main thread.
-pub(crate) const DECODE_BUDGET_MS: f64 = 4.0;
+pub const DECODE_BUDGET_MS: f64 = 4.0;
 
 /// What the network did: requests and bytes, shared with the requests in flight.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct NetStats {
-    pub(crate) requests: u64,
-    pub(crate) bytes: u64,
-    pub(crate) in_flight: usize,
-    pub(crate) failures: u64,
+pub struct NetStats {
+    /// Requests answered (or failed).
+    pub requests: u64,
+    /// Body bytes received.
+    pub bytes: u64,
+    /// Requests not answered yet.
+    pub in_flight: usize,
+    /// Requests that failed.
+    pub failures: u64,
+}
+
+/// Why an atlas could not be opened or a range fetched in a browser. Every message
+/// names the URL.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WebError {
+    /// The server answered 200 (the whole object) to a `Range` request.
+    #[error(
+        "the server does not support HTTP range requests (it answered 200 to a Range request for {url}): \
+         serve the atlas with a server that does (nginx, or tests/web/range_server.py)"
+    )]
+    NoRangeSupport {
+        /// The atlas' URL.
+        url: String,
+    },
+    /// 404.
+    #[error("no atlas at {url} (404)")]
+    NotFound {
+        /// The atlas' URL.
+        url: String,
+    },
+    /// `fetch()` rejected: a network error, which is what a CORS refusal looks like.
+    #[error(
+        "fetching {url} was refused (a network error: likely CORS, as a server on another origin must \
+         allow this page, or the server is down): {reason}"
+    )]
+    Refused {
+        /// The atlas' URL.
+        url: String,
+        /// What the browser said.
+        reason: String,
+    },
+    /// Another HTTP status.
+    #[error("{url}: HTTP {status} {text}")]
+    Status {
+        /// The atlas' URL.
+        url: String,
+        /// The status code.
+        status: u16,
+        /// Its text.
+        text: String,
+    },
+    /// A reply that does not fit the request (length, `Content-Range`), or a
+    /// browser API that failed.
+    #[error("{url}: {message}")]
+    BadReply {
+        /// The atlas' URL.
+        url: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// The bytes are not an atlas that can be read (the core's error names the URL).
+    #[error("not a readable Tessera atlas: {0}")]
+    Atlas(#[from] AtlasError),
 }
 
 /// One reply to a range request.
@@ -51,28 +121,30 @@ struct Reply {
 
 /// Fetches byte ranges of one URL, counting them.
 #[derive(Clone)]
-pub(crate) struct RangeFetcher {
+pub struct RangeFetcher {
     url: String,
     net: Rc<RefCell<NetStats>>,
 }
 
 impl RangeFetcher {
     /// A fetcher of `url` (absolute, as the messages name it).
-    pub(crate) fn new(url: String) -> Self {
+    pub fn new(url: String) -> Self {
         Self { url, net: Rc::new(RefCell::new(NetStats::default())) }
     }
 
-    pub(crate) fn url(&self) -> &str {
+    /// The URL fetched.
+    pub fn url(&self) -> &str {
         &self.url
     }
 
-    pub(crate) fn stats(&self) -> NetStats {
+    /// Requests and bytes so far.
+    pub fn stats(&self) -> NetStats {
         *self.net.borrow()
     }
 
     /// `GET` of `range` with a `Range` header; the reply must be 206. With `exact`,
     /// its body must be the whole range.
-    async fn get(&self, range: Range<u64>, exact: bool) -> Result<Reply, String> {
+    async fn get(&self, range: Range<u64>, exact: bool) -> Result<Reply, WebError> {
         self.net.borrow_mut().in_flight += 1;
         let result = self.get_inner(range, exact).await;
         let mut net = self.net.borrow_mut();
@@ -85,51 +157,51 @@ impl RangeFetcher {
         result
     }
 
-    async fn get_inner(&self, range: Range<u64>, exact: bool) -> Result<Reply, String> {
+    fn bad(&self, message: impl Into<String>) -> WebError {
+        WebError::BadReply { url: self.url.clone(), message: message.into() }
+    }
+
+    async fn get_inner(&self, range: Range<u64>, exact: bool) -> Result<Reply, WebError> {
         let url = &self.url;
-        let window = web_sys::window().ok_or("no window")?;
-        let headers = web_sys::Headers::new().map_err(|e| format!("{e:?}"))?;
+        let window = web_sys::window().ok_or_else(|| self.bad("no window to fetch from"))?;
+        let headers = web_sys::Headers::new().map_err(|e| self.bad(js_message(&e)))?;
         let end = range.end.saturating_sub(1).max(range.start);
-        headers.set("Range", &format!("bytes={}-{end}", range.start)).map_err(|e| format!("{e:?}"))?;
+        headers
+            .set("Range", &format!("bytes={}-{end}", range.start))
+            .map_err(|e| self.bad(js_message(&e)))?;
         let init = web_sys::RequestInit::new();
         init.set_method("GET");
         init.set_headers(&headers);
         // The ranged store is the cache; the browser's would only hide round trips.
         init.set_cache(web_sys::RequestCache::NoStore);
-        let response = JsFuture::from(window.fetch_with_str_and_init(url, &init)).await.map_err(|e| {
-            format!(
-                "fetching {url} was refused (a network error: likely CORS, as a server on another origin must \
-                 allow this page, or the server is down): {}",
-                js_message(&e)
-            )
-        })?;
-        let response: web_sys::Response = response.dyn_into().map_err(|_| "fetch gave no Response")?;
+        let response = JsFuture::from(window.fetch_with_str_and_init(url, &init))
+            .await
+            .map_err(|e| WebError::Refused { url: url.clone(), reason: js_message(&e) })?;
+        let response: web_sys::Response =
+            response.dyn_into().map_err(|_| self.bad("fetch gave no Response"))?;
         match response.status() {
             206 => {}
-            200 => {
-                return Err(format!(
-                    "the server does not support HTTP range requests (it answered 200 to a Range request for \
-                     {url}): serve the atlas with a server that does (nginx, or tests/web/range_server.py)"
-                ));
+            200 => return Err(WebError::NoRangeSupport { url: url.clone() }),
+            404 => return Err(WebError::NotFound { url: url.clone() }),
+            416 => return Err(self.bad("the server cannot serve its first bytes (416): is it empty?")),
+            status => {
+                return Err(WebError::Status { url: url.clone(), status, text: response.status_text() });
             }
-            404 => return Err(format!("no atlas at {url} (404)")),
-            416 => return Err(format!("{url} is empty: the server cannot serve its first bytes (416)")),
-            status => return Err(format!("{url}: HTTP {status} {}", response.status_text())),
         }
         let content_range = response.headers().get("Content-Range").ok().flatten();
         let total = content_range.as_deref().and_then(|v| v.rsplit('/').next()).and_then(|t| t.parse().ok());
-        let buffer =
-            JsFuture::from(response.array_buffer().map_err(|e| js_message(&e))?).await.map_err(|e| {
-                format!("reading {url}'s reply to bytes {}-{end}: {}", range.start, js_message(&e))
-            })?;
+        let reading = |e: JsValue| {
+            self.bad(format!("reading the reply to bytes {}-{end}: {}", range.start, js_message(&e)))
+        };
+        let buffer = JsFuture::from(response.array_buffer().map_err(reading)?).await.map_err(reading)?;
         let body = js_sys::Uint8Array::new(&buffer).to_vec();
         let want = range.end - range.start;
         if (exact && body.len() as u64 != want) || body.len() as u64 > want {
-            return Err(format!(
-                "{url} answered bytes {}-{end} with {} bytes, not {want} (was the file changed or truncated?)",
+            return Err(self.bad(format!(
+                "bytes {}-{end} came back as {} bytes, not {want} (was the file changed or truncated?)",
                 range.start,
                 body.len()
-            ));
+            )));
         }
         Ok(Reply { body, total })
     }
@@ -143,21 +215,25 @@ fn js_message(e: &JsValue) -> String {
 /// Opens the atlas at `fetcher`'s URL from range requests: the first range (which
 /// tells the object's length), the ranges the open names, then the coarsest tiles' (a
 /// streamer needs them before it starts).
-pub(crate) async fn open_atlas(fetcher: &RangeFetcher) -> Result<Arc<Atlas>, String> {
+pub async fn open_atlas(fetcher: &RangeFetcher) -> Result<Arc<Atlas>, WebError> {
     let url = fetcher.url();
     let head = fetcher.get(first_range(None), false).await?;
     let total = head.total.ok_or_else(|| {
-        format!(
-            "{url}: the 206 reply names no object length in Content-Range (a server on another origin must \
-             expose the header with Access-Control-Expose-Headers)"
+        fetcher.bad(
+            "the 206 reply names no object length in Content-Range (a server on another origin must expose \
+             the header with Access-Control-Expose-Headers)",
         )
     })?;
     let expected = first_range(Some(total));
     if head.body.len() as u64 != expected.end {
-        return Err(format!("{url}: the first {} bytes came back as {}", expected.end, head.body.len()));
+        return Err(fetcher.bad(format!(
+            "the first {} bytes came back as {}",
+            expected.end,
+            head.body.len()
+        )));
     }
     let store = Arc::new(RangedBytes::new(total, DEFAULT_RANGED_BUDGET));
-    store.insert(0, head.body).map_err(|e| format!("{url}: {e}"))?;
+    store.insert(0, head.body).map_err(|e| fetcher.bad(e.to_string()))?;
     let mut trips = 1;
     let atlas = loop {
         match Atlas::open_ranged(url, store.clone()) {
@@ -166,9 +242,9 @@ pub(crate) async fn open_atlas(fetcher: &RangeFetcher) -> Result<Arc<Atlas>, Str
                 Some(range) if trips < MAX_ROUND_TRIPS => {
                     trips += 1;
                     let reply = fetcher.get(range.clone(), true).await?;
-                    store.insert(range.start, reply.body).map_err(|e| format!("{url}: {e}"))?;
+                    store.insert(range.start, reply.body).map_err(|e| fetcher.bad(e.to_string()))?;
                 }
-                _ => return Err(format!("not a readable Tessera atlas: {e}")),
+                _ => return Err(WebError::Atlas(e)),
             },
         }
     };
@@ -183,7 +259,7 @@ async fn fetch_tiles(
     atlas: &Atlas,
     store: &RangedBytes,
     tiles: &[TileId],
-) -> Result<(), String> {
+) -> Result<(), WebError> {
     for _ in 0..MAX_ROUND_TRIPS {
         let ranges = atlas.ranges_to_fetch(tiles);
         if ranges.is_empty() {
@@ -191,13 +267,10 @@ async fn fetch_tiles(
         }
         for range in ranges {
             let reply = fetcher.get(range.clone(), true).await?;
-            store.insert(range.start, reply.body).map_err(|e| format!("{}: {e}", fetcher.url()))?;
+            store.insert(range.start, reply.body).map_err(|e| fetcher.bad(e.to_string()))?;
         }
     }
-    Err(format!(
-        "{}: the coarsest tiles' bytes did not arrive in {MAX_ROUND_TRIPS} round trips",
-        fetcher.url()
-    ))
+    Err(fetcher.bad(format!("the coarsest tiles' bytes did not arrive in {MAX_ROUND_TRIPS} round trips")))
 }
 
 /// A loader job between taking and running: its fetches in flight, or an error.
@@ -210,17 +283,20 @@ struct Pending {
 
 /// What the driver has done.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct DriverStats {
-    pub(crate) jobs: u64,
-    pub(crate) jobs_unavailable: u64,
-    pub(crate) tiles_decoded: u64,
+pub struct DriverStats {
+    /// Loader jobs taken.
+    pub jobs: u64,
+    /// Jobs ended unavailable (a fetch failed).
+    pub jobs_unavailable: u64,
+    /// Tiles of the jobs run.
+    pub tiles_decoded: u64,
     /// The longest decode step of a frame, in milliseconds.
-    pub(crate) worst_decode_ms: f64,
+    pub worst_decode_ms: f64,
 }
 
 /// Runs the external loader threads' jobs: takes them, fetches their ranges, decodes
 /// them within the frame budget.
-pub(crate) struct StreamDriver {
+pub struct StreamDriver {
     threads: Arc<LoaderThreads>,
     fetcher: RangeFetcher,
     pending: Vec<Rc<RefCell<Pending>>>,
@@ -230,7 +306,9 @@ pub(crate) struct StreamDriver {
 }
 
 impl StreamDriver {
-    pub(crate) fn new(threads: Arc<LoaderThreads>, fetcher: RangeFetcher) -> Self {
+    /// A driver of `threads` ([`LoaderThreads::external`], e.g. from
+    /// `SharedStreaming::external`) fetching from `fetcher`.
+    pub fn new(threads: Arc<LoaderThreads>, fetcher: RangeFetcher) -> Self {
         Self {
             threads,
             fetcher,
@@ -241,23 +319,24 @@ impl StreamDriver {
         }
     }
 
-    pub(crate) fn stats(&self) -> DriverStats {
+    /// What the driver has done.
+    pub fn stats(&self) -> DriverStats {
         self.stats
     }
 
     /// The latest fetch failure (its tiles were reported unavailable).
-    pub(crate) fn last_error(&self) -> Option<&str> {
+    pub fn last_error(&self) -> Option<&str> {
         self.last_error.as_deref()
     }
 
     /// Whether jobs are being fetched or wait to be decoded.
-    pub(crate) fn busy(&self) -> bool {
+    pub fn busy(&self) -> bool {
         !self.pending.is_empty() || !self.ready.is_empty()
     }
 
     /// One frame's work: new jobs taken, fetches started for those whose ranges are
     /// known, fetched jobs decoded for at most [`DECODE_BUDGET_MS`].
-    pub(crate) fn pump(&mut self) {
+    pub fn pump(&mut self) {
         while self.pending.len() + self.ready.len() < MAX_JOBS {
             let Some(job) = self.threads.take_job(JOB_TILES) else { break };
             self.stats.jobs += 1;
@@ -329,15 +408,12 @@ impl StreamDriver {
         let fetcher = self.fetcher.clone();
         wasm_bindgen_futures::spawn_local(async move {
             let result = fetcher.get(range.range.clone(), true).await.and_then(|reply| {
-                range
-                    .store
-                    .insert(range.range.start, reply.body)
-                    .map_err(|e| format!("{}: {e}", fetcher.url()))
+                range.store.insert(range.range.start, reply.body).map_err(|e| fetcher.bad(e.to_string()))
             });
             let mut p = entry.borrow_mut();
             p.outstanding -= 1;
             if let Err(e) = result {
-                p.error.get_or_insert(e);
+                p.error.get_or_insert(e.to_string());
             }
         });
     }
