@@ -39,6 +39,17 @@ tessera_setup() {
   fi
 }
 
+# Headless Chromium (Debian's), for the browser viewer's test (scripts/web --smoke); the
+# wasm toolchain itself comes from scripts/web-toolchain.sh, which scripts/web runs.
+tessera_setup_web() {
+  command -v chromium >/dev/null 2>&1 && return 0
+  echo "scripts: installing Debian's chromium (the web viewer's test runs it headless)" >&2
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >&2
+}
+
 # The S3-compatible server of the remote-atlas tests (moto, from PyPI), for scripts/test.
 tessera_setup_s3() {
   python3 -c "import moto.server, boto3" >/dev/null 2>&1 && return 0
