@@ -258,26 +258,12 @@ impl Frames for StreamApp {
             return Err(lost.to_string());
         }
         self.driver.pump();
-        let size = canvas_size(&self.canvas);
-        if size != (self.config.width, self.config.height) {
-            self.canvas.set_width(size.0);
-            self.canvas.set_height(size.1);
-            self.config.width = size.0;
-            self.config.height = size.1;
-            self.surface.configure(&self.ctx.device, &self.config);
-        }
-        let texture = match self.surface.get_current_texture() {
-            wgpu::CurrentSurfaceTexture::Success(t) | wgpu::CurrentSurfaceTexture::Suboptimal(t) => t,
-            wgpu::CurrentSurfaceTexture::Outdated | wgpu::CurrentSurfaceTexture::Lost => {
-                self.surface.configure(&self.ctx.device, &self.config);
-                return Ok(());
-            }
-            _ => return Ok(()),
+        let Some((texture, view)) =
+            next_texture(&self.canvas, &self.surface, &self.ctx.device, &mut self.config, self.view_format)
+        else {
+            return Ok(());
         };
-        let view = texture.texture.create_view(&wgpu::TextureViewDescriptor {
-            format: Some(self.view_format),
-            ..Default::default()
-        });
+        let size = (self.config.width, self.config.height);
         let camera = self.camera.camera(self.frame, self.plane.half_width());
         let still = self.frame >= self.camera.still_from();
         let resident = still && self.vt.fully_resident() && !self.driver.busy();
@@ -462,27 +448,12 @@ impl App {
         if let Some(lost) = self.ctx.lost() {
             return Err(lost.to_string());
         }
-        let size = canvas_size(&self.canvas);
-        if size != (self.config.width, self.config.height) {
-            self.canvas.set_width(size.0);
-            self.canvas.set_height(size.1);
-            self.config.width = size.0;
-            self.config.height = size.1;
-            self.surface.configure(&self.ctx.device, &self.config);
-        }
-        let texture = match self.surface.get_current_texture() {
-            wgpu::CurrentSurfaceTexture::Success(t) | wgpu::CurrentSurfaceTexture::Suboptimal(t) => t,
-            wgpu::CurrentSurfaceTexture::Outdated | wgpu::CurrentSurfaceTexture::Lost => {
-                self.surface.configure(&self.ctx.device, &self.config);
-                return Ok(());
-            }
-            // Timeout, occluded, a validation error: try again next frame.
-            _ => return Ok(()),
+        let Some((texture, view)) =
+            next_texture(&self.canvas, &self.surface, &self.ctx.device, &mut self.config, self.view_format)
+        else {
+            return Ok(());
         };
-        let view = texture.texture.create_view(&wgpu::TextureViewDescriptor {
-            format: Some(self.view_format),
-            ..Default::default()
-        });
+        let size = (self.config.width, self.config.height);
         let seconds = now_ms / 1e3;
         self.scene.render(&self.ctx, &view, size, seconds).map_err(|e| e.to_string())?;
         self.ctx.queue.present(texture);
@@ -619,6 +590,38 @@ fn request_frame(f: &Closure<dyn FnMut(f64)>) {
     {
         status(Level::Error, &format!("requestAnimationFrame failed: {e:?}"));
     }
+}
+
+/// The canvas' next surface texture and a view of it in `view_format`, after following a
+/// resized canvas; `None` for a frame to skip (the surface was outdated or lost and is
+/// configured again, or it timed out, is occluded or failed validation: next frame).
+fn next_texture(
+    canvas: &web_sys::HtmlCanvasElement,
+    surface: &wgpu::Surface<'static>,
+    device: &wgpu::Device,
+    config: &mut wgpu::SurfaceConfiguration,
+    view_format: wgpu::TextureFormat,
+) -> Option<(wgpu::SurfaceTexture, wgpu::TextureView)> {
+    let size = canvas_size(canvas);
+    if size != (config.width, config.height) {
+        canvas.set_width(size.0);
+        canvas.set_height(size.1);
+        config.width = size.0;
+        config.height = size.1;
+        surface.configure(device, config);
+    }
+    let texture = match surface.get_current_texture() {
+        wgpu::CurrentSurfaceTexture::Success(t) | wgpu::CurrentSurfaceTexture::Suboptimal(t) => t,
+        wgpu::CurrentSurfaceTexture::Outdated | wgpu::CurrentSurfaceTexture::Lost => {
+            surface.configure(device, config);
+            return None;
+        }
+        _ => return None,
+    };
+    let view = texture
+        .texture
+        .create_view(&wgpu::TextureViewDescriptor { format: Some(view_format), ..Default::default() });
+    Some((texture, view))
 }
 
 /// The canvas' size in device pixels (its CSS size × `devicePixelRatio`), at least 1×1

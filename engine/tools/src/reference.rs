@@ -46,6 +46,18 @@ pub struct ReferenceParams {
 }
 
 impl ReferenceParams {
+    /// The parameters of a reference of a layer laid out as `lay` in a texture padded to
+    /// `(bw, bh)` at its base, sampled at the level of detail the virtual textures compute.
+    fn of(lay: tessera::core::format::tile::TextureLayout, (bw, bh): (u32, u32)) -> Self {
+        Self {
+            uv_scale: [lay.width() as f32 / bw as f32, lay.height() as f32 / bh as f32],
+            size: [lay.width() as f32, lay.height() as f32],
+            max_lod: (lay.mip_count() - 1) as f32,
+            explicit_lod: 1.0,
+            _pad: [0.0; 2],
+        }
+    }
+
     /// Samples with the hardware's anisotropic filtering (`max_anisotropy` > 1) rather
     /// than at the level of detail the virtual textures compute.
     pub fn set_anisotropic(&mut self, max_anisotropy: u16) {
@@ -164,13 +176,7 @@ pub fn build(
         bytes += level.len() as u64;
     }
     let view = texture.create_view(&wgpu::TextureViewDescriptor::default());
-    let params = ReferenceParams {
-        uv_scale: [lay.width() as f32 / bw as f32, lay.height() as f32 / bh as f32],
-        size: [lay.width() as f32, lay.height() as f32],
-        max_lod: (mips - 1) as f32,
-        explicit_lod: 1.0,
-        _pad: [0.0; 2],
-    };
+    let params = ReferenceParams::of(lay, (bw, bh));
     Ok(ReferenceTexture { texture, view, params, bytes })
 }
 
@@ -273,12 +279,6 @@ fn build_blocks(
         bytes += level.len() as u64;
     }
     let view = texture.create_view(&wgpu::TextureViewDescriptor::default());
-    let params = ReferenceParams {
-        uv_scale: [lay.width() as f32 / bw as f32, lay.height() as f32 / bh as f32],
-        size: [lay.width() as f32, lay.height() as f32],
-        max_lod: (mips - 1) as f32,
-        explicit_lod: 1.0,
-        _pad: [0.0; 2],
-    };
+    let params = ReferenceParams::of(lay, (bw, bh));
     Ok(Some(ReferenceTexture { texture, view, params, bytes }))
 }
