@@ -11,6 +11,7 @@
 //! and `vt.wgsl`. Those two are target-independent and compile (and are tested
 //! headless) natively; the page's side, `web.rs`, is wasm32 only.
 
+mod gpu;
 pub mod pattern;
 pub mod plane;
 

@@ -18,6 +18,8 @@ use tessera::params::{LayerBinding, Resources, VtParams, bind_group_layout, pool
 use tessera::pool::{TilePool, UNWRITTEN};
 use tessera::{GpuContext, RenderError};
 
+use crate::gpu::{Uniform, scene_pipeline};
+
 /// Side of the virtual texture, texels.
 pub const SIDE: u32 = 1024;
 /// Tile payload side and border, texels (the atlas defaults).
@@ -153,61 +155,16 @@ impl PatternScene {
         let binding = LayerBinding::new(device, &vt_layout, params, &layer.name, &resources);
         binding.write(&ctx.queue);
 
-        let frame_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: Some("pattern frame"),
-            entries: &[wgpu::BindGroupLayoutEntry {
-                binding: 0,
-                visibility: wgpu::ShaderStages::VERTEX,
-                ty: wgpu::BindingType::Buffer {
-                    ty: wgpu::BufferBindingType::Uniform,
-                    has_dynamic_offset: false,
-                    min_binding_size: None,
-                },
-                count: None,
-            }],
-        });
-        let frame_buffer = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("pattern frame"),
-            size: std::mem::size_of::<FrameUniform>() as u64,
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let frame_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("pattern frame"),
-            layout: &frame_layout,
-            entries: &[wgpu::BindGroupEntry { binding: 0, resource: frame_buffer.as_entire_binding() }],
-        });
-        let source = format!("{}\n{}", tessera::shaders::VT_WGSL, include_str!("pattern.wgsl"));
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some("pattern"),
-            source: wgpu::ShaderSource::Wgsl(source.into()),
-        });
-        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some("pattern"),
-            bind_group_layouts: &[Some(&frame_layout), Some(&vt_layout)],
-            immediate_size: 0,
-        });
-        let pipeline = device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
-            label: Some("pattern"),
-            layout: Some(&pipeline_layout),
-            vertex: wgpu::VertexState {
-                module: &module,
-                entry_point: Some("vs_main"),
-                compilation_options: Default::default(),
-                buffers: &[],
-            },
-            fragment: Some(wgpu::FragmentState {
-                module: &module,
-                entry_point: Some("fs_main"),
-                compilation_options: Default::default(),
-                targets: &[Some(color_format.into())],
-            }),
-            primitive: wgpu::PrimitiveState::default(),
-            depth_stencil: None,
-            multisample: wgpu::MultisampleState::default(),
-            multiview_mask: None,
-            cache: None,
-        });
+        let frame_uniform = Uniform::new(
+            device,
+            "pattern frame",
+            wgpu::ShaderStages::VERTEX,
+            size_of::<FrameUniform>() as u64,
+        );
+        let layouts = [Some(&frame_uniform.layout), Some(&vt_layout)];
+        let pipeline =
+            scene_pipeline(device, "pattern", include_str!("pattern.wgsl"), &layouts, color_format);
+        let Uniform { buffer: frame_buffer, group: frame_group, .. } = frame_uniform;
         Ok(Self {
             _pool: pool,
             _page_table: page_table,

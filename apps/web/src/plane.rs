@@ -7,6 +7,8 @@ use glam::{Mat4, Vec3};
 use tessera::core::scene::camera::Camera;
 use tessera::{GpuContext, RenderError, VirtualTextures, VtFrame, VtLayer, wgpu};
 
+use crate::gpu::{Uniform, scene_pipeline};
+
 /// The plane's shader: `vt_sample` comes from `VT_WGSL`, prepended; the virtual texture
 /// is bind group 1.
 const PLANE_WGSL: &str = r#"
@@ -127,60 +129,11 @@ impl PlaneScene {
         let layout = &vt.atlas().layers()[layer.index()].layout;
         let half_width = layout.width() as f32 / layout.height().max(1) as f32;
         let device = &ctx.device;
-        let look_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: Some("plane look"),
-            entries: &[wgpu::BindGroupLayoutEntry {
-                binding: 0,
-                visibility: wgpu::ShaderStages::VERTEX_FRAGMENT,
-                ty: wgpu::BindingType::Buffer {
-                    ty: wgpu::BufferBindingType::Uniform,
-                    has_dynamic_offset: false,
-                    min_binding_size: None,
-                },
-                count: None,
-            }],
-        });
-        let look_buffer = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("plane look"),
-            size: std::mem::size_of::<Look>() as u64,
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let look_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("plane look"),
-            layout: &look_layout,
-            entries: &[wgpu::BindGroupEntry { binding: 0, resource: look_buffer.as_entire_binding() }],
-        });
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some("plane"),
-            source: wgpu::ShaderSource::Wgsl(format!("{}\n{}", tessera::shaders::VT_WGSL, PLANE_WGSL).into()),
-        });
-        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some("plane"),
-            bind_group_layouts: &[Some(&look_layout), Some(vt.bind_group_layout())],
-            immediate_size: 0,
-        });
-        let pipeline = device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
-            label: Some("plane"),
-            layout: Some(&pipeline_layout),
-            vertex: wgpu::VertexState {
-                module: &module,
-                entry_point: Some("vs_main"),
-                compilation_options: Default::default(),
-                buffers: &[],
-            },
-            primitive: wgpu::PrimitiveState::default(),
-            depth_stencil: None,
-            multisample: Default::default(),
-            fragment: Some(wgpu::FragmentState {
-                module: &module,
-                entry_point: Some("fs_main"),
-                compilation_options: Default::default(),
-                targets: &[Some(color_format.into())],
-            }),
-            multiview_mask: None,
-            cache: None,
-        });
+        let look =
+            Uniform::new(device, "plane look", wgpu::ShaderStages::VERTEX_FRAGMENT, size_of::<Look>() as u64);
+        let layouts = [Some(&look.layout), Some(vt.bind_group_layout())];
+        let pipeline = scene_pipeline(device, "plane", PLANE_WGSL, &layouts, color_format);
+        let Uniform { buffer: look_buffer, group: look_group, .. } = look;
         Ok(Self { pipeline, look_buffer, look_group, layer, half_width })
     }
 
