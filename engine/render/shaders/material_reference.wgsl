@@ -96,22 +96,37 @@ fn reference_level(tex: texture_2d<f32>, uv: vec2<f32>, m: u32, f: RefFootprint)
     return mix(mix(a, b, f.x.w), mix(c, d, f.x.w), f.y.w);
 }
 
-// `tex` at `uv` (virtual, inside the material's rectangle) and level of detail `lod`.
-fn reference_sample(tex: texture_2d<f32>, uv: vec2<f32>, lod: f32) -> vec4<f32> {
+// Where one sample reads: its level of detail, the two mips it blends and their
+// footprints (the same for every layer: computed once per fragment).
+struct RefSample {
+    uv: vec2<f32>,
+    lod: f32,
+    m0: u32,
+    frac: f32,
+    f0: RefFootprint,
+    f1: RefFootprint,
+    edge: bool,
+}
+
+fn reference_at(uv: vec2<f32>, lod: f32) -> RefSample {
     let m0 = u32(lod); // lod >= 0: truncation is floor
     let frac = lod - f32(m0);
     let f0 = reference_footprint(uv, m0);
     let f1 = reference_footprint(uv, m0 + 1u);
-    let edge0 = f0.x.moved || f0.y.moved;
-    let edge1 = frac > 0.0 && (f1.x.moved || f1.y.moved);
-    if !(edge0 || edge1) {
-        return textureSampleLevel(tex, reference_sampler, uv * reference.uv_scale, lod);
+    let edge = f0.x.moved || f0.y.moved || (frac > 0.0 && (f1.x.moved || f1.y.moved));
+    return RefSample(uv, lod, m0, frac, f0, f1, edge);
+}
+
+// `tex` at the sample `s` (virtual uv inside the material's rectangle, level of detail).
+fn reference_sample(tex: texture_2d<f32>, s: RefSample) -> vec4<f32> {
+    if !s.edge {
+        return textureSampleLevel(tex, reference_sampler, s.uv * reference.uv_scale, s.lod);
     }
-    let a = reference_level(tex, uv, m0, f0);
-    if frac <= 0.0 {
+    let a = reference_level(tex, s.uv, s.m0, s.f0);
+    if s.frac <= 0.0 {
         return a;
     }
-    return mix(a, reference_level(tex, uv, m0 + 1u, f1), frac);
+    return mix(a, reference_level(tex, s.uv, s.m0 + 1u, s.f1), s.frac);
 }
 
 @fragment
@@ -119,13 +134,13 @@ fn fs_main(v: MeshOut, @builtin(front_facing) front: bool) -> @location(0) vec4<
     let gx = dpdx(v.uv) * material.rect.zw * reference.size;
     let gy = dpdy(v.uv) * material.rect.zw * reference.size;
     let lod = clamp(log2(max(max(length(gx), length(gy)), 1e-8)), 0.0, material.max_lod);
-    let uv = material_uv(v.uv);
+    let at = reference_at(material_uv(v.uv), lod);
     var base = vec4<f32>(1.0);
     var nrm = vec3<f32>(0.5, 0.5, 1.0);
     var orm = vec4<f32>(1.0);
-    let a = reference_sample(reference_albedo, uv, lod);
-    let b = reference_sample(reference_normal, uv, lod);
-    let c = reference_sample(reference_orm, uv, lod);
+    let a = reference_sample(reference_albedo, at);
+    let b = reference_sample(reference_normal, at);
+    let c = reference_sample(reference_orm, at);
     if material.textured > 0.5 {
         base = a;
         nrm = b.xyz;
