@@ -14,6 +14,11 @@
 //! let frame = vt.begin(&ctx, &mut encoder); /* passes */ frame.finish(&ctx, encoder)?;
 //! ```
 //!
+//! The disk tier is the page's Cache Storage ([`DiskTierStats`]): the atlas' bytes in
+//! fixed blocks, kept across visits under a byte budget ([`DEFAULT_DISK_TIER_BYTES`];
+//! [`RangeFetcher::with_disk_budget`]), one cache per version of the atlas (its ETag,
+//! else Last-Modified and length; a server that sends neither gets no disk tier).
+//!
 //! No Web Workers: `wasm32-unknown-unknown` has no threads without the atomics target
 //! feature and a cross-origin-isolated page (COOP + COEP headers), which a static
 //! server would have to send; decoding on the main thread within
@@ -25,12 +30,20 @@ use std::ops::Range;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use tessera_core::format::atlas::blocks::{BlockGrid, WEB_BLOCK_BYTES, object_identity};
 use tessera_core::format::atlas::ranged::{DEFAULT_RANGED_BUDGET, FetchRange, RangedBytes, first_range};
 use tessera_core::stream::loader::{ExternalJob, LoaderThreads};
 use tessera_core::{Atlas, AtlasError, TileId};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
+
+mod disk_tier;
+use disk_tier::DiskTier;
+pub use disk_tier::DiskTierStats;
+
+/// The disk tier's default byte budget (per atlas).
+pub const DEFAULT_DISK_TIER_BYTES: u64 = 256 << 20;
 
 /// Round trips the open loop (and each job) may take before giving up.
 const MAX_ROUND_TRIPS: u32 = 8;
@@ -47,9 +60,9 @@ pub const DECODE_BUDGET_MS: f64 = 4.0;
 /// What the network did: requests and bytes, shared with the requests in flight.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NetStats {
-    /// Requests answered (or failed).
+    /// Requests answered (or failed): the network's only, not the disk tier's.
     pub requests: u64,
-    /// Body bytes received.
+    /// Body bytes received from the network.
     pub bytes: u64,
     /// Requests not answered yet.
     pub in_flight: usize,
@@ -117,6 +130,20 @@ struct Reply {
     body: Vec<u8>,
     /// The object's length, from `Content-Range`.
     total: Option<u64>,
+    /// The object's version (ETag, else Last-Modified and length), when the server
+    /// names one.
+    identity: Option<String>,
+}
+
+/// Whether the disk tier is on, and what it has done.
+#[derive(Clone, Debug, Default)]
+pub struct DiskTierReport {
+    /// On: the blocks come from the page's Cache Storage first.
+    pub on: bool,
+    /// Why it is off, or the version it holds.
+    pub note: String,
+    /// Its counters (zero while off).
+    pub stats: DiskTierStats,
 }
 
 /// Fetches byte ranges of one URL, counting them.
@@ -124,12 +151,108 @@ struct Reply {
 pub struct RangeFetcher {
     url: String,
     net: Rc<RefCell<NetStats>>,
+    disk_budget: u64,
+    tier: Rc<RefCell<Option<DiskTier>>>,
+    tier_note: Rc<RefCell<String>>,
 }
 
 impl RangeFetcher {
     /// A fetcher of `url` (absolute, as the messages name it).
+    /// Its disk tier is on with [`DEFAULT_DISK_TIER_BYTES`] once [`open_atlas`] has
+    /// learnt the atlas' version.
     pub fn new(url: String) -> Self {
-        Self { url, net: Rc::new(RefCell::new(NetStats::default())) }
+        Self {
+            url,
+            net: Rc::new(RefCell::new(NetStats::default())),
+            disk_budget: DEFAULT_DISK_TIER_BYTES,
+            tier: Rc::new(RefCell::new(None)),
+            tier_note: Rc::new(RefCell::new("not opened yet".to_owned())),
+        }
+    }
+
+    /// The disk tier's byte budget (0: no disk tier, every byte from the network).
+    pub fn with_disk_budget(mut self, bytes: u64) -> Self {
+        self.disk_budget = bytes;
+        self
+    }
+
+    /// The disk tier: on or off (and why), and its counters.
+    pub fn disk_tier(&self) -> DiskTierReport {
+        let tier = self.tier.borrow();
+        DiskTierReport {
+            on: tier.is_some(),
+            note: self.tier_note.borrow().clone(),
+            stats: tier.as_ref().map(DiskTier::stats).unwrap_or_default(),
+        }
+    }
+
+    /// Opens the disk tier for the version `identity` of an object of `total` bytes.
+    async fn attach_disk_tier(&self, identity: Option<&str>, total: u64) {
+        let note = if self.disk_budget == 0 {
+            "off (budget 0)".to_owned()
+        } else if let Some(identity) = identity {
+            match DiskTier::open(&self.url, identity, total, WEB_BLOCK_BYTES, self.disk_budget).await {
+                Ok(tier) => {
+                    *self.tier.borrow_mut() = Some(tier);
+                    format!("on: Cache Storage, {identity}")
+                }
+                Err(e) => format!("off: {e}"),
+            }
+        } else {
+            "off: the server sends neither ETag nor Last-Modified, so a replaced atlas could not be told apart"
+                .to_owned()
+        };
+        *self.tier_note.borrow_mut() = note;
+    }
+
+    /// `range`'s bytes: through the disk tier when it is on, else from the network.
+    async fn get(&self, range: Range<u64>, exact: bool) -> Result<Reply, WebError> {
+        let tier = self.tier.borrow().clone();
+        match tier {
+            Some(tier) => self.get_through(&tier, range, exact).await,
+            None => self.get_network(range, exact).await,
+        }
+    }
+
+    /// `range` rounded out to whole blocks: those in Cache Storage from there, each run
+    /// of missing ones one request (then written to the cache).
+    async fn get_through(&self, tier: &DiskTier, range: Range<u64>, exact: bool) -> Result<Reply, WebError> {
+        let grid: BlockGrid = tier.grid();
+        let covering = grid.covering(&range);
+        if covering.is_empty() {
+            return self.get_network(range, exact).await;
+        }
+        let mut blocks = tier.lookup(covering.clone()).await;
+        let have: Vec<bool> = blocks.iter().map(Option::is_some).collect();
+        for run in BlockGrid::missing_runs(&covering, &have) {
+            let span = grid.bytes_of_run(&run);
+            let reply = self.get_network(span, true).await?;
+            if let Some(now) = reply.identity.as_deref().filter(|now| *now != tier.identity()) {
+                return Err(self.bad(format!(
+                    "the atlas changed on the server while it streamed ({now}, not {}): reload the page",
+                    tier.identity()
+                )));
+            }
+            let parts = grid.split_run(&run, &reply.body).map_err(|e| self.bad(e.to_string()))?;
+            tier.store(run.clone(), &parts);
+            for (index, part) in run.zip(parts) {
+                blocks[(index - covering.start) as usize] = Some(part);
+            }
+        }
+        let blocks: Vec<Vec<u8>> = blocks
+            .into_iter()
+            .collect::<Option<_>>()
+            .ok_or_else(|| self.bad("a block was neither cached nor fetched"))?;
+        let body = grid.assemble(&range, &blocks).map_err(|e| self.bad(e.to_string()))?;
+        if exact && body.len() as u64 != range.end - range.start {
+            return Err(self.bad(format!(
+                "bytes {}-{} lie past the atlas' end ({} bytes)",
+                range.start,
+                range.end,
+                grid.object_len()
+            )));
+        }
+        Ok(Reply { body, total: Some(grid.object_len()), identity: None })
     }
 
     /// The URL fetched.
@@ -144,7 +267,7 @@ impl RangeFetcher {
 
     /// `GET` of `range` with a `Range` header; the reply must be 206. With `exact`,
     /// its body must be the whole range.
-    async fn get(&self, range: Range<u64>, exact: bool) -> Result<Reply, WebError> {
+    async fn get_network(&self, range: Range<u64>, exact: bool) -> Result<Reply, WebError> {
         self.net.borrow_mut().in_flight += 1;
         let result = self.get_inner(range, exact).await;
         let mut net = self.net.borrow_mut();
@@ -190,6 +313,10 @@ impl RangeFetcher {
         }
         let content_range = response.headers().get("Content-Range").ok().flatten();
         let total = content_range.as_deref().and_then(|v| v.rsplit('/').next()).and_then(|t| t.parse().ok());
+        let header = |name: &str| response.headers().get(name).ok().flatten();
+        let identity = total.and_then(|total| {
+            object_identity(header("ETag").as_deref(), header("Last-Modified").as_deref(), total)
+        });
         let reading = |e: JsValue| {
             self.bad(format!("reading the reply to bytes {}-{end}: {}", range.start, js_message(&e)))
         };
@@ -203,7 +330,7 @@ impl RangeFetcher {
                 body.len()
             )));
         }
-        Ok(Reply { body, total })
+        Ok(Reply { body, total, identity })
     }
 }
 
@@ -217,7 +344,7 @@ fn js_message(e: &JsValue) -> String {
 /// streamer needs them before it starts).
 pub async fn open_atlas(fetcher: &RangeFetcher) -> Result<Arc<Atlas>, WebError> {
     let url = fetcher.url();
-    let head = fetcher.get(first_range(None), false).await?;
+    let head = fetcher.get_network(first_range(None), false).await?;
     let total = head.total.ok_or_else(|| {
         fetcher.bad(
             "the 206 reply names no object length in Content-Range (a server on another origin must expose \
@@ -232,6 +359,7 @@ pub async fn open_atlas(fetcher: &RangeFetcher) -> Result<Arc<Atlas>, WebError> 
             head.body.len()
         )));
     }
+    fetcher.attach_disk_tier(head.identity.as_deref(), total).await;
     let store = Arc::new(RangedBytes::new(total, DEFAULT_RANGED_BUDGET));
     store.insert(0, head.body).map_err(|e| fetcher.bad(e.to_string()))?;
     let mut trips = 1;

@@ -2,6 +2,7 @@
 //! `remote` feature URLs, and byte ranges fetched by the embedder) and an atomic
 //! streaming writer. The byte layout is specified in `docs/atlas-format.md`.
 
+pub mod blocks;
 pub mod disk_cache;
 mod error;
 mod header;
@@ -301,6 +302,8 @@ fn stacked_mismatch(layers: &[LayerInfo]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn remote_options_never_print_setting_values() {
