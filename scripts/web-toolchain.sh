@@ -13,7 +13,8 @@
 # builds into target/web (another rustc: the native target/ stays as it is).
 # TESSERA_WEB_TOOLCHAIN: the folder (default ~/.cache/tessera/web-toolchain, ~0.5 GB).
 # --wasm-bindgen: also builds wasm-bindgen-cli, at the version of the wasm-bindgen crate
-# in Cargo.lock, with the native cargo, into the folder's bin/.
+# in Cargo.lock, with the native cargo, into the folder's bin/ (wasm-bindgen, and
+# wasm-bindgen-test-runner for scripts/web-core-tests).
 # --check: builds the check module (a cdylib for wasm32, run by node when there is one)
 # again; otherwise it is built once per installed toolchain.
 set -euo pipefail
@@ -184,7 +185,8 @@ mv "$dir/env.sh.new" "$dir/env.sh"
 if ((bindgen)); then
   version=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' "$repo/Cargo.lock")
   [ -n "$version" ] || die "no wasm-bindgen crate in $repo/Cargo.lock"
-  if [ "$("$dir/bin/wasm-bindgen" --version 2>/dev/null)" = "wasm-bindgen $version" ]; then
+  if [ "$("$dir/bin/wasm-bindgen" --version 2>/dev/null)" = "wasm-bindgen $version" ] &&
+    [ "$("$dir/bin/wasm-bindgen-test-runner" --version 2>/dev/null)" = "wasm-bindgen-test-runner $version" ]; then
     step "    wasm-bindgen-cli $version: up to date"
   else
     step "    building wasm-bindgen-cli $version with the native cargo (minutes)"

@@ -59,6 +59,8 @@ pub fn count_colour(img: &[u8], colour: [u8; 4], tolerance: u8) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn psnr_of_known_error() {

@@ -166,6 +166,8 @@ fn secret_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     const PRESIGNED: &str = "http://127.0.0.1:9000/textures/a.tsa?X-Amz-Algorithm=AWS4-HMAC-SHA256\
         &X-Amz-Credential=AKIAEXAMPLE%2F20261205%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20261205T000000Z\

@@ -142,7 +142,8 @@ mod platform {
     }
 }
 
-#[cfg(test)]
+// Files, links and FIFOs: wasm32 has no file system (scripts/web-core-tests).
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     #![allow(clippy::unwrap_used)]
 

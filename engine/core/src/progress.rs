@@ -297,6 +297,8 @@ fn short_duration(secs: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn a_progress_line_says_count_rate_eta_and_stage() {
@@ -332,6 +334,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs a clock")]
     fn log_lines_are_monotone_and_end_at_100_percent() {
         let lines = std::sync::Arc::new(Mutex::new(Vec::<String>::new()));
         let sink = lines.clone();
@@ -356,6 +359,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs a clock")]
     fn log_lines_wait_for_their_interval() {
         let lines = std::sync::Arc::new(Mutex::new(Vec::<String>::new()));
         let sink = lines.clone();
@@ -373,6 +377,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs threads")]
     fn counter_counts_across_threads() {
         let counter = ProgressCounter::new();
         let p: &dyn Progress = &counter;

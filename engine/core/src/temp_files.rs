@@ -165,8 +165,11 @@ pub(crate) fn dead_pid() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs processes")]
     fn names_parse_back_to_their_pid() {
         assert_eq!(temp_pid(".a.tsa.123.tmp", ".a.tsa."), Some(123));
         assert_eq!(temp_pid(".tessera-level-77-4x4-0.tmp", ".tessera-level-"), Some(77));
@@ -178,6 +181,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn sweep_removes_dead_processes_files_only() {
         let dir = tempfile::tempdir().expect("temp dir");
         let dead = dir.path().join(format!(".a.tsa.{}.tmp", dead_pid()));
@@ -198,6 +202,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn a_temp_path_is_deleted_unless_kept() {
         let dir = tempfile::tempdir().expect("temp dir");
         let (a, b) = (dir.path().join("a.tmp"), dir.path().join("b.tmp"));

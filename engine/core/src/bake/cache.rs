@@ -352,6 +352,8 @@ mod tests {
     use crate::bake::source::ImageSource;
     use crate::format::codec::Codec;
     use std::time::{Duration, SystemTime};
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     struct Fixture {
         _dir: tempfile::TempDir,
@@ -380,6 +382,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn same_inputs_and_options_are_current() {
         let f = fixture();
         let cache = BakeCache::new(&f.atlas);
@@ -393,6 +396,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn a_touched_or_edited_input_is_stale() {
         let f = fixture();
         let cache = BakeCache::new(&f.atlas);
@@ -409,6 +413,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn another_option_or_kind_or_input_list_is_stale() {
         let f = fixture();
         let cache = BakeCache::new(&f.atlas);
@@ -431,6 +436,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn an_atlas_replaced_by_another_writer_is_stale() {
         let f = fixture();
         let cache = BakeCache::new(&f.atlas);
@@ -449,6 +455,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn extra_outputs_count_like_the_atlas() {
         let f = fixture();
         let manifest = f.atlas.with_extension("scene.json");
@@ -462,6 +469,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn corrupt_or_foreign_stamps_are_stale() {
         let f = fixture();
         let cache = BakeCache::new(&f.atlas);
@@ -496,6 +504,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn bake_if_stale_bakes_an_image_once_and_again_when_it_changes() {
         let dir = tempfile::tempdir().expect("temp dir");
         let png = dir.path().join("gradient.png");
@@ -523,6 +532,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn bake_if_stale_always_bakes_sources_of_unknown_origin() {
         let dir = tempfile::tempdir().expect("temp dir");
         let atlas = dir.path().join("memory.tsa");
@@ -535,6 +545,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn images_fail_early_on_a_bad_header_and_at_the_bake_on_a_bad_body() {
         let dir = tempfile::tempdir().expect("temp dir");
         let missing = dir.path().join("missing.png");
@@ -560,6 +571,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn forget_makes_it_stale() {
         let f = fixture();
         let cache = BakeCache::new(&f.atlas);

@@ -119,6 +119,8 @@ pub(crate) fn downsample(
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn srgb_round_trip_is_exact() {

@@ -225,6 +225,8 @@ impl RowSource for GridSource {
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
     use crate::bake::source::ImageSource;
@@ -300,6 +302,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn mismatched_sizes_and_counts_are_named() {
         let src = |w, h| {
             Box::new(ImageSource::from_rgba(w, h, vec![0; (w * h * 4) as usize])) as Box<dyn RowSource>
@@ -336,6 +339,7 @@ mod tests {
     /// Cut lines off the tile grid, borders and mips across them: the grid bakes to the
     /// very tiles of the whole image, from memory and from PNG files read row by row.
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn a_grid_bakes_to_the_same_tiles_as_the_whole_image() {
         let dir = tempfile::tempdir().unwrap();
         let texels = image(300, 200);

@@ -277,6 +277,8 @@ fn frame_size(r: &mut impl Read) -> Result<(u32, u32, u8), Header> {
 mod tests {
     use super::*;
     use crate::bake::source::ImageSource;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     /// Smooth colour with some noise, `w × h` RGB.
     fn photo(w: u32, h: u32) -> image::RgbImage {
@@ -305,6 +307,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn a_jpeg_wider_than_16384_decodes_like_the_whole_decode() {
         let dir = tempfile::tempdir().unwrap();
         let wide = dir.path().join("wide.jpg");
@@ -326,6 +329,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn pixels_over_the_memory_budget_are_read_back_from_an_unnamed_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("photo.jpg");
@@ -343,6 +347,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn a_cut_jpeg_fails_at_the_first_read_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("photo.jpg");

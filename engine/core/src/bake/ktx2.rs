@@ -543,6 +543,8 @@ pub(crate) fn uastc_blocks(basis_file: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
     use crate::bake::open::open_image;
@@ -556,6 +558,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn uastc_ktx2_transcodes_to_the_texels_of_its_basis_twin() {
         let dir = tempfile::tempdir().unwrap();
         let side = 64;
@@ -583,6 +586,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn encoded_ktx2_files_decode_like_their_basis_files() {
         let dir = tempfile::tempdir().unwrap();
         let (w, h) = (96u32, 64u32);
@@ -633,6 +637,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn rgba8_ktx2_reads_its_texels() {
         let dir = tempfile::tempdir().unwrap();
         let texels = noisy(16);
@@ -646,6 +651,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn bad_ktx2_files_are_errors_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bad.ktx2");
@@ -690,6 +696,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn zstd_uastc_ktx2_decodes_like_its_uncompressed_twin() {
         let dir = tempfile::tempdir().unwrap();
         let (blocks, want) = uastc_64();
@@ -702,6 +709,7 @@ mod tests {
     /// Issue 41, hostile case 1: level 0's `uncompressedByteLength` of 5 GiB aborted the
     /// process on a failed allocation; 2^64 - 1 was a caught capacity-overflow panic.
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn level_lengths_that_disagree_with_the_texture_are_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
         let (blocks, _) = uastc_64();
@@ -725,6 +733,7 @@ mod tests {
     /// Issue 41, hostile case 2: a small Zstandard level that inflates to 1 GiB baked at a
     /// 2.1 GB peak under `--max-memory 64MiB`. Declared or not, it stops at the level's size.
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn zstd_bombs_stop_at_the_level_size() {
         let dir = tempfile::tempdir().unwrap();
         let (blocks, _) = uastc_64();
@@ -767,6 +776,7 @@ mod tests {
     /// Issue 41, hostile case 3: `sgdByteOffset` = 2^64 - 1 in an ETC1S KTX2 panicked inside
     /// the transcoder. Every offset and length of the header is checked first.
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn header_offsets_outside_the_file_are_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
         let etc1s = encode_ktx2(&noisy(16), 16, 16, BasisMode::Etc1s, &EncodeOptions::default()).unwrap();

@@ -153,6 +153,8 @@ impl Grid {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn owned_mips_of_lone_packed_and_touching_rectangles() {

@@ -322,6 +322,8 @@ pub(crate) fn palette_valid(r: &mut (impl Read + Seek)) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
     use crate::bake::source::ImageSource;
@@ -378,6 +380,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn rows_equal_a_whole_decode_for_every_colour_type_and_depth() {
         use png::BitDepth::*;
         use png::ColorType::*;
@@ -415,6 +418,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn rows_behind_the_ring_restart_the_decode_and_the_edges_stay() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tall.png");
@@ -452,6 +456,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn a_cut_png_fails_naming_the_file_and_a_bad_palette_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("scan.png");
@@ -482,6 +487,7 @@ mod tests {
     use crate::fuzz::seeds::png_chunk as chunk;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn an_interlaced_png_is_left_to_the_whole_decode() {
         let (w, h) = (13u32, 11u32);
         let rgb = noise((w * h * 3) as usize, 3);
@@ -531,6 +537,7 @@ mod tests {
     /// damaged copies, read through [`open_image`](crate::bake::open::open_image): errors
     /// or texels, never a panic; and the texels of a seed the whole decode's.
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn fuzz_inputs_read_row_by_row_never_panic() {
         let dir = tempfile::tempdir().unwrap();
         let crashers = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/image"))
@@ -584,6 +591,7 @@ mod tests {
 
     /// A bake of a large PNG holds the ring and the edge rows, never the image.
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn a_bake_holds_a_ring_of_rows_not_the_image() {
         let (w, h) = (8192u32, 4096u32);
         let dir = tempfile::tempdir().unwrap();

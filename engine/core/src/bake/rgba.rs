@@ -50,6 +50,8 @@ pub(crate) fn expand(layout: Layout, src: &[u8], dst: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn sixteen_bits_round_like_image() {

@@ -261,6 +261,8 @@ pub fn status(
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
     use crate::NoProgress;
@@ -273,6 +275,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs a clock")]
     fn a_plan_covers_every_tile_once_and_weighs_shards_by_their_layers() {
         let opts =
             BakeOptions { tile_size: 32, border: 2, codec: Codec::Lz4, threads: 2, ..Default::default() };
@@ -294,6 +297,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn status_names_missing_stale_and_damaged_parts() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("s.tsa");
@@ -329,6 +333,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn status_grows_with_the_files_present_not_with_the_counts_they_claim() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("s.tsa");

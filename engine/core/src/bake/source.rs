@@ -723,6 +723,8 @@ impl RowSource for LevelStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn generated_rows_match_texels() {
@@ -758,6 +760,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn truncated_jpeg_is_an_error_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let jpg = dir.path().join("photo.jpg");
@@ -781,6 +784,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn truncated_png_is_an_error_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let png = dir.path().join("scan.png");
@@ -807,6 +811,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn the_memory_limit_is_checked_before_decoding() {
         let dir = tempfile::tempdir().unwrap();
         let png = dir.path().join("vast.png");
@@ -825,6 +830,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn a_directory_is_not_an_image() {
         let dir = tempfile::tempdir().unwrap();
         let err = ImageSource::open(dir.path()).err().unwrap();
@@ -832,6 +838,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn level_store_spills_to_disk() {
         let dir = tempfile::tempdir().unwrap();
         let w = 4096u32;

@@ -580,6 +580,8 @@ fn chunk_extents(
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)] // Test helpers fail loudly by design.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
     use ::tiff::encoder::colortype::{self, ColorType as EncodedColor};
@@ -882,6 +884,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn hand_written_strips_and_tiles_read_window_by_window() {
         let dir = tempfile::tempdir().unwrap();
         let (w, h) = (75, 53);
@@ -921,6 +924,7 @@ mod tests {
     /// the right and bottom edges read as the samples they hold, in every format, both byte
     /// orders, with and without the horizontal predictor; strips stay with the crate.
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn lzw_tiles_read_like_their_samples_in_every_format() {
         let dir = tempfile::tempdir().unwrap();
         let (w, h) = (45, 21);
@@ -951,6 +955,7 @@ mod tests {
     /// its tile is cut at the tile's size, and a stream that stops short is an error
     /// naming the tile.
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn lzw_tiles_inflate_to_their_size_and_no_more() {
         let dir = tempfile::tempdir().unwrap();
         let (w, h) = (40, 40);
@@ -1028,6 +1033,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn encoder_written_strips_read_window_by_window_with_every_compression() {
         let dir = tempfile::tempdir().unwrap();
         let (w, h) = (61, 47);
@@ -1080,6 +1086,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn geotiff_tags_are_ignored() {
         let dir = tempfile::tempdir().unwrap();
         let format = FORMATS[4];
@@ -1097,6 +1104,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn unsupported_kinds_are_refused_at_open() {
         let dir = tempfile::tempdir().unwrap();
         let rgb8 = FORMATS[2];
@@ -1166,6 +1174,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn sizes_over_the_limits_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let gray = FORMATS[0];
@@ -1189,6 +1198,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn truncated_and_corrupt_chunks_are_errors_naming_file_and_chunk() {
         let dir = tempfile::tempdir().unwrap();
         let format = FORMATS[2];
@@ -1276,6 +1286,7 @@ mod tests {
     /// Random byte damage anywhere in small files: opening and reading fail or succeed,
     /// never panic.
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn damaged_files_never_panic() {
         let dir = tempfile::tempdir().unwrap();
         let format = FORMATS[7];
@@ -1325,6 +1336,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn bake_of_a_tiff_equals_bake_of_its_texels() {
         use crate::NoProgress;
         use crate::bake::{BakeInput, BakeOptions, bake};
@@ -1365,6 +1377,7 @@ mod tests {
     /// the source holds one row of strips (and the rows it keeps) at most, and decodes each
     /// strip once.
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn large_image_is_read_band_by_band_in_bounded_memory() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("large.tif");

@@ -388,6 +388,8 @@ pub(crate) fn check_structure(blob: &[u8], mode: BasisMode, side: u32) -> Result
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
     use crate::bake::source::ImageSource;
@@ -443,6 +445,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn real_crop_quality_floors_and_transcodes() {
         let src = crop();
         let raw_len = src.len();
@@ -488,6 +491,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs the C++ encoder")]
     fn odd_tile_sizes_and_alpha_survive() {
         // 22² (16 + 2·3 border) is not a whole number of blocks; half the texels are translucent.
         let side = 22;
@@ -512,6 +516,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn uastc_rdo_and_lz4_shrink_the_tile() {
         let src = crop();
         let plain = EncodeOptions { uastc_lz4: false, ..EncodeOptions::default() };
@@ -526,6 +531,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs the C++ encoder")]
     fn corrupt_blobs_are_errors_not_crashes() {
         let side = 32;
         let src: Vec<u8> = (0..side * side * 4).map(|i| (i * 7 % 256) as u8).collect();
@@ -615,6 +621,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs the C++ encoder")]
     fn real_tiles_pass_the_structure_check() {
         for (mode, blob) in small_tiles() {
             check_structure(&blob, mode, 32).unwrap();
@@ -625,6 +632,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs the C++ encoder")]
     fn forged_headers_with_repaired_crcs_are_errors_not_crashes() {
         type Edit = Box<dyn Fn(&mut Vec<u8>)>;
         type Forge = (&'static str, Edit);
@@ -712,6 +720,7 @@ mod tests {
         /// Random bytes of the header and slice table, CRCs repaired: an error or a
         /// correct-size tile, and the process survives.
         #[test]
+        #[cfg_attr(target_arch = "wasm32", ignore = "needs the C++ encoder")]
         fn random_header_edits_never_crash(
             tile in 0usize..3,
             edits in proptest::collection::vec((0usize..200, proptest::prelude::any::<u8>()), 1..6),
@@ -731,6 +740,8 @@ mod tests {
 
     static SMALL_TILES: std::sync::OnceLock<Vec<(BasisMode, Vec<u8>)>> = std::sync::OnceLock::new();
 
+    // The C++ encoder is native only.
+    #[cfg(not(target_arch = "wasm32"))]
     #[test]
     fn header_codes_are_the_encoders() {
         use basis_universal::sys;
@@ -739,6 +750,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs the C++ encoder")]
     fn bad_options_are_errors() {
         let src = vec![0u8; 16 * 16 * 4];
         let bad = EncodeOptions { quality: 0, ..EncodeOptions::default() };

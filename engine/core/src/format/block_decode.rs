@@ -51,6 +51,8 @@ pub fn decode_blocks(target: TargetFormat, blocks: &[u8], side: u32) -> Result<V
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn solid_bc7_and_bc1_blocks_decode_to_their_colour() {

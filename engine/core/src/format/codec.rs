@@ -369,6 +369,8 @@ fn basis_transcode(
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn tile(side: u32) -> Vec<u8> {
         (0..side * side * 4).map(|i| (i % 251) as u8).collect()
@@ -446,6 +448,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn transcoder_names_are_validated() {
         assert_eq!(BasisTranscoder::parse("rust", "X").unwrap(), BasisTranscoder::Rust);
         let bogus = BasisTranscoder::parse("bogus", BasisTranscoder::ENV).unwrap_err().to_string();

@@ -101,6 +101,8 @@ pub fn default_note(codecs: &[Codec], support: FormatSupport, chosen: TargetForm
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     const NONE: FormatSupport = FormatSupport { bc: false, astc: false, etc2: false, software: false };
     const DESKTOP: FormatSupport = FormatSupport { bc: true, astc: false, etc2: false, software: false };

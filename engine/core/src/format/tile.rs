@@ -310,6 +310,8 @@ fn div_ceil_shift(v: u32, shift: u32) -> u32 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn power_of_two_chain() {

@@ -174,6 +174,8 @@ fn gltf_json(bin_len: usize) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn the_quad_buffer_matches_its_accessors() {

@@ -731,6 +731,8 @@ mod tests {
     use super::*;
     use crate::scene;
     use glam::Vec4;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn cam(x: f32) -> Camera {
         Camera::look_at(Vec3::new(x, 1.0, 2.0), Vec3::new(x, 0.0, 0.0))
@@ -807,6 +809,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn for_scene_picks_the_presets_of_the_scene_kind() {
         // The built-in meshes: their presets, static when still, flyover on tour.
         assert_eq!(
@@ -899,6 +902,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn save_and_load() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("cut.json");

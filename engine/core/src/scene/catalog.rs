@@ -315,8 +315,11 @@ fn prepare_stress(
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn the_builtin_texture_is_baked_once_then_reused() {
         let dir = tempfile::tempdir().unwrap();
         let first = prepare_builtin(dir.path(), (256, 128), false, &crate::progress::NoProgress).unwrap();
@@ -332,6 +335,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn unknown_and_missing_scenes_say_what_to_do() {
         let dir = tempfile::tempdir().unwrap();
         let e = load("nope", dir.path()).unwrap_err();

@@ -216,6 +216,8 @@ pub fn builtin_scene(aspect: f32) -> Vec<(String, Mesh)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn floor_is_the_largest_upward_area() {

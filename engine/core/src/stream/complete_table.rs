@@ -209,6 +209,8 @@ mod tests {
     use crate::format::tile::TextureLayout;
     use crate::stream::page_table::{PageTable, SlotCoord, encode_entry};
     use proptest::prelude::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     /// What every entry must hold: the entry of the tile itself or of its nearest
     /// resident ancestor, [`UNMAPPED`] when none (brute force over the resident set).

@@ -55,6 +55,8 @@ pub fn vertical_runs(copies: &[TileCopy], span: u64) -> Vec<Range<usize>> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn copy(x: u16, y: u16, source: usize, offset: u64) -> TileCopy {
         TileCopy { slot: SlotCoord::new(x, y), source, offset }

@@ -236,6 +236,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::HashSet;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn layouts(sizes: &[(u32, u32)], tile: u32) -> Vec<TextureLayout> {
         sizes.iter().map(|&(w, h)| TextureLayout::new(w, h, tile, 4).unwrap()).collect()

@@ -352,6 +352,8 @@ impl std::fmt::Debug for HostCache {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn t(i: u32) -> TileId {
         TileId::new(0, 0, i, 0)
@@ -440,6 +442,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs threads")]
     fn shared_between_threads() {
         let c = Arc::new(HostCache::new(64 * 50));
         let handles: Vec<_> = (0..4u32)

@@ -119,6 +119,8 @@ mod tests {
     use crate::format::tile::TextureLayout;
     use std::collections::HashMap;
     use std::sync::Arc;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn upload(tile: TileId, slot: (u16, u16)) -> Upload {
         Upload {

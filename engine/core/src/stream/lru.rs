@@ -347,6 +347,8 @@ impl<K: Hash + Eq + Copy, V> std::iter::FusedIterator for Iter<'_, K, V> {}
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn keys(l: &Lru<u32, u32>) -> Vec<u32> {
         l.keys().copied().collect()

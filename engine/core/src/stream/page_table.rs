@@ -393,6 +393,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::HashMap;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn entry_round_trip() {

@@ -357,6 +357,8 @@ pub fn slot_grid(mib: u32, slot_bytes: u64, max_side: u32) -> (u32, u32) {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn block_pools_on_the_hardware_path_get_a_margin_that_aligns_level_one_copies() {

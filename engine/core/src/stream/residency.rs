@@ -643,6 +643,8 @@ mod tests {
     use crate::stream::page_table::encode_entry;
     use proptest::prelude::*;
     use std::collections::HashSet;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn cfg(slots: u16, max_uploads: usize) -> ResidencyConfig {
         ResidencyConfig {

@@ -305,6 +305,8 @@ pub fn percentile(v: &mut [f64], q: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn percentile_nearest_rank() {

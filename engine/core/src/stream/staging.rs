@@ -474,6 +474,8 @@ impl Eq for StagedTile {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn layout_pads_rows_and_parts_to_the_alignment() {

@@ -72,6 +72,8 @@ impl StatsSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn json_round_trip_and_hit_rate() {

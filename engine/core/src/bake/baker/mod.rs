@@ -476,7 +476,11 @@ pub fn edge(i: i64, n: u32, wrap: Wrap) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
+    // Processes and files: native only.
+    #[cfg(not(target_arch = "wasm32"))]
     #[test]
     fn a_bake_sweeps_temporary_files_of_dead_processes_only() {
         use crate::bake::source::Generated;
@@ -530,6 +534,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn the_pipeline_writes_the_same_atlas_whatever_the_thread_count() {
         let dir = tempfile::tempdir().unwrap();
         for (codec, (w, h)) in [(Codec::Lz4, (700, 450)), (Codec::Etc1s, (200, 140))] {
@@ -573,6 +578,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn a_read_error_midway_stops_every_stage_and_leaves_no_file() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("failed.tsa");

@@ -311,6 +311,8 @@ pub(crate) fn fingerprint(layers: &[LayerInfo], flags: u32, quality: u32, uastc_
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
     use crate::NoProgress;
@@ -334,6 +336,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn merged_shards_equal_the_single_process_bake_byte_for_byte() {
         let dir = tempfile::tempdir().unwrap();
         for (codec, count, version) in
@@ -365,6 +368,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn a_split_merge_reads_only_records_and_equals_the_single_bake_tile_for_tile() {
         let dir = tempfile::tempdir().unwrap();
         for (codec, count) in [(Codec::Lz4, 3), (Codec::Etc1s, 4), (Codec::Raw, 1)] {
@@ -404,6 +408,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn a_split_atlas_whose_part_changed_is_refused_or_reports_its_tiles() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("a.tsa");
@@ -432,6 +437,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn a_missing_foreign_or_damaged_part_is_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("a.tsa");

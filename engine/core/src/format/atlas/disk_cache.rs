@@ -300,12 +300,15 @@ fn write_atomic(dir: &Path, name: &str, data: &[u8], seq: u64) -> std::io::Resul
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn blob(key: u64, n: usize) -> Vec<u8> {
         (0..n).map(|i| (i as u64 ^ key) as u8).collect()
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn entries_round_trip_and_survive_a_reopen() {
         let root = tempfile::tempdir().unwrap();
         let c = DiskCache::open(root.path(), "http://h/a.tsa", "etag-1", 1 << 20).unwrap();
@@ -324,6 +327,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn another_identity_never_sees_the_old_tiles() {
         let root = tempfile::tempdir().unwrap();
         let b = blob(1, 64);
@@ -349,6 +353,7 @@ mod tests {
     /// A killed writer leaves a temporary file (deleted at open, never served); a torn
     /// or damaged entry fails the index CRC and is deleted.
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn torn_and_leftover_writes_are_never_served() {
         let root = tempfile::tempdir().unwrap();
         let b = blob(3, 500);
@@ -384,6 +389,7 @@ mod tests {
 
     /// The budget holds; the least recently used entries go first.
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn the_budget_evicts_least_recently_used_first() {
         let root = tempfile::tempdir().unwrap();
         let c = DiskCache::open(root.path(), "http://h/a", "e", 3000).unwrap();

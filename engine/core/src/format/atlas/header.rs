@@ -208,6 +208,8 @@ pub(crate) fn page_entries_for(layer_count: usize, tile_count: u64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     /// The largest atlas (524288², 128-texel tiles: 22,369,621 tiles) keeps its root
     /// directory within 16 KiB; small atlases get the smallest pages.

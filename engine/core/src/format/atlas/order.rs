@@ -145,6 +145,8 @@ impl StorageOrder {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn morton_interleaves() {

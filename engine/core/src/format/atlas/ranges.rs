@@ -47,6 +47,8 @@ pub fn coalesce(blobs: &[(u64, u32)]) -> Vec<(Range<u64>, Vec<usize>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn neighbouring_blobs_share_ranges_of_at_most_a_mebibyte() {

@@ -418,9 +418,12 @@ mod tests {
     use super::*;
     use crate::format::atlas::{Atlas, ColorSpace, Wrap};
     use crate::format::tile::{TextureLayout, TileId};
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     /// A key collision (forced here) costs a comparison, never a wrong tile.
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
     fn a_hash_collision_does_not_share_a_blob() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.tsa");
@@ -456,6 +459,8 @@ mod tests {
     }
 
     /// Renaming the finished atlas over a device node or a FIFO would replace it.
+    // Devices, FIFOs and links: native only.
+    #[cfg(not(target_arch = "wasm32"))]
     #[test]
     fn only_a_regular_file_is_replaced() {
         let dir = tempfile::tempdir().unwrap();

@@ -402,6 +402,8 @@ pub fn scene_images(scene: &MaterialScene) -> Vec<ImageRef> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn base64_and_percent() {

@@ -518,6 +518,8 @@ mod tests {
     use std::collections::HashMap;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
     use std::time::{Duration, Instant};
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn t(mip: u8, x: u32) -> TileId {
         TileId::new(0, mip, x, 0)
@@ -589,6 +591,7 @@ mod tests {
     /// A batch loader gets the queued tiles together; those not renewed while in flight
     /// are given up (cancelled) once `cancel_stale` has moved past them.
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs threads")]
     fn batch_loads_give_up_tiles_no_longer_wanted() {
         let (tx, rx) = crossbeam_channel::unbounded();
         let loader = Arc::new(Batcher { gate: Mutex::new(rx), batches: Mutex::new(Vec::new()) });
@@ -661,6 +664,7 @@ mod tests {
     /// Dropping a pool abandons its batch loads in flight (they see nothing wanted any
     /// more) instead of waiting for them to end.
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs threads")]
     fn a_pool_shutting_down_abandons_batches_in_flight() {
         let pool = LoaderPool::new(Arc::new(Patient), 1, LoaderConfig::default()).unwrap();
         let tiles: Vec<(TileId, u32)> = (0..4).map(|x| (t(0, x), 1)).collect();
@@ -677,6 +681,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs threads")]
     fn tiles_at_hand_are_delivered_before_the_rest_of_their_batch() {
         let (tx, rx) = crossbeam_channel::unbounded();
         let loader = Arc::new(HalfCached(Batcher { gate: Mutex::new(rx), batches: Mutex::new(Vec::new()) }));
@@ -696,6 +701,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs threads")]
     fn coarser_mips_first_then_priority_then_fifo() {
         let (pool, gate, gate_tile) = gated_pool(LoaderConfig::default());
         for (mip, x) in [(0, 0), (2, 0), (1, 0)] {
@@ -723,6 +729,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs threads")]
     fn speculative_requests_wait_for_wanted_ones() {
         let (pool, gate, _) = gated_pool(LoaderConfig::default());
         // A coarse prefetch (priority 0) and fine wanted tiles (priority >= 1).
@@ -738,6 +745,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs threads")]
     fn request_in_flight_and_results() {
         let (pool, gate, gate_tile) = gated_pool(LoaderConfig::default());
         assert!(!pool.request(gate_tile, 0, 1), "in flight");
@@ -765,6 +773,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs threads")]
     fn cancel_and_cancel_stale() {
         let config = LoaderConfig { cancel_after_frames: 2, ..LoaderConfig::default() };
         let (pool, gate, gate_tile) = gated_pool(config);
@@ -805,6 +814,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs threads")]
     fn failures_and_panics_are_reported() {
         let loader = |tile: TileId| -> Result<Arc<[u8]>, LoadError> {
             match tile.x {
@@ -835,6 +845,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs threads")]
     fn shutdown_cancels_queued_and_joins() {
         let gate_tile = t(20, 0);
         let (gate_tx, gate_rx) = crossbeam_channel::unbounded();
@@ -871,6 +882,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs threads")]
     fn drop_joins_workers() {
         let loads = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&loads);
@@ -890,6 +902,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs threads")]
     fn heap_stays_compact_under_churn() {
         let (pool, gate, _gate_tile) = gated_pool(LoaderConfig::default());
         for round in 0..200u32 {
@@ -912,6 +925,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs threads")]
     fn clients_on_shared_threads_each_get_one_result_per_request() {
         let threads = LoaderThreads::new(2, LoaderConfig::default()).unwrap();
         let a = LoaderPool::on_threads(&threads, tagged(1));
@@ -947,6 +961,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs threads")]
     fn cancelling_in_one_client_leaves_the_other() {
         // One shared thread, held busy by a third client's gated load.
         let threads = LoaderThreads::new(1, LoaderConfig::default()).unwrap();
@@ -986,6 +1001,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs threads")]
     fn dropping_a_client_with_loads_in_flight_leaves_the_other() {
         let threads = LoaderThreads::new(2, LoaderConfig::default()).unwrap();
         let slow: Arc<dyn TileLoader> = Arc::new(|tile: TileId| -> Result<Arc<[u8]>, LoadError> {
@@ -1028,6 +1044,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs threads")]
     fn a_long_backlog_does_not_starve_another_client() {
         let threads = LoaderThreads::new(2, LoaderConfig::default()).unwrap();
         let a_loads = Arc::new(AtomicUsize::new(0));
@@ -1065,6 +1082,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs threads")]
     fn shared_threads_are_counted_and_joined_with_the_last_handle() {
         let threads =
             LoaderThreads::new(3, LoaderConfig { stack_bytes: Some(1 << 20), ..Default::default() }).unwrap();
@@ -1094,6 +1112,7 @@ mod tests {
     /// Many submitters and a canceller race; every `true` from `request` must be
     /// matched by exactly one result for that tile.
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs threads")]
     fn stress_exactly_one_result_per_accepted_request() {
         const TILES: u32 = 64;
         let loader = |tile: TileId| -> Result<Arc<[u8]>, LoadError> {
@@ -1218,6 +1237,7 @@ mod tests {
     /// turn, each client's wanted tiles coarse mip first, then by priority, then in
     /// request order, speculative ones last; a batch loader's jobs hold up to its batch.
     #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs a clock")]
     fn external_threads_hand_out_jobs_in_the_pools_order() {
         let threads = LoaderThreads::external(LoaderConfig::default());
         assert!(threads.is_external() && threads.threads() == 0);

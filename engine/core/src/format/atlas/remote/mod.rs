@@ -710,6 +710,8 @@ fn parse_identity(id: &str) -> Option<(u64, Option<String>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn remote_locations_are_recognised_by_scheme() {

@@ -383,6 +383,8 @@ async fn gcs_resumable(
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn unfinished_uploads_of_one_key_are_found() {
