@@ -11,8 +11,13 @@ use tessera::{GpuContext, VirtualTextures, VtConfig};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
+use crate::dom_input::{InputQueue, listen};
+use crate::frame_stats::FrameStats;
+use crate::free_camera::{CameraChoice, HeldKeys, PageCamera};
+use crate::input::InputRouter;
+use crate::overlay::{Overlay, OverlayPainter, PageFigures};
 use crate::pattern::{FrameCheck, FrameSummary, PatternScene};
-use crate::plane::{CameraPath, ImageStats, PlaneScene};
+use crate::plane::{ImageStats, PlaneScene};
 
 /// The atlas the page streams without `?atlas=` (beside the page).
 const DEFAULT_ATLAS: &str = "atlas.tsa";
@@ -102,6 +107,10 @@ async fn run(canvas_id: &str) -> Result<(), String> {
             .map_err(|e| format!("streaming {atlas_url}: {e}"))?;
         let plane =
             PlaneScene::new(&ctx, &vt, view_format).map_err(|e| format!("building the scene: {e}"))?;
+        let mut painter = OverlayPainter::new(&ctx, view_format);
+        let mut overlay = Overlay::new(&vt, query.overlay);
+        overlay.set_pool_thumbnail(Some(painter.register_pool(&ctx, &vt)));
+        let camera = PageCamera::new(query.camera, plane.half_width());
         let app = StreamApp {
             ctx: Rc::new(ctx),
             surface,
@@ -111,7 +120,13 @@ async fn run(canvas_id: &str) -> Result<(), String> {
             plane,
             driver: StreamDriver::new(threads, fetcher.clone()),
             fetcher,
-            camera: query.camera,
+            camera,
+            input: listen(&canvas)?,
+            router: InputRouter::default(),
+            overlay,
+            painter,
+            pace: FrameStats::default(),
+            last_now_ms: None,
             canvas,
             adapter,
             started,
@@ -185,17 +200,24 @@ struct Query {
     /// The atlas to stream (absolute URL); `None`: the procedural pattern
     /// (`?scene=pattern`).
     atlas: Option<String>,
-    camera: CameraPath,
+    camera: CameraChoice,
+    /// Whether the overlay's panel starts shown (`?overlay=0` hides it).
+    overlay: bool,
 }
 
 impl Query {
-    /// `?atlas=URL` (default [`DEFAULT_ATLAS`] beside the page), `?camera=static|fly`
-    /// (default static), `?scene=pattern`.
+    /// `?atlas=URL` (default [`DEFAULT_ATLAS`] beside the page), `?camera=free|static|fly`
+    /// (default free), `?overlay=0|1` (default 1), `?scene=pattern`.
     fn of_page(window: &web_sys::Window) -> Result<Self, String> {
         let location = window.location();
         let search = location.search().unwrap_or_default();
         let params = web_sys::UrlSearchParams::new_with_str(&search).map_err(|e| format!("{e:?}"))?;
-        let camera = CameraPath::parse(&params.get("camera").unwrap_or_else(|| "static".into()))?;
+        let camera = CameraChoice::parse(&params.get("camera").unwrap_or_else(|| "free".into()))?;
+        let overlay = match params.get("overlay").as_deref() {
+            None | Some("1") => true,
+            Some("0") => false,
+            Some(other) => return Err(format!("overlay=\"{other}\" is neither 0 nor 1")),
+        };
         let atlas = match params.get("scene").as_deref() {
             Some("pattern") => None,
             Some("atlas") | None => {
@@ -209,7 +231,7 @@ impl Query {
                 return Err(format!("unknown scene \"{other}\" (use scene=atlas or scene=pattern)"));
             }
         };
-        Ok(Self { atlas, camera })
+        Ok(Self { atlas, camera, overlay })
     }
 }
 
@@ -229,7 +251,15 @@ struct StreamApp {
     plane: PlaneScene,
     driver: StreamDriver,
     fetcher: RangeFetcher,
-    camera: CameraPath,
+    camera: PageCamera,
+    /// The DOM events since the last frame, and where they go.
+    input: InputQueue,
+    router: InputRouter,
+    overlay: Overlay,
+    painter: OverlayPainter,
+    /// Frame times and the decode rate, and the animation clock of the last frame.
+    pace: FrameStats,
+    last_now_ms: Option<f64>,
     canvas: web_sys::HtmlCanvasElement,
     adapter: String,
     /// `Date.now()` when `start` was called, and milliseconds from then to the atlas
@@ -253,29 +283,61 @@ enum StreamCheck {
 }
 
 impl Frames for StreamApp {
-    fn frame(&mut self, _now_ms: f64) -> Result<(), String> {
+    fn frame(&mut self, now_ms: f64) -> Result<(), String> {
         if let Some(lost) = self.ctx.lost() {
             return Err(lost.to_string());
         }
         self.driver.pump();
+        self.pace.push(now_ms, self.driver.stats().tiles_decoded);
+        let frame_ms = self.last_now_ms.map_or(0.0, |last| (now_ms - last).max(0.0));
+        self.last_now_ms = Some(now_ms);
         let Some((texture, view)) =
             next_texture(&self.canvas, &self.surface, &self.ctx.device, &mut self.config, self.view_format)
         else {
             return Ok(());
         };
         let size = (self.config.width, self.config.height);
-        let camera = self.camera.camera(self.frame, self.plane.half_width());
-        let still = self.frame >= self.camera.still_from();
-        let resident = still && self.vt.fully_resident() && !self.driver.busy();
+        let ppp = web_sys::window().map_or(1.0, |w| w.device_pixel_ratio()) as f32;
+        let events = std::mem::take(&mut *self.input.borrow_mut());
+        let (egui_events, pointer) =
+            self.router.route(&events, self.overlay.wants_pointer(), self.overlay.wants_keyboard());
+        for code in &pointer.pressed {
+            match code.as_str() {
+                "KeyH" => self.overlay.toggle(),
+                "KeyF" => self.overlay.toggle_freeze(),
+                "KeyM" => self.overlay.next_debug_view(),
+                other => self.camera.key(other),
+            }
+        }
+        let keys = HeldKeys::of(|code| self.router.held(code));
+        let seconds = (frame_ms / 1e3).min(0.1) as f32;
+        let camera = self.camera.camera(self.frame, &pointer, keys, seconds, size.1 as f32 / ppp);
+        let resident = self.camera.still() && self.vt.fully_resident() && !self.driver.busy();
         let check = resident && matches!(*self.check.borrow(), StreamCheck::Pending);
+        let page = self.page_figures();
         let ctx = self.ctx.clone();
         let mut encoder =
             ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("frame") });
         let vt_frame = self.vt.begin(&ctx, &mut encoder);
         self.plane.draw(&ctx, &vt_frame, &mut encoder, &view, size, &camera);
+        // The checked frame is the scene's alone: copied before the overlay is drawn.
         let readback = check.then(|| FrameCheck::record(&ctx.device, &mut encoder, &texture.texture));
+        let tiers = vt_frame.vt().stats();
+        self.overlay.record(now_ms / 1e3, frame_ms, vt_frame.stats(), &tiers);
+        let raw = egui_input(size, ppp, now_ms, egui_events, &ctx.device);
+        let output = self.overlay.run(raw, vt_frame.vt(), &tiers, &page);
+        let free = self.painter.paint(&ctx, &mut encoder, &view, size, output, self.overlay.egui());
         let stats = vt_frame.finish(&ctx, encoder).map_err(|e| e.to_string())?;
         ctx.queue.present(texture);
+        self.painter.free(&free);
+        match self.overlay.apply(&ctx, &mut self.vt) {
+            Ok(true) => {
+                let thumbnail = self.painter.register_pool(&ctx, &self.vt);
+                self.overlay.set_pool_thumbnail(Some(thumbnail));
+            }
+            Ok(false) => {}
+            Err(e) => web_sys::console::error_1(&JsValue::from_str(&e)),
+        }
         self.tiles_resident = stats.resident_vram;
         self.frame += 1;
         let elapsed = js_sys::Date::now() - self.started;
@@ -305,7 +367,44 @@ impl Frames for StreamApp {
     }
 }
 
+/// egui's input for a frame of `size` device pixels at `ppp` device pixels per CSS
+/// pixel (egui's points), at `now_ms`, with the page's `events`.
+fn egui_input(
+    size: (u32, u32),
+    ppp: f32,
+    now_ms: f64,
+    events: Vec<egui::Event>,
+    device: &wgpu::Device,
+) -> egui::RawInput {
+    let points = egui::vec2(size.0 as f32, size.1 as f32) / ppp;
+    let mut raw = egui::RawInput {
+        screen_rect: Some(egui::Rect::from_min_size(egui::Pos2::ZERO, points)),
+        max_texture_side: Some(device.limits().max_texture_dimension_2d as usize),
+        time: Some(now_ms / 1e3),
+        events,
+        focused: true,
+        ..Default::default()
+    };
+    raw.viewports.entry(egui::ViewportId::ROOT).or_default().native_pixels_per_point = Some(ppp);
+    raw
+}
+
 impl StreamApp {
+    /// The page's figures for the overlay.
+    fn page_figures(&self) -> PageFigures {
+        let net = self.fetcher.stats();
+        PageFigures {
+            requests: net.requests,
+            bytes: net.bytes,
+            in_flight: net.in_flight,
+            failures: net.failures,
+            tiles_decoded: self.driver.stats().tiles_decoded,
+            tiles_per_s: self.pace.tiles_per_s(),
+            frame_ms_median: self.pace.median_ms(),
+            camera: self.camera.name(),
+        }
+    }
+
     /// Writes the status line and the `#stats` JSON.
     fn report(&self, resident: bool) {
         let net = self.fetcher.stats();
@@ -341,7 +440,8 @@ impl StreamApp {
              \"bytes_fetched\":{},\"in_flight\":{},\"failed_requests\":{},\"jobs\":{},\"jobs_unavailable\":{},\
              \"tiles_decoded\":{},\"worst_decode_ms\":{:.1},\"decode_budget_ms\":{DECODE_BUDGET_MS},\
              \"max_in_flight\":{MAX_IN_FLIGHT},\"fully_resident\":{resident},\"opened_ms\":{:.0},\
-             \"first_frame_ms\":{},\"resident_ms\":{},\"check\":{check_json},\"last_fetch_error\":{last_error}}}",
+             \"first_frame_ms\":{},\"resident_ms\":{},\"frame_ms_median\":{},\"tiles_per_s\":{:.1},\
+             \"overlay\":{},\"check\":{check_json},\"last_fetch_error\":{last_error}}}",
             json_string(self.fetcher.url()),
             self.camera.name(),
             self.frame,
@@ -357,6 +457,9 @@ impl StreamApp {
             self.opened_ms,
             ms(self.first_frame_ms),
             ms(self.resident_ms),
+            self.pace.median_ms().map_or("null".to_owned(), |v| format!("{v:.2}")),
+            self.pace.tiles_per_s(),
+            self.overlay.shown(),
         );
         if let Some(element) =
             web_sys::window().and_then(|w| w.document()).and_then(|d| d.get_element_by_id("stats"))
