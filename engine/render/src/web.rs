@@ -51,8 +51,8 @@ const MAX_ROUND_TRIPS: u32 = 8;
 pub const MAX_IN_FLIGHT: usize = 6;
 /// Loader jobs held at once (fetching, or fetched and waiting to decode).
 const MAX_JOBS: usize = 8;
-/// Tiles per loader job: neighbours in storage order, so usually one range; few enough
-/// that one job's decode stays near [`DECODE_BUDGET_MS`] (a job is the unit).
+/// Tiles per loader job: neighbours in storage order, fetched together (usually one
+/// range), then decoded a tile at a time within [`DECODE_BUDGET_MS`].
 const JOB_TILES: usize = 8;
 /// Milliseconds of tile decoding each frame may spend on the main thread.
 pub const DECODE_BUDGET_MS: f64 = 4.0;
@@ -431,6 +431,9 @@ pub struct StreamDriver {
     ready: VecDeque<ExternalJob>,
     stats: DriverStats,
     last_error: Option<String>,
+    /// Milliseconds a tile's decode takes (a moving average), to stop before the
+    /// budget rather than after it.
+    tile_ms: f64,
 }
 
 impl StreamDriver {
@@ -444,6 +447,7 @@ impl StreamDriver {
             ready: VecDeque::new(),
             stats: DriverStats::default(),
             last_error: None,
+            tile_ms: 0.0,
         }
     }
 
@@ -463,9 +467,10 @@ impl StreamDriver {
     }
 
     /// One frame's work: new jobs taken, fetches started for those whose ranges are
-    /// known, fetched jobs decoded for at most [`DECODE_BUDGET_MS`].
+    /// known, fetched tiles decoded while the next is expected to fit in
+    /// [`DECODE_BUDGET_MS`] (at least one).
     pub fn pump(&mut self) {
-        while self.pending.len() + self.ready.len() < MAX_JOBS {
+        while self.pending.len() + self.ready.len().div_ceil(JOB_TILES) < MAX_JOBS {
             let Some(job) = self.threads.take_job(JOB_TILES) else { break };
             self.stats.jobs += 1;
             self.pending.push(Rc::new(RefCell::new(Pending {
@@ -496,7 +501,12 @@ impl StreamDriver {
             }
             let ranges = job.fetch_ranges();
             if ranges.is_empty() {
-                self.ready.push_back(job);
+                // Fetched together, decoded a tile at a time (the budget's unit).
+                let mut rest = Some(job);
+                while let Some(mut part) = rest.take() {
+                    rest = part.split_off(1);
+                    self.ready.push_back(part);
+                }
                 self.pending.swap_remove(i);
                 continue;
             }
@@ -521,13 +531,22 @@ impl StreamDriver {
             }
             i += 1;
         }
+        // Tiles while the next one is expected to fit in the budget (at least one a
+        // frame, so that streaming always moves).
         let started = now_ms();
+        let mut ran = 0;
         while let Some(job) = self.ready.pop_front() {
-            self.stats.tiles_decoded += job.tiles().len() as u64;
-            job.run();
-            if now_ms() - started >= DECODE_BUDGET_MS {
+            if ran > 0 && now_ms() - started + self.tile_ms > DECODE_BUDGET_MS {
+                self.ready.push_front(job);
                 break;
             }
+            let tiles = job.tiles().len().max(1);
+            let t0 = now_ms();
+            job.run();
+            let took = (now_ms() - t0) / tiles as f64;
+            self.tile_ms = if self.stats.tiles_decoded == 0 { took } else { 0.8 * self.tile_ms + 0.2 * took };
+            self.stats.tiles_decoded += tiles as u64;
+            ran += 1;
         }
         self.stats.worst_decode_ms = self.stats.worst_decode_ms.max(now_ms() - started);
     }

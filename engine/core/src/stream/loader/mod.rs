@@ -1352,4 +1352,37 @@ mod tests {
         job.run();
         assert!(threads.take_job(1).is_none());
     }
+
+    /// A job split for decoding tile by tile reports every tile exactly once, in two
+    /// parts that can run in either order; splitting at an end does nothing.
+    #[test]
+    fn external_jobs_split_into_parts() {
+        /// Loads in batches of 8, as the ranged atlas loader does.
+        struct Eights;
+        impl TileLoader for Eights {
+            fn load(&self, tile: TileId) -> Result<Arc<[u8]>, LoadError> {
+                Ok(vec![tile.x as u8].into())
+            }
+            fn batch_size(&self) -> usize {
+                8
+            }
+        }
+        let threads = LoaderThreads::external(LoaderConfig::default());
+        let pool = LoaderPool::on_threads(&threads, Arc::new(Eights));
+        assert_eq!(pool.request_many(&[(t(0, 1), 1), (t(0, 2), 1), (t(0, 3), 1)], 1), 3);
+        let mut job = threads.take_job(8).unwrap();
+        assert_eq!(job.tiles().len(), 3);
+        assert!(job.split_off(0).is_none() && job.split_off(3).is_none());
+        let mut tail = job.split_off(1).unwrap();
+        let last = tail.split_off(1).unwrap();
+        assert_eq!((job.tiles().len(), tail.tiles().len(), last.tiles().len()), (1, 1, 1));
+        last.run();
+        assert_eq!(pool.try_results().len(), 1, "a part reports its own tiles only");
+        drop(tail);
+        job.run();
+        let results = pool.try_results();
+        assert_eq!(results.len(), 2);
+        assert_eq!(pool.counters(), LoaderCounters { requested: 3, completed: 2, failed: 0, cancelled: 1 });
+        assert_eq!(pool.in_flight(), 0);
+    }
 }

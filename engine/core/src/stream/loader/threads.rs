@@ -324,6 +324,21 @@ impl ExternalJob {
         deliver(&self.client, results, loader, staging);
     }
 
+    /// Splits the tiles from `at` on into a job of their own (fetched together, decoded
+    /// apart: a driver with a time budget runs a job a few tiles at a time). `None`
+    /// when `at` leaves one side empty.
+    pub fn split_off(&mut self, at: usize) -> Option<ExternalJob> {
+        let job = self.job.as_mut()?;
+        if at == 0 || at >= job.tiles.len() {
+            return None;
+        }
+        let tiles = job.tiles.split_off(at);
+        Some(ExternalJob {
+            client: Arc::clone(&self.client),
+            job: Some(Job { tiles, loader: Arc::clone(&job.loader), staging: job.staging.clone() }),
+        })
+    }
+
     /// [`ExternalJob::load`], then [`ExternalJob::finish`].
     pub fn run(self) {
         let outcomes = self.load();
