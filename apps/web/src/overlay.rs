@@ -390,3 +390,47 @@ impl OverlayPainter {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::input::{InputEvent, InputRouter};
+
+    /// The corner's checkbox, clicked through the page's input path, hides the panel.
+    #[test]
+    fn the_corner_checkbox_toggles_the_panel() {
+        let ctx = egui::Context::default();
+        let mut router = InputRouter::default();
+        let mut shown = true;
+        let mut frame = |events: &[InputEvent], shown: &mut bool| {
+            let (events, camera) =
+                router.route(events, ctx.egui_wants_pointer_input(), ctx.egui_wants_keyboard_input());
+            let raw = egui::RawInput {
+                screen_rect: Some(egui::Rect::from_min_size(egui::Pos2::ZERO, egui::vec2(800.0, 450.0))),
+                events,
+                ..Default::default()
+            };
+            let mut output = ctx.run_ui(raw, |ui| {
+                page_ui(ui, &PageFigures { camera: "free", ..Default::default() }, &OverlayModel::default());
+                corner_ui(ui, shown, "free");
+            });
+            output.textures_delta.clear();
+            assert!(!output.shapes.is_empty());
+            camera
+        };
+        let modifiers = egui::Modifiers::default();
+        let at = [22.0, 24.0];
+        // An area is laid out unseen in its first frame.
+        frame(&[], &mut shown);
+        frame(&[InputEvent::PointerMove { pos: at }], &mut shown);
+        let camera = frame(
+            &[
+                InputEvent::PointerButton { pos: at, button: 0, pressed: true, modifiers },
+                InputEvent::PointerButton { pos: at, button: 0, pressed: false, modifiers },
+            ],
+            &mut shown,
+        );
+        assert!(!shown, "the click unticked the checkbox");
+        assert!(!camera.moved(), "a click on the overlay does not move the camera");
+    }
+}
