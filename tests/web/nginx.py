@@ -19,6 +19,7 @@ block's requests back. Missing nginx is an error that says how to install it.
 import argparse
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -141,10 +142,12 @@ def main():
     except (Missing, RuntimeError) as e:
         print(f"nginx.py: {e}", file=sys.stderr)
         return 2
+    # SIGTERM (scripts/web's trap) ends nginx too, as Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"serving {root} on {server.url('site')}", flush=True)
     try:
         server.proc.wait()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):
         pass
     finally:
         server.stop()

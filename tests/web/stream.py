@@ -43,8 +43,9 @@ from the atlas open to fully resident), time to fully resident, and the median f
 time (the page: the interval between animation frames from its first frame to fully
 resident, recorded by a script DevTools adds to the page, and the CPU time of its frame
 callback; natively: the wall time of a frame, GPU wait included). --bench [JSON] writes
-them to JSON (default target/web/bench.json) and builds the native side with
---release, as the page's module is.
+them to JSON (default target/web/bench.json), opens the page with overlay=0 (the native
+frame draws no egui overlay) and builds the native side with --release, as the page's
+module is.
 
 Exit status: 0 when every case passes, 1 otherwise, 2 when Chromium or nginx is missing.
 """
@@ -262,7 +263,7 @@ def print_comparison(bench):
         ("frame time 90th percentile, ms", b["frame_ms_p90"], n.get("frame_ms_p90")),
         ("page frame callback median, ms", b["callback_ms_median"], None),
     ]
-    print(f"stream: browser against native, {bench['camera']} camera, {bench['atlas_bytes']:,}-byte atlas "
+    print(f"stream: browser{' (overlay=0)' if bench.get('overlay_off') else ''} against native, {bench['camera']} camera, {bench['atlas_bytes']:,}-byte atlas "
           f"from nginx on loopback, {bench['size'][0]}x{bench['size'][1]}:")
     print(f"stream:   {'':42} {'browser (SwiftShader)':>22} {'native (' + n.get('profile', '-') + ')':>16}")
     for name, x, y in rows:
@@ -346,7 +347,8 @@ def main():
 
         result = case(
             "stream",
-            f"{base}index.html?atlas=atlas.tsa&camera={args.camera}",
+            # --bench: without the egui overlay, which the native frame does not draw.
+            f"{base}index.html?atlas=atlas.tsa&camera={args.camera}" + ("&overlay=0" if args.bench else ""),
             ["fully resident: yes", "Frame check: ok"],
             cls="ok",
             timeout=args.timeout,
@@ -377,6 +379,7 @@ def main():
                                     + ", ".join(sorted({str(r[0]) for r in served})))
                 bench = {
                     "camera": args.camera,
+                    "overlay_off": args.bench is not None,
                     "atlas_bytes": atlas_bytes,
                     "size": [frame["width"], frame["height"]] if frame else None,
                     "browser_agent": (pace or {}).get("agent", "?"),
