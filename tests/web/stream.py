@@ -345,6 +345,7 @@ def main():
                 failures.append(f"{name}: " + "; ".join(problems))
             return state, stats, elapsed, png, frame, pace
 
+        probed = len(server.log("site"))  # check_server's own requests, not the page's
         result = case(
             "stream",
             # --bench: without the egui overlay, which the native frame does not draw.
@@ -361,7 +362,7 @@ def main():
                     f.write(png)
                 print(f"stream: screenshot {args.screenshot}")
             print(f"stream: stats {json.dumps(stats)}")
-            served = [r for r in server.log("site") if r[3].split("?")[0] == "/atlas.tsa"]
+            served = [r for r in server.log("site")[probed:] if r[3].split("?")[0] == "/atlas.tsa"]
             if not stats or not stats.get("fully_resident") or not (stats.get("check") or {}).get("ok"):
                 failures.append("stream: #stats does not say fully resident with a checked frame")
             else:
