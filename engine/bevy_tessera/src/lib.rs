@@ -22,6 +22,15 @@
 //! # let _ = App::new().add_plugins(TesseraPlugin::default()).add_systems(Startup, setup);
 //! ```
 //!
+//! Atlases load through Bevy's `AssetServer` too: `asset_server.load("level.tsa")` gives
+//! a `Handle<`[`TesseraAtlas`]`>` that [`VirtualTexture::material`] takes in place of a
+//! path. Its loader ([`AtlasLoader`]) opens the atlas' header and index by range reads,
+//! from the file under the asset folder or, with [`TesseraWebSources`] added before
+//! `AssetPlugin`, from an `http(s)://` URL; tiles stream by range reads too, the file is
+//! never read whole. A file that is not an atlas fails to load with a message naming it;
+//! when Bevy reloads the asset (`file_watcher`, `AssetServer::reload`) the new atlas is
+//! streamed and its materials bind it.
+//!
 //! Each frame, in Bevy's render world: the plugin begins every atlas' frame (feedback
 //! collected without waiting, the streamer's decisions, uploads and page-table writes,
 //! the feedback bitset cleared) before Bevy's passes, and records the feedback readback
@@ -51,7 +60,7 @@
 //!
 //! By concern: this file holds the plugin, its settings and statistics and the
 //! material's data; `binding.rs` the material's bind group, pipelines and WESL module;
-//! `render.rs` the render world; `level.rs` glTF levels; `scene.rs` scene helpers;
+//! `render.rs` the render world; `asset.rs` atlases as Bevy assets; `level.rs` glTF levels; `scene.rs` scene helpers;
 //! `diagnostics.rs` Bevy diagnostics.
 
 use std::collections::HashMap;
@@ -63,9 +72,12 @@ use std::sync::Arc;
 #[doc = include_str!("../../../docs/bevy.md")]
 struct Guide;
 
+mod asset;
 pub mod diagnostics;
 pub mod level;
 pub mod scene;
+
+pub use asset::{AtlasLoadError, AtlasLoader, TesseraAtlas, TesseraWebSources};
 
 /// The engine crate, for anything the plugin's API does not re-export.
 pub use tessera;
@@ -148,13 +160,19 @@ pub const FEEDBACK_IN_PREPASS_DEF: &str = "TESSERA_FEEDBACK_IN_PREPASS";
 /// Bevy's `StandardMaterial` with its base colour streamed from a virtual texture.
 pub type TesseraMaterial = ExtendedMaterial<StandardMaterial, VirtualTexture>;
 
-/// The virtual texture of a material: a baked atlas (a path, or an `http(s)://` or
-/// `s3://` URL with the `remote` feature, on by default), sampled over the mesh's UVs
-/// (0..1 across the whole texture, or a [`Region`] of it).
+/// The virtual texture of a material: a baked atlas (an asset loaded by Bevy's
+/// `AssetServer`, or a path, or an `http(s)://` or `s3://` URL with the `remote`
+/// feature, on by default), sampled over the mesh's UVs (0..1 across the whole texture,
+/// or a [`Region`] of it).
 #[derive(Asset, TypePath, Clone, Debug, PartialEq)]
 pub struct VirtualTexture {
-    /// Where the atlas is.
+    /// The atlas' name: where it is (a path or URL the plugin opens), or, with
+    /// [`VirtualTexture::asset`], the asset's path. [`TesseraStats`] names the atlas by it.
     pub atlas: String,
+    /// The atlas as a Bevy asset ([`VirtualTexture::from_handle`]): `None` for an atlas
+    /// the plugin opens at [`VirtualTexture::atlas`].
+    #[dependency]
+    pub asset: Option<Handle<TesseraAtlas>>,
     /// The part of the atlas the mesh's UVs span: the whole texture by default, or a
     /// material's rectangle of a scene atlas (`tessera bake --gltf`).
     pub region: Region,
@@ -268,6 +286,7 @@ pub fn scene_material(atlas: &str, m: &PackedMaterial, size: (u32, u32)) -> Tess
         },
         extension: VirtualTexture {
             atlas: atlas.to_owned(),
+            asset: None,
             region: Region::from_packed(m, size),
             main_pass_feedback: false,
         },
@@ -285,17 +304,82 @@ pub fn alpha_mode(m: &PackedMaterial) -> AlphaMode {
 }
 
 impl VirtualTexture {
-    /// The virtual texture of the atlas at `atlas`, over the whole texture.
-    pub fn new(atlas: impl Into<String>) -> Self {
-        Self { atlas: atlas.into(), region: Region::default(), main_pass_feedback: false }
+    /// The virtual texture of the atlas at `atlas` (or of an atlas asset's handle), over
+    /// the whole texture.
+    pub fn new(atlas: impl Into<AtlasRef>) -> Self {
+        let (atlas, asset) = match atlas.into() {
+            AtlasRef::Location(location) => (location, None),
+            AtlasRef::Asset(handle) => (atlas_name(&handle), Some(handle)),
+        };
+        Self { atlas, asset, region: Region::default(), main_pass_feedback: false }
     }
 
-    /// A white, fully rough [`TesseraMaterial`] showing the atlas at `atlas`.
-    pub fn material(atlas: impl Into<String>) -> TesseraMaterial {
+    /// The virtual texture of an atlas loaded by Bevy's `AssetServer`
+    /// (`asset_server.load("level.tsa")`), over the whole texture. The plugin streams it
+    /// once it has loaded, and opens it again when Bevy reloads it (its `file_watcher`
+    /// feature, `AssetServer::reload`); one that fails to load leaves the material's
+    /// colour, like a path that does not open.
+    pub fn from_handle(atlas: Handle<TesseraAtlas>) -> Self {
+        Self::new(atlas)
+    }
+
+    /// A white, fully rough [`TesseraMaterial`] showing the atlas at `atlas`, or the atlas
+    /// asset of a handle (`VirtualTexture::material(asset_server.load("level.tsa"))`).
+    pub fn material(atlas: impl Into<AtlasRef>) -> TesseraMaterial {
         ExtendedMaterial {
             base: StandardMaterial { perceptual_roughness: 1.0, ..default() },
             extension: Self::new(atlas),
         }
+    }
+}
+
+/// What a [`VirtualTexture`] names: a location the plugin opens, or an atlas asset.
+/// Strings, paths' strings and handles convert into it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AtlasRef {
+    /// A path, or an `http(s)://` or `s3://` URL (the `remote` feature).
+    Location(String),
+    /// An atlas loaded by Bevy's `AssetServer`.
+    Asset(Handle<TesseraAtlas>),
+}
+
+impl From<String> for AtlasRef {
+    fn from(location: String) -> Self {
+        Self::Location(location)
+    }
+}
+
+impl From<&str> for AtlasRef {
+    fn from(location: &str) -> Self {
+        Self::Location(location.to_owned())
+    }
+}
+
+impl From<&String> for AtlasRef {
+    fn from(location: &String) -> Self {
+        Self::Location(location.clone())
+    }
+}
+
+impl From<std::borrow::Cow<'_, str>> for AtlasRef {
+    fn from(location: std::borrow::Cow<'_, str>) -> Self {
+        Self::Location(location.into_owned())
+    }
+}
+
+impl From<Handle<TesseraAtlas>> for AtlasRef {
+    fn from(handle: Handle<TesseraAtlas>) -> Self {
+        Self::Asset(handle)
+    }
+}
+
+/// The name of an atlas asset in [`VirtualTexture::atlas`] and [`TesseraStats`]: its
+/// asset path (`level.tsa`, `http://host/level.tsa`), or its id for an atlas added to
+/// `Assets` by hand.
+fn atlas_name(handle: &Handle<TesseraAtlas>) -> String {
+    match handle.path() {
+        Some(path) => path.to_string(),
+        None => format!("asset {}", handle.id()),
     }
 }
 
@@ -372,6 +456,7 @@ impl Plugin for TesseraPlugin {
         for ((handle, file), source) in SHADER_FILES.into_iter().zip(sources) {
             let _ = shaders.insert(handle.id(), Shader::from_wesl(source, file));
         }
+        asset::register(app);
         app.add_plugins(MaterialPlugin::<TesseraMaterial>::default());
         let (sender, receiver) = crossbeam_channel::unbounded();
         app.init_resource::<TesseraStats>()

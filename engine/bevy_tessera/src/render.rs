@@ -1,5 +1,5 @@
 //! The plugin's render world: atlases opened on Bevy's device (and opened again when
-//! their file is replaced), each frame begun before Bevy's passes and ended after them,
+//! their file is replaced or Bevy reloads their asset), each frame begun before Bevy's passes and ended after them,
 //! and the statistics sent back to the main world.
 
 use super::*;
@@ -13,8 +13,8 @@ pub struct VtRenderState {
     pub(super) config: VtConfig,
     pub(super) ctx: Option<GpuContext>,
     pub(super) atlases: HashMap<String, Streamed>,
-    /// Atlases the materials name, from the main world.
-    pub(super) wanted: Vec<String>,
+    /// Atlases the materials name ([`VirtualTexture::atlas`]), from the main world.
+    pub(super) wanted: Vec<(String, Wanted)>,
     /// Resources bound for atlases that failed to open: an empty parameter block.
     pub(super) fallback: Option<tessera::BindingResources>,
     pub(super) sender: Sender<Report>,
@@ -41,28 +41,87 @@ pub(super) fn file_identity(location: &str) -> Option<FileIdentity> {
     Some((meta.len(), meta.modified().ok()?))
 }
 
+/// An atlas a material names, as the main world has it this frame.
+#[derive(Clone)]
+pub(super) enum Wanted {
+    /// A location the plugin opens itself (and checks for replacement).
+    Location,
+    /// An atlas asset, loaded: each load (a reload too) is a new atlas.
+    Asset(Arc<Atlas>),
+    /// An atlas asset that failed to load: Bevy's message.
+    AssetFailed(String),
+}
+
+/// What an atlas in the render world was opened from, to tell when it changes.
+pub(super) enum Origin {
+    /// A location: its file as it was opened ([`file_identity`]).
+    File(Option<FileIdentity>),
+    /// An atlas asset's atlas (`None`: the asset failed to load).
+    Asset(Option<Arc<Atlas>>),
+}
+
+impl Origin {
+    /// Whether this is the asset's atlas `atlas`, the same load of it.
+    fn is(&self, atlas: &Arc<Atlas>) -> bool {
+        matches!(self, Origin::Asset(Some(seen)) if Arc::ptr_eq(seen, atlas))
+    }
+}
+
 pub(super) enum Streamed {
     Open(Box<Streaming>),
-    /// Tried again only once the file changes from this ([`file_identity`]).
-    Failed(Option<FileIdentity>),
+    /// Tried again only once its origin changes from this.
+    Failed(Origin),
+}
+
+impl Streamed {
+    fn origin(&self) -> &Origin {
+        match self {
+            Streamed::Open(s) => &s.origin,
+            Streamed::Failed(origin) => origin,
+        }
+    }
 }
 
 pub(super) struct Streaming {
     pub(super) vt: VirtualTextures,
     pub(super) frame: Option<DetachedFrame>,
-    /// The file as it was opened ([`file_identity`]).
-    pub(super) identity: Option<FileIdentity>,
+    /// What it was opened from.
+    pub(super) origin: Origin,
 }
 
 pub(super) fn extract_atlases(
     materials: Extract<Res<Assets<TesseraMaterial>>>,
+    assets: Extract<Res<Assets<TesseraAtlas>>>,
+    server: Extract<Res<AssetServer>>,
     mut state: ResMut<VtRenderState>,
 ) {
     state.wanted.clear();
     for (_, m) in materials.iter() {
-        if !state.wanted.contains(&m.extension.atlas) {
-            state.wanted.push(m.extension.atlas.clone());
+        let vt = &m.extension;
+        if state.wanted.iter().any(|(name, _)| *name == vt.atlas) {
+            continue;
         }
+        let wanted = match &vt.asset {
+            None => Wanted::Location,
+            Some(handle) => match (assets.get(handle), server.load_state(handle)) {
+                // After a failed reload Bevy keeps the asset: it keeps streaming.
+                (Some(atlas), _) => Wanted::Asset(atlas.atlas().clone()),
+                (None, bevy::asset::LoadState::Failed(e)) => Wanted::AssetFailed(e.to_string()),
+                // Still loading: its materials wait.
+                (None, _) => continue,
+            },
+        };
+        state.wanted.push((vt.atlas.clone(), wanted));
+    }
+}
+
+/// Whether `wanted` asks for something the render world has not done: an atlas not
+/// tried yet, or an asset loaded again.
+fn pending(atlases: &HashMap<String, Streamed>, (name, wanted): &(String, Wanted)) -> bool {
+    match (atlases.get(name), wanted) {
+        (None, _) => true,
+        (Some(streamed), Wanted::Asset(atlas)) => !streamed.origin().is(atlas),
+        (Some(_), Wanted::Location | Wanted::AssetFailed(_)) => false,
     }
 }
 
@@ -77,7 +136,7 @@ pub(super) fn open_atlases(
     if state.frames.is_multiple_of(RELOAD_CHECK_FRAMES) {
         reopen_replaced(state);
     }
-    if state.wanted.iter().all(|a| state.atlases.contains_key(a)) {
+    if !state.wanted.iter().any(|w| pending(&state.atlases, w)) {
         return;
     }
     if state.ctx.is_none() {
@@ -86,68 +145,100 @@ pub(super) fn open_atlases(
             Err(e) => {
                 error!("Tessera cannot stream on this GPU: {e}");
                 state.fallback = Some(fallback_resources(device.wgpu_device()));
-                for a in &state.wanted {
-                    let _ = state.sender.send(Report::Failed(a.clone(), e.to_string()));
-                    state.atlases.insert(a.clone(), Streamed::Failed(None));
+                for (name, wanted) in &state.wanted {
+                    let _ = state.sender.send(Report::Failed(name.clone(), e.to_string()));
+                    let origin = match wanted {
+                        Wanted::Location => Origin::File(None),
+                        Wanted::Asset(atlas) => Origin::Asset(Some(atlas.clone())),
+                        Wanted::AssetFailed(_) => Origin::Asset(None),
+                    };
+                    state.atlases.insert(name.clone(), Streamed::Failed(origin));
                 }
             }
         }
     }
-    for location in state.wanted.clone() {
-        if state.atlases.contains_key(&location) {
+    for (name, wanted) in state.wanted.clone() {
+        if !pending(&state.atlases, &(name.clone(), wanted.clone())) {
             continue;
         }
-        let identity = file_identity(&location);
-        let opened = match &state.ctx {
-            Some(ctx) => open_one(ctx, &location, &state.config),
-            None => Err("no GPU context".to_owned()),
+        let (opened, origin) = match wanted {
+            Wanted::Location => {
+                let identity = file_identity(&name);
+                let opened = match &state.ctx {
+                    Some(ctx) => open_one(ctx, &name, &state.config),
+                    None => Err("no GPU context".to_owned()),
+                };
+                (opened, Origin::File(identity))
+            }
+            Wanted::Asset(atlas) => {
+                let opened = match &state.ctx {
+                    Some(ctx) => stream(ctx, atlas.clone(), &state.config),
+                    None => Err("no GPU context".to_owned()),
+                };
+                (opened, Origin::Asset(Some(atlas)))
+            }
+            Wanted::AssetFailed(why) => (Err(why), Origin::Asset(None)),
         };
+        if let Some(streamed) = state.atlases.get_mut(&name) {
+            replace(streamed, &name, "Bevy loaded the asset again", opened, origin, &state.sender);
+            continue;
+        }
         let entry = match opened {
-            Ok(vt) => Streamed::Open(Box::new(Streaming { vt, frame: None, identity })),
+            Ok(vt) => Streamed::Open(Box::new(Streaming { vt, frame: None, origin })),
             Err(e) => {
-                error!("Tessera atlas {location}: {e}; its meshes keep their material colour");
-                let _ = state.sender.send(Report::Failed(location.clone(), e));
+                error!("Tessera atlas {name}: {e}; its meshes keep their material colour");
+                let _ = state.sender.send(Report::Failed(name.clone(), e));
                 if state.fallback.is_none() {
                     state.fallback = Some(fallback_resources(device.wgpu_device()));
                 }
-                Streamed::Failed(identity)
+                Streamed::Failed(origin)
             }
         };
-        state.atlases.insert(location, entry);
+        state.atlases.insert(name, entry);
     }
 }
 
 /// Opens again every local atlas whose file was replaced since it was opened (or that
 /// failed to open and now opens): a bake that rewrote it, a file copied over it. A file
 /// that does not open yet (still being written) keeps the old one until a later check.
+/// Atlas assets are left to Bevy's reloads.
 pub(super) fn reopen_replaced(state: &mut VtRenderState) {
     let Some(ctx) = &state.ctx else { return };
     for (location, streamed) in &mut state.atlases {
-        let seen = match streamed {
-            Streamed::Open(s) => s.identity,
-            Streamed::Failed(identity) => *identity,
-        };
+        let Origin::File(seen) = streamed.origin() else { continue };
         let now = file_identity(location);
-        if now.is_none() || now == seen {
+        if now.is_none() || now == *seen {
             continue;
         }
-        match open_one(ctx, location, &state.config) {
-            Ok(vt) => {
-                info!("Tessera atlas {location}: the file changed, opened again");
-                *streamed = Streamed::Open(Box::new(Streaming { vt, frame: None, identity: now }));
-                let _ = state.sender.send(Report::Reopened(location.clone()));
-            }
-            // Tried again only when the file changes again.
-            Err(e) => match streamed {
-                Streamed::Open(s) => {
-                    s.identity = now;
-                    warn!(
-                        "Tessera atlas {location}: the file changed but does not open ({e}); the old one stays"
-                    );
-                }
-                Streamed::Failed(identity) => *identity = now,
-            },
+        let opened = open_one(ctx, location, &state.config);
+        replace(streamed, location, "the file changed", opened, Origin::File(now), &state.sender);
+    }
+}
+
+/// Puts a new opening of atlas `name` (from `origin`, because of `why`) in place of
+/// `streamed`: its materials bind the new one; or, where it did not open, the old one
+/// stays, and it is tried again only once its origin changes again.
+fn replace(
+    streamed: &mut Streamed,
+    name: &str,
+    why: &str,
+    opened: Result<VirtualTextures, String>,
+    origin: Origin,
+    sender: &Sender<Report>,
+) {
+    match opened {
+        Ok(vt) => {
+            info!("Tessera atlas {name}: {why}, opened again");
+            *streamed = Streamed::Open(Box::new(Streaming { vt, frame: None, origin }));
+            let _ = sender.send(Report::Reopened(name.to_owned()));
         }
+        Err(e) => match streamed {
+            Streamed::Open(s) => {
+                s.origin = origin;
+                warn!("Tessera atlas {name}: {why} but does not open ({e}); the old one stays");
+            }
+            Streamed::Failed(seen) => *seen = origin,
+        },
     }
 }
 
@@ -157,7 +248,12 @@ pub(super) fn open_one(
     config: &VtConfig,
 ) -> Result<VirtualTextures, String> {
     let atlas = Atlas::open(location).map_err(|e| e.to_string())?;
-    VirtualTextures::new(ctx, Arc::new(atlas), config.clone()).map_err(|e| e.to_string())
+    stream(ctx, Arc::new(atlas), config)
+}
+
+/// The virtual textures of an opened atlas on the host's device.
+fn stream(ctx: &GpuContext, atlas: Arc<Atlas>, config: &VtConfig) -> Result<VirtualTextures, String> {
+    VirtualTextures::new(ctx, atlas, config.clone()).map_err(|e| e.to_string())
 }
 
 /// Bindings for an atlas that failed to open: a zeroed parameter block (so
