@@ -311,6 +311,20 @@ fn garbage_and_wrong_magic() {
     let err = open_bytes(dir.path(), &bytes).unwrap_err();
     assert!(matches!(err, AtlasError::BadMagic { .. }));
     assert!(err.to_string().contains("not a Tessera atlas"));
+    // What the file is instead: a format to bake first, a page a server sent, or hex.
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png.resize(5000, 0);
+    let said = |bytes: &[u8]| open_bytes(dir.path(), bytes).unwrap_err().to_string();
+    assert!(said(&png).contains("a PNG image: bake it first"), "{}", said(&png));
+    let mut html = b"  <!DOCTYPE html><html><body>Not found</body></html>".to_vec();
+    html.resize(5000, b' ');
+    assert!(said(&html).contains("an HTML or XML page"), "{}", said(&html));
+    assert!(said(&html[..30]).contains("an HTML or XML page"), "a short file: {}", said(&html[..30]));
+    assert!(
+        said(&garbage).contains(&format!("it starts with bytes {:02x}", garbage[0])),
+        "{}",
+        said(&garbage)
+    );
 }
 
 #[test]

@@ -121,7 +121,7 @@ pub enum WebError {
         message: String,
     },
     /// The bytes are not an atlas that can be read (the core's error names the URL).
-    #[error("not a readable Tessera atlas: {0}")]
+    #[error("{0}")]
     Atlas(#[from] AtlasError),
 }
 

@@ -52,10 +52,12 @@ pub enum AtlasError {
         tile: TileId,
     },
     /// The file does not start with the atlas magic.
-    #[error("{path}: not a Tessera atlas (bad magic bytes)")]
+    #[error("{path}: not a Tessera atlas ({found})")]
     BadMagic {
         /// The atlas path.
         path: PathBuf,
+        /// What its first bytes look like instead ([`what_the_bytes_are`]).
+        found: String,
     },
     /// The file is of a format version this build does not read.
     #[error(
@@ -196,4 +198,34 @@ impl AtlasError {
             _ => None,
         }
     }
+}
+
+/// What a file that is not an atlas seems to be, from its first bytes: a known format
+/// (an image to bake first, an HTML page a server sent instead), else the bytes in hex.
+pub fn what_the_bytes_are(first: &[u8]) -> String {
+    let starts = |sig: &[u8]| first.starts_with(sig);
+    let text = String::from_utf8_lossy(&first[..first.len().min(64)]).trim_start().to_ascii_lowercase();
+    let known = if starts(b"\x89PNG\r\n\x1a\n") {
+        "a PNG image: bake it first (tessera bake FILE -o FILE.tsa)"
+    } else if starts(&[0xff, 0xd8, 0xff]) {
+        "a JPEG image: bake it first (tessera bake FILE -o FILE.tsa)"
+    } else if starts(b"\xabKTX 20\xbb") {
+        "a KTX2 texture: bake it first (tessera bake FILE -o FILE.tsa)"
+    } else if starts(b"II*\0") || starts(b"MM\0*") || starts(b"II+\0") || starts(b"MM\0+") {
+        "a TIFF image: bake it first (tessera bake FILE -o FILE.tsa)"
+    } else if starts(b"glTF") {
+        "a binary glTF: bake it first (tessera bake --gltf FILE -o FILE.tsa)"
+    } else if text.starts_with("<!doctype html") || text.starts_with("<html") || text.starts_with("<?xml") {
+        "an HTML or XML page: a wrong link, or a server's error or fallback page"
+    } else if text.starts_with('{') || text.starts_with('[') {
+        "JSON text: a wrong link, or a server's error reply"
+    } else if starts(&[0x1f, 0x8b]) {
+        "gzip data: a compressed download, or a server that compresses what it sends"
+    } else if first.is_empty() {
+        return "it is empty".to_owned();
+    } else {
+        let hex: Vec<String> = first.iter().take(8).map(|b| format!("{b:02x}")).collect();
+        return format!("it starts with bytes {}", hex.join(" "));
+    };
+    format!("it looks like {known}")
 }

@@ -26,7 +26,7 @@ use crate::format::codec::Codec;
 pub use crate::format::color::ColorSpace;
 use crate::format::tile::TextureLayout;
 
-pub use error::AtlasError;
+pub use error::{AtlasError, what_the_bytes_are};
 pub use header::{
     BLOB_ALIGN, ENTRY_BYTES, FLAG_SPLIT, FLAG_STACKED, HEADER_BYTES, KNOWN_FLAGS, LAYER_BYTES, MAGIC,
     MAX_NAME_BYTES, MAX_PAGE_ENTRIES, MIN_PAGE_ENTRIES, OLDEST_VERSION, ROOT_FIXED_BYTES, ROOT_LIMIT,

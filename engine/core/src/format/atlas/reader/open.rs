@@ -2,6 +2,7 @@
 //! the index's root, and the data objects of a split atlas.
 
 use super::*;
+use crate::format::atlas::what_the_bytes_are;
 
 impl Atlas {
     /// Opens and validates an atlas: header, checksums, every layer and every
@@ -42,10 +43,13 @@ impl Atlas {
         let io = |e: ReadError| e.at_open(&path);
         let invalid = |what: String| AtlasError::Invalid { path: path.clone(), what };
         if len < HEADER_BYTES as u64 {
-            let mut magic = [0u8; 8];
+            // Up to 64 bytes: enough to tell what the file is instead (an HTML page...).
+            let mut first = vec![0u8; len.min(64) as usize];
             if len >= 8 {
-                match file.read_exact_at(&mut magic, 0) {
-                    Ok(()) if magic != MAGIC => return Err(AtlasError::BadMagic { path }),
+                match file.read_exact_at(&mut first, 0) {
+                    Ok(()) if first[..8] != MAGIC => {
+                        return Err(AtlasError::BadMagic { path, found: what_the_bytes_are(&first) });
+                    }
                     Err(missing @ ReadError::Missing(..)) => return Err(io(missing)),
                     _ => {}
                 }
@@ -348,7 +352,7 @@ impl Atlas {
 pub(super) fn read_header(h: &[u8], path: &Path, len: u64) -> Result<Header, AtlasError> {
     let path = path.to_path_buf();
     if h[0..8] != MAGIC {
-        return Err(AtlasError::BadMagic { path });
+        return Err(AtlasError::BadMagic { path, found: what_the_bytes_are(h) });
     }
     let version = rd_u32(h, 8);
     if !(OLDEST_VERSION..=VERSION).contains(&version) {
