@@ -26,6 +26,9 @@ smoke.py):
   no-range    the same page from a server block with `max_ranges 0;` (answers 200 with
               the whole file): the page must say "the server does not support HTTP range
               requests".
+  revisit     the static view twice in one browser: the second visit must read the
+              atlas' blocks from the disk tier (Cache Storage) and request only the
+              atlas' first range (which tells its version, the ETag).
   cors        an atlas on another origin (http://localhost:OTHER_PORT/, no CORS headers):
               the page must say that the fetch was refused.
 
@@ -139,10 +142,12 @@ def psnr(a, b):
     return math.inf if total == 0 else 10 * math.log10(255 * 255 * n / total)
 
 
-def open_page(binary, url, timeout, until, verbose):
+def open_page(binary, url, timeout, until, verbose, earlier_visits=0):
     """Loads `url` in a fresh Chromium; polls until `until(status, stats)` or the
     timeout; returns (status, stats, seconds, console lines, screenshot PNG bytes,
-    checked frame, pace: {stamps, busy} from PACE_JS)."""
+    checked frame, pace: {stamps, busy} from PACE_JS). With `earlier_visits`, the page
+    is loaded that many times before in the same browser (its storage kept), each until
+    `until` or the timeout, and the last tuple gains the earlier visits' #stats."""
     profile = tempfile.mkdtemp(prefix="tessera-chromium-")
     proc, port, _log = smoke.start_chromium(binary, profile, 30, smoke.WEBGPU_FLAGS)
     try:
@@ -152,21 +157,26 @@ def open_page(binary, url, timeout, until, verbose):
         page.call("Runtime.enable")
         page.call("Page.enable")
         page.call("Page.addScriptToEvaluateOnNewDocument", source=PACE_JS)
-        started = time.monotonic()
-        page.call("Page.navigate", url=url)
-        state, stats = {"cls": "missing", "text": ""}, None
-        while time.monotonic() - started < timeout:
-            time.sleep(0.25)
-            state = page.evaluate(smoke.STATUS_JS) or state
-            text = page.evaluate(STATS_JS) or ""
-            stats = json.loads(text) if text else stats
-            if until(state, stats):
-                break
+        earlier = []
+        for visit in range(earlier_visits + 1):
+            started = time.monotonic()
+            page.call("Page.navigate", url=url)
+            state, stats = {"cls": "missing", "text": ""}, None
+            while time.monotonic() - started < timeout:
+                time.sleep(0.25)
+                state = page.evaluate(smoke.STATUS_JS) or state
+                text = page.evaluate(STATS_JS) or ""
+                stats = json.loads(text) if text else stats
+                if until(state, stats):
+                    break
+            if visit < earlier_visits:
+                earlier.append(stats)
         elapsed = time.monotonic() - started
         shot = page.call("Page.captureScreenshot", format="png")
         frame = page.evaluate(FRAME_JS)
         pace = page.evaluate(PACE_READ_JS)
-        return state, stats, elapsed, page.console, base64.b64decode(shot["data"]), frame, pace
+        result = (state, stats, elapsed, page.console, base64.b64decode(shot["data"]), frame, pace)
+        return result + (earlier,) if earlier_visits else result
     finally:
         proc.kill()
         proc.wait()
@@ -411,7 +421,9 @@ def main():
                     print(f"stream: wrote {args.bench}")
         case("missing", f"{base}index.html?atlas=missing.tsa", ["no atlas at", "missing.tsa (404)"])
         case("truncated", f"{base}index.html?atlas=truncated.tsa", ["truncated.tsa"])
-        case("not-atlas", f"{base}index.html?atlas=not-atlas.tsa", ["not-atlas.tsa", "not a Tessera atlas"])
+        case("not-atlas", f"{base}index.html?atlas=not-atlas.tsa",
+             ["not-atlas.tsa", "not a Tessera atlas", "it looks like a PNG image: bake it first"])
+        revisit(args, binary, f"{base}index.html?atlas=atlas.tsa&camera=static&overlay=0", failures)
         case(
             "no-range",
             f"{plain_base}index.html?atlas=atlas.tsa",
@@ -430,6 +442,41 @@ def main():
         return 1
     print("stream: passed")
     return 0
+
+
+def revisit(args, binary, url, failures):
+    """The disk tier: the static view streamed twice in one browser. The first visit
+    writes the atlas' blocks to Cache Storage (nginx sends an ETag, so the tier is on);
+    the second must read them back: its only request is the atlas' first range, which
+    tells its version."""
+    if args.only and "revisit" not in args.only:
+        return
+
+    def resident(state, stats):
+        return state["cls"] == "error" or bool(stats and stats.get("fully_resident"))
+
+    state, second, _elapsed, _console, _png, _frame, _pace, earlier = open_page(
+        binary, url, 60.0, resident, args.verbose, earlier_visits=1)
+    first = earlier[0] or {}
+    second = second or {}
+    tier1, tier2 = first.get("disk_tier") or {}, second.get("disk_tier") or {}
+    print(f"stream: [revisit] {url}: first visit {first.get('requests')} requests, {first.get('bytes_fetched')} bytes, "
+          f"disk tier: {tier1.get('note')}, {tier1.get('writes')} blocks written; second visit "
+          f"{second.get('requests')} requests, {second.get('bytes_fetched')} bytes, "
+          f"{tier2.get('hits')} blocks ({tier2.get('hit_bytes')} bytes) from Cache Storage, "
+          f"fully resident after {second.get('resident_ms')} ms (first: {first.get('resident_ms')} ms)")
+    problems = []
+    if not first.get("fully_resident") or not second.get("fully_resident"):
+        problems.append(f"a visit did not become fully resident (status: {state['text']})")
+    if not tier1.get("on"):
+        problems.append(f"the disk tier is off: {tier1.get('note')}")
+    if not tier2.get("hits"):
+        problems.append("the second visit read nothing from Cache Storage")
+    if second.get("requests") != 1:
+        problems.append("the second visit made other requests than the first range's (which tells the "
+                        "atlas' version: its ETag)")
+    if problems:
+        failures.append("revisit: " + "; ".join(problems))
 
 
 def check_server(base, plain_base, failures):

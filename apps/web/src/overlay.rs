@@ -52,6 +52,21 @@ pub struct PageFigures {
     pub frame_ms_median: Option<f64>,
     /// The camera's name (`static`, `fly`, `free`).
     pub camera: &'static str,
+    /// The disk tier's figures (the page's Cache Storage), `None` while it is off.
+    pub disk: Option<DiskFigures>,
+}
+
+/// What the disk tier holds and has served.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DiskFigures {
+    /// Bytes held.
+    pub bytes_held: u64,
+    /// Its byte budget.
+    pub budget: u64,
+    /// Blocks read from it.
+    pub hits: u64,
+    /// Bytes read from it.
+    pub hit_bytes: u64,
 }
 
 /// The settings last applied to the engine, to notice changes in the overlay.
@@ -263,6 +278,16 @@ fn page_ui(ui: &mut egui::Ui, p: &PageFigures, m: &OverlayModel) {
             mib(m.host_budget_bytes),
             m.host_tiles
         ));
+        ui.label(match &p.disk {
+            Some(d) => format!(
+                "disk tier {:.1} of {:.0} MiB, {:.1} MiB read from it ({} blocks)",
+                mib(d.bytes_held),
+                mib(d.budget),
+                mib(d.hit_bytes),
+                d.hits
+            ),
+            None => "disk tier off (#stats says why)".to_owned(),
+        });
         ui.label(match p.frame_ms_median {
             Some(ms) => format!("frame time {ms:.1} ms (median), {} camera", p.camera),
             None => format!("{} camera", p.camera),

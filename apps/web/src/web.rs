@@ -6,7 +6,9 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use tessera::core::stream::streamer::SharedStreaming;
-use tessera::web::{DECODE_BUDGET_MS, MAX_IN_FLIGHT, RangeFetcher, StreamDriver, open_atlas};
+use tessera::web::{
+    DECODE_BUDGET_MS, DEFAULT_DISK_TIER_BYTES, MAX_IN_FLIGHT, RangeFetcher, StreamDriver, open_atlas,
+};
 use tessera::{GpuContext, VirtualTextures, VtConfig};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
@@ -15,7 +17,7 @@ use crate::dom_input::{InputQueue, listen};
 use crate::frame_stats::FrameStats;
 use crate::free_camera::{CameraChoice, HeldKeys, PageCamera};
 use crate::input::InputRouter;
-use crate::overlay::{Overlay, OverlayPainter, PageFigures};
+use crate::overlay::{DiskFigures, Overlay, OverlayPainter, PageFigures};
 use crate::pattern::{FrameCheck, FrameSummary, PatternScene};
 use crate::plane::{ImageStats, PlaneScene};
 
@@ -93,7 +95,7 @@ async fn run(canvas_id: &str) -> Result<(), String> {
         // The frame check copies the canvas' own texture.
         config.usage |= wgpu::TextureUsages::COPY_SRC;
         surface.configure(&ctx.device, &config);
-        let fetcher = RangeFetcher::new(atlas_url.clone());
+        let fetcher = RangeFetcher::new(atlas_url.clone()).with_disk_budget(query.disk_budget);
         status(
             Level::Info,
             &format!("WebGPU adapter: {adapter}. Opening {atlas_url} (HTTP range requests)…"),
@@ -203,11 +205,14 @@ struct Query {
     camera: CameraChoice,
     /// Whether the overlay's panel starts shown (`?overlay=0` hides it).
     overlay: bool,
+    /// The disk tier's budget in bytes (`?disk-cache-mib=N`; 0 turns it off).
+    disk_budget: u64,
 }
 
 impl Query {
     /// `?atlas=URL` (default [`DEFAULT_ATLAS`] beside the page), `?camera=free|static|fly`
-    /// (default free), `?overlay=0|1` (default 1), `?scene=pattern`.
+    /// (default free), `?overlay=0|1` (default 1), `?disk-cache-mib=N` (the disk tier's
+    /// budget, default [`DEFAULT_DISK_TIER_BYTES`]; 0 turns it off), `?scene=pattern`.
     fn of_page(window: &web_sys::Window) -> Result<Self, String> {
         let location = window.location();
         let search = location.search().unwrap_or_default();
@@ -217,6 +222,15 @@ impl Query {
             None | Some("1") => true,
             Some("0") => false,
             Some(other) => return Err(format!("overlay=\"{other}\" is neither 0 nor 1")),
+        };
+        let disk_budget = match params.get("disk-cache-mib") {
+            None => DEFAULT_DISK_TIER_BYTES,
+            Some(mib) => mib
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .and_then(|m| m.checked_mul(1 << 20))
+                .ok_or_else(|| format!("disk-cache-mib=\"{mib}\" is not a whole number of MiB"))?,
         };
         let atlas = match params.get("scene").as_deref() {
             Some("pattern") => None,
@@ -231,7 +245,7 @@ impl Query {
                 return Err(format!("unknown scene \"{other}\" (use scene=atlas or scene=pattern)"));
             }
         };
-        Ok(Self { atlas, camera, overlay })
+        Ok(Self { atlas, camera, overlay, disk_budget })
     }
 }
 
@@ -402,6 +416,15 @@ impl StreamApp {
             tiles_per_s: self.pace.tiles_per_s(),
             frame_ms_median: self.pace.median_ms(),
             camera: self.camera.name(),
+            disk: {
+                let tier = self.fetcher.disk_tier();
+                tier.on.then_some(DiskFigures {
+                    bytes_held: tier.stats.bytes_held,
+                    budget: tier.stats.budget,
+                    hits: tier.stats.hits,
+                    hit_bytes: tier.stats.hit_bytes,
+                })
+            },
         }
     }
 
@@ -435,13 +458,29 @@ impl StreamApp {
             StreamCheck::Failed(e) => (Level::Error, "null".to_owned(), format!("FAILED ({e})")),
         };
         let last_error = self.driver.last_error().map_or("null".to_owned(), json_string);
+        let tier = self.fetcher.disk_tier();
+        let disk_json = format!(
+            "{{\"on\":{},\"note\":{},\"hits\":{},\"hit_bytes\":{},\"misses\":{},\"writes\":{},\
+             \"write_failures\":{},\"evictions\":{},\"rejected\":{},\"bytes_held\":{},\"budget\":{}}}",
+            tier.on,
+            json_string(&tier.note),
+            tier.stats.hits,
+            tier.stats.hit_bytes,
+            tier.stats.misses,
+            tier.stats.writes,
+            tier.stats.write_failures,
+            tier.stats.evictions,
+            tier.stats.rejected,
+            tier.stats.bytes_held,
+            tier.stats.budget,
+        );
         let json = format!(
             "{{\"atlas\":{},\"camera\":\"{}\",\"frame\":{},\"tiles_resident\":{},\"requests\":{},\
              \"bytes_fetched\":{},\"in_flight\":{},\"failed_requests\":{},\"jobs\":{},\"jobs_unavailable\":{},\
              \"tiles_decoded\":{},\"worst_decode_ms\":{:.1},\"decode_budget_ms\":{DECODE_BUDGET_MS},\
              \"max_in_flight\":{MAX_IN_FLIGHT},\"fully_resident\":{resident},\"opened_ms\":{:.0},\
              \"first_frame_ms\":{},\"resident_ms\":{},\"frame_ms_median\":{},\"tiles_per_s\":{:.1},\
-             \"overlay\":{},\"check\":{check_json},\"last_fetch_error\":{last_error}}}",
+             \"overlay\":{},\"disk_tier\":{disk_json},\"check\":{check_json},\"last_fetch_error\":{last_error}}}",
             json_string(self.fetcher.url()),
             self.camera.name(),
             self.frame,
