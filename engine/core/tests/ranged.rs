@@ -380,6 +380,17 @@ fn a_streamer_on_external_threads_streams_a_ranged_atlas() {
         server.round_trips, server.requests, server.bytes, net.requests, net.bytes
     );
     assert_eq!(net.bytes, server.bytes);
+    // A fetcher that reports its own figures (the browser's: latencies, its disk tier)
+    // is what the atlas shows from then on.
+    let reported = tessera_core::format::atlas::NetworkStats {
+        requests: 3,
+        bytes: 7,
+        latency_p50_ms: 12.5,
+        disk_cache: Some(Default::default()),
+        ..Default::default()
+    };
+    store.report_network(reported);
+    assert_eq!(atlas.network_stats(), Some(reported));
     drop(streamer);
     assert_eq!(threads.clients(), 0);
 }

@@ -30,7 +30,9 @@ use std::ops::Range;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use tessera_core::format::atlas::NetworkStats;
 use tessera_core::format::atlas::blocks::{BlockGrid, WEB_BLOCK_BYTES, object_identity};
+use tessera_core::format::atlas::disk_cache::DiskCacheStats;
 use tessera_core::format::atlas::ranged::{DEFAULT_RANGED_BUDGET, FetchRange, RangedBytes, first_range};
 use tessera_core::stream::loader::{ExternalJob, LoaderThreads};
 use tessera_core::{Atlas, AtlasError, TileId};
@@ -68,7 +70,12 @@ pub struct NetStats {
     pub in_flight: usize,
     /// Requests that failed.
     pub failures: u64,
+    /// Tile blobs the requests brought (as the driver counts them).
+    pub blobs: u64,
 }
+
+/// Latencies kept for the percentiles (the native store's window).
+const LATENCY_WINDOW: usize = 1024;
 
 /// Why an atlas could not be opened or a range fetched in a browser. Every message
 /// names the URL.
@@ -154,6 +161,10 @@ pub struct RangeFetcher {
     disk_budget: u64,
     tier: Rc<RefCell<Option<DiskTier>>>,
     tier_note: Rc<RefCell<String>>,
+    /// The last [`LATENCY_WINDOW`] requests' round trips, ms.
+    latencies: Rc<RefCell<VecDeque<f64>>>,
+    /// The atlas' store, told the network's figures after each request.
+    store: Rc<RefCell<Option<Arc<RangedBytes>>>>,
 }
 
 impl RangeFetcher {
@@ -167,6 +178,49 @@ impl RangeFetcher {
             disk_budget: DEFAULT_DISK_TIER_BYTES,
             tier: Rc::new(RefCell::new(None)),
             tier_note: Rc::new(RefCell::new("not opened yet".to_owned())),
+            latencies: Rc::new(RefCell::new(VecDeque::new())),
+            store: Rc::new(RefCell::new(None)),
+        }
+    }
+
+    /// The network's figures in the core's terms (what the overlay's Network panel and
+    /// `Atlas::network_stats` show): requests, bytes, blobs, latencies, and the disk
+    /// tier as the disk cache.
+    pub fn network_stats(&self) -> NetworkStats {
+        let net = self.stats();
+        let mut sorted: Vec<f64> = self.latencies.borrow().iter().copied().collect();
+        sorted.sort_by(f64::total_cmp);
+        let pct =
+            |p: f64| sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0.0);
+        let tier = self.tier.borrow().as_ref().map(DiskTier::stats);
+        NetworkStats {
+            offline: false,
+            disk_cache: tier.map(|t| DiskCacheStats {
+                hits: t.hits,
+                misses: t.misses,
+                hit_bytes: t.hit_bytes,
+                writes: t.writes,
+                evictions: t.evictions,
+                rejected: t.rejected,
+                bytes: t.bytes_held,
+            }),
+            requests: net.requests,
+            failures: net.failures,
+            cancelled: 0,
+            bytes: net.bytes,
+            blobs: net.blobs,
+            blob_bytes: 0,
+            in_flight: net.in_flight as u64,
+            latency_p50_ms: pct(0.5),
+            latency_p95_ms: pct(0.95),
+        }
+    }
+
+    /// Tells the atlas' store the network's figures (after each request, and when the
+    /// driver counts blobs).
+    fn publish(&self) {
+        if let Some(store) = self.store.borrow().as_ref() {
+            store.report_network(self.network_stats());
         }
     }
 
@@ -269,14 +323,23 @@ impl RangeFetcher {
     /// its body must be the whole range.
     async fn get_network(&self, range: Range<u64>, exact: bool) -> Result<Reply, WebError> {
         self.net.borrow_mut().in_flight += 1;
+        let started = now_ms();
         let result = self.get_inner(range, exact).await;
-        let mut net = self.net.borrow_mut();
-        net.in_flight -= 1;
-        net.requests += 1;
-        match &result {
-            Ok(reply) => net.bytes += reply.body.len() as u64,
-            Err(_) => net.failures += 1,
+        {
+            let mut latencies = self.latencies.borrow_mut();
+            if latencies.len() == LATENCY_WINDOW {
+                latencies.pop_front();
+            }
+            latencies.push_back(now_ms() - started);
+            let mut net = self.net.borrow_mut();
+            net.in_flight -= 1;
+            net.requests += 1;
+            match &result {
+                Ok(reply) => net.bytes += reply.body.len() as u64,
+                Err(_) => net.failures += 1,
+            }
         }
+        self.publish();
         result
     }
 
@@ -362,6 +425,8 @@ pub async fn open_atlas(fetcher: &RangeFetcher) -> Result<Arc<Atlas>, WebError> 
     fetcher.attach_disk_tier(head.identity.as_deref(), total).await;
     let store = Arc::new(RangedBytes::new(total, DEFAULT_RANGED_BUDGET));
     store.insert(0, head.body).map_err(|e| fetcher.bad(e.to_string()))?;
+    *fetcher.store.borrow_mut() = Some(store.clone());
+    fetcher.publish();
     let mut trips = 1;
     let atlas = loop {
         match Atlas::open_ranged(url, store.clone()) {
@@ -378,6 +443,8 @@ pub async fn open_atlas(fetcher: &RangeFetcher) -> Result<Arc<Atlas>, WebError> 
     };
     let coarsest = atlas.coarsest_tiles();
     fetch_tiles(fetcher, &atlas, &store, &coarsest).await?;
+    fetcher.net.borrow_mut().blobs += coarsest.len() as u64;
+    fetcher.publish();
     Ok(Arc::new(atlas))
 }
 
@@ -501,6 +568,10 @@ impl StreamDriver {
             }
             let ranges = job.fetch_ranges();
             if ranges.is_empty() {
+                if p.rounds > 0 {
+                    self.fetcher.net.borrow_mut().blobs += job.tiles().len() as u64;
+                    self.fetcher.publish();
+                }
                 // Fetched together, decoded a tile at a time (the budget's unit).
                 let mut rest = Some(job);
                 while let Some(mut part) = rest.take() {

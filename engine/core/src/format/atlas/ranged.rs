@@ -88,6 +88,8 @@ pub struct RangedBytes {
     len: u64,
     budget: u64,
     inner: Mutex<Pieces>,
+    /// What the embedder's fetcher reports of its network ([`Self::report_network`]).
+    network: Mutex<Option<super::NetworkStats>>,
 }
 
 /// Everything behind the mutex. Pieces never overlap, and none straddles `pinned`.
@@ -124,7 +126,19 @@ impl RangedBytes {
     /// until the job has run (a piece larger than the whole budget is not kept).
     pub fn new(object_len: u64, budget_bytes: u64) -> Self {
         let pieces = Pieces { pinned: object_len.min(OPEN_PREFIX), ..Pieces::default() };
-        Self { len: object_len, budget: budget_bytes, inner: Mutex::new(pieces) }
+        Self { len: object_len, budget: budget_bytes, inner: Mutex::new(pieces), network: Mutex::new(None) }
+    }
+
+    /// Records what the fetcher that fills this cache has done (requests, bytes,
+    /// latencies, its own disk tier): [`Atlas::network_stats`] then reports it instead of
+    /// counting inserts, which know nothing of requests, latencies or caches.
+    pub fn report_network(&self, stats: super::NetworkStats) {
+        *self.network.lock().unwrap_or_else(|e| e.into_inner()) = Some(stats);
+    }
+
+    /// The figures last given to [`Self::report_network`].
+    pub fn reported_network(&self) -> Option<super::NetworkStats> {
+        *self.network.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The object's length in bytes.

@@ -146,6 +146,9 @@ impl Atlas {
                 #[cfg(feature = "remote")]
                 Store::Remote(r) => Some(r.stats()),
                 Store::Ranged(r) => {
+                    if let Some(reported) = r.reported_network() {
+                        return Some(reported);
+                    }
                     let s = r.stats();
                     Some(super::NetworkStats {
                         requests: s.inserts,
