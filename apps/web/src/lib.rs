@@ -27,6 +27,8 @@ pub mod plane;
 #[cfg(target_arch = "wasm32")]
 mod dom_input;
 #[cfg(target_arch = "wasm32")]
+mod query;
+#[cfg(target_arch = "wasm32")]
 mod web;
 #[cfg(target_arch = "wasm32")]
 pub use web::start;
