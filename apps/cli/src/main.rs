@@ -440,10 +440,11 @@ fn run_plan(args: &BakeArgs, inputs: &[BakeInput], opts: &BakeOptions, count: u3
         );
     }
     println!(
-        "estimated: {} per shard on {count} machine(s), {} on one (encoding only; reading and \
-         filtering add a few percent)",
+        "estimated: {} per shard on {count} machine(s), {} of machine time in all (each shard also reads and filters \
+         the whole input, about {} on one thread beside its encoders)",
         human_seconds(longest),
-        human_seconds(total)
+        human_seconds(total),
+        human_seconds(plan.read_seconds.iter().sum())
     );
     Ok(ExitCode::SUCCESS)
 }

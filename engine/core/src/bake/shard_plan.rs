@@ -16,6 +16,12 @@ pub const SAMPLE_TILES: u32 = 6;
 /// A source whose band of one tile's rows is larger than this is not read for samples:
 /// the plan encodes a generated pattern of the same tile size instead.
 const SAMPLE_BAND_BYTES: u64 = 64 << 20;
+/// Reading and filtering time per source texel on the bake's one reading thread, seconds
+/// (release build, 2-core VM, BENCHMARKS.md): 16 LZ4 shards of a generated 16384² image
+/// took 4.25 s each ("Sharded bakes"), about 0.1 s of it encoding their sixteenth of the
+/// tiles, so 4.1 s for 268 M texels; the LZ4 bake of Earth relief 10800×5400, bound by
+/// that thread ("This 2-core VM"), took 0.90 s for 58 M texels. Both give 15 ns a texel.
+pub const READ_FILTER_SECONDS_PER_TEXEL: f64 = 15e-9;
 
 /// One shard of a plan.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -24,7 +30,9 @@ pub struct ShardPlan {
     pub shard: Shard,
     /// Its storage positions.
     pub range: [u64; 2],
-    /// Estimated encoding time on `BakePlan::threads` threads, seconds.
+    /// Estimated time on `BakePlan::threads` threads, seconds: per layer, the longer of
+    /// reading and filtering its whole source and encoding the shard's tiles of it (the
+    /// two run side by side).
     pub seconds: f64,
 }
 
@@ -38,6 +46,9 @@ pub struct BakePlan {
     /// Whether each layer's rate came from its own texels (else from a generated pattern,
     /// the source being too wide to read a band of rows for a plan).
     pub sampled_source: Vec<bool>,
+    /// Estimated time to read and filter each layer's whole source, seconds, which every
+    /// shard spends ([`READ_FILTER_SECONDS_PER_TEXEL`]).
+    pub read_seconds: Vec<f64>,
     /// Encoding threads each shard is assumed to have.
     pub threads: usize,
     /// One entry per shard.
@@ -47,8 +58,10 @@ pub struct BakePlan {
 /// Plans a bake of `inputs` with `opts` cut into `count` shards: each shard's tiles and
 /// an estimate of its time, from [`SAMPLE_TILES`] tiles per layer encoded here on one
 /// core (tiles cut from a band of rows in the middle of the source, with the layer's
-/// codec and options). Encoding dominates a bake; reading and filtering add a few
-/// percent (BENCHMARKS.md, "Sharded bakes").
+/// codec and options), and of reading and filtering, which every shard does for the whole
+/// input on one thread beside its encoders ([`READ_FILTER_SECONDS_PER_TEXEL`]). Encoding
+/// dominates a Basis bake; reading and filtering dominate an LZ4 or raw one
+/// (BENCHMARKS.md, "Sharded bakes").
 pub fn plan(inputs: &[BakeInput], opts: &BakeOptions, count: u32) -> Result<BakePlan, BakeError> {
     if count > MAX_SHARDS {
         return Err(BakeError::Shard(ShardError::Spec(count.to_string())));
@@ -56,6 +69,7 @@ pub fn plan(inputs: &[BakeInput], opts: &BakeOptions, count: u32) -> Result<Bake
     let layers = layer_table(inputs, opts)?;
     let mut seconds_per_tile = Vec::with_capacity(layers.len());
     let mut sampled_source = Vec::with_capacity(layers.len());
+    let mut read_seconds = Vec::with_capacity(layers.len());
     for (input, layer) in inputs.iter().zip(&layers) {
         let p = layer.layout.padded_tile_size();
         let (w, h) = input.source.size();
@@ -103,6 +117,7 @@ pub fn plan(inputs: &[BakeInput], opts: &BakeOptions, count: u32) -> Result<Bake
         }
         seconds_per_tile.push(start.elapsed().as_secs_f64() / f64::from(SAMPLE_TILES));
         sampled_source.push(real);
+        read_seconds.push(f64::from(w) * f64::from(h) * READ_FILTER_SECONDS_PER_TEXEL);
     }
     let order = StorageOrder::new(layers.iter().map(|l| l.layout).collect(), opts.stacked);
     let tiles: u64 = layers.iter().map(|l| l.layout.tile_count()).sum();
@@ -114,24 +129,24 @@ pub fn plan(inputs: &[BakeInput], opts: &BakeOptions, count: u32) -> Result<Bake
             let range = shard.range_of(&layers);
             // Plain layers lie one after the other in storage order, stacked ones
             // interleaved: count each layer's positions in the range.
-            let seconds: f64 = if opts.stacked {
-                (range.end - range.start) as f64 * seconds_per_tile.iter().sum::<f64>() / layers.len() as f64
-            } else {
-                layers
-                    .iter()
-                    .enumerate()
-                    .map(|(li, l)| {
+            let seconds: f64 = layers
+                .iter()
+                .enumerate()
+                .map(|(li, l)| {
+                    let n = if opts.stacked {
+                        (range.end - range.start) as f64 / layers.len() as f64
+                    } else {
                         let first = order.position(li, u32::from(l.layout.coarsest_mip()), 0, 0);
                         let end = first + l.layout.tile_count();
-                        let n = range.end.min(end).saturating_sub(range.start.max(first));
-                        n as f64 * seconds_per_tile[li]
-                    })
-                    .sum()
-            };
-            ShardPlan { shard, range: [range.start, range.end], seconds: seconds / threads as f64 }
+                        range.end.min(end).saturating_sub(range.start.max(first)) as f64
+                    };
+                    (n * seconds_per_tile[li] / threads as f64).max(read_seconds[li])
+                })
+                .sum();
+            ShardPlan { shard, range: [range.start, range.end], seconds }
         })
         .collect();
-    Ok(BakePlan { tiles, seconds_per_tile, sampled_source, threads, shards })
+    Ok(BakePlan { tiles, seconds_per_tile, sampled_source, read_seconds, threads, shards })
 }
 
 /// The state of one shard's part.
@@ -287,13 +302,29 @@ mod tests {
         assert!(p.shards.windows(2).all(|w| w[0].range[1] == w[1].range[0]));
         assert!(p.seconds_per_tile.iter().all(|&s| s > 0.0) && p.sampled_source.iter().all(|&r| r));
         let total: f64 = p.shards.iter().map(|s| s.seconds).sum();
-        let expect: f64 = layers
+        let encode: f64 = layers
             .iter()
             .zip(&p.seconds_per_tile)
             .map(|(l, s)| l.layout.tile_count() as f64 * s)
             .sum::<f64>()
             / 2.0;
-        assert!((total - expect).abs() < 1e-9 * expect.max(1.0), "{total} vs {expect}");
+        // Every shard also reads and filters the whole input, beside its encoders.
+        let read: f64 = p.read_seconds.iter().sum();
+        assert!(p.shards.iter().all(|s| s.seconds >= read * (1.0 - 1e-9)), "{:?}", p.shards);
+        assert!(total >= encode * (1.0 - 1e-9) && total <= (encode + 5.0 * read) * (1.0 + 1e-9), "{total}");
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs a clock")]
+    fn an_lz4_plan_counts_reading_and_filtering_the_whole_input() {
+        // Issue 44: LZ4 shards were estimated at 0.0 s, their encoding being cheap.
+        let opts = BakeOptions { codec: Codec::Lz4, ..Default::default() };
+        let input = || vec![BakeInput::new("big", Generated::new(4096, 4096))];
+        let p = plan(&input(), &opts, 16).unwrap();
+        let read = 4096.0 * 4096.0 * READ_FILTER_SECONDS_PER_TEXEL;
+        assert_eq!(p.read_seconds, [read]);
+        assert!(read > 0.2, "{read}");
+        assert!(p.shards.iter().all(|s| s.seconds >= read), "{:?}", p.shards);
     }
 
     #[test]
