@@ -36,3 +36,20 @@ fn a_plan_of_lz4_shards_counts_reading_and_filtering() {
     assert!(shards.iter().all(|l| !l.ends_with(" 0.0 s")), "{t}");
     assert!(t.contains("reads and filters the whole input"), "{t}");
 }
+
+#[test]
+fn a_url_input_is_refused_as_a_url_not_as_a_missing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("u.tsa");
+    for url in ["s3://bucket/x.tif", "gs://bucket/x.tif", "az://container/x.tif", "https://example.com/x.png"]
+    {
+        let o = tessera(&["bake", url, "-o", out.to_str().unwrap()]);
+        let t = text(&o);
+        assert!(!o.status.success(), "{t}");
+        assert!(
+            t.contains(&format!("{url}: URL inputs are not read by bake: download the file first")),
+            "{t}"
+        );
+        assert!(!t.contains("no such file") && !out.exists(), "{t}");
+    }
+}

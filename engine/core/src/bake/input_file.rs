@@ -34,11 +34,15 @@ pub fn target_metadata(path: &Path) -> std::io::Result<Metadata> {
 }
 
 /// Checks, from its metadata alone, that `path` is a regular file (or a link to one) a
-/// bake may open, and returns that metadata. A missing path, a folder and any other kind
-/// of file (FIFO, socket, device) are errors naming the path.
+/// bake may open, and returns that metadata. A missing path, a URL that names no local
+/// file, a folder and any other kind of file (FIFO, socket, device) are errors naming the
+/// path.
 pub fn check_input(path: &Path) -> Result<Metadata, SourceError> {
     let p = path.to_path_buf();
     let meta = target_metadata(path).map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound if crate::format::atlas::is_remote_location(path) => {
+            SourceError::Url { path: p.clone() }
+        }
         std::io::ErrorKind::NotFound => SourceError::Missing { path: p.clone() },
         _ => SourceError::Io { path: p.clone(), source },
     })?;
@@ -111,6 +115,13 @@ mod tests {
         assert!(matches!(check_input(&d.join("none.png")), Err(SourceError::Missing { .. })));
         std::os::unix::fs::symlink(d.join("none.png"), d.join("dangling.png")).expect("symlink");
         assert!(matches!(check_input(&d.join("dangling.png")), Err(SourceError::Missing { .. })));
+        // Issue 44: a URL was "no such file".
+        for url in ["s3://bucket/x.tif", "gs://b/x.tif", "az://c/x.tif", "HTTPS://h/x.png", "http://h/x.png"]
+        {
+            let err = check_input(Path::new(url)).expect_err("a URL is no input");
+            assert!(matches!(err, SourceError::Url { .. }), "{err}");
+            assert!(err.to_string().starts_with(&format!("{url}: URL inputs are not read by bake")), "{err}");
+        }
     }
 
     #[test]

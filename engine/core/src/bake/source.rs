@@ -93,6 +93,13 @@ pub enum SourceError {
         /// The input path.
         path: PathBuf,
     },
+    /// The input is a URL (`s3://`, `gs://`, `az://`, `http(s)://`…), which a bake does
+    /// not read.
+    #[error("{path}: URL inputs are not read by bake: download the file first")]
+    Url {
+        /// The input as given.
+        path: PathBuf,
+    },
     /// The file could not be read.
     #[error("{path}: {source}")]
     Io {
