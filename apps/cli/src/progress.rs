@@ -33,6 +33,11 @@ impl Bar {
         Self::counting(job, 0, Unit::Bytes)
     }
 
+    /// Progress of `job` counted in parts (a split merge indexes parts, not tiles).
+    pub(crate) fn parts(job: &str) -> Self {
+        Self::counting(job, 0, Unit::Parts)
+    }
+
     fn counting(job: &str, len: u64, unit: Unit) -> Self {
         if !std::io::stderr().is_terminal() {
             let lines = LogProgress::new(job).with_unit(unit).with_interval(interval()).with_sink(|line| {
@@ -44,6 +49,7 @@ impl Bar {
         }
         let counts = match unit {
             Unit::Tiles => "{pos}/{len} tiles ({per_sec}",
+            Unit::Parts => "{pos}/{len} parts ({per_sec}",
             Unit::Bytes => "{bytes}/{total_bytes} ({bytes_per_sec}",
         };
         let pb = ProgressBar::new(len);

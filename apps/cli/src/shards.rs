@@ -71,8 +71,9 @@ pub(crate) fn run_merge(args: &BakeArgs) -> Result<ExitCode> {
         tessera_core::bake::shard::sweep_stages(scratch);
     }
     let start = std::time::Instant::now();
-    let bar = Bar::new("merge", 0);
     let form = if args.one_file { MergeForm::OneFile } else { MergeForm::Split };
+    // A one-file merge copies tiles; a split merge only indexes the parts.
+    let bar = if args.one_file { Bar::new("merge", 0) } else { Bar::parts("merge") };
     let report = tessera_core::bake::shard::merge_shards(&args.output, form, &bar)
         .with_context(|| format!("merging the shards of {}", args.output.display()))?;
     bar.clear();

@@ -53,3 +53,34 @@ fn a_url_input_is_refused_as_a_url_not_as_a_missing_file() {
         assert!(!t.contains("no such file") && !out.exists(), "{t}");
     }
 }
+
+/// Bakes a generated 512² image in 4 LZ4 shards into `dir/s.tsa`; returns the bake's
+/// arguments (before `--shard` or `--merge`).
+fn shards(dir: &std::path::Path) -> Vec<String> {
+    let out = dir.join("s.tsa").to_str().unwrap().to_string();
+    let args: Vec<String> =
+        ["bake", "--generate", "512x512", "--tile-size", "64", "--codec", "lz4", "-o", &out]
+            .map(String::from)
+            .to_vec();
+    for i in 0..4 {
+        let shard = format!("{i}/4");
+        let o =
+            tessera(&[args.iter().map(String::as_str).collect::<Vec<_>>(), vec!["--shard", &shard]].concat());
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    args
+}
+
+fn with(args: &[String], extra: &[&str]) -> Output {
+    tessera(&[args.iter().map(String::as_str).collect::<Vec<_>>(), extra.to_vec()].concat())
+}
+
+#[test]
+fn a_split_merge_counts_parts_not_tiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = shards(dir.path());
+    let o = with(&args, &["--merge"]);
+    let t = text(&o);
+    assert!(o.status.success() && t.contains("merge: 4/4 parts (100.0%)"), "{t}");
+    assert!(!t.contains("4/4 tiles"), "{t}");
+}

@@ -106,7 +106,7 @@ pub struct LogProgress {
     /// Set once the line at 100% is out: no line follows it.
     complete: AtomicBool,
     stage: Mutex<String>,
-    /// What a step is: a tile, or a byte (shown in MiB).
+    /// What a step is: a tile, a byte (shown in MiB) or a part.
     unit: Unit,
     /// The steps done that the last line said; held while a line is written.
     printed: Mutex<u64>,
@@ -139,7 +139,8 @@ impl LogProgress {
         self
     }
 
-    /// Steps counted in `unit` (tiles by default; bytes for uploads and downloads).
+    /// Steps counted in `unit` (tiles by default; bytes for uploads and downloads, parts
+    /// for a split merge).
     pub fn with_unit(mut self, unit: Unit) -> Self {
         self.unit = unit;
         self
@@ -165,10 +166,7 @@ impl LogProgress {
         }
         *printed = done;
         let stage = self.stage.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        let line = match self.unit {
-            Unit::Tiles => progress_line(&self.job, done, total, self.start.elapsed(), &stage),
-            Unit::Bytes => byte_progress_line(&self.job, done, total, self.start.elapsed(), &stage),
-        };
+        let line = line_in(self.unit, &self.job, done, total, self.start.elapsed(), &stage);
         (self.sink)(&line);
     }
 }
@@ -242,7 +240,10 @@ fn line_in(unit: Unit, job: &str, done: u64, total: u64, elapsed: Duration, stag
     let rate = if secs > 0.0 { done as f64 / secs } else { 0.0 };
     let mib = |b: f64| b / f64::from(1u32 << 20);
     let (count, of, per) = match unit {
-        Unit::Tiles => (done.to_string(), format!("{total} tiles"), format!("{rate:.1} tiles/s")),
+        Unit::Tiles | Unit::Parts => {
+            let word = unit.word();
+            (done.to_string(), format!("{total} {word}"), format!("{rate:.1} {word}/s"))
+        }
         Unit::Bytes => (
             format!("{:.1}", mib(done as f64)),
             format!("{:.1} MiB", mib(total as f64)),
@@ -250,8 +251,7 @@ fn line_in(unit: Unit, job: &str, done: u64, total: u64, elapsed: Duration, stag
         ),
     };
     let mut line = if total == 0 {
-        let unit_word = if unit == Unit::Tiles { "tiles" } else { "MiB" };
-        format!("{job}: {count} {unit_word}, {per}")
+        format!("{job}: {count} {}, {per}", unit.word())
     } else {
         let tenths = u128::from(done.min(total)) * 1000 / u128::from(total);
         let mut line = format!("{job}: {count}/{of} ({}.{}%), {per}", tenths / 10, tenths % 10);
@@ -276,6 +276,19 @@ pub enum Unit {
     Tiles,
     /// Bytes, shown in MiB (`12.0/48.0 MiB`).
     Bytes,
+    /// Files, such as the shard parts a split merge indexes (`3/16 parts`).
+    Parts,
+}
+
+impl Unit {
+    /// The word a line counts in: `tiles`, `MiB` or `parts`.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Tiles => "tiles",
+            Self::Bytes => "MiB",
+            Self::Parts => "parts",
+        }
+    }
 }
 
 /// Like [`progress_line`] for a job counted in bytes: `publish: 12.0/48.0 MiB (25.0%),
@@ -323,6 +336,12 @@ mod tests {
             "publish: 48.0/48.0 MiB (100.0%), 12.0 MiB/s, done in 4 s"
         );
         assert_eq!(progress_line("bake", 0, 10, Duration::ZERO, ""), "bake: 0/10 tiles (0.0%), 0.0 tiles/s");
+        // Issue 44: a split merge counted its parts as tiles.
+        assert_eq!(
+            line_in(Unit::Parts, "merge", 4, 4, t, "indexing shard parts"),
+            "merge: 4/4 parts (100.0%), 1.0 parts/s, done in 4 s [indexing shard parts]"
+        );
+        assert_eq!(line_in(Unit::Parts, "merge", 3, 0, t, ""), "merge: 3 parts, 0.8 parts/s");
         assert_eq!(short_duration(185.0), "3 min 05 s");
         assert_eq!(short_duration(7620.0), "2 h 07 min");
     }
