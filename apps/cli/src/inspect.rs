@@ -55,6 +55,9 @@ fn mib(b: u64) -> f64 {
 pub(crate) fn table(s: &AtlasSummary) -> String {
     use std::fmt::Write;
     let mut o = String::new();
+    // A split atlas' size is its index object's and its data objects' (issue 44: the
+    // index alone read "0.00 MiB").
+    let data: u64 = s.data_objects.iter().map(|(_, b)| b).sum();
     let _ = writeln!(
         o,
         "{}: Tessera atlas v{}, {} layer(s){}, {} tiles, {:.2} MiB",
@@ -63,13 +66,13 @@ pub(crate) fn table(s: &AtlasSummary) -> String {
         s.layers.len(),
         if s.stacked { " stacked (one layout, shared tile ids)" } else { "" },
         s.tiles,
-        mib(s.file_bytes)
+        mib(s.file_bytes + data)
     );
     if !s.data_objects.is_empty() {
-        let data: u64 = s.data_objects.iter().map(|(_, b)| b).sum();
         let _ = writeln!(
             o,
-            "split atlas: this index names {} data object(s), {:.2} MiB: {}",
+            "split atlas: a {:.1} KiB index naming {} data object(s), {:.2} MiB: {}",
+            s.file_bytes as f64 / 1024.0,
             s.data_objects.len(),
             mib(data),
             s.data_objects.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")

@@ -84,3 +84,23 @@ fn a_split_merge_counts_parts_not_tiles() {
     assert!(o.status.success() && t.contains("merge: 4/4 parts (100.0%)"), "{t}");
     assert!(!t.contains("4/4 tiles"), "{t}");
 }
+
+#[test]
+fn inspect_of_a_split_atlas_gives_its_whole_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = shards(dir.path());
+    assert!(with(&args, &["--merge"]).status.success());
+    let parts: u64 = std::fs::read_dir(dir.path().join("s.tsa.shards"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    let index = std::fs::metadata(dir.path().join("s.tsa")).unwrap().len();
+    let o = tessera(&["inspect", dir.path().join("s.tsa").to_str().unwrap()]);
+    let t = text(&o);
+    let mib = (parts + index) as f64 / f64::from(1u32 << 20);
+    assert!(o.status.success() && mib > 0.01, "{t}");
+    // Issue 44: the first line said "0.00 MiB", the index object's size.
+    let first = t.lines().next().unwrap();
+    assert!(first.ends_with(&format!("tiles, {mib:.2} MiB")), "{first} (expected {mib:.2} MiB)");
+    assert!(t.contains("split atlas: a ") && t.contains("KiB index naming 4 data object(s)"), "{t}");
+}
