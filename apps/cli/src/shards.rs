@@ -50,7 +50,16 @@ pub(crate) fn run_status(args: &BakeArgs, count: u32, expected: Option<&str>) ->
         println!("  {shard:>9}  {line}");
     }
     if rerun.is_empty() {
-        println!("all {} parts done: run the same command with --merge", parts.len());
+        let out = args.output.display();
+        match tessera_core::bake::shard_plan::merged_from(&args.output, &status) {
+            Some(MergeForm::Split) => {
+                println!("all {} parts done and merged: {out} is a split atlas of them", parts.len())
+            }
+            Some(MergeForm::OneFile) => {
+                println!("all {} parts done and merged into one file: {out}", parts.len())
+            }
+            _ => println!("all {} parts done: run the same command with --merge", parts.len()),
+        }
         Ok(ExitCode::SUCCESS)
     } else {
         let runs: Vec<String> =

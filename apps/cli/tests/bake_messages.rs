@@ -104,3 +104,22 @@ fn inspect_of_a_split_atlas_gives_its_whole_size() {
     assert!(first.ends_with(&format!("tiles, {mib:.2} MiB")), "{first} (expected {mib:.2} MiB)");
     assert!(t.contains("split atlas: a ") && t.contains("KiB index naming 4 data object(s)"), "{t}");
 }
+
+#[test]
+fn status_after_a_merge_says_merged() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = shards(dir.path());
+    let status = || text(&with(&args, &["--status"]));
+    assert!(status().contains("all 4 parts done: run the same command with --merge"), "{}", status());
+    assert!(with(&args, &["--merge"]).status.success());
+    // Issue 44: this still said "run … with --merge".
+    let t = status();
+    assert!(
+        t.contains("all 4 parts done and merged: ") && t.contains("s.tsa is a split atlas of them"),
+        "{t}"
+    );
+    assert!(!t.contains("--merge"), "{t}");
+    assert!(with(&args, &["--merge", "--one-file", "--keep-shards"]).status.success());
+    let t = status();
+    assert!(t.contains("all 4 parts done and merged into one file: "), "{t}");
+}

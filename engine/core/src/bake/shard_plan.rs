@@ -7,7 +7,9 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::bake::baker::{BakeError, BakeInput, BakeOptions, bake_threads, layer_table};
-use crate::bake::shard::{MAX_SHARDS, Shard, ShardError, part_path, parts_present, read_part, shard_dir};
+use crate::bake::shard::{
+    MAX_SHARDS, MergeForm, Shard, ShardError, part_path, parts_present, read_part, shard_dir,
+};
 use crate::format::atlas::order::StorageOrder;
 use crate::format::codec::EncodeOptions;
 
@@ -271,6 +273,46 @@ pub fn status(
         }
     }
     Ok(ShardStatus { parts, strays })
+}
+
+/// Whether the atlas `out` was merged from the parts [`status`] found done, and how: a
+/// split atlas naming exactly those parts at their sizes, or one file holding as many
+/// tiles and written after all of them. `None` when there is no such atlas (not merged
+/// yet, or merged before a part was rebaked) or when `out` is remote.
+pub fn merged_from(out: &Path, status: &ShardStatus) -> Option<MergeForm> {
+    if crate::format::atlas::is_remote_location(out) {
+        return None;
+    }
+    let done: Vec<(Shard, u64, u64)> = status
+        .parts
+        .iter()
+        .filter_map(|p| match p.state {
+            PartState::Done { tiles, bytes } => Some((p.shard, tiles, bytes)),
+            _ => None,
+        })
+        .collect();
+    if done.is_empty() {
+        return None;
+    }
+    let atlas = crate::format::atlas::Atlas::open(out).ok()?;
+    if atlas.is_split() {
+        let file_name = out.file_name()?.to_string_lossy();
+        let mut named: Vec<(String, u64)> =
+            atlas.data_objects().into_iter().map(|(o, _)| (o.name, o.size)).collect();
+        let mut parts: Vec<(String, u64)> = done
+            .iter()
+            .map(|(s, _, bytes)| (format!("{file_name}.shards/{}-of-{}.part", s.index, s.count), *bytes))
+            .collect();
+        named.sort();
+        parts.sort();
+        (named == parts).then_some(MergeForm::Split)
+    } else {
+        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        let written = modified(out)?;
+        let newest = done.iter().map(|(s, ..)| modified(&part_path(out, *s))).collect::<Option<Vec<_>>>()?;
+        let tiles: u64 = done.iter().map(|(_, t, _)| t).sum();
+        (atlas.tile_count() == tiles && newest.iter().all(|&t| t <= written)).then_some(MergeForm::OneFile)
+    }
 }
 
 #[cfg(test)]
