@@ -92,7 +92,8 @@ pub const DEFAULT_LOG_INTERVAL: Duration = Duration::from_secs(5);
 /// [`LogProgress::with_sink`] sends it elsewhere: for a long job whose output goes to a
 /// log, where a progress bar would show nothing for minutes. A line reads
 /// `bake: 1234/5678 tiles (21.7%), 312.4 tiles/s, ETA 14 s [layer mip 2]` (see
-/// [`progress_line`]); the counts it prints never go down. [`Progress::inc`] stays cheap
+/// [`progress_line`]; the ETA comes once its rate, measured from the first step, means
+/// something); the counts it prints never go down. [`Progress::inc`] stays cheap
 /// enough for every tile: an atomic add and one read of the clock, a line formatted only
 /// when one is due.
 pub struct LogProgress {
@@ -103,6 +104,10 @@ pub struct LogProgress {
     total: AtomicU64,
     /// Nanoseconds after `start` when the next line is due.
     next_due_ns: AtomicU64,
+    /// Nanoseconds after `start` when the first step was done (`u64::MAX` before): the
+    /// ETA's rate is measured from there, not from a start spent on work that counts no
+    /// steps (a shard reading and filtering up to its own tiles).
+    first_step_ns: AtomicU64,
     /// Set once the line at 100% is out: no line follows it.
     complete: AtomicBool,
     stage: Mutex<String>,
@@ -124,6 +129,7 @@ impl LogProgress {
             done: AtomicU64::new(0),
             total: AtomicU64::new(0),
             next_due_ns: AtomicU64::new(DEFAULT_LOG_INTERVAL.as_nanos() as u64),
+            first_step_ns: AtomicU64::new(u64::MAX),
             complete: AtomicBool::new(false),
             stage: Mutex::new(String::new()),
             unit: Unit::Tiles,
@@ -166,7 +172,10 @@ impl LogProgress {
         }
         *printed = done;
         let stage = self.stage.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        let line = line_in(self.unit, &self.job, done, total, self.start.elapsed(), &stage);
+        let elapsed = self.start.elapsed();
+        let first =
+            Duration::from_nanos(self.first_step_ns.load(Ordering::Relaxed).min(elapsed.as_nanos() as u64));
+        let line = line_at(self.unit, &self.job, done, total, (elapsed, elapsed - first), &stage);
         (self.sink)(&line);
     }
 }
@@ -194,6 +203,9 @@ impl Progress for LogProgress {
         }
         let total = self.total.load(Ordering::Relaxed);
         let now = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        if n > 0 && self.first_step_ns.load(Ordering::Relaxed) == u64::MAX {
+            let _ = self.first_step_ns.compare_exchange(u64::MAX, now, Ordering::Relaxed, Ordering::Relaxed);
+        }
         let due = self.next_due_ns.load(Ordering::Relaxed);
         let last = total > 0 && done >= total;
         // One thread wins the due line; the others carry on.
@@ -236,6 +248,29 @@ pub fn progress_line(job: &str, done: u64, total: u64, elapsed: Duration, stage:
 
 /// [`progress_line`] or [`byte_progress_line`], by `unit`.
 fn line_in(unit: Unit, job: &str, done: u64, total: u64, elapsed: Duration, stage: &str) -> String {
+    line_at(unit, job, done, total, (elapsed, elapsed), stage)
+}
+
+/// Before an ETA is given, at least this share of the steps is done (1/100)…
+const ETA_MIN_SHARE: u64 = 100;
+/// …or steps have been done for this long; and at least for [`ETA_MIN_STEPPING`].
+const ETA_SETTLED: Duration = Duration::from_secs(30);
+/// The shortest time of doing steps whose rate an ETA is drawn from.
+const ETA_MIN_STEPPING: Duration = Duration::from_secs(1);
+
+/// [`line_in`] with `elapsed` as (since the job started, since its first step): the rate
+/// shown is over the whole job, the ETA's over the time steps were done, and there is
+/// an ETA only once that rate means something ([`ETA_MIN_SHARE`], [`ETA_SETTLED`]): a
+/// shard's first line said "ETA 166 h" from its first few tiles (issue 44).
+fn line_at(
+    unit: Unit,
+    job: &str,
+    done: u64,
+    total: u64,
+    elapsed: (Duration, Duration),
+    stage: &str,
+) -> String {
+    let (elapsed, stepping) = elapsed;
     let secs = elapsed.as_secs_f64();
     let rate = if secs > 0.0 { done as f64 / secs } else { 0.0 };
     let mib = |b: f64| b / f64::from(1u32 << 20);
@@ -257,7 +292,11 @@ fn line_in(unit: Unit, job: &str, done: u64, total: u64, elapsed: Duration, stag
         let mut line = format!("{job}: {count}/{of} ({}.{}%), {per}", tenths / 10, tenths % 10);
         if done >= total {
             line.push_str(&format!(", done in {}", short_duration(secs)));
-        } else if rate > 0.0 {
+        } else if done > 0
+            && stepping >= ETA_MIN_STEPPING
+            && (done.saturating_mul(ETA_MIN_SHARE) >= total || stepping >= ETA_SETTLED)
+        {
+            let rate = done as f64 / stepping.as_secs_f64();
             line.push_str(&format!(", ETA {}", short_duration((total - done) as f64 / rate)));
         }
         line
@@ -342,6 +381,20 @@ mod tests {
             "merge: 4/4 parts (100.0%), 1.0 parts/s, done in 4 s [indexing shard parts]"
         );
         assert_eq!(line_in(Unit::Parts, "merge", 3, 0, t, ""), "merge: 3 parts, 0.8 parts/s");
+        // Issue 44: no ETA from a shard's first few tiles, and the rate an ETA is drawn
+        // from starts at the first step.
+        let hours = Duration::from_secs(3600);
+        assert_eq!(progress_line("bake", 3, 120_000, t, ""), "bake: 3/120000 tiles (0.0%), 0.8 tiles/s");
+        assert_eq!(
+            line_at(Unit::Tiles, "bake", 3000, 120_000, (hours, Duration::from_secs(60)), ""),
+            "bake: 3000/120000 tiles (2.5%), 0.8 tiles/s, ETA 39 min 00 s"
+        );
+        assert!(
+            !line_at(Unit::Tiles, "bake", 50, 10_000, (t, Duration::from_millis(500)), "").contains("ETA")
+        );
+        assert!(
+            line_at(Unit::Tiles, "bake", 50, 10_000, (hours, ETA_SETTLED), "").contains("ETA 1 h 39 min")
+        );
         assert_eq!(short_duration(185.0), "3 min 05 s");
         assert_eq!(short_duration(7620.0), "2 h 07 min");
     }
