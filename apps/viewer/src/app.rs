@@ -10,11 +10,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow};
-use tessera::VirtualTextures;
 use tessera::core::scene::camera::Camera;
 use tessera_egui::{
-    BakeProgress, DebugView, FrameSample, History, Latency, OverlayControls, OverlayModel, ResidencySnapshot,
-    bake_progress_ui, overlay_ui, shown_layer,
+    BakeProgress, DebugView, FrameSample, History, Latency, OverlayControls, OverlayModel, bake_progress_ui,
+    overlay_ui,
 };
 use tessera_tools::capture::write_png;
 use winit::application::ApplicationHandler;
@@ -49,9 +48,6 @@ const KEYS: &[(&str, &str)] = &[
     ("drop a file", "open an atlas, or bake an image or a glTF scene (in the background) and open it"),
     ("Esc", "quit"),
 ];
-
-/// Most tiles in a residency map drawn every frame; finer mips are left out.
-const MAX_MAP_TILES: u64 = 8192;
 
 /// The settings last applied to the engine, to notice changes in the overlay.
 #[derive(Clone, Copy, PartialEq)]
@@ -470,7 +466,14 @@ impl App {
         let scene = vt_frame.as_ref();
         let mut full = g.egui_ctx.run_ui(raw, |ui| {
             if overlay && let Some((f, _, stats)) = scene {
-                let model = overlay_model(f.vt(), stats, history, controls.residency_layer);
+                let model = OverlayModel::of_streaming(
+                    f.vt().atlas(),
+                    f.vt().residency(),
+                    f.vt().host_cache(),
+                    stats,
+                    history,
+                    controls.residency_layer,
+                );
                 egui::Panel::right("tessera overlay").default_size(340.0).show(ui, |ui| {
                     egui::ScrollArea::vertical().show(ui, |ui| overlay_ui(ui, &model, controls));
                 });
@@ -550,34 +553,6 @@ impl App {
 /// The window title naming what is shown: the scene name or the file name.
 fn window_title(name: &str) -> String {
     format!("Tessera viewer: {name}")
-}
-
-/// The overlay's model for this frame, with the residency maps of layer `wanted` (or
-/// the atlas' last layer when it has fewer).
-fn overlay_model(
-    vt: &VirtualTextures,
-    stats: &tessera::core::stream::stats::StatsSnapshot,
-    history: &History,
-    wanted: u16,
-) -> OverlayModel {
-    let (layers, stacked) = (vt.atlas().layers(), vt.atlas().is_stacked());
-    let layer = shown_layer(wanted, layers.len(), stacked);
-    let snapshot = match layers.get(usize::from(layer)) {
-        Some(info) => {
-            let residency = vt.residency();
-            ResidencySnapshot::build(
-                &info.layout,
-                layer,
-                residency.resident_tiles().map(|(t, _)| t),
-                residency.requested_tiles(),
-                vt.host_cache().resident_tiles(),
-                MAX_MAP_TILES,
-            )
-        }
-        None => ResidencySnapshot::default(),
-    };
-    OverlayModel::from_stats(stats, snapshot, history)
-        .with_layers(layers.iter().map(|l| l.name.clone()), stacked)
 }
 
 /// The bake progress, the last error (until dismissed) and, with nothing to show, how

@@ -6,10 +6,7 @@
 
 use tessera::core::stream::stats::StatsSnapshot;
 use tessera::{GpuContext, StreamFrame, VirtualTextures};
-use tessera_egui::{
-    DebugView, FrameSample, History, Latency, OverlayControls, OverlayModel, ResidencySnapshot, overlay_ui,
-    shown_layer,
-};
+use tessera_egui::{DebugView, FrameSample, History, Latency, OverlayControls, OverlayModel, overlay_ui};
 
 /// Keys and what they do, for the overlay's help panel and the docs.
 pub const KEYS: &[(&str, &str)] = &[
@@ -27,9 +24,6 @@ pub const KEYS: &[(&str, &str)] = &[
     ("M", "next debug view: mip colours, fallback depth, tile borders, off"),
 ];
 
-/// Most tiles in a residency map drawn every frame; finer mips are left out (the
-/// native viewer's figure).
-const MAX_MAP_TILES: u64 = 8192;
 /// Frames of history in the overlay's plots (ten seconds at 60 Hz).
 const HISTORY_FRAMES: usize = 600;
 
@@ -202,8 +196,16 @@ impl Overlay {
         stats: &StatsSnapshot,
         page: &PageFigures,
     ) -> egui::FullOutput {
-        let model =
-            self.shown.then(|| overlay_model(vt, stats, &self.history, self.controls.residency_layer));
+        let model = self.shown.then(|| {
+            OverlayModel::of_streaming(
+                vt.atlas(),
+                vt.residency(),
+                vt.host_cache(),
+                stats,
+                &self.history,
+                self.controls.residency_layer,
+            )
+        });
         let (controls, shown) = (&mut self.controls, &mut self.shown);
         self.ctx.clone().run_ui(raw, |ui| {
             if let Some(model) = &model {
@@ -310,34 +312,6 @@ fn corner_ui(ui: &mut egui::Ui, shown: &mut bool, camera: &str) {
             });
         },
     );
-}
-
-/// The overlay's model for this frame, with the residency maps of layer `wanted` (or
-/// the atlas' last layer when it has fewer), as the native viewer builds it.
-fn overlay_model(
-    vt: &VirtualTextures,
-    stats: &StatsSnapshot,
-    history: &History,
-    wanted: u16,
-) -> OverlayModel {
-    let (layers, stacked) = (vt.atlas().layers(), vt.atlas().is_stacked());
-    let layer = shown_layer(wanted, layers.len(), stacked);
-    let snapshot = match layers.get(usize::from(layer)) {
-        Some(info) => {
-            let residency = vt.residency();
-            ResidencySnapshot::build(
-                &info.layout,
-                layer,
-                residency.resident_tiles().map(|(t, _)| t),
-                residency.requested_tiles(),
-                vt.host_cache().resident_tiles(),
-                MAX_MAP_TILES,
-            )
-        }
-        None => ResidencySnapshot::default(),
-    };
-    OverlayModel::from_stats(stats, snapshot, history)
-        .with_layers(layers.iter().map(|l| l.name.clone()), stacked)
 }
 
 /// egui's painter on the canvas: its textures, buffers and pipeline (egui-wgpu).

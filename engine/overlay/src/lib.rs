@@ -62,8 +62,8 @@ pub mod model;
 pub mod ui;
 
 pub use model::{
-    BakeProgress, FrameSample, History, Latency, MipMap, OverlayModel, ResidencySnapshot, STACKED_NOTE,
-    TileState, shown_layer,
+    BakeProgress, FrameSample, History, Latency, MAX_MAP_TILES, MipMap, OverlayModel, ResidencySnapshot,
+    STACKED_NOTE, TileState, shown_layer,
 };
 pub use ui::{
     DebugView, FEEDBACK_STRIDES, OverlayControls, bake_progress_ui, feedback_stride_label, overlay_ui,

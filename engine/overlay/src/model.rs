@@ -4,9 +4,11 @@
 
 use std::collections::{HashSet, VecDeque};
 
-use tessera_core::TileId;
 use tessera_core::format::tile::TextureLayout;
+use tessera_core::stream::host_cache::HostCache;
+use tessera_core::stream::residency::Residency;
 use tessera_core::stream::stats::StatsSnapshot;
+use tessera_core::{Atlas, TileId};
 
 /// Where a tile lives, from the fastest tier that holds it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -283,7 +285,38 @@ pub struct OverlayModel {
     pub latency_last: Option<Latency>,
 }
 
+/// Most tiles in a residency map drawn every frame; finer mips are left out.
+pub const MAX_MAP_TILES: u64 = 8192;
+
 impl OverlayModel {
+    /// The model of a streamed atlas' frame, with the residency maps of layer `wanted`
+    /// (or the atlas' last layer when it has fewer): tiles in VRAM and in flight from
+    /// `residency`, in host RAM from `host`, at most [`MAX_MAP_TILES`] a map. What the
+    /// native viewer and the web page both show.
+    pub fn of_streaming(
+        atlas: &Atlas,
+        residency: &Residency,
+        host: &HostCache,
+        stats: &StatsSnapshot,
+        history: &History,
+        wanted: u16,
+    ) -> Self {
+        let (layers, stacked) = (atlas.layers(), atlas.is_stacked());
+        let layer = shown_layer(wanted, layers.len(), stacked);
+        let snapshot = match layers.get(usize::from(layer)) {
+            Some(info) => ResidencySnapshot::build(
+                &info.layout,
+                layer,
+                residency.resident_tiles().map(|(t, _)| t),
+                residency.requested_tiles(),
+                host.resident_tiles(),
+                MAX_MAP_TILES,
+            ),
+            None => ResidencySnapshot::default(),
+        };
+        Self::from_stats(stats, snapshot, history).with_layers(layers.iter().map(|l| l.name.clone()), stacked)
+    }
+
     /// The model for the newest `stats`, the residency maps and the rolling `history`.
     pub fn from_stats(stats: &StatsSnapshot, residency: ResidencySnapshot, history: &History) -> Self {
         let series = |f: fn(&FrameSample) -> f64| history.samples().map(f).collect::<Vec<_>>();
