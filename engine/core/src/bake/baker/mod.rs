@@ -17,7 +17,7 @@ use crate::bake::filter::downsample;
 use crate::bake::shard::{PartManifest, ShardWriter, TileSink, fingerprint};
 use crate::bake::source::{LevelStore, RowSource, SourceError, TEXEL_BYTES};
 use crate::format::atlas::order::StorageOrder;
-use crate::format::atlas::{AtlasError, AtlasWriter, ColorSpace, LayerInfo, Wrap};
+use crate::format::atlas::{AtlasError, AtlasMeta, AtlasWriter, ColorSpace, LayerInfo, LayerMeta, Wrap};
 use crate::format::codec::{Codec, CodecError, EncodeOptions, Encoded, QUALITY_DEFAULT};
 use crate::format::tile::{LayoutError, TextureLayout};
 use crate::progress::Progress;
@@ -346,7 +346,18 @@ pub fn layer_table(inputs: &[BakeInput], opts: &BakeOptions) -> Result<Vec<Layer
 /// compares parts against.
 pub fn bake_fingerprint(inputs: &[BakeInput], opts: &BakeOptions) -> Result<String, BakeError> {
     let flags = if opts.stacked { crate::format::atlas::FLAG_STACKED } else { 0 };
-    Ok(fingerprint(&layer_table(inputs, opts)?, flags, opts.quality, opts.uastc_rdo))
+    Ok(fingerprint(&layer_table(inputs, opts)?, flags, opts.quality, opts.uastc_rdo, &bake_meta(inputs)))
+}
+
+/// The metadata record a bake of `inputs` writes: what each source knows of its texels
+/// ([`RowSource::layer_meta`]: a GeoTIFF's georeferencing), one entry per layer, or an
+/// empty record when no source knows anything.
+pub fn bake_meta(inputs: &[BakeInput]) -> AtlasMeta {
+    let layers: Vec<LayerMeta> = inputs.iter().map(|i| i.source.layer_meta()).collect();
+    if layers.iter().all(LayerMeta::is_empty) {
+        return AtlasMeta::default();
+    }
+    AtlasMeta { layers, ..AtlasMeta::default() }
 }
 
 /// Bakes `inputs` into the atlas `out` (written atomically). Temporary files that killed
@@ -380,10 +391,12 @@ pub fn bake(
     // Spilled levels of bakes that were killed would otherwise stay forever.
     crate::temp_files::sweep(&scratch, crate::bake::source::SCRATCH_PREFIX);
     let flags = if opts.stacked { crate::format::atlas::FLAG_STACKED } else { 0 };
+    let meta = bake_meta(&inputs);
     let mut output = match opts.shard {
         None => {
             let mut writer = AtlasWriter::create_with_flags(out, layers.clone(), flags)?;
             writer.set_format_version(opts.format_version)?;
+            writer.set_meta(&meta)?;
             Output::Atlas(writer)
         }
         Some(shard) => {
@@ -391,7 +404,7 @@ pub fn bake(
             let manifest = PartManifest {
                 format: crate::bake::shard::PART_FORMAT,
                 shard,
-                fingerprint: fingerprint(&layers, flags, opts.quality, opts.uastc_rdo),
+                fingerprint: fingerprint(&layers, flags, opts.quality, opts.uastc_rdo, &meta),
                 layers: layers.clone(),
                 flags,
                 format_version: opts.format_version,
@@ -400,6 +413,7 @@ pub fn bake(
                 index_offset: 0,
                 page_crcs: Vec::new(),
                 stored_bytes: 0,
+                meta: meta.clone(),
             };
             Output::Part(ShardWriter::create(out, manifest)?)
         }

@@ -288,12 +288,13 @@ impl Parts {
             }
             if let Some(first) = parts.first() {
                 let m = &part.manifest;
-                if (m.fingerprint.as_str(), &m.layers, m.flags, m.format_version)
+                if (m.fingerprint.as_str(), &m.layers, m.flags, m.format_version, &m.meta)
                     != (
                         first.manifest.fingerprint.as_str(),
                         &first.manifest.layers,
                         first.manifest.flags,
                         first.manifest.format_version,
+                        &first.manifest.meta,
                     )
                 {
                     return Err(bad(format!(
@@ -428,6 +429,7 @@ pub(super) fn merge_one_file(
     let manifest = &parts.parts[0].manifest;
     let mut writer = AtlasWriter::create_with_flags(out, parts.layers.clone(), manifest.flags)?;
     writer.set_format_version(manifest.format_version)?;
+    writer.set_meta(&manifest.meta)?;
     progress.set_length(parts.total);
     progress.set_message("merging shard parts");
     let entries: Vec<Vec<TileEntry>> = parts.parts.iter().map(Part::entries).collect::<Result<_, _>>()?;
@@ -506,7 +508,9 @@ pub(super) fn merge_split(
         page_crcs,
         stored_bytes,
         &objects,
-    );
+        &manifest.meta,
+    )
+    .map_err(|reason| ShardError::Part { path: parts.parts[0].path.clone(), reason })?;
     write_atomically(out, &index, s3)?;
     Ok(MergeReport {
         parts: parts.parts.len() as u32,

@@ -45,8 +45,8 @@ use crate::Progress;
 use crate::format::atlas::order::StorageOrder;
 use crate::format::atlas::split::{self, DataObject};
 use crate::format::atlas::{
-    AtlasError, AtlasWriter, BLOB_ALIGN, ENTRY_BYTES, LayerInfo, TileEntry, blob_hash, decode_entry,
-    encode_entry, page_entries_for,
+    AtlasError, AtlasMeta, AtlasWriter, BLOB_ALIGN, ENTRY_BYTES, LayerInfo, TileEntry, blob_hash,
+    decode_entry, encode_entry, page_entries_for,
 };
 use crate::format::codec::Codec;
 use crate::format::tile::TextureLayout;
@@ -295,16 +295,31 @@ pub struct PartManifest {
     pub page_crcs: Vec<u32>,
     /// Bytes of its distinct blobs.
     pub stored_bytes: u64,
+    /// The atlas' metadata record (absent when it says nothing): the merge writes it.
+    #[serde(default, skip_serializing_if = "AtlasMeta::is_empty")]
+    pub meta: AtlasMeta,
 }
 
 /// The bake's identity, for [`PartManifest::fingerprint`]: the layers and flags, and the
 /// options that change tiles (codec quality and rate-distortion setting).
-pub(crate) fn fingerprint(layers: &[LayerInfo], flags: u32, quality: u32, uastc_rdo: Option<f32>) -> String {
-    let text = serde_json::json!({
+pub(crate) fn fingerprint(
+    layers: &[LayerInfo],
+    flags: u32,
+    quality: u32,
+    uastc_rdo: Option<f32>,
+    meta: &AtlasMeta,
+) -> String {
+    let mut value = serde_json::json!({
         "layers": layers, "flags": flags, "quality": quality, "uastc_rdo": uastc_rdo.map(f32::to_bits),
         "tessera": env!("CARGO_PKG_VERSION"),
-    })
-    .to_string();
+    });
+    // Only a bake with a metadata record hashes it: other fingerprints stay as they were.
+    if !meta.is_empty()
+        && let Some(map) = value.as_object_mut()
+    {
+        map.insert("meta".into(), serde_json::to_value(meta).unwrap_or_default());
+    }
+    let text = value.to_string();
     format!("{:08x}{:08x}", crc32fast::hash(text.as_bytes()), text.len())
 }
 

@@ -40,8 +40,13 @@ pub const FLAG_STACKED: u32 = 1;
 /// object; the blobs lie in the data objects its object table names (the parts of a
 /// sharded bake). See [`split`](super::split).
 pub const FLAG_SPLIT: u32 = 2;
+/// Header flag bit 2: the atlas holds a *metadata record* ([`AtlasMeta`](super::AtlasMeta),
+/// a bounded JSON object covered by `meta_crc`) after its layer table (version 1) or its
+/// root directory and object table (version 2). A reader that does not know the bit
+/// refuses the file instead of misreading where its index lies.
+pub const FLAG_META: u32 = 4;
 /// Every header flag bit this build understands; a reader rejects any other bit.
-pub const KNOWN_FLAGS: u32 = FLAG_STACKED | FLAG_SPLIT;
+pub const KNOWN_FLAGS: u32 = FLAG_STACKED | FLAG_SPLIT | FLAG_META;
 
 /// The little-endian `u32` at byte `at` of `b`.
 pub(super) fn rd_u32(b: &[u8], at: usize) -> u32 {

@@ -6,6 +6,7 @@ pub mod blocks;
 pub mod disk_cache;
 mod error;
 mod header;
+pub mod meta;
 pub mod order;
 #[cfg(feature = "remote")]
 pub mod publish;
@@ -28,10 +29,11 @@ use crate::format::tile::TextureLayout;
 
 pub use error::{AtlasError, what_the_bytes_are};
 pub use header::{
-    BLOB_ALIGN, ENTRY_BYTES, FLAG_SPLIT, FLAG_STACKED, HEADER_BYTES, KNOWN_FLAGS, LAYER_BYTES, MAGIC,
-    MAX_NAME_BYTES, MAX_PAGE_ENTRIES, MIN_PAGE_ENTRIES, OLDEST_VERSION, ROOT_FIXED_BYTES, ROOT_LIMIT,
+    BLOB_ALIGN, ENTRY_BYTES, FLAG_META, FLAG_SPLIT, FLAG_STACKED, HEADER_BYTES, KNOWN_FLAGS, LAYER_BYTES,
+    MAGIC, MAX_NAME_BYTES, MAX_PAGE_ENTRIES, MIN_PAGE_ENTRIES, OLDEST_VERSION, ROOT_FIXED_BYTES, ROOT_LIMIT,
     VERSION, truncate_name,
 };
+pub use meta::{AtlasMeta, GeoReference, GeoTiffTags, LayerMeta, MAX_META_BYTES, RasterType};
 pub use reader::{Atlas, INDEX_READ_AHEAD_BYTES, PAGE_CACHE_BYTES, REMOTE_VERIFY_BATCH};
 
 pub use disk_cache::DiskCacheStats;

@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 
 use super::LayerInfo;
 use super::header::{
-    BLOB_ALIGN, FLAG_SPLIT, HEADER_BYTES, Header, LAYER_BYTES, Root, encode_layer, rd_u32, rd_u64,
+    BLOB_ALIGN, FLAG_META, FLAG_SPLIT, HEADER_BYTES, Header, LAYER_BYTES, Root, encode_layer, rd_u32, rd_u64,
 };
+use super::meta::{AtlasMeta, record_bytes};
 
 /// Most data objects one split atlas names.
 pub const MAX_DATA_OBJECTS: usize = 4096;
@@ -158,7 +159,10 @@ pub(super) fn bases(data_offset: u64, objects: &[DataObject]) -> Option<Vec<u64>
 
 /// The bytes of the index object of a split atlas of `tiles` tiles whose index pages
 /// (`page_entries` entries each, checksums `page_crcs`) lie in `objects`: header, layer
-/// table, root directory and object table. `stored_bytes` counts the distinct blobs.
+/// table, root directory, object table and, when `info` says something, the metadata
+/// record (refused, with the reason, when it is too large or does not fit the layers).
+/// `stored_bytes` counts the distinct blobs.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn index_object(
     layers: &[LayerInfo],
     flags: u32,
@@ -167,20 +171,23 @@ pub(crate) fn index_object(
     page_crcs: Vec<u32>,
     stored_bytes: u64,
     objects: &[DataObject],
-) -> Vec<u8> {
+    info: &AtlasMeta,
+) -> Result<Vec<u8>, String> {
+    let record = if info.is_empty() { Vec::new() } else { record_bytes(&info.encode(layers.len())?) };
     let root_end =
         (HEADER_BYTES + layers.len() * LAYER_BYTES) as u64 + Root::encoded_len(page_crcs.len() as u64);
-    let end = (root_end + table_len(objects)).next_multiple_of(BLOB_ALIGN);
+    let end = (root_end + table_len(objects) + record.len() as u64).next_multiple_of(BLOB_ALIGN);
     let mut meta = Vec::new();
     for l in layers {
         meta.extend_from_slice(&encode_layer(l));
     }
     meta.extend_from_slice(&Root { page_entries, stored_bytes, page_crcs }.encode());
     meta.extend_from_slice(&encode_table(objects));
+    meta.extend_from_slice(&record);
     let header = Header {
         version: 2,
         layer_count: layers.len() as u32,
-        flags: flags | FLAG_SPLIT,
+        flags: flags | FLAG_SPLIT | if record.is_empty() { 0 } else { FLAG_META },
         tile_count: tiles,
         index_offset: end,
         data_offset: end,
@@ -191,7 +198,7 @@ pub(crate) fn index_object(
     out.extend_from_slice(&header.encode());
     out.extend_from_slice(&meta);
     out.resize(end as usize, 0);
-    out
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -10,9 +10,10 @@ use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use super::header::{
-    BLOB_ALIGN, ENTRY_BYTES, FLAG_SPLIT, FLAG_STACKED, HEADER_BYTES, Header, KNOWN_FLAGS, LAYER_BYTES,
-    OLDEST_VERSION, Root, VERSION, encode_entry, encode_layer, page_entries_for,
+    BLOB_ALIGN, ENTRY_BYTES, FLAG_META, FLAG_SPLIT, FLAG_STACKED, HEADER_BYTES, Header, KNOWN_FLAGS,
+    LAYER_BYTES, OLDEST_VERSION, Root, VERSION, encode_entry, encode_layer, page_entries_for,
 };
+use super::meta::{AtlasMeta, record_bytes};
 use super::order::StorageOrder;
 use super::{AtlasError, LayerInfo, TileEntry, stacked_mismatch};
 use crate::format::codec::Codec;
@@ -45,6 +46,8 @@ pub struct AtlasWriter {
     shared: u64,
     readback: Vec<u8>,
     version: u32,
+    /// The metadata record (length and JSON text), when one is written.
+    record: Vec<u8>,
 }
 
 /// What identifies a candidate duplicate blob; equality is confirmed byte by byte.
@@ -112,8 +115,9 @@ impl AtlasWriter {
         if layers.is_empty() || layers.len() > MAX_LAYERS as usize {
             return Err(AtlasError::Invalid { path: dest, what: format!("layer count {}", layers.len()) });
         }
-        // A split atlas is written by a merge of shard parts, never blob by blob.
-        let writable = KNOWN_FLAGS & !FLAG_SPLIT;
+        // A split atlas is written by a merge of shard parts, never blob by blob; the
+        // metadata flag follows `set_meta`.
+        let writable = KNOWN_FLAGS & !FLAG_SPLIT & !FLAG_META;
         if flags & !writable != 0 {
             return Err(AtlasError::Invalid {
                 path: dest,
@@ -163,7 +167,37 @@ impl AtlasWriter {
             shared: 0,
             readback: Vec::new(),
             version: VERSION,
+            record: Vec::new(),
         })
+    }
+
+    /// Writes `meta` as the atlas' metadata record (header flag [`FLAG_META`]); an empty
+    /// one writes none. Must come before the first tile (a version-1 index follows the
+    /// record). Refused: a record over [`MAX_META_BYTES`](super::MAX_META_BYTES), one
+    /// whose `layers` does not have one entry per layer, or one JSON cannot carry.
+    pub fn set_meta(&mut self, meta: &AtlasMeta) -> Result<(), AtlasError> {
+        let invalid = |what: String| AtlasError::Invalid { path: self.dest.clone(), what };
+        if !self.entries.is_empty() {
+            return Err(invalid("the metadata record is set after tiles were written".into()));
+        }
+        self.record = if meta.is_empty() {
+            Vec::new()
+        } else {
+            record_bytes(&meta.encode(self.layers.len()).map_err(invalid)?)
+        };
+        self.flags = if self.record.is_empty() { self.flags & !FLAG_META } else { self.flags | FLAG_META };
+        let tiles: u64 = self.layers.iter().map(|l| l.layout.tile_count()).sum();
+        self.data_offset = (self.v1_index_offset() + tiles * ENTRY_BYTES as u64).next_multiple_of(BLOB_ALIGN);
+        let io = |source| AtlasError::Io { path: self.tmp.path().to_path_buf(), source };
+        let out = self.out.as_mut().ok_or_else(|| io(std::io::Error::other("writer already finished")))?;
+        out.seek(SeekFrom::Start(self.data_offset)).map_err(io)?;
+        self.pos = self.data_offset;
+        Ok(())
+    }
+
+    /// Where a version-1 index starts: after the layer table and the metadata record.
+    fn v1_index_offset(&self) -> u64 {
+        (HEADER_BYTES + self.layers.len() * LAYER_BYTES + self.record.len()) as u64
     }
 
     /// Writes format `version` instead of [`VERSION`]: 1 (the original layout: one
@@ -294,6 +328,7 @@ impl AtlasWriter {
         for l in &self.layers {
             meta.extend_from_slice(&encode_layer(l));
         }
+        meta.extend_from_slice(&self.record);
         for e in &self.entries {
             meta.extend_from_slice(&encode_entry(e));
         }
@@ -302,7 +337,7 @@ impl AtlasWriter {
             layer_count: self.layers.len() as u32,
             flags: self.flags,
             tile_count: expected,
-            index_offset: (HEADER_BYTES + self.layers.len() * LAYER_BYTES) as u64,
+            index_offset: self.v1_index_offset(),
             data_offset: self.data_offset,
             file_size: self.pos,
             meta_crc: crc32fast::hash(&meta),
@@ -341,8 +376,9 @@ impl AtlasWriter {
         let sequence = order.sequence();
         let per = page_entries_for(self.layers.len(), tiles);
         let pages = tiles.div_ceil(u64::from(per));
-        let root_end = (HEADER_BYTES + self.layers.len() * LAYER_BYTES) as u64 + Root::encoded_len(pages);
-        let index_offset = root_end.next_multiple_of(BLOB_ALIGN);
+        let head_end = (HEADER_BYTES + self.layers.len() * LAYER_BYTES + self.record.len()) as u64
+            + Root::encoded_len(pages);
+        let index_offset = head_end.next_multiple_of(BLOB_ALIGN);
         let data_offset = (index_offset + tiles * ENTRY_BYTES as u64).next_multiple_of(BLOB_ALIGN);
         let file_name = self.dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let mut tmp =
@@ -379,6 +415,7 @@ impl AtlasWriter {
             meta.extend_from_slice(&encode_layer(l));
         }
         meta.extend_from_slice(&Root { page_entries: per, stored_bytes, page_crcs }.encode());
+        meta.extend_from_slice(&self.record);
         let header = Header {
             version: 2,
             layer_count: self.layers.len() as u32,
@@ -393,7 +430,7 @@ impl AtlasWriter {
         file.seek(SeekFrom::Start(0)).map_err(io)?;
         file.write_all(&header.encode()).map_err(io)?;
         file.write_all(&meta).map_err(io)?;
-        file.write_all(&vec![0u8; (index_offset - root_end) as usize]).map_err(io)?;
+        file.write_all(&vec![0u8; (index_offset - head_end) as usize]).map_err(io)?;
         file.write_all(&index).map_err(io)?;
         file.set_len(pos).map_err(io)?;
         file.sync_all().map_err(io)?;

@@ -17,9 +17,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::header::{
-    BLOB_ALIGN, ENTRY_BYTES, FLAG_SPLIT, FLAG_STACKED, HEADER_BYTES, Header, KNOWN_FLAGS, LAYER_BYTES, MAGIC,
-    MAX_NAME_BYTES, OLDEST_VERSION, ROOT_FIXED_BYTES, ROOT_LIMIT, Root, VERSION, rd_u32, rd_u64,
+    BLOB_ALIGN, ENTRY_BYTES, FLAG_META, FLAG_SPLIT, FLAG_STACKED, HEADER_BYTES, Header, KNOWN_FLAGS,
+    LAYER_BYTES, MAGIC, MAX_NAME_BYTES, OLDEST_VERSION, ROOT_FIXED_BYTES, ROOT_LIMIT, Root, VERSION, rd_u32,
+    rd_u64,
 };
+use super::meta::{self, AtlasMeta, MAX_META_BYTES, META_LEN_BYTES};
 use super::order::StorageOrder;
 use super::ranged::RangedBytes;
 use super::split::{self, DataObject};
@@ -28,6 +30,7 @@ use crate::format::codec::{Codec, TargetFormat};
 use crate::format::tile::{MAX_LAYERS, TextureLayout, TileId};
 use crate::local_file::FileExt;
 
+mod cog;
 mod index;
 mod open;
 mod ranged;
@@ -80,6 +83,8 @@ pub struct Atlas {
     /// The file's first bytes: header, layer table and (version 1) the whole tile
     /// index, or (version 2) the root directory.
     meta: Vec<u8>,
+    /// The metadata record (empty without one).
+    info: AtlasMeta,
     layers: Vec<LayerInfo>,
     index_offset: u64,
     tile_count: u64,
@@ -93,6 +98,8 @@ pub struct Atlas {
     /// End of the blob address space: the file's length, or for a split atlas the end
     /// of its last data object in the virtual file.
     data_end: u64,
+    /// A TIFF streamed unbaked instead of an atlas file ([`Atlas::cog`]).
+    cog: Option<Arc<crate::format::cog::Cog>>,
 }
 
 /// One data object of a split atlas, opened.
@@ -223,6 +230,12 @@ impl Atlas {
         &self.meta
     }
 
+    /// The metadata record (header flag [`FLAG_META`]): georeferencing and other facts
+    /// about the layers; empty when the file has none.
+    pub fn metadata(&self) -> &AtlasMeta {
+        &self.info
+    }
+
     /// The format version of the file (1 or 2).
     pub fn version(&self) -> u32 {
         self.version
@@ -273,6 +286,9 @@ impl Atlas {
 
     /// [`Atlas::entry`]; `forget_bad` as for [`Atlas::page`].
     pub(super) fn entry_with(&self, tile: TileId, forget_bad: bool) -> Result<TileEntry, AtlasError> {
+        if self.cog.is_some() {
+            return self.cog_entry(tile);
+        }
         let no = || AtlasError::NoSuchTile { path: self.path.clone(), tile };
         let layer = self.layers.get(usize::from(tile.layer)).ok_or_else(no)?;
         let i = layer.layout.tile_index(u32::from(tile.mip), tile.x, tile.y).ok_or_else(no)?;
@@ -290,6 +306,9 @@ impl Atlas {
     /// changed since it was opened gives [`AtlasError::Changed`] or
     /// [`AtlasError::TileChecksum`], never a crash.
     pub fn read_tile(&self, tile: TileId) -> Result<Vec<u8>, AtlasError> {
+        if let Some(cog) = &self.cog {
+            return self.cog_tile(cog, tile);
+        }
         let e = self.entry(tile)?;
         let (store, at) = self.blob_store(e.offset);
         let blob = store.read_blob(at, e.length, e.crc32);
@@ -308,6 +327,9 @@ impl Atlas {
         tiles: &[TileId],
         keep: &dyn Fn(usize) -> bool,
     ) -> Vec<Result<Vec<u8>, AtlasError>> {
+        if self.cog.is_some() {
+            return tiles.iter().map(|&t| self.read_tile(t)).collect();
+        }
         #[cfg(feature = "remote")]
         if self.is_remote_store() {
             self.load_pages_for(tiles);
@@ -370,7 +392,7 @@ impl Atlas {
     /// atlas (whose reads need no batching). The loader delivers these at once instead
     /// of with the network part of their batch.
     pub fn read_tiles_cached(&self, tiles: &[TileId]) -> Vec<Option<Vec<u8>>> {
-        if !self.is_remote() {
+        if !self.is_remote() || self.cog.is_some() {
             return vec![None; tiles.len()];
         }
         tiles

@@ -58,6 +58,10 @@ impl Atlas {
         }
         let mut head = [0u8; HEADER_BYTES];
         file.read_exact_at(&mut head, 0).map_err(io)?;
+        if crate::format::cog::is_tiff(&head) {
+            // A TIFF (a Cloud Optimized GeoTIFF): streamed without a bake.
+            return Self::from_cog(file, path, len);
+        }
         let header = read_header(&head, &path, len)?;
         let table_end = HEADER_BYTES as u64 + u64::from(header.layer_count) * LAYER_BYTES as u64;
         let v2 = header.version >= 2;
@@ -72,8 +76,11 @@ impl Atlas {
             .and_then(|n| n.checked_add(header.index_offset))
             .filter(|&end| end <= header.data_offset && header.data_offset <= len)
             .ok_or_else(|| invalid("index or data offsets".into()))?;
-        // A split atlas' object table follows the root directory.
-        let table_limit = if split { split::MAX_TABLE_BYTES } else { 0 };
+        // A split atlas' object table follows the root directory, and the metadata
+        // record comes last.
+        let has_record = header.flags & FLAG_META != 0;
+        let record_limit = if has_record { (META_LEN_BYTES + MAX_META_BYTES) as u64 } else { 0 };
+        let table_limit = if split { split::MAX_TABLE_BYTES } else { 0 } + record_limit;
         let meta_end = if v2 {
             // The root directory within 16 KiB after the layer table (the whole head
             // within the first 16 KiB unless there are hundreds of layers).
@@ -85,7 +92,9 @@ impl Atlas {
             }
             header.index_offset
         } else {
-            if header.index_offset != table_end {
+            // Version 1: the index follows the layer table, or the metadata record after it.
+            let record = header.index_offset.checked_sub(table_end);
+            if record.is_none_or(|r| r > record_limit || (r == 0) == has_record) {
                 return Err(invalid("index or data offsets".into()));
             }
             index_end
@@ -95,6 +104,8 @@ impl Atlas {
         let mut meta = vec![0u8; meta_len];
         file.read_exact_at(&mut meta, 0).map_err(io)?;
         let mut objects = Vec::new();
+        // Where the metadata record lies, once the regions before it are known.
+        let mut record_at = None;
         let (crc_end, root) = if v2 {
             let root = Root::decode(&meta[table_end as usize..]).map_err(invalid)?;
             let pages = root.page_crcs.len() as u64;
@@ -107,6 +118,12 @@ impl Atlas {
                 objects = table;
                 head_end += table_len as u64;
             }
+            if has_record {
+                let at = head_end as usize;
+                let len = meta::record_len(meta.get(at..).unwrap_or_default()).map_err(invalid)?;
+                record_at = Some(at..at + len);
+                head_end += len as u64;
+            }
             if pages != header.tile_count.div_ceil(u64::from(root.page_entries))
                 || header.index_offset != head_end.next_multiple_of(BLOB_ALIGN)
             {
@@ -115,8 +132,26 @@ impl Atlas {
                     root.page_entries, header.tile_count
                 )));
             }
+            // No checksum covers the padding up to the index: it must be zero.
+            if meta[head_end as usize..].iter().any(|&b| b != 0) {
+                return Err(invalid(format!(
+                    "padding bytes {head_end}..{} before the index are not zero",
+                    header.index_offset
+                )));
+            }
             (head_end as usize, Some(root))
         } else {
+            if has_record {
+                let at = table_end as usize;
+                let len = meta::record_len(&meta[at..header.index_offset as usize]).map_err(invalid)?;
+                if at + len != header.index_offset as usize {
+                    return Err(invalid(format!(
+                        "metadata record of {len} bytes, the index starts {} bytes after the layer table",
+                        header.index_offset - table_end
+                    )));
+                }
+                record_at = Some(at..at + len);
+            }
             (meta.len(), None)
         };
         if crc32fast::hash(&meta[HEADER_BYTES..crc_end]) != header.meta_crc {
@@ -124,6 +159,12 @@ impl Atlas {
             return Err(AtlasError::Checksum { path, what });
         }
         let layers = read_layers(&meta, &header, &path)?;
+        let info = match record_at {
+            Some(r) => {
+                AtlasMeta::decode(&meta[r.start + META_LEN_BYTES..r.end], layers.len()).map_err(invalid)?
+            }
+            None => AtlasMeta::default(),
+        };
         let (data, data_end) = if split {
             if header.data_offset != len {
                 return Err(invalid("a split atlas' index object holds blobs".into()));
@@ -156,6 +197,7 @@ impl Atlas {
             file,
             len,
             meta,
+            info,
             layers,
             index_offset: header.index_offset,
             tile_count: header.tile_count,
@@ -166,6 +208,7 @@ impl Atlas {
             paged,
             data,
             data_end,
+            cog: None,
         };
         if !v2 {
             atlas.stored_bytes = atlas.check_index()?;
@@ -246,7 +289,7 @@ impl Atlas {
                     }
                     other => std::io::Error::other(other.to_string()),
                 })?;
-            return Ok(Store::Remote(Box::new(remote)));
+            return Ok(Store::Remote(Arc::new(remote)));
         }
         #[cfg(not(feature = "remote"))]
         if crate::format::atlas::is_remote_location(path) {
