@@ -10,7 +10,7 @@
 //! allocated or handed to the transcoder; a Zstandard level is inflated here, capped at
 //! that length (`ktx2/zstd.rs`).
 
-mod zstd;
+pub(super) mod zstd;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -328,7 +328,7 @@ fn decode(path: &Path, bytes: &[u8], width: u32, height: u32) -> Result<Vec<u8>,
         let file = match layout.payload {
             Payload::Rgba8 => return Ok(level.to_vec()),
             Payload::UastcZstd => {
-                let texels = zstd::inflate_exact(level, full as usize)
+                let texels = zstd::inflate_exact(level, full as usize, "level")
                     .map_err(|e| format!("{name}: KTX2 level 0: {e}"))?;
                 inflated = uncompressed_uastc(bytes, layout.dfd, &texels);
                 &inflated

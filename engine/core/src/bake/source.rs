@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
-use crate::format::atlas::{ColorSpace, LayerMeta};
+use crate::format::atlas::ColorSpace;
 use crate::format::tile::MAX_VIRTUAL_SIDE;
 use crate::temp_files::{self, TempPath};
 
@@ -55,11 +55,6 @@ pub trait RowSource: Send + Sync {
         let _ = (mip, tile, border, tx, ty);
         None
     }
-    /// What the source knows about its texels beyond their values, for the atlas'
-    /// metadata record ([`LayerMeta`]): a GeoTIFF's georeferencing. Default: nothing.
-    fn layer_meta(&self) -> LayerMeta {
-        LayerMeta::default()
-    }
     /// Where the texels come from, for the bake cache
     /// ([`bake_if_stale`](crate::bake::bake_if_stale)): the file they are decoded from, or a
     /// description of generated texels. Default: `None`, unknown, so a bake of this source
@@ -73,6 +68,57 @@ pub trait RowSource: Send + Sync {
     /// say (PNG, JPEG, TIFF), and the layer is sRGB colour unless told otherwise.
     fn color_space(&self) -> Option<ColorSpace> {
         None
+    }
+    /// For a data raster (elevations, measurements: one band of 16-bit or floating-point
+    /// samples), how its values were mapped onto the 8-bit texels it reads as; the bake
+    /// keeps it in the atlas so that values can be read back. Default: `None`, the texels
+    /// are colours.
+    fn data_scale(&self) -> Option<DataScale> {
+        None
+    }
+}
+
+/// How a data raster's values map onto 8-bit texels: `value = offset + scale × texel`
+/// for a texel of 0..=255 (gray, in every colour channel), and texels whose alpha is 0
+/// hold no value (nodata). The range `[min, max]` of the values is spread over 0..=255,
+/// so one texel step is `scale` (the raster's range / 255).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct DataScale {
+    /// The samples' type as GDAL names it: `UInt16`, `Int16`, `Float32`.
+    pub sample: String,
+    /// The smallest and largest value of the raster (nodata left out).
+    pub min: f64,
+    /// See `min`.
+    pub max: f64,
+    /// Value of one texel step.
+    pub scale: f64,
+    /// Value of texel 0.
+    pub offset: f64,
+    /// The value that marked missing data in the file (GDAL's nodata), if any: those
+    /// texels have alpha 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodata: Option<f64>,
+}
+
+impl DataScale {
+    /// The scale spreading `min..=max` over the texels 0..=255.
+    pub fn spanning(sample: &str, min: f64, max: f64, nodata: Option<f64>) -> Self {
+        let scale = if max > min { (max - min) / 255.0 } else { 0.0 };
+        Self { sample: sample.to_string(), min, max, scale, offset: min, nodata }
+    }
+
+    /// The texel (0..=255) that holds `value`, clamped to the range.
+    pub fn texel(&self, value: f64) -> u8 {
+        if self.scale > 0.0 {
+            ((value - self.offset) / self.scale).round().clamp(0.0, 255.0) as u8
+        } else {
+            0
+        }
+    }
+
+    /// The value texel `t` stands for.
+    pub fn value(&self, t: u8) -> f64 {
+        self.offset + self.scale * f64::from(t)
     }
 }
 
@@ -114,7 +160,10 @@ pub enum SourceError {
         source: std::io::Error,
     },
     /// The file is not an image format this build reads.
-    #[error("{path}: unsupported image format ({reason}); supported: PNG, JPEG, TIFF, DDS, KTX2")]
+    #[error(
+        "{path}: unsupported image format ({reason}); read: PNG, JPEG, DDS, KTX2 and TIFF / BigTIFF \
+         (uncompressed, LZW, Deflate, PackBits, Zstandard, JPEG or WebP)"
+    )]
     Unsupported {
         /// The input path.
         path: PathBuf,

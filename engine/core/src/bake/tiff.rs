@@ -1,7 +1,10 @@
 //! TIFF and BigTIFF inputs (GeoTIFF rasters included) read strip by strip or tile by tile,
 //! so that a bake holds one row of chunks of a huge scan at a time, never the whole image.
 
+mod chunk;
 mod lzw;
+mod texels;
+mod ycbcr;
 
 use std::fs::File;
 use std::io::{self, BufReader, ErrorKind};
@@ -13,9 +16,12 @@ use ::tiff::decoder::{ChunkType, Decoder, DecodingResult, Limits};
 use ::tiff::tags::Tag;
 use ::tiff::{ColorType, TiffError};
 
+use self::chunk::{ChunkFormat, Codec, Predictor, Sample};
+use self::texels::{Conversion, Texels};
 use crate::bake::source::{
-    RowSource, SourceError, SourceOrigin, TEXEL_BYTES, check_size, human_bytes, memory_limit,
+    DataScale, RowSource, SourceError, SourceOrigin, TEXEL_BYTES, check_size, human_bytes, memory_limit,
 };
+use crate::format::atlas::ColorSpace;
 
 /// Rows of the previous row of chunks kept when the next one is decoded: bands that overlap
 /// across a chunk boundary (the baker's tile borders) then find their first rows here
@@ -29,13 +35,26 @@ type Reader = BufReader<File>;
 ///
 /// Memory stays within one row of chunks (the image width times the strip or tile height,
 /// as RGBA8) plus 32 rows and one decoded chunk, checked at open against
-/// [`memory_limit`]. Reads: 8- and 16-bit unsigned samples (16-bit rounded to 8), gray,
-/// gray + alpha, RGB and RGBA (`WhiteIsZero` inverted), uncompressed, LZW, Deflate or
-/// PackBits, with or without the horizontal predictor. Refused at open: other sample
-/// formats and depths, palette, CMYK, YCbCr and Lab colour, separate colour planes
-/// (planar configuration 2), other compressions, sizes over the engine's limits and
-/// chunks that lie past the end of the file. A corrupt chunk fails the read that needs
-/// it, with an error naming the file and the chunk.
+/// [`memory_limit`].
+///
+/// Reads: gray, gray + alpha, RGB and RGBA (`WhiteIsZero` inverted) of 8- or 16-bit
+/// unsigned samples (16-bit colours rounded to 8); JPEG's YCbCr (converted to RGB as
+/// libjpeg does); compressed with none, LZW, Deflate, PackBits, Zstandard (predictors
+/// none, horizontal and, for floats, floating point), JPEG (YCbCr with any chroma
+/// subsampling, RGB or gray) or WebP (lossless or lossy, RGB or RGBA).
+///
+/// *Data rasters*, one band of 16-bit unsigned, 16-bit signed or 32-bit float samples
+/// (a DEM), read as gray texels rescaled from the raster's range (GDAL's exact
+/// statistics when the file holds them, else a first pass over every chunk at open):
+/// [`RowSource::data_scale`] says how, and [`RowSource::color_space`] says linear.
+/// GDAL's nodata value (texels whose colour samples all equal it, and NaN in floats) and
+/// an alpha band of 0 read as transparent texels (alpha 0).
+///
+/// Refused at open, saying why: other sample formats and depths, palette, CMYK and Lab
+/// colour, YCbCr not in JPEG, separate colour planes (planar configuration 2), LERC
+/// (no maintained pure-Rust decoder; re-encode with GDAL), other compressions, sizes over
+/// the engine's limits and chunks that lie past the end of the file. A corrupt chunk fails
+/// the read that needs it, with an error naming the file and the chunk.
 pub struct TiffSource {
     path: PathBuf,
     width: u32,
@@ -44,9 +63,14 @@ pub struct TiffSource {
     /// Compressed bytes of each chunk; 0 marks a chunk the file leaves out (sparse GDAL
     /// files), read as zero samples.
     byte_counts: Vec<u64>,
-    /// LZW tiles, decoded by [`lzw`] (the `tiff` crate fails on some edge tiles): their
-    /// format and each tile's offset in the file.
-    lzw_tiles: Option<(lzw::TileFormat, Vec<u64>)>,
+    /// Chunks decoded by [`chunk`] rather than the `tiff` crate (LZW tiles, on which the
+    /// crate fails at some edges; Zstandard, JPEG and WebP): their format and each
+    /// chunk's offset in the file.
+    own_chunks: Option<(ChunkFormat, Vec<u64>)>,
+    /// GDAL's nodata value, as a value of the samples' type.
+    nodata: Option<f64>,
+    /// A data raster's rescaling ([`Texels::Data`]).
+    data: Option<DataScale>,
     /// The decoder needs `&mut` to read; a [`RowSource`] is shared.
     state: Mutex<State>,
 }
@@ -62,18 +86,8 @@ struct Grid {
     across: u32,
     /// Samples per texel in a decoded chunk.
     samples: usize,
-    /// Bytes per sample: 1 or 2.
-    sample_bytes: usize,
+    sample: Sample,
     texels: Texels,
-}
-
-/// What the samples of a texel mean.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Texels {
-    Gray,
-    GrayAlpha,
-    Rgb,
-    Rgba,
 }
 
 struct State {
@@ -127,13 +141,27 @@ impl TiffSource {
         check_size(path, width, height)?;
         let grid = grid(path, &mut decoder, width, height)?;
         let (offsets, byte_counts) = chunk_extents(path, &mut decoder, &grid, width, height, meta.len())?;
-        let lzw_tiles = lzw_tiles(path, &mut decoder, &grid)?.map(|format| (format, offsets));
+        let own_chunks = own_chunks(path, &mut decoder, &grid)?.map(|format| (format, offsets));
+        let nodata = match decoder.find_tag(Tag::GdalNodata).map_err(|e| header_error(path, e))? {
+            Some(v) => v.into_string().ok().and_then(|t| texels::nodata_value(&t, grid.sample)),
+            None => None,
+        };
 
+        let statistics = match grid.texels {
+            Texels::Data { .. } => decoder
+                .find_tag(Tag::Unknown(GDAL_METADATA))
+                .ok()
+                .flatten()
+                .and_then(|v| v.into_string().ok())
+                .and_then(|xml| texels::gdal_statistics(&xml)),
+            _ => None,
+        };
         let row_bytes = u64::from(width) * TEXEL_BYTES as u64;
         let chunk_bytes =
-            u64::from(grid.chunk_w) * u64::from(grid.chunk_h) * (grid.samples * grid.sample_bytes) as u64;
-        // One decoded chunk; an LZW tile is decoded whole, then its visible part copied out.
-        let chunks = if lzw_tiles.is_some() { 2 } else { 1 };
+            u64::from(grid.chunk_w) * u64::from(grid.chunk_h) * (grid.samples * grid.sample.bytes()) as u64;
+        // One decoded chunk; a chunk decoded here is decoded whole (with its compressed
+        // bytes), then its visible part copied out.
+        let chunks = if own_chunks.is_some() { 3 } else { 1 };
         let needed = window_rows(&grid, height) as u64 * row_bytes + chunks * chunk_bytes;
         if needed > max_bytes {
             return Err(SourceError::OverMemory { path: p, width, height, needed, limit: max_bytes });
@@ -156,20 +184,69 @@ impl TiffSource {
             memory = %human_bytes(needed),
             "TIFF opened for windowed reads"
         );
-        Ok(Self {
+        let mut source = Self {
             path: p,
             width,
             height,
             grid,
             byte_counts,
-            lzw_tiles,
+            own_chunks,
+            nodata,
+            data: None,
             state: Mutex::new(State {
                 decoder,
                 window: Window { first: 0, rows: 0, texels: Vec::new() },
                 #[cfg(test)]
                 stats: Stats::default(),
             }),
-        })
+        };
+        if let Texels::Data { .. } = grid.texels {
+            let (min, max) = match statistics {
+                Some(range) => range,
+                None => source.value_range()?,
+            };
+            let file_nodata = match source.nodata {
+                Some(v) if v.is_nan() => None,
+                other => other,
+            };
+            source.data = Some(DataScale::spanning(grid.sample.name(), min, max, file_nodata));
+        }
+        Ok(source)
+    }
+
+    /// How a data raster's values became texels; `None` for colour images.
+    pub fn data_scale(&self) -> Option<&DataScale> {
+        self.data.as_ref()
+    }
+
+    /// The smallest and largest value of a data raster, read from every chunk (one at a
+    /// time) at open; `(0, 0)` when every texel is nodata.
+    fn value_range(&self) -> Result<(f64, f64), SourceError> {
+        let g = self.grid;
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let conversion = self.conversion();
+        let mut range = None;
+        for cy in 0..self.height.div_ceil(g.chunk_h) {
+            let h = g.chunk_h.min(self.height - cy * g.chunk_h) as usize;
+            for cx in 0..g.across {
+                let w = g.chunk_w.min(self.width - cx * g.chunk_w) as usize;
+                let chunk = self
+                    .read_chunk(&mut state.decoder, cy * g.across + cx, w, h)
+                    .map_err(|e| SourceError::Decode { path: self.path.clone(), reason: e.to_string() })?;
+                texels::fold_range(&chunk, &conversion, (w * g.samples, h), &mut range);
+            }
+        }
+        Ok(range.unwrap_or((0.0, 0.0)))
+    }
+
+    /// How this image's decoded samples become texels.
+    fn conversion(&self) -> Conversion<'_> {
+        Conversion {
+            texels: self.grid.texels,
+            samples: self.grid.samples,
+            nodata: self.nodata,
+            data: self.data.as_ref(),
+        }
     }
 
     /// The image file.
@@ -212,6 +289,7 @@ impl TiffSource {
         #[cfg(test)]
         let capacity = window.texels.capacity();
         let rows = &mut window.texels[keep as usize * row_bytes..];
+        let conversion = self.conversion();
         for cx in 0..g.across {
             let index = cy * g.across + cx;
             let x0 = cx * g.chunk_w;
@@ -222,17 +300,8 @@ impl TiffSource {
             let line = w * g.samples;
             for (r, out) in rows.chunks_exact_mut(row_bytes).enumerate() {
                 let out = &mut out[x0 as usize * TEXEL_BYTES..(x0 as usize + w) * TEXEL_BYTES];
-                match &chunk {
-                    DecodingResult::U8(v) => expand(&v[r * line..(r + 1) * line], g, |s| s, out),
-                    DecodingResult::U16(v) => expand(&v[r * line..(r + 1) * line], g, to_8bit, out),
-                    _ => {
-                        return Err(self.chunk_error(
-                            ErrorKind::InvalidData,
-                            index,
-                            "unexpected sample type",
-                        ));
-                    }
-                }
+                texels::to_rgba(&chunk, r * line, line, &conversion, out)
+                    .map_err(|e| self.chunk_error(ErrorKind::InvalidData, index, &e))?;
             }
         }
         window.first = start - keep;
@@ -250,23 +319,26 @@ impl TiffSource {
     ) -> io::Result<DecodingResult> {
         let len = w * h * self.grid.samples;
         if self.byte_counts.get(index as usize) == Some(&0) {
-            return Ok(if self.grid.sample_bytes == 1 {
-                DecodingResult::U8(vec![0; len])
-            } else {
-                DecodingResult::U16(vec![0; len])
+            return Ok(match self.grid.sample {
+                Sample::U8 => DecodingResult::U8(vec![0; len]),
+                Sample::U16 => DecodingResult::U16(vec![0; len]),
+                Sample::I16 => DecodingResult::I16(vec![0; len]),
+                Sample::F32 => DecodingResult::F32(vec![0.0; len]),
             });
         }
         let count = self.byte_counts.get(index as usize).copied().unwrap_or(0);
-        let decoded = if let Some((format, offsets)) = &self.lzw_tiles {
+        let decoded = if let Some((format, offsets)) = &self.own_chunks {
             let offset = offsets.get(index as usize).copied().unwrap_or(0);
-            lzw::read_tile(decoder.inner(), offset, count, format, w, h)
+            guarded_io(|| chunk::read_chunk(decoder.inner(), offset, count, format, w, h))
                 .map_err(|e| self.chunk_error(e.kind(), index, &e.to_string()))?
         } else {
             self.read_chunk_with_crate(decoder, index)?
         };
-        let found = match &decoded {
-            DecodingResult::U8(v) if self.grid.sample_bytes == 1 => v.len(),
-            DecodingResult::U16(v) if self.grid.sample_bytes == 2 => v.len(),
+        let found = match (&decoded, self.grid.sample) {
+            (DecodingResult::U8(v), Sample::U8) => v.len(),
+            (DecodingResult::U16(v), Sample::U16) => v.len(),
+            (DecodingResult::I16(v), Sample::I16) => v.len(),
+            (DecodingResult::F32(v), Sample::F32) => v.len(),
             _ => return Err(self.chunk_error(ErrorKind::InvalidData, index, "unexpected sample type")),
         };
         if found < len {
@@ -346,6 +418,15 @@ impl RowSource for TiffSource {
     fn origin(&self) -> Option<SourceOrigin> {
         Some(SourceOrigin::File(self.path.clone()))
     }
+
+    fn color_space(&self) -> Option<ColorSpace> {
+        // Values, not colours: filtered and sampled as they are.
+        self.data.as_ref().map(|_| ColorSpace::Linear)
+    }
+
+    fn data_scale(&self) -> Option<DataScale> {
+        self.data.clone()
+    }
 }
 
 /// Rows the window holds at most.
@@ -358,35 +439,25 @@ fn count_chunk(stats: &mut Stats, window_bytes: usize, chunk: &DecodingResult) {
     let chunk_bytes = match chunk {
         DecodingResult::U8(v) => v.len(),
         DecodingResult::U16(v) => v.len() * 2,
+        DecodingResult::I16(v) => v.len() * 2,
+        DecodingResult::F32(v) => v.len() * 4,
         _ => 0,
     };
     stats.chunks_decoded += 1;
     stats.peak_bytes = stats.peak_bytes.max(window_bytes + chunk_bytes);
 }
 
-/// Converts one row of decoded samples to RGBA8 texels.
-fn expand<T: Copy>(src: &[T], g: &Grid, to8: impl Fn(T) -> u8, out: &mut [u8]) {
-    for (px, o) in src.chunks_exact(g.samples).zip(out.chunks_exact_mut(TEXEL_BYTES)) {
-        let s = |i: usize| to8(px[i]);
-        let texel = match g.texels {
-            Texels::Gray => {
-                let v = s(0);
-                [v, v, v, 255]
-            }
-            Texels::GrayAlpha => {
-                let v = s(0);
-                [v, v, v, s(1)]
-            }
-            Texels::Rgb => [s(0), s(1), s(2), 255],
-            Texels::Rgba => [s(0), s(1), s(2), s(3)],
-        };
-        o.copy_from_slice(&texel);
-    }
-}
-
-/// A 16-bit sample rounded to 8 bits.
-fn to_8bit(v: u16) -> u8 {
-    ((u32::from(v) * 255 + 32767) / 65535) as u8
+/// Runs a decode of ours (through `zune-jpeg`, `image-webp`, `ruzstd`), turning a panic on
+/// malformed input into an error.
+fn guarded_io<T>(f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "malformed data".into());
+        Err(io::Error::new(ErrorKind::InvalidData, format!("decoder failed: {what}")))
+    })
 }
 
 /// Runs a call into the `tiff` crate, turning a panic on malformed input into an error:
@@ -420,6 +491,12 @@ fn tag_u16s(path: &Path, decoder: &mut Decoder<Reader>, tag: Tag) -> Result<Opti
     decoder.find_tag_unsigned_vec::<u16>(tag).map_err(|e| header_error(path, e))
 }
 
+/// The GDAL_METADATA tag: an XML document of dataset and band metadata (statistics).
+const GDAL_METADATA: u16 = 42112;
+
+/// TIFF compression codes this reader decodes.
+const COMPRESSIONS: [u16; 8] = [1, 5, 7, 8, 32946, 32773, 50000, 50001];
+
 /// Checks that the image is of a kind this reader converts, and how it is cut into chunks.
 fn grid(path: &Path, decoder: &mut Decoder<Reader>, width: u32, height: u32) -> Result<Grid, SourceError> {
     let unsupported = |reason: String| SourceError::Unsupported { path: path.to_path_buf(), reason };
@@ -430,58 +507,93 @@ fn grid(path: &Path, decoder: &mut Decoder<Reader>, width: u32, height: u32) -> 
             "TIFF planar configuration {planar} (colour planes stored apart); only interleaved samples"
         )));
     }
-    let formats = tag_u16s(path, decoder, Tag::SampleFormat)?.unwrap_or_default();
-    if let Some(&f) = formats.iter().find(|&&f| f != 1) {
-        let name = match f {
-            2 => "signed integer".to_string(),
-            3 => "floating-point".to_string(),
-            4 => "undefined".to_string(),
-            n => format!("code {n}"),
-        };
-        return Err(unsupported(format!("TIFF {name} samples; only unsigned integer samples")));
-    }
     let compression = first(tag_u16s(path, decoder, Tag::Compression)?).unwrap_or(1);
-    if !matches!(compression, 1 | 5 | 8 | 32946 | 32773) {
+    if !COMPRESSIONS.contains(&compression) {
         let name = match compression {
             2..=4 => "CCITT fax".to_string(),
-            6 | 7 => "JPEG".to_string(),
-            34887 => "LERC".to_string(),
+            6 => "old-style JPEG (6)".to_string(),
+            34887 => "LERC (no maintained pure-Rust decoder is used here: re-encode with \
+                      gdal_translate -co COMPRESS=ZSTD or DEFLATE)"
+                .to_string(),
             34925 => "LZMA".to_string(),
-            50000 => "Zstandard".to_string(),
-            50001 => "WebP".to_string(),
             n => format!("code {n}"),
         };
-        return Err(unsupported(format!("TIFF compression {name}; only none, LZW, Deflate and PackBits")));
+        return Err(unsupported(format!(
+            "TIFF compression {name}; only none, LZW, Deflate, PackBits, Zstandard, JPEG and WebP"
+        )));
+    }
+    let formats = tag_u16s(path, decoder, Tag::SampleFormat)?.unwrap_or_default();
+    let format = formats.first().copied().unwrap_or(1);
+    if let Some(&f) = formats.iter().find(|&&f| f != format) {
+        return Err(unsupported(format!("TIFF sample formats {format} and {f} mixed in one texel")));
     }
     let photometric = first(tag_u16s(path, decoder, Tag::PhotometricInterpretation)?);
-    if let Some(pi @ 3..) = photometric {
+    let ycbcr = photometric == Some(6);
+    if ycbcr && compression != 7 {
+        return Err(unsupported(
+            "TIFF YCbCr colour outside JPEG compression; only gray, gray + alpha, RGB and RGBA".into(),
+        ));
+    }
+    if let Some(pi @ 3..) = photometric.filter(|_| !ycbcr) {
         let name = match pi {
             3 => "palette".to_string(),
             4 => "transparency mask".to_string(),
             5 => "CMYK".to_string(),
-            6 => "YCbCr".to_string(),
             8..=10 => "Lab".to_string(),
             n => format!("photometric interpretation {n}"),
         };
-        return Err(unsupported(format!("TIFF {name} colour; only gray, gray + alpha, RGB and RGBA")));
+        return Err(unsupported(format!(
+            "TIFF {name} colour; only gray, gray + alpha, RGB, RGBA and JPEG's YCbCr"
+        )));
     }
     let color = decoder.colortype().map_err(|e| header_error(path, e))?;
     let depth = color.bit_depth();
-    if depth != 8 && depth != 16 {
-        return Err(unsupported(format!("TIFF {depth}-bit samples; only 8- and 16-bit")));
-    }
+    let sample = match (format, depth) {
+        (1, 8) => Sample::U8,
+        (1, 16) => Sample::U16,
+        (2, 16) => Sample::I16,
+        (3, 32) => Sample::F32,
+        (1 | 2, _) | (3, _) => {
+            let kind = match format {
+                1 => "unsigned integer",
+                2 => "signed integer",
+                _ => "floating-point",
+            };
+            return Err(unsupported(format!(
+                "TIFF {depth}-bit {kind} samples; only 8- and 16-bit unsigned, 16-bit signed and 32-bit \
+                 floating-point"
+            )));
+        }
+        (f, _) => {
+            let name = if f == 4 { "undefined".to_string() } else { format!("code {f}") };
+            return Err(unsupported(format!("TIFF {name} samples (sample format {f})")));
+        }
+    };
+    let wide = sample != Sample::U8;
     let (texels, samples) = match color {
+        ColorType::Gray(_) if wide => (Texels::Data { alpha: false }, 1),
         ColorType::Gray(_) => (Texels::Gray, 1),
         ColorType::Multiband { num_samples, .. } if photometric.is_some_and(|pi| pi <= 1) => {
             // Gray and extra samples: the first is alpha when the file says so.
             let extra = first(tag_u16s(path, decoder, Tag::ExtraSamples)?);
-            let alpha = matches!(extra, Some(1 | 2));
-            (if alpha { Texels::GrayAlpha } else { Texels::Gray }, usize::from(num_samples))
+            let alpha = matches!(extra, Some(1 | 2)) && num_samples == 2;
+            let texels = match (wide, alpha) {
+                (true, alpha) => Texels::Data { alpha },
+                (false, true) => Texels::GrayAlpha,
+                (false, false) => Texels::Gray,
+            };
+            (texels, usize::from(num_samples))
         }
-        ColorType::RGB(_) => (Texels::Rgb, 3),
+        ColorType::RGB(_) | ColorType::YCbCr(_) => (Texels::Rgb, 3),
         ColorType::RGBA(_) => (Texels::Rgba, 4),
         other => return Err(unsupported(format!("TIFF colour type {other:?}"))),
     };
+    if matches!(sample, Sample::I16 | Sample::F32) && !matches!(texels, Texels::Data { .. }) {
+        return Err(unsupported(format!(
+            "TIFF {} colour samples; signed and floating-point samples only in one band (a data raster)",
+            sample.name()
+        )));
+    }
     let tiled = decoder.get_chunk_type() == ChunkType::Tile;
     let (chunk_w, chunk_h) = decoder.chunk_dimensions();
     let (chunk_w, chunk_h) = if tiled { (chunk_w, chunk_h) } else { (width, chunk_h.min(height)) };
@@ -491,44 +603,57 @@ fn grid(path: &Path, decoder: &mut Decoder<Reader>, width: u32, height: u32) -> 
             reason: format!("chunks of {chunk_w}x{chunk_h} texels"),
         });
     }
-    Ok(Grid {
-        tiled,
-        chunk_w,
-        chunk_h,
-        across: width.div_ceil(chunk_w),
-        samples,
-        sample_bytes: usize::from(depth / 8),
-        texels,
-    })
+    Ok(Grid { tiled, chunk_w, chunk_h, across: width.div_ceil(chunk_w), samples, sample, texels })
 }
 
-/// The format of the image's tiles when they are LZW-compressed, for [`lzw::read_tile`];
-/// `None` for strips and other compressions (read by the `tiff` crate).
-fn lzw_tiles(
+/// The format of the image's chunks when this reader decodes them itself ([`chunk`]):
+/// LZW tiles, Zstandard, JPEG and WebP; `None` for the others (read by the `tiff` crate).
+fn own_chunks(
     path: &Path,
     decoder: &mut Decoder<Reader>,
     g: &Grid,
-) -> Result<Option<lzw::TileFormat>, SourceError> {
+) -> Result<Option<ChunkFormat>, SourceError> {
+    let unsupported = |reason: String| SourceError::Unsupported { path: path.to_path_buf(), reason };
     let first = |v: Option<Vec<u16>>| v.and_then(|v| v.first().copied());
-    if !g.tiled || first(tag_u16s(path, decoder, Tag::Compression)?) != Some(5) {
-        return Ok(None);
-    }
-    let horizontal = match first(tag_u16s(path, decoder, Tag::Predictor)?).unwrap_or(1) {
-        1 => false,
-        2 => true,
-        p => {
-            let reason = format!("TIFF predictor {p} on unsigned samples; only none (1) and horizontal (2)");
-            return Err(SourceError::Unsupported { path: path.to_path_buf(), reason });
+    let compression = first(tag_u16s(path, decoder, Tag::Compression)?).unwrap_or(1);
+    let photometric = first(tag_u16s(path, decoder, Tag::PhotometricInterpretation)?);
+    let codec = match compression {
+        5 if g.tiled => Codec::Lzw,
+        50000 => Codec::Zstd,
+        7 => {
+            let tables = match decoder.find_tag(Tag::JPEGTables).map_err(|e| header_error(path, e))? {
+                Some(v) => Some(v.into_u8_vec().map_err(|e| header_error(path, e))?),
+                None => None,
+            };
+            Codec::Jpeg { tables, ycbcr: photometric == Some(6) }
+        }
+        50001 => Codec::WebP,
+        _ => return Ok(None),
+    };
+    let predictor = match (first(tag_u16s(path, decoder, Tag::Predictor)?).unwrap_or(1), g.sample) {
+        (1, _) => Predictor::None,
+        (2, Sample::U8 | Sample::U16 | Sample::I16) => Predictor::Horizontal,
+        (3, Sample::F32) => Predictor::Float,
+        (p, s) => {
+            return Err(unsupported(format!(
+                "TIFF predictor {p} on {} samples; only none (1), horizontal (2) on integers and floating \
+                 point (3) on floats",
+                s.name()
+            )));
         }
     };
-    let photometric = first(tag_u16s(path, decoder, Tag::PhotometricInterpretation)?);
-    Ok(Some(lzw::TileFormat {
-        tile_w: g.chunk_w as usize,
-        tile_h: g.chunk_h as usize,
+    if predictor != Predictor::None && matches!(codec, Codec::Jpeg { .. } | Codec::WebP) {
+        return Err(unsupported(format!("TIFF predictor with {compression} compression")));
+    }
+    Ok(Some(ChunkFormat {
+        codec,
+        tiled: g.tiled,
+        chunk_w: g.chunk_w as usize,
+        chunk_h: g.chunk_h as usize,
         samples: g.samples,
-        sample_bytes: g.sample_bytes,
+        sample: g.sample,
         big_endian: decoder.byte_order() == ::tiff::tags::ByteOrder::BigEndian,
-        horizontal,
+        predictor,
         // As the crate does: gray of one sample only.
         invert: photometric == Some(0) && g.texels == Texels::Gray && g.samples == 1,
     }))
@@ -825,6 +950,9 @@ mod tests {
 
     /// The RGBA8 texels a reader must make of `samples`, computed independently of it.
     fn expected(samples: &[u16], format: Format) -> Vec<u8> {
+        if format.bits == 16 && format.photometric == GRAY {
+            return expected_data(samples, format);
+        }
         let to8 =
             |v: u16| if format.bits == 8 { v as u8 } else { ((u32::from(v) * 255 + 32767) / 65535) as u8 };
         samples
@@ -837,6 +965,26 @@ mod tests {
                     3 => [s[0], s[1], s[2], 255],
                     _ => [s[0], s[1], s[2], s[3]],
                 }
+            })
+            .collect()
+    }
+
+    /// The texels of a 16-bit gray (+ alpha) image, a data raster: values spread from
+    /// their range (texels whose alpha is 0 left out) over 0..=255, alpha 0 transparent.
+    fn expected_data(samples: &[u16], format: Format) -> Vec<u8> {
+        let n = usize::from(format.samples);
+        let shown = |px: &[u16]| n == 1 || px[n - 1] != 0;
+        let values = samples.chunks_exact(n).filter(|px| shown(px)).map(|px| f64::from(px[0]));
+        let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
+        let scale = DataScale::spanning("UInt16", lo, hi, None);
+        samples
+            .chunks_exact(n)
+            .flat_map(|px| {
+                if !shown(px) {
+                    return [0; 4];
+                }
+                let t = scale.texel(f64::from(px[0]));
+                [t, t, t, 255]
             })
             .collect()
     }
@@ -945,7 +1093,7 @@ mod tests {
                 let path = dir.path().join(format!("lzw{n}.tif"));
                 write_tiff(&path, &spec, &samples);
                 let src = TiffSource::open(&path).unwrap_or_else(|e| panic!("{spec:?}: {e}"));
-                assert_eq!(src.lzw_tiles.is_some(), matches!(chunks, Chunks::Tiles(..)), "{spec:?}");
+                assert_eq!(src.own_chunks.is_some(), matches!(chunks, Chunks::Tiles(..)), "{spec:?}");
                 check_windows(&src, &want, n);
             }
         }
@@ -1160,17 +1308,25 @@ mod tests {
             );
         }
 
-        // JPEG-compressed: the Compression tag is read before any chunk.
-        let path = dir.path().join("jpeg.tif");
-        let (mut bytes, _) = write_tiff(&path, &Spec::new(8, 8, rgb8, Chunks::Strips(8)), &noise(192, 8, 2));
-        // Compression is the fourth entry of the directory (tags sorted): its value at +8.
-        let ifd = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
-        let entry = ifd + 2 + 3 * 12;
-        assert_eq!(u16::from_le_bytes([bytes[entry], bytes[entry + 1]]), 259);
-        bytes[entry + 8..entry + 10].copy_from_slice(&7u16.to_le_bytes());
-        std::fs::write(&path, &bytes).unwrap();
-        let err = TiffSource::open(&path).err().unwrap();
-        assert!(matches!(err, SourceError::Unsupported { .. }) && err.to_string().contains("JPEG"), "{err}");
+        // LERC, old-style JPEG and LZMA compression: the Compression tag is read before
+        // any chunk.
+        for (code, says) in
+            [(34887u16, "LERC (no maintained pure-Rust decoder"), (6, "old-style JPEG"), (34925, "LZMA")]
+        {
+            let path = dir.path().join(format!("compression-{code}.tif"));
+            let (mut bytes, _) =
+                write_tiff(&path, &Spec::new(8, 8, rgb8, Chunks::Strips(8)), &noise(192, 8, 2));
+            // Compression is the fourth entry of the directory (tags sorted): its value at +8.
+            let ifd = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
+            let entry = ifd + 2 + 3 * 12;
+            assert_eq!(u16::from_le_bytes([bytes[entry], bytes[entry + 1]]), 259);
+            bytes[entry + 8..entry + 10].copy_from_slice(&code.to_le_bytes());
+            std::fs::write(&path, &bytes).unwrap();
+            let err = TiffSource::open(&path).err().unwrap();
+            let text = err.to_string();
+            assert!(matches!(err, SourceError::Unsupported { .. }) && text.contains(says), "{text}");
+            assert!(text.contains("Zstandard, JPEG and WebP"), "{text}");
+        }
     }
 
     #[test]

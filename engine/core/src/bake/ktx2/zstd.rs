@@ -1,5 +1,5 @@
-//! A Zstandard decoder for supercompressed KTX2 levels that never produces more than the
-//! level's size: each block's output is counted before it is written, so a small file
+//! A Zstandard decoder for supercompressed KTX2 levels (and Zstandard TIFF chunks) that
+//! never produces more than the level's (or chunk's) size: each block's output is counted before it is written, so a small file
 //! that inflates to gigabytes (a "Zstandard bomb") is refused once it passes that size,
 //! whatever its frame header declares.
 
@@ -19,8 +19,9 @@ const MAX_BLOCK_OUTPUT: u64 = 128 << 10;
 /// Inflates the Zstandard frame `comp` to exactly `want` bytes, or says why not: a bad
 /// stream, a frame that needs a dictionary, a declared content size other than `want`,
 /// output past `want` (refused before the block that would pass it is written), or
-/// fewer bytes than `want`. Holds at most `want` bytes of output and one block.
-pub(super) fn inflate_exact(comp: &[u8], want: usize) -> Result<Vec<u8>, String> {
+/// fewer bytes than `want`. Holds at most `want` bytes of output and one block. `unit`
+/// names what the bytes are in errors ("level", "chunk").
+pub(in crate::bake) fn inflate_exact(comp: &[u8], want: usize, unit: &str) -> Result<Vec<u8>, String> {
     let mut src = comp;
     let (frame, _) = read_frame_header(&mut src).map_err(|e| format!("not a Zstandard frame ({e})"))?;
     if frame.header.dictionary_id().is_some() {
@@ -29,7 +30,7 @@ pub(super) fn inflate_exact(comp: &[u8], want: usize) -> Result<Vec<u8>, String>
     // 0 when the header declares no size (a declared empty frame is refused below).
     let declared = frame.header.frame_content_size();
     if declared != 0 && declared != want as u64 {
-        return Err(format!("its Zstandard frame declares {declared} bytes, the level holds {want}"));
+        return Err(format!("its Zstandard frame declares {declared} bytes, the {unit} holds {want}"));
     }
     let mut scratch = DecoderScratch::new(want);
     let mut blocks = block_decoder::new();
@@ -40,11 +41,13 @@ pub(super) fn inflate_exact(comp: &[u8], want: usize) -> Result<Vec<u8>, String>
             blocks.read_block_header(&mut src).map_err(|e| format!("bad Zstandard block header ({e})"))?;
         let room = want64 - produced;
         let n = match block.block_type {
-            BlockType::Compressed => compressed_block(&mut scratch, &mut src, block.content_size, room)?,
+            BlockType::Compressed => {
+                compressed_block(&mut scratch, &mut src, block.content_size, room, unit)?
+            }
             _ => {
                 let n = u64::from(block.decompressed_size);
                 if n > room {
-                    return Err(past(want, produced + n));
+                    return Err(past(want, produced + n, unit));
                 }
                 blocks
                     .decode_block_content(&block, &mut scratch, &mut src)
@@ -58,17 +61,17 @@ pub(super) fn inflate_exact(comp: &[u8], want: usize) -> Result<Vec<u8>, String>
         }
     }
     if produced != want64 {
-        return Err(format!("its Zstandard stream inflates to {produced} bytes, the level holds {want}"));
+        return Err(format!("its Zstandard stream inflates to {produced} bytes, the {unit} holds {want}"));
     }
     let out = scratch.buffer.drain();
     if out.len() != want {
-        return Err(format!("its Zstandard stream inflates to {} bytes, the level holds {want}", out.len()));
+        return Err(format!("its Zstandard stream inflates to {} bytes, the {unit} holds {want}", out.len()));
     }
     Ok(out)
 }
 
-fn past(want: usize, at_least: u64) -> String {
-    format!("its Zstandard stream inflates past the level's {want} bytes (to {at_least} or more)")
+fn past(want: usize, at_least: u64, unit: &str) -> String {
+    format!("its Zstandard stream inflates past the {unit}'s {want} bytes (to {at_least} or more)")
 }
 
 /// Decodes one compressed block of `size` bytes from `src` into `scratch.buffer`, after
@@ -79,6 +82,7 @@ fn compressed_block(
     src: &mut &[u8],
     size: u32,
     room: u64,
+    unit: &str,
 ) -> Result<u64, String> {
     let truncated = || "the Zstandard stream is cut short".to_string();
     let (content, rest) = src.split_at_checked(size as usize).ok_or_else(truncated)?;
@@ -127,7 +131,7 @@ fn compressed_block(
     let total = regenerated + matched;
     if total > room {
         return Err(format!(
-            "a Zstandard block inflates to {total} bytes, past the {room} bytes the level has left"
+            "a Zstandard block inflates to {total} bytes, past the {room} bytes the {unit} has left"
         ));
     }
     if total > MAX_BLOCK_OUTPUT {
@@ -170,10 +174,10 @@ mod tests {
     fn raw_frames_inflate_to_their_bytes() {
         let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 / 3) as u8).collect();
         let frame = crate::bake::ktx2::zstd_raw_frame(&data);
-        assert_eq!(inflate_exact(&frame, data.len()).unwrap(), data);
-        let e = inflate_exact(&frame, data.len() + 1).unwrap_err();
+        assert_eq!(inflate_exact(&frame, data.len(), "level").unwrap(), data);
+        let e = inflate_exact(&frame, data.len() + 1, "level").unwrap_err();
         assert!(e.contains("declares 300000 bytes"), "{e}");
-        let e = inflate_exact(&frame[..frame.len() - 5], data.len()).unwrap_err();
+        let e = inflate_exact(&frame[..frame.len() - 5], data.len(), "level").unwrap_err();
         assert!(e.contains("Zstandard"), "{e}");
     }
 
@@ -185,12 +189,12 @@ mod tests {
         std::io::Read::read_to_end(&mut ruzstd::StreamingDecoder::new(&bomb[..]).unwrap(), &mut all).unwrap();
         assert_eq!(all.len(), 16 + 100 * 131_074, "{} bytes in", bomb.len());
         // Capped: refused before the block runs, whatever room is left.
-        let e = inflate_exact(&bomb, 1 << 20).unwrap_err();
+        let e = inflate_exact(&bomb, 1 << 20, "level").unwrap_err();
         assert!(e.contains("inflates to 13107400 bytes"), "{e}");
-        let e = inflate_exact(&bomb, 1 << 30).unwrap_err();
+        let e = inflate_exact(&bomb, 1 << 30, "level").unwrap_err();
         assert!(e.contains("13107400") && e.contains("131072"), "{e}");
         // One sequence: 2 bytes over the format's block maximum, though the level has room.
-        let e = inflate_exact(&sequence_bomb(1), 16 + 131_074).unwrap_err();
+        let e = inflate_exact(&sequence_bomb(1), 16 + 131_074, "level").unwrap_err();
         assert!(e.contains("131074 bytes, over the format's 131072-byte block maximum"), "{e}");
     }
 }
