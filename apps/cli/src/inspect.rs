@@ -58,16 +58,31 @@ pub(crate) fn table(s: &AtlasSummary) -> String {
     // A split atlas' size is its index object's and its data objects' (issue 44: the
     // index alone read "0.00 MiB").
     let data: u64 = s.data_objects.iter().map(|(_, b)| b).sum();
-    let _ = writeln!(
-        o,
-        "{}: Tessera atlas v{}, {} layer(s){}, {} tiles, {:.2} MiB",
-        s.path.display(),
-        s.version,
-        s.layers.len(),
-        if s.stacked { " stacked (one layout, shared tile ids)" } else { "" },
-        s.tiles,
-        mib(s.file_bytes + data)
-    );
+    if let Some(c) = &s.cog {
+        let chunk =
+            c.chunk_sizes.first().map_or_else(String::new, |(w, h)| format!("internal tiles {w}x{h}, "));
+        let _ = writeln!(
+            o,
+            "{}: TIFF streamed without a bake (Cloud Optimized GeoTIFF): {}{} stored level(s) (the image and its \
+             overviews), {} coarser mip(s) built at open, {:.2} MiB",
+            s.path.display(),
+            chunk,
+            c.stored_levels,
+            c.built_levels,
+            mib(s.file_bytes)
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "{}: Tessera atlas v{}, {} layer(s){}, {} tiles, {:.2} MiB",
+            s.path.display(),
+            s.version,
+            s.layers.len(),
+            if s.stacked { " stacked (one layout, shared tile ids)" } else { "" },
+            s.tiles,
+            mib(s.file_bytes + data)
+        );
+    }
     if !s.data_objects.is_empty() {
         let _ = writeln!(
             o,
@@ -100,6 +115,18 @@ pub(crate) fn table(s: &AtlasSummary) -> String {
             "mip", "texels", "tiles", "count", "on disk MiB", "ratio"
         );
         for m in &l.mips {
+            if s.cog.as_ref().is_some_and(|c| m.mip >= c.stored_levels) {
+                let (w, h) = (m.width, m.height);
+                let tiles = format!("{}x{}", m.tiles_x, m.tiles_y);
+                let count = u64::from(m.tiles_x) * u64::from(m.tiles_y);
+                let _ = writeln!(
+                    o,
+                    "  {:>4} {:>13} {tiles:>11} {count:>7}   built at open",
+                    m.mip,
+                    format!("{w}x{h}")
+                );
+                continue;
+            }
             let _ = writeln!(
                 o,
                 "  {:>4} {:>13} {:>11} {:>7} {:>12.2} {:>6.2}x",

@@ -6,7 +6,7 @@
 mod baker;
 pub mod cache;
 pub mod dds;
-mod filter;
+pub(crate) mod filter;
 pub mod grid;
 pub mod input_file;
 pub mod jpeg_file;

@@ -7,6 +7,7 @@ pub mod basis_rust;
 pub mod block_decode;
 pub mod codec;
 pub mod codec_types;
+pub mod cog;
 pub mod color;
 pub mod pool_format;
 pub mod tile;

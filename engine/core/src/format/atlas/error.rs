@@ -10,6 +10,20 @@ use crate::format::tile::{LayoutError, TileId};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AtlasError {
+    /// A TIFF given as an atlas that cannot be streamed unbaked (see
+    /// [`crate::format::cog`]).
+    #[error(transparent)]
+    Cog(crate::format::cog::CogError),
+    /// A tile of a streamed TIFF whose internal tiles could not be read or decoded.
+    #[error("{path}: {tile}: cannot read its texels from the TIFF: {reason}")]
+    CogTile {
+        /// The TIFF.
+        path: PathBuf,
+        /// The virtual-texture tile.
+        tile: TileId,
+        /// What failed.
+        reason: String,
+    },
     /// The file could not be opened, read or written.
     #[error("{path}: {source}")]
     Io {

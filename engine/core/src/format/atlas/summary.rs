@@ -35,6 +35,9 @@ pub struct AtlasSummary {
     /// The first of those errors.
     #[serde(default)]
     pub first_error: Option<String>,
+    /// For a TIFF streamed unbaked (version 0): its levels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cog: Option<crate::format::cog::CogSummary>,
 }
 
 /// One layer in an [`AtlasSummary`].
@@ -105,6 +108,7 @@ pub struct MipSummary {
 impl Atlas {
     /// Sizes, tile counts and bytes per layer and mip (reads only the index).
     pub fn summary(&self) -> AtlasSummary {
+        let cog = self.cog().map(|c| c.summary());
         let mut seen = std::collections::HashSet::new();
         let (mut unreadable, mut first_error) = (0u64, None);
         let layers = self
@@ -119,7 +123,12 @@ impl Atlas {
                         let (tx, ty) = lay.tiles_at(m);
                         let first = l.first_tile + lay.mip_tile_offset(m);
                         let (mut stored, mut raw, mut shared) = (0u64, 0u64, 0u64);
-                        for i in first..first + lay.tile_count_at(m) {
+                        if let Some(cog) = &cog {
+                            // A TIFF's level: its compressed internal tiles (built mips: none).
+                            stored = cog.level_bytes.get(m as usize).copied().unwrap_or(0);
+                            raw = lay.tile_count_at(m) * (lay.padded_tile_size() as u64).pow(2) * 4;
+                        }
+                        for i in (first..first + lay.tile_count_at(m)).filter(|_| cog.is_none()) {
                             match self.entry_at(i) {
                                 Ok(e) => {
                                     if seen.insert((e.offset, e.length)) {
@@ -184,7 +193,8 @@ impl Atlas {
             layers,
             data_objects: self.data_objects().into_iter().map(|(o, _)| (o.name, o.size)).collect(),
             unreadable_entries: unreadable,
-            first_error,
+            first_error: first_error.or_else(|| cog.as_ref().and_then(|c| c.error.clone())),
+            cog,
         }
     }
 }

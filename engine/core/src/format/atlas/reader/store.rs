@@ -8,7 +8,7 @@ use super::*;
 pub(super) enum Store {
     File(File),
     #[cfg(feature = "remote")]
-    Remote(Box<crate::format::atlas::remote::RemoteObject>),
+    Remote(Arc<crate::format::atlas::remote::RemoteObject>),
     Ranged(Arc<RangedBytes>),
 }
 

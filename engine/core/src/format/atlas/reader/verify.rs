@@ -11,6 +11,22 @@ impl Atlas {
         let tiles: Vec<TileId> =
             self.layers.iter().enumerate().flat_map(|(i, l)| l.layout.tiles(i as u16)).collect();
         progress.set_length(tiles.len() as u64);
+        if self.cog.is_some() {
+            // A streamed TIFF: every tile assembled from its internal tiles.
+            let mut errors: Vec<AtlasError> = tiles
+                .par_iter()
+                .filter_map(|&t| {
+                    let r = self.read_tile(t).err();
+                    progress.inc(1);
+                    r
+                })
+                .collect();
+            errors.sort_by_key(|e| match e {
+                AtlasError::CogTile { tile, .. } | AtlasError::Unavailable { tile, .. } => tile.order_key(),
+                _ => 0,
+            });
+            return errors;
+        }
         // Tiles sharing one blob (a deduplicated or copied tile) share one index entry:
         // each distinct entry is read and decoded once, and a bad one is then reported
         // for every tile that has it.
