@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
-use crate::format::atlas::ColorSpace;
+use crate::format::atlas::{ColorSpace, LayerMeta};
 use crate::format::tile::MAX_VIRTUAL_SIDE;
 use crate::temp_files::{self, TempPath};
 
@@ -54,6 +54,11 @@ pub trait RowSource: Send + Sync {
     fn tile_key(&self, mip: u32, tile: u32, border: u32, tx: u32, ty: u32) -> Option<u64> {
         let _ = (mip, tile, border, tx, ty);
         None
+    }
+    /// What the source knows about its texels beyond their values, for the atlas'
+    /// metadata record ([`LayerMeta`]): a GeoTIFF's georeferencing. Default: nothing.
+    fn layer_meta(&self) -> LayerMeta {
+        LayerMeta::default()
     }
     /// Where the texels come from, for the bake cache
     /// ([`bake_if_stale`](crate::bake::bake_if_stale)): the file they are decoded from, or a
