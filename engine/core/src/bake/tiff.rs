@@ -1,8 +1,10 @@
 //! TIFF and BigTIFF inputs (GeoTIFF rasters included) read strip by strip or tile by tile,
 //! so that a bake holds one row of chunks of a huge scan at a time, never the whole image.
 
+pub mod bytes;
 mod chunk;
 mod lzw;
+mod stream;
 mod texels;
 mod ycbcr;
 
@@ -28,7 +30,7 @@ use crate::format::atlas::ColorSpace;
 /// instead of decoding that row of chunks again.
 const KEEP_ROWS: u32 = 32;
 
-type Reader = BufReader<File>;
+type Reader = BufReader<bytes::TiffReader>;
 
 /// A TIFF or BigTIFF image whose header and first image directory were read at open and
 /// whose strips or tiles are decoded only when a bake reads rows they cover.
@@ -63,6 +65,8 @@ pub struct TiffSource {
     /// Compressed bytes of each chunk; 0 marks a chunk the file leaves out (sparse GDAL
     /// files), read as zero samples.
     byte_counts: Vec<u64>,
+    /// Where each chunk's compressed bytes start (read ahead whole for a remote file).
+    offsets: Vec<u64>,
     /// Chunks decoded by [`chunk`] rather than the `tiff` crate (LZW tiles, on which the
     /// crate fails at some edges; Zstandard, JPEG and WebP): their format and each
     /// chunk's offset in the file.
@@ -135,13 +139,33 @@ impl TiffSource {
             return Err(SourceError::Directory { path: p });
         }
         let file = File::open(path).map_err(|source| SourceError::Io { path: p.clone(), source })?;
+        Self::from_reader(path, bytes::TiffReader::of_file(file), meta.len(), max_bytes, 0, (None, true))
+    }
+
+    /// Opens image directory `image` of the TIFF that `reader` reads (`file_len` bytes),
+    /// shown as `path`, within `max_bytes`. `range`: a data raster's value range when
+    /// known (an overview takes its image's), and whether one without it or GDAL's
+    /// statistics finds it by reading every chunk at open; otherwise such a raster is
+    /// refused (a streamed COG cannot read its whole image first).
+    fn from_reader(
+        path: &Path,
+        reader: bytes::TiffReader,
+        file_len: u64,
+        max_bytes: u64,
+        image: usize,
+        range: (Option<(f64, f64)>, bool),
+    ) -> Result<Self, SourceError> {
+        let p = path.to_path_buf();
         let mut decoder =
-            guarded(|| Decoder::new(BufReader::new(file))).map_err(|e| header_error(path, e))?;
+            guarded(|| Decoder::new(BufReader::new(reader))).map_err(|e| header_error(path, e))?;
+        if image > 0 {
+            guarded(|| decoder.seek_to_image(image)).map_err(|e| header_error(path, e))?;
+        }
         let (width, height) = decoder.dimensions().map_err(|e| header_error(path, e))?;
         check_size(path, width, height)?;
         let grid = grid(path, &mut decoder, width, height)?;
-        let (offsets, byte_counts) = chunk_extents(path, &mut decoder, &grid, width, height, meta.len())?;
-        let own_chunks = own_chunks(path, &mut decoder, &grid)?.map(|format| (format, offsets));
+        let (offsets, byte_counts) = chunk_extents(path, &mut decoder, &grid, width, height, file_len)?;
+        let own_chunks = own_chunks(path, &mut decoder, &grid)?.map(|format| (format, offsets.clone()));
         let nodata = match decoder.find_tag(Tag::GdalNodata).map_err(|e| header_error(path, e))? {
             Some(v) => v.into_string().ok().and_then(|t| texels::nodata_value(&t, grid.sample)),
             None => None,
@@ -190,6 +214,7 @@ impl TiffSource {
             height,
             grid,
             byte_counts,
+            offsets,
             own_chunks,
             nodata,
             data: None,
@@ -201,9 +226,18 @@ impl TiffSource {
             }),
         };
         if let Texels::Data { .. } = grid.texels {
-            let (min, max) = match statistics {
+            let (min, max) = match range.0.or(statistics) {
                 Some(range) => range,
-                None => source.value_range()?,
+                None if range.1 => source.value_range()?,
+                None => {
+                    return Err(SourceError::Unsupported {
+                        path: source.path,
+                        reason: "a data raster without GDAL's statistics cannot be streamed (its range is \
+                                 unknown until every texel is read): add them with `gdalinfo -stats`, or \
+                                 bake the file"
+                            .into(),
+                    });
+                }
             };
             let file_nodata = match source.nodata {
                 Some(v) if v.is_nan() => None,
@@ -327,6 +361,14 @@ impl TiffSource {
             });
         }
         let count = self.byte_counts.get(index as usize).copied().unwrap_or(0);
+        if let Some(&offset) = self.offsets.get(index as usize) {
+            // One read of the whole chunk where reads are requests (a remote COG).
+            decoder
+                .inner()
+                .get_mut()
+                .prefetch(offset, count)
+                .map_err(|e| self.chunk_error(e.kind(), index, &e.to_string()))?;
+        }
         let decoded = if let Some((format, offsets)) = &self.own_chunks {
             let offset = offsets.get(index as usize).copied().unwrap_or(0);
             guarded_io(|| chunk::read_chunk(decoder.inner(), offset, count, format, w, h))
