@@ -196,7 +196,8 @@ impl TiffReader {
 
     /// Reads `len` bytes at `offset` at once (a chunk's compressed bytes: one request for
     /// a remote file), so that the decoder's reads of them need no further request. The
-    /// bytes read ahead before are dropped. A local file reads nothing ahead.
+    /// bytes read ahead before are dropped; a read right after them finds the end of the
+    /// file, so that no decoder reads past its chunk. A local file reads nothing ahead.
     pub fn prefetch(&mut self, offset: u64, len: u64) -> io::Result<()> {
         self.ahead = None;
         let Via::Cached(cache) = &self.via else { return Ok(()) };
@@ -224,6 +225,13 @@ impl Read for TiffReader {
             buf[..n].copy_from_slice(&bytes[from..from + n]);
             self.pos += n as u64;
             return Ok(n);
+        }
+        if let Some((start, bytes)) = &self.ahead
+            && self.pos == start + bytes.len() as u64
+        {
+            // The end of a prefetched chunk: all a chunk's decoder may use (Deflate reads
+            // on past its stream to fill a buffer, which would cost a request for nothing).
+            return Ok(0);
         }
         let n = match &self.via {
             Via::File(file, len) => {
@@ -291,9 +299,14 @@ mod tests {
         assert_eq!(src.1.load(std::sync::atomic::Ordering::Relaxed), 4);
         a.prefetch(100_000, 1_000).unwrap();
         a.seek(SeekFrom::Start(100_500)).unwrap();
-        let mut got = [0u8; 600];
+        let mut got = [0u8; 500];
         a.read_exact(&mut got).unwrap();
-        assert_eq!(got[..], data[100_500..101_100]);
+        assert_eq!(got[..], data[100_500..101_000]);
+        // A chunk's decoder reads nothing past its bytes, even to fill a buffer.
+        assert_eq!(a.read(&mut [0u8; 64]).unwrap(), 0);
+        a.seek(SeekFrom::Start(101_100)).unwrap();
+        a.read_exact(&mut got).unwrap();
+        assert_eq!(got[..], data[101_100..101_600]);
         assert!(a.prefetch(199_999, 2).is_err(), "past the end");
         assert_eq!(a.seek(SeekFrom::End(-1)).unwrap(), 199_999);
         assert!(a.seek(SeekFrom::Current(-200_000)).is_err());
