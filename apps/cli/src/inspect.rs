@@ -149,6 +149,29 @@ pub(crate) fn table(s: &AtlasSummary) -> String {
         );
         let vram: Vec<String> = l.vram_bytes_per_tile.iter().map(|(t, b)| format!("{t} {b} B")).collect();
         let _ = writeln!(o, "  VRAM per tile: {}", vram.join(", "));
+        if let Some(g) = &l.geo {
+            let _ = writeln!(o, "{}", geo_lines(g));
+        }
+    }
+    o
+}
+
+/// A layer's georeference in the table: CRS, geotransform, texel size and bounds.
+fn geo_lines(g: &tessera_core::format::atlas::GeoSummary) -> String {
+    let crs = g.crs.as_deref().unwrap_or("a CRS without an EPSG code");
+    let mut o = format!("  georeferenced: {crs}");
+    if let Some(t) = g.raster_type {
+        o += &format!(", {t:?}");
+    }
+    if let Some(gt) = g.geotransform {
+        let n: Vec<String> = gt.iter().map(|v| format!("{v}")).collect();
+        o += &format!("\n  geotransform: [{}]", n.join(", "));
+    }
+    if let Some([w, h]) = g.pixel_size {
+        o += &format!("\n  pixel size: {w} x {h}");
+    }
+    if let Some([x0, y0, x1, y1]) = g.bounds {
+        o += &format!("\n  bounds: x {x0} .. {x1}, y {y0} .. {y1}");
     }
     o
 }

@@ -24,7 +24,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use tessera_core::bake::cache::{BakeCache, BakeKey, BakeKind};
-use tessera_core::bake::grid::GridSource;
+use tessera_core::bake::grid::open_grid;
 use tessera_core::bake::source::Generated;
 use tessera_core::bake::{BakeInput, BakeOptions, bake};
 use tessera_core::format::atlas::{Atlas, ColorSpace, Wrap};
@@ -172,10 +172,12 @@ struct BakeArgs {
     threads: usize,
     /// Stitch the INPUT images into one layer, COLSxROWS of them given row by row (e.g.
     /// `--grid 4x2 A1.png B1.png C1.png D1.png A2.png B2.png C2.png D2.png`): the images
-    /// of a grid row must be equally high, those of a column equally wide. The layer is
-    /// named after the first image.
-    #[arg(long, value_name = "COLSxROWS", value_parser = parse_size, conflicts_with_all = ["gltf", "globe"])]
-    grid: Option<(u32, u32)>,
+    /// of a grid row must be equally high, those of a column equally wide. GeoTIFFs given
+    /// so must be in the order their geotransforms say. `--grid geo` places GeoTIFFs by
+    /// their geotransforms, in any order: one CRS and resolution, north up, origins on one
+    /// texel grid; gaps are transparent. The layer is named after the first image.
+    #[arg(long, value_name = "COLSxROWS|geo", value_parser = parse_grid, conflicts_with_all = ["gltf", "globe"])]
+    grid: Option<GridShape>,
     /// Bake only shard I of N (from 0) of the tiles, into OUTPUT.shards/I-of-N.part, for
     /// a bake spread over the tasks of a batch engine; given as N alone, I comes from
     /// $JOB_COMPLETION_INDEX (Kubernetes), $SLURM_ARRAY_TASK_ID (Slurm) or
@@ -228,6 +230,18 @@ fn parse_codec(s: &str) -> Result<Codec, String> {
 }
 
 /// Parses `WxH`.
+/// How `--grid` lays out its images: `Some((cols, rows))` in row order, `None` by
+/// their geotransforms (`--grid geo`).
+type GridShape = Option<(u32, u32)>;
+
+/// `--grid`'s value: `COLSxROWS`, or `geo`.
+fn parse_grid(s: &str) -> Result<GridShape, String> {
+    if s.trim().eq_ignore_ascii_case("geo") {
+        return Ok(None);
+    }
+    parse_size(s).map(Some).map_err(|_| format!("'{s}' is neither COLSxROWS nor geo"))
+}
+
 pub(crate) fn parse_size(s: &str) -> Result<(u32, u32), String> {
     let (w, h) = s.split_once(['x', 'X']).ok_or_else(|| format!("'{s}' is not WxH"))?;
     let p = |v: &str| v.trim().parse::<u32>().map_err(|_| format!("'{s}' is not WxH"));
@@ -333,14 +347,14 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
         return Ok(up_to_date(&args.output));
     }
     let mut inputs = Vec::new();
-    if let Some((cols, rows)) = args.grid {
+    if let Some(shape) = args.grid {
         let images =
             args.inputs.iter().map(|p| tessera_core::bake::open::open_image(p)).collect::<Result<_, _>>();
-        let grid = GridSource::new(cols, rows, images?).context("--grid")?;
-        let color = color_of(&grid, Path::new("the grid"))?;
+        let grid = open_grid(shape, images?).context("--grid")?;
+        let color = color_of(grid.as_ref(), Path::new("the grid"))?;
         inputs.push(BakeInput {
             name: args.inputs.first().map_or_else(|| "grid".into(), |p| layer_name(p)),
-            source: Box::new(grid),
+            source: grid,
             wrap,
             color,
             codec: None,
@@ -570,8 +584,10 @@ fn bake_key(args: &BakeArgs) -> BakeKey {
     for (w, h) in &args.generate {
         key = key.option("generated", format!("{w}x{h}"));
     }
-    if let Some((cols, rows)) = args.grid {
-        key = key.option("grid", format!("{cols}x{rows}"));
+    match args.grid {
+        Some(Some((cols, rows))) => key = key.option("grid", format!("{cols}x{rows}")),
+        Some(None) => key = key.option("grid", "geo"),
+        None => {}
     }
     key
 }

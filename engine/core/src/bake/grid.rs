@@ -7,6 +7,11 @@ use crate::bake::source::{RowSource, SourceOrigin, TEXEL_BYTES};
 use crate::format::atlas::ColorSpace;
 use crate::format::tile::MAX_VIRTUAL_SIDE;
 
+mod placed;
+
+pub(crate) use placed::mosaic_geo;
+pub use placed::{PlacedSource, Placement};
+
 /// Why images cannot form a grid.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -88,6 +93,77 @@ pub enum GridError {
         /// That image's colour space.
         expected: ColorSpace,
     },
+    /// An image cannot be placed where the mosaic needs it: not georeferenced, another
+    /// CRS or resolution, off the texel grid, overlapping another, or given at a grid
+    /// position its geotransform contradicts.
+    #[error("{image}: {reason}")]
+    Placement {
+        /// The offending image (its file).
+        image: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// `images` as one layer. With `shape` (COLSxROWS), a grid in row order (see
+/// [`GridSource`]); when every image is a GeoTIFF, the order must agree with their
+/// geotransforms (a grid given in the wrong order is an error naming the first image out
+/// of place), and the layer keeps the mosaic's georeference. Without `shape`, GeoTIFFs
+/// placed by their geotransforms in any order ([`PlacedSource::by_geotransform`]).
+pub fn open_grid(
+    shape: Option<(u32, u32)>,
+    images: Vec<Box<dyn RowSource>>,
+) -> Result<Box<dyn RowSource>, GridError> {
+    let Some((cols, rows)) = shape else {
+        return Ok(Box::new(PlacedSource::by_geotransform(images)?));
+    };
+    let georeferenced = !images.is_empty()
+        && images.iter().all(|i| i.layer_meta().geo.is_some_and(|g| g.geotransform.is_some()));
+    if !georeferenced || images.len() as u64 != u64::from(cols) * u64::from(rows) {
+        return Ok(Box::new(GridSource::new(cols, rows, images)?));
+    }
+    let placed = PlacedSource::by_geotransform(images)?;
+    // The columns' left edges and the rows' top edges the geotransforms give.
+    let offsets = placed.offsets();
+    let edges = |pick: fn(&[u32; 2]) -> u32| {
+        let mut e: Vec<u32> = offsets.iter().map(pick).collect();
+        e.sort_unstable();
+        e.dedup();
+        e
+    };
+    let (xs, ys) = (edges(|o| o[0]), edges(|o| o[1]));
+    if (xs.len(), ys.len()) != (cols as usize, rows as usize) {
+        return Err(GridError::Placement {
+            image: placed.name(0),
+            reason: format!(
+                "the geotransforms lay the images out in {} column(s) and {} row(s), not {cols}x{rows}: \
+                 leave out COLSxROWS (--grid geo) to place them by their geotransforms",
+                xs.len(),
+                ys.len()
+            ),
+        });
+    }
+    let c = cols as usize;
+    for (i, got) in offsets.iter().enumerate() {
+        let want = [xs[i % c], ys[i / c]];
+        if want != *got {
+            return Err(GridError::Placement {
+                image: placed.name(i),
+                reason: format!(
+                    "given at grid column {}, row {} (texel {}, {}) but its geotransform places it at texel \
+                     {}, {}: give the images row by row from the top left, or use --grid geo to place them \
+                     by their geotransforms",
+                    i % c + 1,
+                    i / c + 1,
+                    want[0],
+                    want[1],
+                    got[0],
+                    got[1]
+                ),
+            });
+        }
+    }
+    Ok(Box::new(placed))
 }
 
 /// `cols × rows` images read as one: image `r * cols + c` (row-major: A1 B1 C1 D1, A2 …)

@@ -23,6 +23,7 @@ pub mod shard_plan;
 pub(crate) mod shard_remote;
 pub mod source;
 pub mod tiff;
+pub mod vrt;
 
 pub use baker::*;
 pub use cache::{BakeOutcome, bake_if_stale};

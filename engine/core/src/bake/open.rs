@@ -19,6 +19,8 @@ pub(crate) enum Kind {
     Png,
     /// JPEG.
     Jpeg,
+    /// A GDAL VRT (XML) mosaic.
+    Vrt,
     /// Anything else: left to the `image` crate's own detection.
     Other,
 }
@@ -31,6 +33,7 @@ pub(crate) fn sniff(head: &[u8]) -> Kind {
         _ if head.starts_with(b"DDS ") => Kind::Dds,
         _ if head.starts_with(b"\x89PNG\r\n\x1a\n") => Kind::Png,
         [0xFF, 0xD8, 0xFF, ..] => Kind::Jpeg,
+        _ if head.trim_ascii_start().starts_with(b"<VRTDataset") => Kind::Vrt,
         _ => Kind::Other,
     }
 }
@@ -40,11 +43,21 @@ pub(crate) fn sniff(head: &[u8]) -> Kind {
 /// Anything but a regular file (or a link to one) is refused unopened
 /// ([`check_input`](crate::bake::input_file::check_input)).
 pub fn open_image(path: &Path) -> Result<Box<dyn RowSource>, SourceError> {
+    open_kind(path, None)
+}
+
+/// [`open_image`] for a source of the GDAL VRT `vrt`: anything but another VRT.
+pub(crate) fn open_image_in_vrt(path: &Path, vrt: &Path) -> Result<Box<dyn RowSource>, SourceError> {
+    open_kind(path, Some(vrt))
+}
+
+/// [`open_image`]; a VRT is refused when the file is a source of the VRT `in_vrt`.
+fn open_kind(path: &Path, in_vrt: Option<&Path>) -> Result<Box<dyn RowSource>, SourceError> {
     // Before any reader opens it: a FIFO would block the open, a device read without end.
     crate::bake::input_file::check_input(path)?;
-    let mut head = Vec::with_capacity(16);
+    let mut head = Vec::with_capacity(32);
     std::fs::File::open(path)
-        .and_then(|f| f.take(16).read_to_end(&mut head))
+        .and_then(|f| f.take(32).read_to_end(&mut head))
         .map_err(|source| SourceError::Io { path: path.to_path_buf(), source })?;
     Ok(match sniff(&head) {
         // Strip by strip or tile by tile.
@@ -60,6 +73,16 @@ pub fn open_image(path: &Path) -> Result<Box<dyn RowSource>, SourceError> {
         },
         // Decoded once into its own pixel layout, in a scratch file when large.
         Kind::Jpeg => Box::new(crate::bake::jpeg_file::JpegFile::open(path)?),
+        // A mosaic of its sources, placed as its rectangles say.
+        Kind::Vrt => match in_vrt {
+            None => Box::new(crate::bake::vrt::open(path)?),
+            Some(vrt) => {
+                return Err(SourceError::Unsupported {
+                    path: path.to_path_buf(),
+                    reason: format!("a GDAL VRT inside the VRT {} (nested VRTs are not read)", vrt.display()),
+                });
+            }
+        },
         Kind::Other => Box::new(ImageFile::open(path)?),
     })
 }

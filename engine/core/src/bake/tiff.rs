@@ -3,6 +3,7 @@
 
 pub mod bytes;
 mod chunk;
+mod geo;
 mod lzw;
 mod stream;
 mod texels;
@@ -23,7 +24,7 @@ use self::texels::{Conversion, Texels};
 use crate::bake::source::{
     DataScale, RowSource, SourceError, SourceOrigin, TEXEL_BYTES, check_size, human_bytes, memory_limit,
 };
-use crate::format::atlas::ColorSpace;
+use crate::format::atlas::{ColorSpace, GeoReference, LayerMeta};
 
 /// Rows of the previous row of chunks kept when the next one is decoded: bands that overlap
 /// across a chunk boundary (the baker's tile borders) then find their first rows here
@@ -75,6 +76,8 @@ pub struct TiffSource {
     nodata: Option<f64>,
     /// A data raster's rescaling ([`Texels::Data`]).
     data: Option<DataScale>,
+    /// The GeoTIFF georeferencing of the image ([`geo`]).
+    geo: Option<GeoReference>,
     /// The decoder needs `&mut` to read; a [`RowSource`] is shared.
     state: Mutex<State>,
 }
@@ -166,6 +169,8 @@ impl TiffSource {
         let grid = grid(path, &mut decoder, width, height)?;
         let (offsets, byte_counts) = chunk_extents(path, &mut decoder, &grid, width, height, file_len)?;
         let own_chunks = own_chunks(path, &mut decoder, &grid)?.map(|format| (format, offsets.clone()));
+        let geo =
+            geo::read(&mut decoder).map_err(|reason| SourceError::Decode { path: p.clone(), reason })?;
         let nodata = match decoder.find_tag(Tag::GdalNodata).map_err(|e| header_error(path, e))? {
             Some(v) => v.into_string().ok().and_then(|t| texels::nodata_value(&t, grid.sample)),
             None => None,
@@ -218,6 +223,7 @@ impl TiffSource {
             own_chunks,
             nodata,
             data: None,
+            geo,
             state: Mutex::new(State {
                 decoder,
                 window: Window { first: 0, rows: 0, texels: Vec::new() },
@@ -246,11 +252,6 @@ impl TiffSource {
             source.data = Some(DataScale::spanning(grid.sample.name(), min, max, file_nodata));
         }
         Ok(source)
-    }
-
-    /// How a data raster's values became texels; `None` for colour images.
-    pub fn data_scale(&self) -> Option<&DataScale> {
-        self.data.as_ref()
     }
 
     /// The smallest and largest value of a data raster, read from every chunk (one at a
@@ -286,6 +287,12 @@ impl TiffSource {
     /// The image file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The GeoTIFF georeferencing of the image (tags, geotransform, EPSG code); `None`
+    /// for a TIFF without GeoTIFF tags.
+    pub fn georeference(&self) -> Option<&GeoReference> {
+        self.geo.as_ref()
     }
 
     #[cfg(test)]
@@ -468,6 +475,10 @@ impl RowSource for TiffSource {
 
     fn data_scale(&self) -> Option<DataScale> {
         self.data.clone()
+    }
+
+    fn layer_meta(&self) -> LayerMeta {
+        LayerMeta { geo: self.geo.clone(), ..LayerMeta::default() }
     }
 }
 

@@ -138,6 +138,37 @@ impl GeoReference {
     }
 }
 
+/// What `tessera inspect` shows of a layer's georeference.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GeoSummary {
+    /// The CRS as `EPSG:code`, when the file names one.
+    pub crs: Option<String>,
+    /// The EPSG code.
+    pub epsg: Option<u32>,
+    /// GDAL's geotransform (see [`GeoReference::geotransform`]).
+    pub geotransform: Option<[f64; 6]>,
+    /// A texel's width and height in CRS units.
+    pub pixel_size: Option<[f64; 2]>,
+    /// The layer's extent in CRS units: `[min_x, min_y, max_x, max_y]`.
+    pub bounds: Option<[f64; 4]>,
+    /// Area or point texels.
+    pub raster_type: Option<RasterType>,
+}
+
+impl GeoReference {
+    /// The summary of this georeference for a `width × height` layer.
+    pub fn summary(&self, width: u32, height: u32) -> GeoSummary {
+        GeoSummary {
+            crs: self.epsg.map(|c| format!("EPSG:{c}")),
+            epsg: self.epsg,
+            geotransform: self.geotransform,
+            pixel_size: self.pixel_size().map(|(w, h)| [w, h]),
+            bounds: self.bounds(width, height),
+            raster_type: self.raster_type,
+        }
+    }
+}
+
 impl AtlasMeta {
     /// Whether the record would say nothing (a writer then writes none, and no flag).
     pub fn is_empty(&self) -> bool {

@@ -33,7 +33,7 @@ pub use header::{
     MAGIC, MAX_NAME_BYTES, MAX_PAGE_ENTRIES, MIN_PAGE_ENTRIES, OLDEST_VERSION, ROOT_FIXED_BYTES, ROOT_LIMIT,
     VERSION, truncate_name,
 };
-pub use meta::{AtlasMeta, GeoReference, GeoTiffTags, LayerMeta, MAX_META_BYTES, RasterType};
+pub use meta::{AtlasMeta, GeoReference, GeoSummary, GeoTiffTags, LayerMeta, MAX_META_BYTES, RasterType};
 pub use reader::{Atlas, INDEX_READ_AHEAD_BYTES, PAGE_CACHE_BYTES, REMOTE_VERIFY_BATCH};
 
 pub use disk_cache::DiskCacheStats;

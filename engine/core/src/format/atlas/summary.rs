@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Atlas, ColorSpace, Wrap};
+use super::{Atlas, ColorSpace, GeoSummary, Wrap};
 use crate::format::codec::{Codec, TargetFormat};
 
 /// What `tessera inspect` reports about an atlas.
@@ -81,6 +81,9 @@ pub struct LayerSummary {
     pub vram_bytes_per_tile: Vec<(TargetFormat, usize)>,
     /// Per mip, finest first.
     pub mips: Vec<MipSummary>,
+    /// Where the layer lies on Earth (a GeoTIFF's georeference, from the metadata record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub geo: Option<GeoSummary>,
 }
 
 /// One mip level in a [`LayerSummary`].
@@ -181,6 +184,12 @@ impl Atlas {
                         .map(|t| (t, t.bytes_per_tile(lay.padded_tile_size())))
                         .collect(),
                     mips,
+                    geo: self
+                        .metadata()
+                        .layers
+                        .get(li)
+                        .and_then(|m| m.geo.as_ref())
+                        .map(|g| g.summary(lay.width(), lay.height())),
                 }
             })
             .collect();
