@@ -5,16 +5,18 @@
 #   - make (cargo-afl builds AFL++ with it, for scripts/fuzz)
 #   - Xvfb and xauth (xvfb-run), for the viewer's windowed test
 #   - nginx, the web server the remote-atlas tests start on 127.0.0.1 (never as a service)
+#   - gdal-bin (gdal_translate, gdalbuildvrt, gdalinfo): the GeoTIFF and VRT tests write their inputs with it
 # Rust itself comes from rustup (https://rustup.rs); it is not a Debian package here.
 
 tessera_setup() {
   local missing=() p
-  for p in mesa-vulkan-drivers libvulkan1 g++ make python3-pip xvfb xauth nginx; do
+  for p in mesa-vulkan-drivers libvulkan1 g++ make python3-pip xvfb xauth nginx gdal-bin; do
     case "$p" in
       g++) command -v g++ >/dev/null 2>&1 && continue ;;
       make) command -v make >/dev/null 2>&1 && continue ;;
       python3-pip) python3 -m pip --version >/dev/null 2>&1 && continue ;;
       nginx) [ -x /usr/sbin/nginx ] && continue ;;
+      gdal-bin) command -v gdal_translate >/dev/null 2>&1 && command -v gdalbuildvrt >/dev/null 2>&1 && continue ;;
     esac
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
