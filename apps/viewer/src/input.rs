@@ -133,6 +133,27 @@ mod tests {
         let e = format!("{:#}", Input::classify(Some(&bad_atlas)).expect_err("broken atlas"));
         assert!(e.contains("broken.tsa"), "{e}");
 
+        // A tiled TIFF is streamed without a bake (a COG); one in strips is baked first.
+        let png = d.join("gradient.png");
+        image::RgbaImage::from_fn(300, 200, |x, y| image::Rgba([x as u8, y as u8, 128, 255]))
+            .save(&png)
+            .expect("png");
+        let gdal = |args: &[&str], to: &Path| {
+            let out = std::process::Command::new("gdal_translate")
+                .args(["-q"])
+                .args(args)
+                .arg(&png)
+                .arg(to)
+                .output()
+                .expect("gdal_translate runs (apt-get install gdal-bin)");
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        };
+        let (tiled, strips) = (d.join("tiled.tif"), d.join("strips.tif"));
+        gdal(&["-co", "TILED=YES"], &tiled);
+        gdal(&[], &strips);
+        assert_eq!(Input::classify(Some(&tiled)).expect("COG"), Input::Atlas(tiled));
+        assert_eq!(Input::classify(Some(&strips)).expect("TIFF"), Input::Image(strips));
+
         let e = format!("{:#}", Input::classify(Some(Path::new("no-such-scene"))).expect_err("unknown"));
         assert!(e.contains("no-such-scene") && e.contains("dungeon"), "{e}");
         let e = format!("{:#}", Input::classify(Some(d)).expect_err("a folder"));

@@ -268,6 +268,8 @@ pub struct OverlayModel {
     pub layer_names: Vec<String>,
     /// The atlas' layers are stacked (they share layer 0's tile ids and residency).
     pub stacked: bool,
+    /// The atlas is a TIFF (a Cloud Optimized GeoTIFF) streamed without a bake.
+    pub unbaked_tiff: bool,
     /// Rolling series, oldest first: frame ms, uploads, misses, host hit rate (%).
     pub frame_ms: Vec<f64>,
     /// Uploads per frame.
@@ -314,7 +316,10 @@ impl OverlayModel {
             ),
             None => ResidencySnapshot::default(),
         };
-        Self::from_stats(stats, snapshot, history).with_layers(layers.iter().map(|l| l.name.clone()), stacked)
+        let mut model = Self::from_stats(stats, snapshot, history)
+            .with_layers(layers.iter().map(|l| l.name.clone()), stacked);
+        model.unbaked_tiff = atlas.cog().is_some();
+        model
     }
 
     /// The model for the newest `stats`, the residency maps and the rolling `history`.
@@ -345,6 +350,7 @@ impl OverlayModel {
             residency,
             layer_names: Vec::new(),
             stacked: false,
+            unbaked_tiff: false,
             frame_ms: series(|s| s.frame_ms),
             uploads: series(|s| s.uploads as f64),
             misses: series(|s| s.misses as f64),

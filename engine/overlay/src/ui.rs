@@ -221,8 +221,13 @@ fn tiers_ui(ui: &mut egui::Ui, m: &OverlayModel) {
         ui.separator();
     }
     ui.label(
-        RichText::new(if m.network.is_some() { "Atlas (remote)" } else { "Disk (atlas)" })
-            .color(Color32::GRAY),
+        RichText::new(match (m.unbaked_tiff, m.network.is_some()) {
+            (true, true) => "COG, unbaked (remote)",
+            (true, false) => "COG, unbaked (disk)",
+            (false, true) => "Atlas (remote)",
+            (false, false) => "Disk (atlas)",
+        })
+        .color(Color32::GRAY),
     );
     ui.label(format!(
         "{} tiles, {:.1} MiB, {:.0} reads/s{}",
