@@ -232,3 +232,93 @@ fn basis_atlases_converge_to_their_own_reference_through_every_pool_format() {
     }
     assert_all(results);
 }
+
+/// A GDAL elevation raster (UInt16, issue 44) whose sea is nodata, baked as a data layer:
+/// its nodata texels show the scene's background, not black, and the fully resident
+/// frame still converges to its reference (which blends the same way). Needs GDAL's
+/// `gdal_translate` (`apt-get install gdal-bin`).
+#[test]
+fn nodata_shows_the_background_and_converges_to_its_reference() {
+    use tessera_core::bake::source::RowSource;
+    use tessera_core::bake::tiff::TiffSource;
+
+    let dir = tempfile::tempdir().unwrap();
+    // Band 1 of the photo's crop scaled to 1..3000 from 10..255: darker texels (the
+    // sea) fall to 0 when GDAL converts to UInt16, which is the nodata value; the twin
+    // has no nodata.
+    let dem = |name: &str, nodata: &str| {
+        let out = dir.path().join(format!("{name}.tif"));
+        let args = [
+            "-q",
+            "-srcwin",
+            "2300",
+            "500",
+            "768",
+            "512",
+            "-b",
+            "1",
+            "-ot",
+            "UInt16",
+            "-scale",
+            "10",
+            "255",
+            "1",
+            "3000",
+            "-a_nodata",
+            nodata,
+            "-co",
+            "TILED=YES",
+            "-co",
+            "COMPRESS=ZSTD",
+        ];
+        let status = std::process::Command::new("gdal_translate")
+            .args(args)
+            .arg(real_jpeg())
+            .arg(&out)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run gdal_translate ({e}): apt-get install gdal-bin"));
+        assert!(status.success(), "gdal_translate {args:?}");
+        out
+    };
+    let mut frames = Vec::new();
+    let mut results = Vec::new();
+    for (name, nodata) in [("dem-nodata", "0"), ("dem-opaque", "none")] {
+        let path = dem(name, nodata);
+        let src = TiffSource::open(&path).unwrap();
+        assert_eq!(src.color_space(), Some(ColorSpace::Linear), "{name}");
+        let atlas = bake_file(dir.path(), name, &path, ColorSpace::Linear, Codec::Lz4);
+        let r = run(&atlas, None, Trilinear::Hardware);
+        results.push(converged(name, &r));
+        frames.push(r.last_frame.clone());
+    }
+    assert_all(results);
+    let background = tessera_tools::scene::BACKGROUND;
+    let bg = [background.r, background.g, background.b].map(|c| tessera_core::bake::linear_to_srgb(c as f32));
+    let is_bg = |p: &[u8]| (0..3).all(|c| p[c].abs_diff(bg[c]) <= 2);
+    let count = |f: &[u8]| f.chunks_exact(4).filter(|p| is_bg(p)).count();
+    let (holes, plain) = (count(&frames[0]), count(&frames[1]));
+    let pixels = frames[0].len() / 4;
+    // Measured on lavapipe: 9681 with nodata, 4838 without, of 57600 (the sea's share of
+    // the ground, the globe and the cube on screen).
+    eprintln!("background pixels: {holes} with nodata, {plain} without, of {pixels}");
+    let failed = |what: String| -> ! {
+        let out = write_failure("nodata-background", (320, 180), &frames[0], &frames[1]);
+        panic!("{what}; the frame with nodata and its opaque twin in {}", out.display())
+    };
+    if holes <= plain + pixels / 20 {
+        failed(format!("nodata shows the background: {holes} vs {plain} of {pixels} pixels"));
+    }
+    // Where the two frames differ, the nodata frame shows the background, or blends
+    // into it at the holes' edges (measured: 4843 of 8659 pixels exactly the background).
+    let differ: Vec<&[u8]> = frames[0]
+        .chunks_exact(4)
+        .zip(frames[1].chunks_exact(4))
+        .filter(|(a, b)| (0..3).any(|c| a[c].abs_diff(b[c]) > 8))
+        .map(|(a, _)| a)
+        .collect();
+    let shown = differ.iter().filter(|p| is_bg(p)).count();
+    eprintln!("{shown} of {} differing pixels show the background", differ.len());
+    if shown * 20 < differ.len() * 9 {
+        failed(format!("{shown} of {} differing pixels show the background", differ.len()));
+    }
+}

@@ -281,3 +281,32 @@ fn lerc_is_refused_saying_why() {
         "{text}"
     );
 }
+
+/// An Int16 DEM bakes to a linear layer whose metadata record keeps the value scale and
+/// nodata, so that a texel of the atlas reads back as its elevation.
+#[test]
+fn a_dem_bakes_to_a_linear_layer_keeping_its_scale() {
+    use tessera_core::NoProgress;
+    use tessera_core::bake::open::open_image;
+    use tessera_core::bake::{BakeInput, BakeOptions, bake};
+    use tessera_core::format::atlas::Atlas;
+    use tessera_core::format::codec::Codec;
+
+    let dir = tempfile::tempdir().unwrap();
+    let crop = crop(dir.path());
+    let args = ["-b", "1", "-ot", "Int16", "-scale", "0", "255", "-500", "2500", "-a_nodata", "-500"];
+    let dem = translate(dir.path(), &crop, "dem.tif", &args);
+    let want = TiffSource::open(&dem).unwrap().data_scale().unwrap();
+    let input = BakeInput::boxed("dem", open_image(&dem).unwrap());
+    assert_eq!(input.color, ColorSpace::Linear, "a data raster is a linear layer by default");
+    let out = dir.path().join("dem.tsa");
+    let opts = BakeOptions { codec: Codec::Lz4, ..BakeOptions::default() };
+    bake(vec![input], &out, &opts, &NoProgress).unwrap();
+    let atlas = Atlas::open(&out).unwrap();
+    assert_eq!(atlas.layers()[0].color, ColorSpace::Linear);
+    let meta = atlas.metadata();
+    let got = meta.layers.first().and_then(|l| l.data.clone()).expect("the layer's data scale is kept");
+    assert_eq!(got, want);
+    assert_eq!(got.nodata, Some(-500.0));
+    assert!(got.min > -500.0 && got.max <= 2500.0 && got.scale > 0.0, "{got:?}");
+}

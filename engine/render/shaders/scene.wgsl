@@ -29,8 +29,14 @@ fn vs_main(v: VertexIn) -> VertexOut {
     return o;
 }
 
+// The pass's clear colour (tessera_tools::scene::BACKGROUND): transparent texels (an
+// alpha band, a raster's nodata) show it, as if the surface were not there.
+const BACKGROUND = vec3<f32>(0.05, 0.06, 0.08);
+
 fn shade(albedo: vec4<f32>, normal: vec3<f32>) -> vec4<f32> {
     let n = normalize(normal);
     let diffuse = max(dot(n, normalize(frame.light_dir.xyz)), 0.0);
-    return vec4<f32>(albedo.rgb * (0.45 + 0.55 * diffuse), 1.0);
+    // Blended here, not by the pipeline: the plane stays opaque to depth and feedback.
+    let lit = albedo.rgb * (0.45 + 0.55 * diffuse);
+    return vec4<f32>(mix(BACKGROUND, lit, albedo.a), 1.0);
 }

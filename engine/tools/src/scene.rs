@@ -312,6 +312,11 @@ pub(crate) fn mesh_pipeline(
     })
 }
 
+/// The colour behind every scene; the built-in scene's shader (`scene.wgsl`, `BACKGROUND`)
+/// shows it through transparent texels, so that a raster's nodata and alpha look like
+/// holes in the surface.
+pub const BACKGROUND: wgpu::Color = wgpu::Color { r: 0.05, g: 0.06, b: 0.08, a: 1.0 };
+
 impl SceneRenderer {
     /// Uploads `meshes` (name, mesh, layer sampled) and builds the virtual-texture pipeline.
     pub fn new(
@@ -404,10 +409,7 @@ impl SceneRenderer {
                 view: color,
                 depth_slice: None,
                 resolve_target: None,
-                ops: wgpu::Operations {
-                    load: wgpu::LoadOp::Clear(wgpu::Color { r: 0.05, g: 0.06, b: 0.08, a: 1.0 }),
-                    store: wgpu::StoreOp::Store,
-                },
+                ops: wgpu::Operations { load: wgpu::LoadOp::Clear(BACKGROUND), store: wgpu::StoreOp::Store },
             }),
             feedback.map(FeedbackAttachment::attachment),
         ];

@@ -77,4 +77,13 @@ mod tests {
             validate(&format!("{name} early depth"), &early);
         }
     }
+
+    /// The scene shader shows transparent texels as the pass's clear colour: the same
+    /// colour in both places.
+    #[test]
+    fn scene_background_is_the_clear_colour() {
+        let c = crate::scene::BACKGROUND;
+        let wgsl = format!("const BACKGROUND = vec3<f32>({:?}, {:?}, {:?});", c.r, c.g, c.b);
+        assert!(SCENE_WGSL.contains(&wgsl), "scene.wgsl lacks `{wgsl}`");
+    }
 }

@@ -83,49 +83,8 @@ pub trait RowSource: Send + Sync {
     }
 }
 
-/// How a data raster's values map onto 8-bit texels: `value = offset + scale × texel`
-/// for a texel of 0..=255 (gray, in every colour channel), and texels whose alpha is 0
-/// hold no value (nodata). The range `[min, max]` of the values is spread over 0..=255,
-/// so one texel step is `scale` (the raster's range / 255).
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct DataScale {
-    /// The samples' type as GDAL names it: `UInt16`, `Int16`, `Float32`.
-    pub sample: String,
-    /// The smallest and largest value of the raster (nodata left out).
-    pub min: f64,
-    /// See `min`.
-    pub max: f64,
-    /// Value of one texel step.
-    pub scale: f64,
-    /// Value of texel 0.
-    pub offset: f64,
-    /// The value that marked missing data in the file (GDAL's nodata), if any: those
-    /// texels have alpha 0.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nodata: Option<f64>,
-}
-
-impl DataScale {
-    /// The scale spreading `min..=max` over the texels 0..=255.
-    pub fn spanning(sample: &str, min: f64, max: f64, nodata: Option<f64>) -> Self {
-        let scale = if max > min { (max - min) / 255.0 } else { 0.0 };
-        Self { sample: sample.to_string(), min, max, scale, offset: min, nodata }
-    }
-
-    /// The texel (0..=255) that holds `value`, clamped to the range.
-    pub fn texel(&self, value: f64) -> u8 {
-        if self.scale > 0.0 {
-            ((value - self.offset) / self.scale).round().clamp(0.0, 255.0) as u8
-        } else {
-            0
-        }
-    }
-
-    /// The value texel `t` stands for.
-    pub fn value(&self, t: u8) -> f64 {
-        self.offset + self.scale * f64::from(t)
-    }
-}
+/// How a data raster's values map onto its 8-bit texels (kept in the atlas' metadata).
+pub use crate::format::atlas::meta::DataScale;
 
 /// Where a [`RowSource`]'s texels come from, as far as the bake cache needs to know to
 /// tell whether an earlier bake of the same source is still current.

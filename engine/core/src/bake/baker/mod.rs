@@ -350,10 +350,18 @@ pub fn bake_fingerprint(inputs: &[BakeInput], opts: &BakeOptions) -> Result<Stri
 }
 
 /// The metadata record a bake of `inputs` writes: what each source knows of its texels
-/// ([`RowSource::layer_meta`]: a GeoTIFF's georeferencing), one entry per layer, or an
-/// empty record when no source knows anything.
+/// ([`RowSource::layer_meta`]: a GeoTIFF's georeferencing; [`RowSource::data_scale`]: a
+/// data raster's value scale and nodata), one entry per layer, or an empty record when no
+/// source knows anything.
 pub fn bake_meta(inputs: &[BakeInput]) -> AtlasMeta {
-    let layers: Vec<LayerMeta> = inputs.iter().map(|i| i.source.layer_meta()).collect();
+    let layers: Vec<LayerMeta> = inputs
+        .iter()
+        .map(|i| {
+            let mut meta = i.source.layer_meta();
+            meta.data = meta.data.or_else(|| i.source.data_scale());
+            meta
+        })
+        .collect();
     if layers.iter().all(LayerMeta::is_empty) {
         return AtlasMeta::default();
     }
