@@ -332,6 +332,9 @@ fn run_bake(args: &BakeArgs) -> Result<ExitCode> {
         ColorArg::Linear => ColorSpace::Linear,
     });
     let color_of = |source: &dyn tessera_core::bake::source::RowSource, what: &Path| {
+        if let Some(note) = data_raster_note(source, what) {
+            eprintln!("{note}");
+        }
         layer_color(asked, source.color_space(), what)
     };
     tessera_core::bake::source::set_memory_limit(args.max_memory);
@@ -580,7 +583,9 @@ fn bake_key(args: &BakeArgs) -> BakeKey {
         .option("wrap", args.wrap as u8)
         // The file's own tag when none is asked for: the inputs' contents are in the key.
         .option("color", args.color.map_or(u8::MAX, |c| c as u8))
-        .inputs(&args.inputs);
+        .inputs(&args.inputs)
+        // A GDAL VRT's sources are inputs too.
+        .inputs(args.inputs.iter().filter_map(|p| tessera_core::bake::vrt::source_files(p)).flatten());
     for (w, h) in &args.generate {
         key = key.option("generated", format!("{w}x{h}"));
     }
@@ -612,6 +617,24 @@ fn layer_color(asked: Option<ColorSpace>, tagged: Option<ColorSpace>, what: &Pat
         (Some(c), _) | (None, Some(c)) => Ok(c),
         (None, None) => Ok(ColorSpace::Srgb),
     }
+}
+
+/// The note a bake prints for a data raster (a DEM): how its values became 8-bit texels
+/// of a linear layer, and where the scale is kept.
+fn data_raster_note(source: &dyn tessera_core::bake::source::RowSource, what: &Path) -> Option<String> {
+    let d = source.data_scale()?;
+    let nodata = d.nodata.map_or_else(String::new, |n| format!("; nodata {n} is transparent (alpha 0)"));
+    Some(format!(
+        "note: {}: a {} data raster (values {} to {}): baked as a linear layer of 8-bit texels spread over \
+         that range, value = {} + {} × texel (one step {}){nodata}; the scale is kept in the atlas' metadata",
+        what.display(),
+        d.sample,
+        d.min,
+        d.max,
+        d.offset,
+        d.scale,
+        d.scale
+    ))
 }
 
 /// The layer name for an input path: its file stem.

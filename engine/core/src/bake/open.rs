@@ -77,9 +77,9 @@ fn open_kind(path: &Path, in_vrt: Option<&Path>) -> Result<Box<dyn RowSource>, S
         Kind::Vrt => match in_vrt {
             None => Box::new(crate::bake::vrt::open(path)?),
             Some(vrt) => {
-                return Err(SourceError::Unsupported {
+                return Err(SourceError::Vrt {
                     path: path.to_path_buf(),
-                    reason: format!("a GDAL VRT inside the VRT {} (nested VRTs are not read)", vrt.display()),
+                    reason: format!("a source of the VRT {} (nested VRTs are not read)", vrt.display()),
                 });
             }
         },

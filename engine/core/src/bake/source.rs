@@ -115,6 +115,15 @@ pub enum SourceError {
         /// The input as given.
         path: PathBuf,
     },
+    /// A GDAL VRT this build does not read as a mosaic: the reason names the element or
+    /// attribute that is not supported.
+    #[error("{path}: GDAL VRT not read: {reason}")]
+    Vrt {
+        /// The VRT.
+        path: PathBuf,
+        /// What is not supported.
+        reason: String,
+    },
     /// The file could not be read.
     #[error("{path}: {source}")]
     Io {

@@ -119,11 +119,34 @@ struct Source {
 /// reading their headers now. A source that is itself a VRT is refused.
 pub fn open(path: &Path) -> Result<PlacedSource, SourceError> {
     let bytes = crate::bake::input_file::read_input(path, MAX_VRT_BYTES)?;
-    let text = std::str::from_utf8(&bytes).map_err(|_| SourceError::Unsupported {
-        path: path.to_path_buf(),
-        reason: "GDAL VRT: not UTF-8 text".into(),
-    })?;
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|_| SourceError::Vrt { path: path.to_path_buf(), reason: "not UTF-8 text".into() })?;
     open_text(path, text, |source| crate::bake::open::open_image_in_vrt(source, path))
+}
+
+/// The source files the GDAL VRT at `path` names, resolved as [`open`] resolves them,
+/// for the bake stamp (a changed source makes the bake stale); `None` when `path` is not
+/// a VRT this can parse.
+pub fn source_files(path: &Path) -> Option<Vec<PathBuf>> {
+    let bytes = crate::bake::input_file::read_input(path, MAX_VRT_BYTES).ok()?;
+    let text = std::str::from_utf8(&bytes).ok()?;
+    if !text.trim_start().starts_with("<VRTDataset") {
+        return None;
+    }
+    let root = parse(text).ok()?;
+    let folder = path.parent().unwrap_or(Path::new(""));
+    let mut files = Vec::new();
+    for band in root.children.iter().filter(|c| c.name == "VRTRasterBand") {
+        for name in band.children.iter().flat_map(|s| &s.children).filter(|c| c.name == "SourceFilename") {
+            let relative = name.attr("relativeToVRT").is_some_and(|r| r.trim() == "1");
+            let file = name.text.trim();
+            let resolved = if relative { folder.join(file) } else { PathBuf::from(file) };
+            if !files.contains(&resolved) {
+                files.push(resolved);
+            }
+        }
+    }
+    Some(files)
 }
 
 /// Samples per texel of the TIFF at `path`; `None` when it is not a TIFF this can read.
@@ -149,10 +172,7 @@ pub(crate) fn open_text(
     text: &str,
     open: impl Fn(&Path) -> Result<Box<dyn RowSource>, SourceError>,
 ) -> Result<PlacedSource, SourceError> {
-    let refuse = |reason: String| SourceError::Unsupported {
-        path: path.to_path_buf(),
-        reason: format!("GDAL VRT: {reason}"),
-    };
+    let refuse = |reason: String| SourceError::Vrt { path: path.to_path_buf(), reason };
     let root = parse(text).map_err(&refuse)?;
     if root.name != "VRTDataset" {
         return Err(refuse(format!("root element <{}>, not <VRTDataset>", root.name)));
@@ -237,9 +257,7 @@ pub(crate) fn open_text(
             _ => GeoReference { geotransform: Some(gt), ..GeoReference::default() },
         };
         geo.geotransform = Some(gt);
-        if let Some(wkt) = srs.filter(|w| !w.is_empty()) {
-            geo.other.insert("vrt_srs".into(), serde_json::Value::String(wkt));
-        }
+        geo.wkt = srs.filter(|w| !w.is_empty());
         meta.geo = Some(geo);
     }
     PlacedSource::new(width, height, placements, meta).map_err(|e| refuse(e.to_string()))
@@ -419,7 +437,19 @@ mod tests {
         assert_eq!(out, [[1u8; 8], [9u8; 8]].concat());
         let g = m.layer_meta().geo.unwrap();
         assert_eq!(g.geotransform, Some([10.0, 0.5, 0.0, 20.0, 0.0, -0.5]));
-        assert!(g.other["vrt_srs"].as_str().unwrap().contains("WGS 84"));
+        assert!(g.wkt.unwrap().contains("WGS 84"));
+    }
+
+    /// The bake stamp's inputs: every source once, resolved beside the VRT.
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", ignore = "needs files")]
+    fn source_files_are_listed_for_the_bake_stamp() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("m.vrt"), vrt("")).unwrap();
+        let files = source_files(&dir.path().join("m.vrt")).unwrap();
+        assert_eq!(files, vec![dir.path().join("a&b.png"), dir.path().join("c.png")]);
+        std::fs::write(dir.path().join("n.vrt"), "not a vrt").unwrap();
+        assert_eq!(source_files(&dir.path().join("n.vrt")), None);
     }
 
     #[test]

@@ -109,6 +109,9 @@ pub struct GeoReference {
     /// `GTRasterTypeGeoKey` (1025): whether a texel is an area or a point sample.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub raster_type: Option<RasterType>,
+    /// The CRS as WKT, where the input states it so (a GDAL VRT's `<SRS>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wkt: Option<String>,
     /// The GeoTIFF tags as the file holds them.
     #[serde(skip_serializing_if = "GeoTiffTags::is_empty")]
     pub tags: GeoTiffTags,
@@ -317,6 +320,7 @@ mod tests {
                 geo_ascii_params: Some("WGS 84|".into()),
                 ..GeoTiffTags::default()
             },
+            wkt: Some("GEOGCS[\"WGS 84\"]".into()),
             other: BTreeMap::new(),
         }
     }
