@@ -76,6 +76,13 @@ fn a_cog_streams_as_an_atlas_equal_to_its_bake_at_mip_0() {
             "BLOCKSIZE=256",
             "-co",
             "OVERVIEW_RESAMPLING=AVERAGE",
+            "-a_srs",
+            "EPSG:4326",
+            "-a_ullr",
+            "-10",
+            "60",
+            "10",
+            "46",
         ],
     );
     let streamed = Atlas::open(&cog).unwrap_or_else(|e| panic!("{e}"));
@@ -87,6 +94,10 @@ fn a_cog_streams_as_an_atlas_equal_to_its_bake_at_mip_0() {
     // 125×88 mip fits a tile and is built at open.
     assert_eq!(c.level_counts(), (3, 1));
     assert_eq!(layout.mip_count(), 4);
+    // Its georeferencing is the atlas' metadata, as a bake of the file keeps it.
+    let geo = streamed.metadata().layers[0].geo.clone().expect("the COG's georeferencing");
+    assert_eq!(geo.epsg, Some(4326));
+    assert_eq!(geo.geotransform, Some([-10.0, 0.02, 0.0, 60.0, 0.0, -0.02]));
 
     let baked = dir.path().join("crop.tsa");
     bake(
@@ -98,6 +109,7 @@ fn a_cog_streams_as_an_atlas_equal_to_its_bake_at_mip_0() {
     .unwrap();
     let baked = Atlas::open(&baked).unwrap();
     assert_eq!(baked.layers()[0].layout, layout, "the same virtual texture");
+    assert_eq!(baked.metadata().layers[0].geo, Some(geo));
 
     let (across, down) = layout.tiles_at(0);
     for y in 0..down {

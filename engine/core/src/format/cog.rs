@@ -24,9 +24,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use crate::bake::edge;
+use crate::bake::source::RowSource as _;
 use crate::bake::source::TEXEL_BYTES;
 use crate::bake::tiff::TiffSource;
 use crate::bake::tiff::bytes::{BlockCache, TiffBytes, is_unavailable};
+use crate::format::atlas::meta::LayerMeta;
 use crate::format::atlas::{ColorSpace, Wrap};
 use crate::format::tile::{TextureLayout, TileId};
 
@@ -99,6 +101,8 @@ pub struct Cog {
     color: ColorSpace,
     /// A data raster's value range (its full image's), given to its overviews.
     range: Option<(f64, f64)>,
+    /// The full image's georeferencing and data scale, as a bake keeps them.
+    meta: LayerMeta,
     levels: Vec<Level>,
     /// Mips past the coarsest stored level, built at open: width, height and RGBA8 texels
     /// row after row (a texel smaller than the layout's mip when the level it was halved
@@ -171,6 +175,7 @@ impl Cog {
             layout,
             color: ColorSpace::Srgb,
             range: None,
+            meta: LayerMeta::default(),
             levels,
             built: Vec::new(),
             chunks: Mutex::new(ChunkCache::default()),
@@ -179,8 +184,8 @@ impl Cog {
             hits: AtomicU64::new(0),
         };
         let probe = cog.reader(0).map_err(|e| fail(e.to_string()))?;
-        let (color, range) = (probe.colour_space(), probe.value_range_known());
-        (cog.color, cog.range) = (color, range);
+        let (color, range, meta) = (probe.colour_space(), probe.value_range_known(), probe.layer_meta());
+        (cog.color, cog.range, cog.meta) = (color, range, meta);
         cog.build_coarse_mips().map_err(|e| fail(e.to_string()))?;
         tracing::debug!(
             location = %location.display(),
@@ -204,6 +209,12 @@ impl Cog {
     /// How the texels are encoded (sRGB for 8-bit imagery).
     pub fn color(&self) -> ColorSpace {
         self.color
+    }
+
+    /// The image's georeferencing and, for a data raster, how values became texels: what a
+    /// bake of the file keeps in the atlas' metadata record.
+    pub fn layer_meta(&self) -> &LayerMeta {
+        &self.meta
     }
 
     /// Levels read from the file (the image and its overviews), and mips built at open.

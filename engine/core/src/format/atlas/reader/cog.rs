@@ -78,7 +78,7 @@ impl Atlas {
             file,
             len,
             meta: Vec::new(),
-            info: AtlasMeta::default(),
+            info: AtlasMeta { layers: vec![cog.layer_meta().clone()], ..AtlasMeta::default() },
             layers,
             index_offset: 0,
             tile_count: layout.tile_count(),
