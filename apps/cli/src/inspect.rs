@@ -152,6 +152,14 @@ pub(crate) fn table(s: &AtlasSummary) -> String {
         if let Some(g) = &l.geo {
             let _ = writeln!(o, "{}", geo_lines(g));
         }
+        if let Some(d) = &l.data {
+            let nodata = d.nodata.map_or_else(String::new, |n| format!(", nodata {n} (alpha 0)"));
+            let _ = writeln!(
+                o,
+                "  data raster: {} values {} .. {}, value = {} + {} x texel{nodata}",
+                d.sample, d.min, d.max, d.offset, d.scale
+            );
+        }
     }
     o
 }

@@ -123,3 +123,47 @@ fn status_after_a_merge_says_merged() {
     let t = status();
     assert!(t.contains("all 4 parts done and merged into one file: "), "{t}");
 }
+
+/// A UInt16 DEM made by GDAL (`apt-get install gdal-bin`) bakes with a note saying it is a
+/// data raster, its range, its scale and its nodata; `--color srgb` is refused for it.
+#[test]
+fn a_dem_bakes_with_a_note_on_its_scale() {
+    let dir = tempfile::tempdir().unwrap();
+    let bmng = tessera_core::bake::source::data_dir().join("bmng.jpg");
+    assert!(bmng.exists(), "{} is missing: run assets/fetch-data.sh", bmng.display());
+    let dem = dir.path().join("dem.tif");
+    let args = [
+        "-q", "-srcwin", "2600", "500", "300", "200", "-b", "1", "-ot", "UInt16", "-scale", "0", "255", "0",
+        "3000",
+    ];
+    let made = std::process::Command::new("gdal_translate")
+        .args(args)
+        .args(["-a_nodata", "0"])
+        .arg(&bmng)
+        .arg(&dem)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run gdal_translate ({e}): apt-get install gdal-bin"));
+    assert!(made.success());
+    let out = dir.path().join("dem.tsa");
+    let o = tessera(&["bake", dem.to_str().unwrap(), "--codec", "lz4", "-o", out.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("note: ") && t.contains("dem.tif: a UInt16 data raster") && t.contains("linear layer"),
+        "{t}"
+    );
+    assert!(t.contains("nodata 0 is transparent") && t.contains("value = "), "{t}");
+    let o = tessera(&["inspect", out.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(
+        o.status.success() && t.contains("data raster: UInt16 values ") && t.contains("nodata 0 (alpha 0)"),
+        "{t}"
+    );
+    let o = tessera(&["inspect", "--json", out.to_str().unwrap()]);
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let data = &json["layers"][0]["data"];
+    assert_eq!(data["sample"], "UInt16", "{json}");
+    assert!(data["scale"].as_f64().unwrap() > 1.0 && data["nodata"] == 0.0, "{json}");
+    let o = tessera(&["bake", dem.to_str().unwrap(), "--color", "srgb", "-o", out.to_str().unwrap()]);
+    assert!(!o.status.success() && text(&o).contains("--color srgb asked for"), "{}", text(&o));
+}

@@ -310,3 +310,67 @@ fn a_dem_bakes_to_a_linear_layer_keeping_its_scale() {
     assert_eq!(got.nodata, Some(-500.0));
     assert!(got.min > -500.0 && got.max <= 2500.0 && got.scale > 0.0, "{got:?}");
 }
+
+/// A JPEG tile that declares itself 65535×65535 is refused before it is decoded (its size is
+/// checked against the tile's), and random damage to Zstandard, JPEG and WebP files is an
+/// error or a read, never a panic.
+#[test]
+fn forged_and_damaged_chunks_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let crop = crop(dir.path());
+    let jpeg = translate(
+        dir.path(),
+        &crop,
+        "j.tif",
+        &["-co", "TILED=YES", "-co", "COMPRESS=JPEG", "-co", "PHOTOMETRIC=YCBCR"],
+    );
+    let mut bytes = std::fs::read(&jpeg).unwrap();
+    let sof = bytes.windows(2).position(|w| w == [0xFF, 0xC0]).expect("a baseline JPEG frame header");
+    bytes[sof + 5..sof + 9].copy_from_slice(&[0xFF, 0xFF, 0xFF, 0xFF]);
+    let forged = dir.path().join("forged.tif");
+    std::fs::write(&forged, &bytes).unwrap();
+    let src = TiffSource::open(&forged).unwrap();
+    let mut out = vec![0; 600 * 400 * 4];
+    let err = src.read_rows(0, &mut out).unwrap_err().to_string();
+    assert!(err.contains("forged.tif") && err.contains("tile 0") && err.contains("JPEG"), "{err}");
+
+    let files: Vec<Vec<u8>> = [
+        jpeg.clone(),
+        translate(
+            dir.path(),
+            &crop,
+            "z.tif",
+            &["-co", "TILED=YES", "-co", "COMPRESS=ZSTD", "-co", "PREDICTOR=2"],
+        ),
+        translate(dir.path(), &crop, "w.tif", &["-co", "TILED=YES", "-co", "COMPRESS=WEBP"]),
+        translate(dir.path(), &crop, "wl.tif", &["-co", "COMPRESS=WEBP", "-co", "WEBP_LOSSLESS=TRUE"]),
+    ]
+    .iter()
+    .map(|p| std::fs::read(p).unwrap())
+    .collect();
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let damaged = dir.path().join("damaged.tif");
+    let (mut opened, mut failed) = (0, 0);
+    for round in 0..60 {
+        let mut bytes = files[round % files.len()].clone();
+        for _ in 0..1 + next() % 8 {
+            let at = (next() % bytes.len() as u64) as usize;
+            bytes[at] = next() as u8;
+        }
+        std::fs::write(&damaged, &bytes).unwrap();
+        if let Ok(src) = TiffSource::open(&damaged) {
+            opened += 1;
+            let (w, h) = src.size();
+            let mut out = vec![0; w as usize * h as usize * 4];
+            failed += usize::from(src.read_rows(0, &mut out).is_err());
+        }
+    }
+    eprintln!("{opened} of 60 damaged files opened, {failed} of them failed to read");
+    assert!(opened > 30 && failed > 5, "{opened} opened, {failed} failed to read");
+}

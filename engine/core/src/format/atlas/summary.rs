@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::meta::DataScale;
 use super::{Atlas, ColorSpace, GeoSummary, Wrap};
 use crate::format::codec::{Codec, TargetFormat};
 
@@ -84,6 +85,9 @@ pub struct LayerSummary {
     /// Where the layer lies on Earth (a GeoTIFF's georeference, from the metadata record).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub geo: Option<GeoSummary>,
+    /// How a data raster's values map onto the layer's texels (from the metadata record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<DataScale>,
 }
 
 /// One mip level in a [`LayerSummary`].
@@ -190,6 +194,7 @@ impl Atlas {
                         .get(li)
                         .and_then(|m| m.geo.as_ref())
                         .map(|g| g.summary(lay.width(), lay.height())),
+                    data: self.metadata().layers.get(li).and_then(|m| m.data.clone()),
                 }
             })
             .collect();
