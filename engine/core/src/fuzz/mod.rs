@@ -452,6 +452,13 @@ fn repair_root(file: &mut [u8], len: usize, index: IndexAt) {
             meta_end = end;
         }
     }
+    // The metadata record comes last: its length (u32), then its JSON text.
+    if flags & u64::from(crate::format::atlas::FLAG_META) != 0
+        && let Some(record) = le_u64(file, meta_end as usize).map(|v| v & 0xFFFF_FFFF)
+        && let Some(end) = meta_end.checked_add(4 + record).filter(|&e| e <= len as u64)
+    {
+        meta_end = end;
+    }
     let crc = crc32fast::hash(&file[HEADER_BYTES..meta_end as usize]);
     file[56..60].copy_from_slice(&crc.to_le_bytes());
 }

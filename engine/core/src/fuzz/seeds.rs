@@ -13,9 +13,9 @@ use super::{
 };
 use crate::NoProgress;
 use crate::bake::shard::{MergeForm, Shard, merge_shards};
-use crate::bake::source::{Generated, ImageSource};
+use crate::bake::source::{Generated, ImageSource, RowSource};
 use crate::bake::{BakeInput, BakeOptions, bake};
-use crate::format::atlas::{ColorSpace, Wrap};
+use crate::format::atlas::{ColorSpace, GeoReference, LayerMeta, Wrap};
 use crate::format::basis::{self, BasisMode};
 use crate::format::codec::{Codec, EncodeOptions};
 use crate::scene::camera::{CameraPath, PRESETS, SCENE_PRESETS};
@@ -86,6 +86,27 @@ fn pattern(w: u32, h: u32, opaque: bool) -> Vec<u8> {
         .collect()
 }
 
+/// A generated texture that says where it lies, as a GeoTIFF does: its bake writes a
+/// metadata record.
+struct Georeferenced(Generated);
+
+impl RowSource for Georeferenced {
+    fn size(&self) -> (u32, u32) {
+        self.0.size()
+    }
+    fn read_rows(&self, y0: u32, out: &mut [u8]) -> std::io::Result<()> {
+        self.0.read_rows(y0, out)
+    }
+    fn layer_meta(&self) -> LayerMeta {
+        let geo = GeoReference {
+            geotransform: Some([500_000.0, 0.5, 0.0, 4_000_000.0, 0.0, -0.5]),
+            epsg: Some(32631),
+            ..GeoReference::default()
+        };
+        LayerMeta { geo: Some(geo), ..LayerMeta::default() }
+    }
+}
+
 fn atlas_seeds() -> std::io::Result<Vec<Seed>> {
     let dir = TempDir::new()?;
     let layer = |name: &str, w: u32, h: u32, codec: Codec, wrap: Wrap, color: ColorSpace| BakeInput {
@@ -125,6 +146,16 @@ fn atlas_seeds() -> std::io::Result<Vec<Seed>> {
         false,
     ));
     let mut seeds = Vec::new();
+    // A georeferenced layer: the metadata record (flag META), in both format versions.
+    for version in [1, 2] {
+        let path = dir.0.join(format!("geo-v{version}.tsa"));
+        let opts =
+            BakeOptions { tile_size: 16, border: 2, format_version: version, ..BakeOptions::default() };
+        let input = BakeInput::new("geo", Georeferenced(Generated::with_cell(40, 28, 8)));
+        bake(vec![input], &path, &opts, &NoProgress).map_err(std::io::Error::other)?;
+        let control = ATLAS_REPAIR_HEADER | ATLAS_REPAIR_TILES;
+        seeds.push((format!("geo-v{version}.tsa"), [&[control], std::fs::read(&path)?.as_slice()].concat()));
+    }
     // A split atlas (a one-shard bake merged): its index object, then its data object.
     let split = dir.0.join("split");
     std::fs::create_dir_all(&split)?;
