@@ -33,6 +33,21 @@ fn cpu_scaling_table() {
     assert_eq!(cpu_scaling(&sizes[..1], 4).unwrap().len(), 1);
 }
 
+/// Issue 45 item 2: the streamer's per-frame CPU at feedback strides 1 to 8 (a window of
+/// stride² readbacks): it must not grow with the stride. Run with
+/// `cargo test --release -p tessera-vt-core --test schedule feedback_cpu_by_stride -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement: prints a table"]
+fn feedback_cpu_by_stride() {
+    let frames = std::env::var("TESSERA_SCALING_FRAMES").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+    let rows = tessera_core::stream::simulate::feedback_cpu_by_stride(&[1, 2, 4, 8], frames).unwrap();
+    println!("| stride | window (readbacks) | needed | median ms | p95 ms |");
+    println!("|---|---|---|---|---|");
+    for (s, r) in [1u32, 2, 4, 8].iter().zip(&rows) {
+        println!("| {s} | {} | {:.0} | {:.4} | {:.4} |", s * s, r.needed_mean, r.median_ms, r.p95_ms);
+    }
+}
+
 fn check_rows(rows: &[CpuScalingRow], sizes: &[u32]) {
     // The table only compares like with like when every size ran the same view.
     assert_eq!(rows.iter().map(|r| r.size).collect::<Vec<_>>(), sizes);

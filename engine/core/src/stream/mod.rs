@@ -6,6 +6,7 @@ pub mod atlas_loader;
 pub mod complete_table;
 pub mod copy_runs;
 pub mod feedback;
+pub mod feedback_window;
 pub mod host_cache;
 pub mod level_one;
 pub mod loader;

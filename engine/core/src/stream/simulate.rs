@@ -74,14 +74,29 @@ pub fn cpu_scaling_with(
     let mut rows = Vec::new();
     for &size in sizes {
         match TextureLayout::new(size, size, 128, 4) {
-            Ok(tl) => rows.push(scaling_row(tl, frames, complete)?),
+            Ok(tl) => rows.push(scaling_row(tl, frames, complete, 2)?),
             Err(e) => tracing::warn!("cpu_scaling: size {size} skipped: {e}"),
         }
     }
     Ok(rows)
 }
 
-fn scaling_row(tl: TextureLayout, frames: u32, complete: bool) -> Result<CpuScalingRow, StreamerError> {
+/// [`cpu_scaling`]'s view of a 65536² texture, the complete page table, at each feedback
+/// stride of `strides` (the streamer keeping the union of the last stride² readbacks):
+/// one row per stride. Every readback holds the whole view, as a real one does when
+/// tiles cover many pixels, so the figure shows what the window itself costs.
+pub fn feedback_cpu_by_stride(strides: &[u32], frames: u32) -> Result<Vec<CpuScalingRow>, StreamerError> {
+    let tl = TextureLayout::new(65_536, 65_536, 128, 4)
+        .map_err(|e| StreamerError::Config(format!("feedback_cpu_by_stride: {e}")))?;
+    strides.iter().map(|&s| scaling_row(tl, frames, true, s)).collect()
+}
+
+fn scaling_row(
+    tl: TextureLayout,
+    frames: u32,
+    complete: bool,
+    stride: u32,
+) -> Result<CpuScalingRow, StreamerError> {
     let pool =
         PoolLayout::from_parts(vec![TargetFormat::Rgba8], vec![tl], POOL_SLOTS, false, Trilinear::Hardware);
     let tile: Arc<[u8]> = Arc::from(vec![0u8; pool.tile_bytes()]);
@@ -90,6 +105,7 @@ fn scaling_row(tl: TextureLayout, frames: u32, complete: bool) -> Result<CpuScal
         loader_threads: 2,
         host_cache_mib: 0,
         complete_page_table: complete,
+        feedback_stride: stride,
         ..StreamerConfig::default()
     };
     let mut streamer = Streamer::with_loader(&pool, config, Arc::new(HostCache::new(0)), Arc::new(loader))?;

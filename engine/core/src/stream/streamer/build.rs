@@ -199,7 +199,7 @@ impl Streamer {
             budget,
             tile_bytes: tile_bytes as u64,
             config: StreamerConfig { feedback_stride: stride, ..config },
-            recent_feedback: VecDeque::new(),
+            recent_feedback: Default::default(),
             wanted: Vec::new(),
             seen_feedback: false,
             last_fraction: 1.0,

@@ -73,14 +73,11 @@ impl Streamer {
         // Each frame only one pixel per stride² block writes feedback, so a tile that
         // covers a few pixels shows up in some frames only: the needed set is the union
         // of the last stride² readbacks, so such tiles are neither dropped nor evicted.
+        // Kept incrementally (FeedbackWindow): rebuilding it from every readback of the
+        // window cost stride² readbacks a frame.
         let window = (self.config.feedback_stride * self.config.feedback_stride) as usize;
-        self.recent_feedback.push_back(self.layout.decode_sparse(&fb.pairs));
-        while self.recent_feedback.len() > window {
-            self.recent_feedback.pop_front();
-        }
-        let mut needed: Vec<TileId> = self.recent_feedback.iter().flatten().copied().collect();
-        needed.sort_unstable_by_key(|t| t.order_key());
-        needed.dedup();
+        self.recent_feedback.push(self.layout.decode_sparse(&fb.pairs), window);
+        let needed: Vec<TileId> = self.recent_feedback.tiles().to_vec();
         let misses_before = self.residency.counters().misses;
         let requests = self.residency.on_feedback(frame, &needed);
         out.tiles_needed = self.residency.needed_count();

@@ -11,7 +11,6 @@
 //! changed between frames; `config.rs` its settings, errors and shared streaming;
 //! `build.rs` starting one; `frame.rs` one frame's decisions.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 // std's `Instant` panics in the browser; this one is std's on native.
@@ -166,7 +165,7 @@ pub struct Streamer {
     budget: Option<UploadBudgetController>,
     /// Bytes of one tile over every stacked pool, for the byte budget.
     tile_bytes: u64,
-    recent_feedback: VecDeque<Vec<TileId>>,
+    recent_feedback: crate::stream::feedback_window::FeedbackWindow,
     /// The tiles the view wants (the feedback window), for the resident fraction.
     wanted: Vec<TileId>,
     /// Whether any feedback was taken in yet.
