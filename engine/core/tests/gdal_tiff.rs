@@ -374,3 +374,64 @@ fn forged_and_damaged_chunks_are_errors() {
     eprintln!("{opened} of 60 damaged files opened, {failed} of them failed to read");
     assert!(opened > 30 && failed > 5, "{opened} opened, {failed} failed to read");
 }
+
+/// A mosaic of two Int16 DEM halves with different ranges (in a grid, and placed by their
+/// geotransforms) bakes on one value scale, the union of theirs: tile for tile what the
+/// whole DEM bakes to.
+#[test]
+fn dem_tiles_of_a_mosaic_share_one_scale() {
+    use tessera_core::NoProgress;
+    use tessera_core::bake::grid::open_grid;
+    use tessera_core::bake::open::open_image;
+    use tessera_core::bake::{BakeInput, BakeOptions, bake};
+    use tessera_core::format::atlas::Atlas;
+    use tessera_core::format::codec::Codec;
+
+    let dir = tempfile::tempdir().unwrap();
+    let crop = crop(dir.path());
+    let make = ["-b", "1", "-ot", "Int16", "-scale", "0", "255", "-500", "2500", "-a_nodata", "-500"];
+    let mut geo = make.to_vec();
+    geo.extend_from_slice(&["-a_ullr", "0", "400", "600", "0"]);
+    let whole = translate(dir.path(), &crop, "whole.tif", &geo);
+    let plain = translate(dir.path(), &crop, "plain.tif", &make);
+    let halves = |from: &Path, tag: &str| {
+        [("w", "0"), ("e", "300")].map(|(side, x)| {
+            translate(dir.path(), from, &format!("{tag}-{side}.tif"), &["-srcwin", x, "0", "300", "400"])
+        })
+    };
+    let scales: Vec<_> =
+        halves(&plain, "p").iter().map(|p| TiffSource::open(p).unwrap().data_scale().unwrap()).collect();
+    assert!(
+        scales[0].min != scales[1].min || scales[0].max != scales[1].max,
+        "the halves' ranges differ: {scales:?}"
+    );
+
+    let opts = BakeOptions { codec: Codec::Lz4, tile_size: 64, ..BakeOptions::default() };
+    let bake_one = |name: &str, source: Box<dyn RowSource>| {
+        let out = dir.path().join(format!("{name}.tsa"));
+        bake(vec![BakeInput::boxed("dem", source)], &out, &opts, &NoProgress).unwrap();
+        Atlas::open(&out).unwrap()
+    };
+    let reference = bake_one("whole", open_image(&whole).unwrap());
+    let want = reference.metadata().layers[0].data.clone().unwrap();
+    for (name, shape, parts) in
+        [("grid", Some((2, 1)), halves(&plain, "p")), ("placed", None, halves(&whole, "g"))]
+    {
+        let images = parts.iter().map(|p| open_image(p).unwrap()).collect();
+        let atlas = bake_one(name, open_grid(shape, images).unwrap());
+        let got = atlas.metadata().layers[0].data.clone().unwrap_or_else(|| panic!("{name}: no data scale"));
+        assert_eq!(got, want, "{name}");
+        let layout = atlas.layers()[0].layout;
+        for t in layout.tiles(0) {
+            assert_eq!(
+                atlas.entry(t).unwrap().crc32,
+                reference.entry(t).unwrap().crc32,
+                "{name}: tile {t:?}"
+            );
+        }
+    }
+    // A colour image among data rasters is refused, naming it.
+    let images = vec![open_image(&halves(&plain, "p")[0]).unwrap(), open_image(&crop).unwrap()];
+    let err = open_grid(Some((2, 1)), images).err().unwrap().to_string();
+    assert!(err.contains("crop.tif") && err.contains("colour image among data rasters"), "{err}");
+}

@@ -3,7 +3,7 @@
 //! reading from each only the rows asked for. The baker computes borders and mips from
 //! the stitched rows, so the bake has no seams at the images' edges.
 
-use crate::bake::source::{RowSource, SourceOrigin, TEXEL_BYTES};
+use crate::bake::source::{DataScale, RowSource, SourceOrigin, TEXEL_BYTES};
 use crate::format::atlas::ColorSpace;
 use crate::format::tile::MAX_VIRTUAL_SIDE;
 
@@ -112,8 +112,9 @@ pub enum GridError {
 /// placed by their geotransforms in any order ([`PlacedSource::by_geotransform`]).
 pub fn open_grid(
     shape: Option<(u32, u32)>,
-    images: Vec<Box<dyn RowSource>>,
+    mut images: Vec<Box<dyn RowSource>>,
 ) -> Result<Box<dyn RowSource>, GridError> {
+    share_data_scale(&mut images)?;
     let Some((cols, rows)) = shape else {
         return Ok(Box::new(PlacedSource::by_geotransform(images)?));
     };
@@ -164,6 +165,43 @@ pub fn open_grid(
         }
     }
     Ok(Box::new(placed))
+}
+
+/// Puts data rasters (DEM tiles) on one value scale, the union of their ranges, so that a
+/// texel means the same value across the mosaic: an error when data rasters and colour
+/// images are mixed, when their sample types differ, or when one cannot be rescaled.
+fn share_data_scale(images: &mut [Box<dyn RowSource>]) -> Result<(), GridError> {
+    let scales: Vec<Option<DataScale>> = images.iter().map(|i| i.data_scale()).collect();
+    let Some((first, f)) = scales.iter().enumerate().find_map(|(i, s)| Some((i, s.clone()?))) else {
+        return Ok(());
+    };
+    let name = |i: usize| placed::name_of(images[i].as_ref(), i);
+    let mut range = (f.min, f.max);
+    for (i, s) in scales.iter().enumerate() {
+        let reason = match s {
+            None => format!("a colour image among data rasters ({} is {} values)", name(first), f.sample),
+            Some(d) if d.sample != f.sample => {
+                format!(
+                    "{} values among {} values of {}: a mosaic's data rasters share one type",
+                    d.sample,
+                    f.sample,
+                    name(first)
+                )
+            }
+            Some(d) => {
+                range = (range.0.min(d.min), range.1.max(d.max));
+                continue;
+            }
+        };
+        return Err(GridError::Placement { image: name(i), reason });
+    }
+    for (i, image) in images.iter_mut().enumerate() {
+        if !image.set_data_range(range.0, range.1) {
+            let reason = "a data raster that cannot take the mosaic's value range".to_string();
+            return Err(GridError::Placement { image: placed::name_of(image.as_ref(), i), reason });
+        }
+    }
+    Ok(())
 }
 
 /// `cols × rows` images read as one: image `r * cols + c` (row-major: A1 B1 C1 D1, A2 …)
@@ -295,6 +333,10 @@ impl RowSource for GridSource {
 
     fn color_space(&self) -> Option<ColorSpace> {
         self.images.iter().find_map(|image| image.color_space())
+    }
+
+    fn data_scale(&self) -> Option<DataScale> {
+        self.images.first().and_then(|image| image.data_scale())
     }
 }
 

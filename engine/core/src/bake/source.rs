@@ -81,6 +81,13 @@ pub trait RowSource: Send + Sync {
     fn data_scale(&self) -> Option<DataScale> {
         None
     }
+    /// For a data raster, spreads the values `min..=max` over its texels instead of its own
+    /// range (which that range must lie in), so that the images of a mosaic share one
+    /// scale; called before any row is read. Returns whether it did; default: `false`.
+    fn set_data_range(&mut self, min: f64, max: f64) -> bool {
+        let _ = (min, max);
+        false
+    }
 }
 
 /// How a data raster's values map onto its 8-bit texels (kept in the atlas' metadata).

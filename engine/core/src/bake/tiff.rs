@@ -477,6 +477,15 @@ impl RowSource for TiffSource {
         self.data.clone()
     }
 
+    fn set_data_range(&mut self, min: f64, max: f64) -> bool {
+        let Some(d) = &self.data else { return false };
+        self.data = Some(DataScale::spanning(&d.sample, min, max, d.nodata));
+        // Rows decoded with the old scale are gone.
+        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        state.window.rows = 0;
+        true
+    }
+
     fn layer_meta(&self) -> LayerMeta {
         LayerMeta { geo: self.geo.clone(), ..LayerMeta::default() }
     }

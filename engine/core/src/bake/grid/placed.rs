@@ -268,6 +268,10 @@ impl RowSource for PlacedSource {
         self.placements.iter().find_map(|p| p.source.color_space())
     }
 
+    fn data_scale(&self) -> Option<crate::bake::source::DataScale> {
+        self.placements.first().and_then(|p| p.source.data_scale())
+    }
+
     fn layer_meta(&self) -> LayerMeta {
         self.meta.clone()
     }
