@@ -193,3 +193,31 @@ fn point_rasters_keep_gdals_geotransform_and_unsupported_vrts_are_refused_saying
         assert!(err.contains("x.vrt") && err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// A VRT of DEM tiles (Int16, each half of its own range) bakes like the whole DEM: its
+/// sources share one value scale, as a grid's do.
+#[test]
+fn a_vrt_of_dem_tiles_bakes_like_the_whole_dem() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Heights rising west to east: the halves' ranges differ.
+    image::GrayImage::from_fn(300, 200, |x, y| image::Luma([(x * 255 / 299) as u8 ^ (y as u8 & 3)]))
+        .save(d.join("dem.png"))
+        .unwrap();
+    let dem = ["-ot", "Int16", "-scale", "0", "255", "-500", "2500", "-a_srs", "EPSG:4326"];
+    translate(d, "dem.png", "dem.tif", &[&dem[..], &["-a_ullr", "10", "50", "13", "48"]].concat());
+    translate(d, "dem.tif", "dem-w.tif", &["-srcwin", "0", "0", "150", "200"]);
+    translate(d, "dem.tif", "dem-e.tif", &["-srcwin", "150", "0", "150", "200"]);
+    gdal(d, "gdalbuildvrt", &["-q", "dem.vrt", "dem-e.tif", "dem-w.tif"]);
+    let whole = bake_one(d, "dem.tsa", open(d, &["dem.tif"]).remove(0));
+    let vrt = bake_one(d, "dem-vrt.tsa", open(d, &["dem.vrt"]).remove(0));
+    let half = |f: &str| open(d, &[f]).remove(0).data_scale().unwrap();
+    let (w, e) = (half("dem-w.tif"), half("dem-e.tif"));
+    assert!(w.max < e.max && w.min < e.min, "the halves' ranges differ: {w:?} {e:?}");
+    let (a, b) = (&whole.metadata().layers[0], &vrt.metadata().layers[0]);
+    assert!(a.data.is_some() && a.data == b.data, "{:?} against {:?}", a.data, b.data);
+    let layout = whole.layers()[0].layout;
+    for t in layout.tiles(0) {
+        assert_eq!(vrt.decode_tile(t).unwrap(), whole.decode_tile(t).unwrap(), "tile {t}");
+    }
+}

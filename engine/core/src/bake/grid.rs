@@ -170,7 +170,7 @@ pub fn open_grid(
 /// Puts data rasters (DEM tiles) on one value scale, the union of their ranges, so that a
 /// texel means the same value across the mosaic: an error when data rasters and colour
 /// images are mixed, when their sample types differ, or when one cannot be rescaled.
-fn share_data_scale(images: &mut [Box<dyn RowSource>]) -> Result<(), GridError> {
+pub(crate) fn share_data_scale(images: &mut [Box<dyn RowSource>]) -> Result<(), GridError> {
     let scales: Vec<Option<DataScale>> = images.iter().map(|i| i.data_scale()).collect();
     let Some((first, f)) = scales.iter().enumerate().find_map(|(i, s)| Some((i, s.clone()?))) else {
         return Ok(());

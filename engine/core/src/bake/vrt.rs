@@ -221,8 +221,9 @@ pub(crate) fn open_text(
             )));
         }
     }
-    let mut placements = Vec::with_capacity(bands[0].1.len());
+    let mut sources = Vec::with_capacity(bands[0].1.len());
     let mut first_geo: Option<GeoReference> = None;
+    let crs = |g: &GeoReference| g.epsg.map_or("a CRS without an EPSG code".into(), |c| format!("EPSG:{c}"));
     for s in &bands[0].1 {
         let source = open(&s.path)?;
         if let Some(samples) = tiff_samples(&s.path)
@@ -238,16 +239,20 @@ pub(crate) fn open_text(
         if let (Some(a), Some(b)) = (&first_geo, &geo)
             && a.epsg != b.epsg
         {
-            return Err(refuse(format!(
-                "{} is in EPSG:{:?}, the first source in EPSG:{:?}",
-                s.file, b.epsg, a.epsg
-            )));
+            return Err(refuse(format!("{} is in {}, the first source in {}", s.file, crs(b), crs(a))));
         }
         if first_geo.is_none() {
             first_geo = geo;
         }
-        placements.push(Placement { source, src: s.src, dst: [s.dst[0], s.dst[1]] });
+        sources.push(source);
     }
+    // Data rasters (DEM tiles) on one value scale, as in a grid.
+    crate::bake::grid::share_data_scale(&mut sources).map_err(|e| refuse(e.to_string()))?;
+    let placements = sources
+        .into_iter()
+        .zip(&bands[0].1)
+        .map(|(source, s)| Placement { source, src: s.src, dst: [s.dst[0], s.dst[1]] })
+        .collect();
     let mut meta = LayerMeta::default();
     if let Some(gt) = geotransform {
         let mut geo = match &first_geo {
