@@ -166,3 +166,65 @@ fn tiffs_that_cannot_be_streamed_are_refused_saying_why() {
     assert_eq!(a.cog().unwrap().level_counts(), (1, 3));
     assert!(a.verify(&NoProgress).is_empty());
 }
+
+/// Sets the value of `tag` in the first image directory of a little-endian classic TIFF.
+fn patch_tag(bytes: &mut [u8], tag: u16, value: u32) {
+    assert_eq!(&bytes[..4], b"II*\0", "a little-endian classic TIFF");
+    let ifd = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
+    let n = u16::from_le_bytes(bytes[ifd..ifd + 2].try_into().unwrap()) as usize;
+    for e in (0..n).map(|i| ifd + 2 + 12 * i) {
+        if u16::from_le_bytes(bytes[e..e + 2].try_into().unwrap()) == tag {
+            let kind = u16::from_le_bytes(bytes[e + 2..e + 4].try_into().unwrap());
+            match kind {
+                3 => bytes[e + 8..e + 10].copy_from_slice(&(value as u16).to_le_bytes()),
+                _ => bytes[e + 8..e + 12].copy_from_slice(&value.to_le_bytes()),
+            }
+            return;
+        }
+    }
+    panic!("tag {tag} not found");
+}
+
+#[test]
+fn damaged_cogs_fail_with_errors_never_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let crop = crop(dir.path());
+    let cog = translate(
+        dir.path(),
+        &crop,
+        "ok.tif",
+        &["-of", "COG", "-co", "BLOCKSIZE=256", "-co", "COMPRESS=DEFLATE"],
+    );
+    let good = std::fs::read(&cog).unwrap();
+    // Internal tiles of zero width, or wider than streamed: refused at open.
+    for (tag, value) in [(322u16, 0u32), (322, 1 << 20), (323, 0)] {
+        let mut bytes = good.clone();
+        patch_tag(&mut bytes, tag, value);
+        let path = dir.path().join(format!("tag{tag}-{value}.tif"));
+        std::fs::write(&path, &bytes).unwrap();
+        let e = Atlas::open(&path).expect_err("a damaged directory");
+        assert!(e.to_string().contains(&*path.to_string_lossy()), "{e}");
+    }
+    // Cut short in the middle of its tiles: opens (the directories come first), then the
+    // tiles past the end fail with errors naming them, and verify lists them.
+    let cut = dir.path().join("cut.tif");
+    std::fs::write(&cut, &good[..good.len() * 2 / 3]).unwrap();
+    if let Ok(a) = Atlas::open(&cut) {
+        let errors = a.verify(&NoProgress);
+        assert!(!errors.is_empty(), "the missing tiles are reported");
+        assert!(errors.iter().all(|e| matches!(e, AtlasError::CogTile { .. })), "{errors:?}");
+    }
+    // The zlib header of mip 0's first internal tile damaged: the tiles it covers fail,
+    // the others still read.
+    let mut decoder = tiff::decoder::Decoder::new(std::io::Cursor::new(good.clone())).unwrap();
+    let offsets = decoder.get_tag_u64_vec(tiff::tags::Tag::TileOffsets).unwrap();
+    let mut bytes = good.clone();
+    let at = offsets[0] as usize;
+    bytes[at..at + 2].copy_from_slice(&[0x00, 0x00]);
+    let damaged = dir.path().join("damaged.tif");
+    std::fs::write(&damaged, &bytes).unwrap();
+    let a = Atlas::open(&damaged).unwrap();
+    let errors = a.verify(&NoProgress);
+    let tiles = a.layers()[0].layout.tile_count() as usize;
+    assert!(!errors.is_empty() && errors.len() < tiles, "{} of {tiles} tiles bad", errors.len());
+}

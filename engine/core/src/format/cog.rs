@@ -160,6 +160,14 @@ impl Cog {
                     d.image
                 )));
             }
+            let (cw, ch) = d.chunk;
+            if cw == 0 || ch == 0 || cw > MAX_BUILT_SIDE || ch > MAX_BUILT_SIDE {
+                return Err(fail(format!(
+                    "image directory {} has internal tiles of {cw}x{ch} texels (1 to {MAX_BUILT_SIDE} a side are \
+                     streamed)",
+                    d.image
+                )));
+            }
             let n = readers.max(1);
             levels.push(Level {
                 image: d.image,
