@@ -142,7 +142,7 @@ pub enum SourceError {
     /// The file is not an image format this build reads.
     #[error(
         "{path}: unsupported image format ({reason}); read: PNG, JPEG, DDS, KTX2 and TIFF / BigTIFF \
-         (uncompressed, LZW, Deflate, PackBits, Zstandard, JPEG or WebP)"
+         (uncompressed, LZW, Deflate, PackBits, Zstandard, JPEG, WebP or LERC)"
     )]
     Unsupported {
         /// The input path.

@@ -19,7 +19,7 @@ use ::tiff::decoder::{ChunkType, Decoder, DecodingResult, Limits};
 use ::tiff::tags::Tag;
 use ::tiff::{ColorType, TiffError};
 
-use self::chunk::{ChunkFormat, Codec, Predictor, Sample};
+use self::chunk::{ChunkFormat, Codec, LercOuter, Predictor, Sample};
 use self::texels::{Conversion, Texels};
 use crate::bake::source::{
     DataScale, RowSource, SourceError, SourceOrigin, TEXEL_BYTES, check_size, human_bytes, memory_limit,
@@ -44,7 +44,8 @@ type Reader = BufReader<bytes::TiffReader>;
 /// unsigned samples (16-bit colours rounded to 8); JPEG's YCbCr (converted to RGB as
 /// libjpeg does); compressed with none, LZW, Deflate, PackBits, Zstandard (predictors
 /// none, horizontal and, for floats, floating point), JPEG (YCbCr with any chroma
-/// subsampling, RGB or gray) or WebP (lossless or lossy, RGB or RGBA).
+/// subsampling, RGB or gray), WebP (lossless or lossy, RGB or RGBA) or LERC (lossless
+/// or lossy, bare or in Deflate or Zstandard, as GDAL's LERC, LERC_DEFLATE and LERC_ZSTD).
 ///
 /// *Data rasters*, one band of 16-bit unsigned, 16-bit signed or 32-bit float samples
 /// (a DEM), read as gray texels rescaled from the raster's range (GDAL's exact
@@ -54,10 +55,10 @@ type Reader = BufReader<bytes::TiffReader>;
 /// an alpha band of 0 read as transparent texels (alpha 0).
 ///
 /// Refused at open, saying why: other sample formats and depths, palette, CMYK and Lab
-/// colour, YCbCr not in JPEG, separate colour planes (planar configuration 2), LERC
-/// (no maintained pure-Rust decoder; re-encode with GDAL), other compressions, sizes over
-/// the engine's limits and chunks that lie past the end of the file. A corrupt chunk fails
-/// the read that needs it, with an error naming the file and the chunk.
+/// colour, YCbCr not in JPEG, separate colour planes (planar configuration 2), other
+/// compressions (old-style JPEG, LZMA, fax), sizes over the engine's limits and chunks
+/// that lie past the end of the file. A corrupt chunk fails the read that needs it, with
+/// an error naming the file and the chunk.
 pub struct TiffSource {
     path: PathBuf,
     width: u32,
@@ -168,13 +169,16 @@ impl TiffSource {
         check_size(path, width, height)?;
         let grid = grid(path, &mut decoder, width, height)?;
         let (offsets, byte_counts) = chunk_extents(path, &mut decoder, &grid, width, height, file_len)?;
-        let own_chunks = own_chunks(path, &mut decoder, &grid)?.map(|format| (format, offsets.clone()));
+        let mut own_chunks = own_chunks(path, &mut decoder, &grid)?.map(|format| (format, offsets.clone()));
         let geo =
             geo::read(&mut decoder).map_err(|reason| SourceError::Decode { path: p.clone(), reason })?;
         let nodata = match decoder.find_tag(Tag::GdalNodata).map_err(|e| header_error(path, e))? {
             Some(v) => v.into_string().ok().and_then(|t| texels::nodata_value(&t, grid.sample)),
             None => None,
         };
+        if let Some((format, _)) = &mut own_chunks {
+            format.fill = nodata.unwrap_or(0.0);
+        }
 
         let statistics = match grid.texels {
             Texels::Data { .. } => decoder
@@ -557,7 +561,10 @@ fn tag_u16s(path: &Path, decoder: &mut Decoder<Reader>, tag: Tag) -> Result<Opti
 const GDAL_METADATA: u16 = 42112;
 
 /// TIFF compression codes this reader decodes.
-const COMPRESSIONS: [u16; 8] = [1, 5, 7, 8, 32946, 32773, 50000, 50001];
+const COMPRESSIONS: [u16; 9] = [1, 5, 7, 8, 32946, 32773, 34887, 50000, 50001];
+
+/// GDAL's LercParameters tag: the LERC version and the compression around each blob.
+const LERC_PARAMETERS: u16 = 50674;
 
 /// Checks that the image is of a kind this reader converts, and how it is cut into chunks.
 fn grid(path: &Path, decoder: &mut Decoder<Reader>, width: u32, height: u32) -> Result<Grid, SourceError> {
@@ -574,14 +581,11 @@ fn grid(path: &Path, decoder: &mut Decoder<Reader>, width: u32, height: u32) -> 
         let name = match compression {
             2..=4 => "CCITT fax".to_string(),
             6 => "old-style JPEG (6)".to_string(),
-            34887 => "LERC (no maintained pure-Rust decoder is used here: re-encode with \
-                      gdal_translate -co COMPRESS=ZSTD or DEFLATE)"
-                .to_string(),
             34925 => "LZMA".to_string(),
             n => format!("code {n}"),
         };
         return Err(unsupported(format!(
-            "TIFF compression {name}; only none, LZW, Deflate, PackBits, Zstandard, JPEG and WebP"
+            "TIFF compression {name}; only none, LZW, Deflate, PackBits, Zstandard, JPEG, WebP and LERC"
         )));
     }
     let formats = tag_u16s(path, decoder, Tag::SampleFormat)?.unwrap_or_default();
@@ -690,6 +694,19 @@ fn own_chunks(
             Codec::Jpeg { tables, ycbcr: photometric == Some(6) }
         }
         50001 => Codec::WebP,
+        34887 => {
+            let params = decoder
+                .find_tag_unsigned_vec::<u32>(Tag::Unknown(LERC_PARAMETERS))
+                .map_err(|e| header_error(path, e))?
+                .unwrap_or_default();
+            let outer = match params.get(1).copied().unwrap_or(0) {
+                0 => LercOuter::None,
+                1 => LercOuter::Deflate,
+                2 => LercOuter::Zstd,
+                n => return Err(unsupported(format!("TIFF LERC blobs in compression {n} (LercParameters)"))),
+            };
+            Codec::Lerc { outer }
+        }
         _ => return Ok(None),
     };
     let predictor = match (first(tag_u16s(path, decoder, Tag::Predictor)?).unwrap_or(1), g.sample) {
@@ -704,7 +721,8 @@ fn own_chunks(
             )));
         }
     };
-    if predictor != Predictor::None && matches!(codec, Codec::Jpeg { .. } | Codec::WebP) {
+    if predictor != Predictor::None && matches!(codec, Codec::Jpeg { .. } | Codec::WebP | Codec::Lerc { .. })
+    {
         return Err(unsupported(format!("TIFF predictor with {compression} compression")));
     }
     Ok(Some(ChunkFormat {
@@ -718,6 +736,7 @@ fn own_chunks(
         predictor,
         // As the crate does: gray of one sample only.
         invert: photometric == Some(0) && g.texels == Texels::Gray && g.samples == 1,
+        fill: 0.0,
     }))
 }
 
@@ -1370,11 +1389,8 @@ mod tests {
             );
         }
 
-        // LERC, old-style JPEG and LZMA compression: the Compression tag is read before
-        // any chunk.
-        for (code, says) in
-            [(34887u16, "LERC (no maintained pure-Rust decoder"), (6, "old-style JPEG"), (34925, "LZMA")]
-        {
+        // Old-style JPEG and LZMA compression: the Compression tag is read before any chunk.
+        for (code, says) in [(6u16, "old-style JPEG"), (34925, "LZMA")] {
             let path = dir.path().join(format!("compression-{code}.tif"));
             let (mut bytes, _) =
                 write_tiff(&path, &Spec::new(8, 8, rgb8, Chunks::Strips(8)), &noise(192, 8, 2));
@@ -1387,7 +1403,8 @@ mod tests {
             let err = TiffSource::open(&path).err().unwrap();
             let text = err.to_string();
             assert!(matches!(err, SourceError::Unsupported { .. }) && text.contains(says), "{text}");
-            assert!(text.contains("Zstandard, JPEG and WebP"), "{text}");
+            assert!(text.contains("Zstandard, JPEG, WebP and LERC"), "{text}");
+            assert!(text.contains("read: PNG, JPEG, DDS, KTX2 and TIFF"), "{text}");
         }
     }
 

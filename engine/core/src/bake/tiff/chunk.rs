@@ -1,7 +1,8 @@
 //! TIFF chunks this reader decodes itself rather than through the `tiff` crate: LZW tiles
-//! (see [`super::lzw`]), Zstandard, JPEG and WebP chunks. Each is decoded into at most its
-//! stored size, checked before anything is decoded (a JPEG's or WebP's declared size, a
-//! Zstandard block's output), then its predictor is undone and its visible part cut out.
+//! (see [`super::lzw`]), Zstandard, JPEG, WebP and LERC chunks. Each is decoded into at
+//! most its stored size, checked before anything is decoded (a JPEG's, WebP's or LERC
+//! blob's declared size, a Zstandard block's output), then its predictor is undone and its
+//! visible part cut out.
 
 use std::io::{self, BufRead, ErrorKind, Read as _, Seek, SeekFrom};
 
@@ -23,6 +24,17 @@ pub(super) enum Codec {
     Jpeg { tables: Option<Vec<u8>>, ycbcr: bool },
     /// WebP (compression 50001), lossless or lossy.
     WebP,
+    /// LERC (compression 34887): a LERC 2 blob, itself compressed as `outer` says (the
+    /// LercParameters tag: GDAL's LERC, LERC_DEFLATE or LERC_ZSTD).
+    Lerc { outer: LercOuter },
+}
+
+/// The compression around a LERC blob.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum LercOuter {
+    None,
+    Deflate,
+    Zstd,
 }
 
 impl Codec {
@@ -33,6 +45,7 @@ impl Codec {
             Codec::Zstd => "Zstandard",
             Codec::Jpeg { .. } => "JPEG",
             Codec::WebP => "WebP",
+            Codec::Lerc { .. } => "LERC",
         }
     }
 }
@@ -100,6 +113,9 @@ pub(super) struct ChunkFormat {
     pub(super) predictor: Predictor,
     /// One sample of gray where 0 is white (photometric interpretation 0): inverted.
     pub(super) invert: bool,
+    /// What texels a LERC blob's mask leaves out read as: the file's nodata value, else 0
+    /// (as GDAL fills them).
+    pub(super) fill: f64,
 }
 
 impl ChunkFormat {
@@ -156,7 +172,90 @@ pub(super) fn read_chunk<R: BufRead + Seek>(
             let comp = read_bytes(reader, count)?;
             webp(comp, f, w, h)
         }
+        Codec::Lerc { outer } => {
+            let comp = read_bytes(reader, count)?;
+            // The blob holds the samples (4 to 8 bytes a texel at most for the types read
+            // here) plus headers, masks and Huffman tables: a larger one is refused.
+            let limit = max_compressed(full);
+            let blob = match outer {
+                LercOuter::None => comp,
+                LercOuter::Deflate => inflate_limited(&comp, limit)?,
+                LercOuter::Zstd => {
+                    let mut src = &comp[..];
+                    let declared = ruzstd::frame::read_frame_header(&mut src)
+                        .map(|(frame, _)| frame.header.frame_content_size())
+                        .map_err(|e| invalid(format!("not a Zstandard frame around its LERC blob ({e})")))?;
+                    if declared == 0 || declared > limit {
+                        return Err(invalid(format!(
+                            "its Zstandard frame declares a LERC blob of {declared} bytes (1 to {limit})"
+                        )));
+                    }
+                    crate::bake::ktx2::zstd::inflate_exact(&comp, declared as usize, "LERC blob")
+                        .map_err(invalid)?
+                }
+            };
+            lerc(&blob, f, w, h)
+        }
     }
+}
+
+/// A Deflate (zlib) stream inflated to at most `limit` bytes.
+fn inflate_limited(comp: &[u8], limit: u64) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    flate2::read::ZlibDecoder::new(comp)
+        .take(limit + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| invalid(format!("bad Deflate data around its LERC blob ({e})")))?;
+    if out.len() as u64 > limit {
+        return Err(invalid(format!("its Deflate stream inflates past {limit} bytes")));
+    }
+    Ok(out)
+}
+
+/// A LERC 2 blob: its size, depth (samples a texel) and type checked against the chunk's
+/// before it is decoded; texels its mask leaves out read as [`ChunkFormat::fill`].
+fn lerc(blob: &[u8], f: &ChunkFormat, w: usize, h: usize) -> io::Result<DecodingResult> {
+    let bad = |e: lerc::LercError| invalid(format!("bad LERC data ({e})"));
+    let info = lerc::decode_info(blob).map_err(bad)?;
+    let rows = f.stored_rows(h);
+    let (lw, lh) = (info.width as usize, info.height as usize);
+    if lw != f.chunk_w || lh < h || lh > rows || info.bands != 1 || info.depth as usize != f.samples {
+        return Err(invalid(format!(
+            "its LERC blob is {lw}x{lh} texels of {} values in {} band(s), the chunk {}x{rows} of {}",
+            info.depth, info.bands, f.chunk_w, f.samples
+        )));
+    }
+    let n = lw * lh * f.samples;
+    let line = w * f.samples;
+    fn crop<T: Copy>(v: &[T], row: usize, line: usize, h: usize) -> Vec<T> {
+        v.chunks_exact(row).take(h).flat_map(|r| r[..line].iter().copied()).collect()
+    }
+    let row = lw * f.samples;
+    let mismatch =
+        || invalid(format!("its LERC blob holds {:?} values, the file {}", info.data_type, f.sample.name()));
+    Ok(match (f.sample, info.data_type) {
+        (Sample::U8, lerc::DataType::Byte) => {
+            let mut v = vec![0u8; n];
+            lerc::decode_into_with_nodata(blob, &mut v, f.fill as u8).map_err(bad)?;
+            DecodingResult::U8(crop(&v, row, line, h))
+        }
+        (Sample::U16, lerc::DataType::UShort) => {
+            let mut v = vec![0u16; n];
+            lerc::decode_into_with_nodata(blob, &mut v, f.fill as u16).map_err(bad)?;
+            DecodingResult::U16(crop(&v, row, line, h))
+        }
+        (Sample::I16, lerc::DataType::Short) => {
+            let mut v = vec![0i16; n];
+            lerc::decode_into_with_nodata(blob, &mut v, f.fill as i16).map_err(bad)?;
+            DecodingResult::I16(crop(&v, row, line, h))
+        }
+        (Sample::F32, lerc::DataType::Float) => {
+            let mut v = vec![0f32; n];
+            lerc::decode_into_with_nodata(blob, &mut v, f.fill as f32).map_err(bad)?;
+            DecodingResult::F32(crop(&v, row, line, h))
+        }
+        _ => return Err(mismatch()),
+    })
 }
 
 fn invalid(reason: String) -> io::Error {
