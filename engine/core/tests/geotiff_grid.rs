@@ -181,7 +181,7 @@ fn point_rasters_keep_gdals_geotransform_and_unsupported_vrts_are_refused_saying
     assert_eq!(point.raster_type, Some(RasterType::PixelIsPoint));
     assert!(close(point.geotransform.unwrap(), gdal_geotransform(d, "point.tif")), "{point:?}");
     for (args, says) in [
-        (&["-srcnodata", "0"][..], "<NoDataValue> in band 1 is not supported"),
+        (&["-srcnodata", "0"][..], "a.tif: the VRT's nodata 0 on a colour image is not read"),
         (&["-tr", "0.02", "0.02"][..], "(resampled)"),
         (&["-separate"][..], "band 2 does not take the same sources"),
     ] {
@@ -194,8 +194,9 @@ fn point_rasters_keep_gdals_geotransform_and_unsupported_vrts_are_refused_saying
     }
 }
 
-/// A VRT of DEM tiles (Int16, each half of its own range) bakes like the whole DEM: its
-/// sources share one value scale, as a grid's do.
+/// A VRT of DEM tiles (Int16, each half of its own range, with nodata) bakes like the
+/// whole DEM: its sources share one value scale, as a grid's do, and their nodata is the
+/// VRT's.
 #[test]
 fn a_vrt_of_dem_tiles_bakes_like_the_whole_dem() {
     let dir = tempfile::tempdir().unwrap();
@@ -204,11 +205,18 @@ fn a_vrt_of_dem_tiles_bakes_like_the_whole_dem() {
     image::GrayImage::from_fn(300, 200, |x, y| image::Luma([(x * 255 / 299) as u8 ^ (y as u8 & 3)]))
         .save(d.join("dem.png"))
         .unwrap();
-    let dem = ["-ot", "Int16", "-scale", "0", "255", "-500", "2500", "-a_srs", "EPSG:4326"];
+    // Its lowest value is nodata, which gdalbuildvrt carries into the VRT (NoDataValue, NODATA).
+    let dem =
+        ["-ot", "Int16", "-scale", "0", "255", "-500", "2500", "-a_srs", "EPSG:4326", "-a_nodata", "-500"];
     translate(d, "dem.png", "dem.tif", &[&dem[..], &["-a_ullr", "10", "50", "13", "48"]].concat());
     translate(d, "dem.tif", "dem-w.tif", &["-srcwin", "0", "0", "150", "200"]);
     translate(d, "dem.tif", "dem-e.tif", &["-srcwin", "150", "0", "150", "200"]);
     gdal(d, "gdalbuildvrt", &["-q", "dem.vrt", "dem-e.tif", "dem-w.tif"]);
+    let text = std::fs::read_to_string(d.join("dem.vrt")).unwrap();
+    assert!(
+        text.contains("<NoDataValue>-500</NoDataValue>") && text.contains("<NODATA>-500</NODATA>"),
+        "{text}"
+    );
     let whole = bake_one(d, "dem.tsa", open(d, &["dem.tif"]).remove(0));
     let vrt = bake_one(d, "dem-vrt.tsa", open(d, &["dem.vrt"]).remove(0));
     let half = |f: &str| open(d, &[f]).remove(0).data_scale().unwrap();

@@ -113,6 +113,15 @@ struct Source {
     band: u32,
     src: [u32; 4],
     dst: [u32; 4],
+    /// Its `<NODATA>` value, as written.
+    nodata: Option<String>,
+}
+
+/// One `<VRTRasterBand>`: its number, `<NoDataValue>` (as written) and sources.
+struct Band {
+    number: u32,
+    nodata: Option<String>,
+    sources: Vec<Source>,
 }
 
 /// Opens the GDAL VRT at `path` as a mosaic of its source files (see the module docs),
@@ -189,7 +198,7 @@ pub(crate) fn open_text(
     let (width, height) =
         (size(&root, "rasterXSize").map_err(&refuse)?, size(&root, "rasterYSize").map_err(&refuse)?);
     let folder = path.parent().unwrap_or(Path::new(""));
-    let mut bands: Vec<(u32, Vec<Source>)> = Vec::new();
+    let mut bands: Vec<Band> = Vec::new();
     let mut geotransform = None;
     let mut srs = None;
     for el in &root.children {
@@ -204,12 +213,12 @@ pub(crate) fn open_text(
     if !(1..=4).contains(&bands.len()) {
         return Err(refuse(format!("{} bands (1 to 4: gray, gray and alpha, RGB or RGBA)", bands.len())));
     }
-    for (k, (number, sources)) in bands.iter().enumerate() {
+    for (k, Band { number, sources, .. }) in bands.iter().enumerate() {
         if *number != k as u32 + 1 {
             return Err(refuse(format!("<VRTRasterBand band=\"{number}\"> is band {} in the file", k + 1)));
         }
         let strip = |s: &[Source]| s.iter().map(|s| (s.path.clone(), s.src, s.dst)).collect::<Vec<_>>();
-        if strip(sources) != strip(&bands[0].1) {
+        if strip(sources) != strip(&bands[0].sources) {
             return Err(refuse(format!(
                 "band {number} does not take the same sources and rectangles as band 1"
             )));
@@ -221,11 +230,15 @@ pub(crate) fn open_text(
             )));
         }
     }
-    let mut sources = Vec::with_capacity(bands[0].1.len());
+    let nodata = vrt_nodata(&bands).map_err(&refuse)?;
+    let mut sources = Vec::with_capacity(bands[0].sources.len());
     let mut first_geo: Option<GeoReference> = None;
     let crs = |g: &GeoReference| g.epsg.map_or("a CRS without an EPSG code".into(), |c| format!("EPSG:{c}"));
-    for s in &bands[0].1 {
+    for s in &bands[0].sources {
         let source = open(&s.path)?;
+        if let Some(v) = nodata {
+            keeps_nodata(source.as_ref(), v).map_err(|why| refuse(format!("{}: {why}", s.file)))?;
+        }
         if let Some(samples) = tiff_samples(&s.path)
             && samples != bands.len()
         {
@@ -250,7 +263,7 @@ pub(crate) fn open_text(
     crate::bake::grid::share_data_scale(&mut sources).map_err(|e| refuse(e.to_string()))?;
     let placements = sources
         .into_iter()
-        .zip(&bands[0].1)
+        .zip(&bands[0].sources)
         .map(|(source, s)| Placement { source, src: s.src, dst: [s.dst[0], s.dst[1]] })
         .collect();
     let mut meta = LayerMeta::default();
@@ -284,8 +297,55 @@ fn parse_geotransform(text: &str) -> Result<[f64; 6], String> {
     Ok(gt)
 }
 
-/// A `<VRTRasterBand>`: its number and simple sources.
-fn band(el: &Element, folder: &Path) -> Result<(u32, Vec<Source>), String> {
+/// The one nodata value a VRT's bands and sources state, if any; different values are
+/// refused.
+fn vrt_nodata(bands: &[Band]) -> Result<Option<f64>, String> {
+    let stated =
+        bands.iter().flat_map(|b| b.nodata.iter().chain(b.sources.iter().filter_map(|s| s.nodata.as_ref())));
+    let mut value: Option<f64> = None;
+    for text in stated {
+        let t = text.trim();
+        let v = if t.eq_ignore_ascii_case("nan") {
+            f64::NAN
+        } else {
+            t.parse::<f64>().map_err(|_| format!("nodata value \"{t}\": not a number"))?
+        };
+        match value {
+            Some(first) if !same_value(first, v) => {
+                return Err(format!("nodata values {first} and {v}: one VRT, one nodata value"));
+            }
+            _ => value = Some(v),
+        }
+    }
+    Ok(value)
+}
+
+/// Whether two nodata values are the same (NaN is NaN).
+fn same_value(a: f64, b: f64) -> bool {
+    a == b || (a.is_nan() && b.is_nan())
+}
+
+/// Whether `source` already makes the VRT's nodata value `v` transparent: a data raster
+/// whose own nodata is `v` (or a float one, whose NaNs are transparent, for NaN). Then
+/// the VRT's nodata changes nothing: its gaps are transparent as well.
+fn keeps_nodata(source: &dyn RowSource, v: f64) -> Result<(), String> {
+    let Some(d) = source.data_scale() else {
+        return Err(format!(
+            "the VRT's nodata {v} on a colour image is not read (only data rasters whose own nodata it is)"
+        ));
+    };
+    match d.nodata {
+        Some(own) if same_value(own, v) => Ok(()),
+        None if v.is_nan() && d.sample.starts_with("Float") => Ok(()),
+        own => Err(format!(
+            "the VRT's nodata {v} is not the file's own ({}): only nodata its sources already have is read",
+            own.map_or("none".into(), |o| o.to_string())
+        )),
+    }
+}
+
+/// A `<VRTRasterBand>`: its number, nodata value and simple sources.
+fn band(el: &Element, folder: &Path) -> Result<Band, String> {
     if let Some(class) = el.attr("subClass") {
         return Err(format!("<VRTRasterBand subClass=\"{class}\"> (derived bands are not read)"));
     }
@@ -294,16 +354,16 @@ fn band(el: &Element, folder: &Path) -> Result<(u32, Vec<Source>), String> {
         .and_then(|b| b.trim().parse::<u32>().ok())
         .ok_or("<VRTRasterBand> without a band number")?;
     let data_type = el.attr("dataType").unwrap_or("Byte");
-    let mut sources = Vec::new();
+    let (mut sources, mut nodata) = (Vec::new(), None);
     for c in &el.children {
         match c.name.as_str() {
             "ColorInterp" | "Description" | "Metadata" | "Histograms" => {}
+            "NoDataValue" => nodata = Some(c.text.trim().to_string()),
             "SimpleSource" | "ComplexSource" => sources.push(source(c, folder, data_type)?),
             other => {
                 return Err(format!(
                     "element <{other}> in band {number} is not supported{}",
                     match other {
-                        "NoDataValue" => " (nodata in a VRT: translate the mosaic to a GeoTIFF first)",
                         "KernelFilteredSource" | "AveragedSource" => " (only simple sources)",
                         _ => "",
                     }
@@ -314,7 +374,7 @@ fn band(el: &Element, folder: &Path) -> Result<(u32, Vec<Source>), String> {
     if sources.is_empty() {
         return Err(format!("band {number} has no sources"));
     }
-    Ok((number, sources))
+    Ok(Band { number, nodata, sources })
 }
 
 /// A `<SimpleSource>` or `<ComplexSource>` that only places texels.
@@ -324,7 +384,7 @@ fn source(el: &Element, folder: &Path, data_type: &str) -> Result<Source, String
         tracing::debug!("VRT source resampling=\"{r}\" ignored: its rectangles are of equal sizes");
     }
     let mut file = None;
-    let (mut band, mut src, mut dst) = (None, None, None);
+    let (mut band, mut src, mut dst, mut nodata) = (None, None, None, None);
     for c in &el.children {
         match c.name.as_str() {
             "SourceFilename" => {
@@ -346,6 +406,7 @@ fn source(el: &Element, folder: &Path, data_type: &str) -> Result<Source, String
                     ));
                 }
             }
+            "NODATA" => nodata = Some(c.text.trim().to_string()),
             "SrcRect" => src = Some(rect(c)?),
             "DstRect" => dst = Some(rect(c)?),
             "ScaleOffset" if c.text.trim().parse::<f64>() == Ok(0.0) => {}
@@ -370,7 +431,7 @@ fn source(el: &Element, folder: &Path, data_type: &str) -> Result<Source, String
             src[2], src[3], dst[2], dst[3]
         ));
     }
-    Ok(Source { file, path, band, src, dst })
+    Ok(Source { file, path, band, src, dst, nodata })
 }
 
 /// A `<SrcRect>` or `<DstRect>`: whole texels.
@@ -462,7 +523,8 @@ mod tests {
         let cases = [
             ("<ScaleRatio>2</ScaleRatio>", "<ScaleRatio> in <SimpleSource> is not supported"),
             ("<LUT>0:0,255:128</LUT>", "<LUT> in <SimpleSource>"),
-            ("<NODATA>0</NODATA>", "<NODATA> in <SimpleSource>"),
+            ("<NODATA>0</NODATA>", "a&b.png: the VRT's nodata 0 on a colour image is not read"),
+            ("<UseMaskBand>true</UseMaskBand>", "<UseMaskBand> in <SimpleSource>"),
         ];
         for (extra, says) in cases {
             let err = open(&vrt(extra)).unwrap_err();
@@ -474,7 +536,10 @@ mod tests {
         let warped = vrt("").replace("<VRTDataset ", r#"<VRTDataset subClass="VRTWarpedDataset" "#);
         assert!(open(&warped).unwrap_err().contains("subClass=\"VRTWarpedDataset\""));
         let nodata = vrt("").replace("<ColorInterp>", "<NoDataValue>0</NoDataValue><ColorInterp>");
-        assert!(open(&nodata).unwrap_err().contains("<NoDataValue> in band 1"));
+        assert!(open(&nodata).unwrap_err().contains("nodata 0 on a colour image"));
+        let two =
+            vrt("<NODATA>1</NODATA>").replace("<ColorInterp>", "<NoDataValue>0</NoDataValue><ColorInterp>");
+        assert!(open(&two).unwrap_err().contains("nodata values 0 and 1"));
         let vsi = vrt("").replace("c.png", "/vsicurl/http://x/c.tif");
         assert!(open(&vsi).unwrap_err().contains("virtual file systems"));
         let overlap = vrt("").replace(r#"<DstRect xOff="2""#, r#"<DstRect xOff="1""#);
