@@ -124,7 +124,10 @@ impl PlacedSource {
             })
             .collect::<Result<_, _>>()?;
         let Some(first) = geos.first() else {
-            return Err(GridError::Count { cols: 0, rows: 0, given: 0 });
+            return Err(GridError::Placement {
+                image: "the mosaic".into(),
+                reason: "no images to place".into(),
+            });
         };
         let name = |i: usize| name_of(images[i].as_ref(), i);
         let gt0 = first.geotransform.unwrap_or_default();
@@ -354,6 +357,7 @@ mod tests {
         assert!(off.contains("image 2: its origin lies 2.500"), "{off}");
         let over = err(vec![geo(2, 2, 0, (0.0, 0.0), 1.0, 4326), geo(2, 2, 0, (1.0, 0.0), 1.0, 4326)]);
         assert!(over.contains("image 2: overlaps image 1"), "{over}");
+        assert_eq!(err(vec![]), "the mosaic: no images to place");
         let plain = Box::new(ImageSource::from_rgba(1, 1, vec![0; 4]));
         let none = err(vec![geo(2, 2, 0, (0.0, 0.0), 1.0, 4326), plain]);
         assert!(none.contains("image 2: not georeferenced"), "{none}");
