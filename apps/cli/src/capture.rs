@@ -78,7 +78,8 @@ pub(crate) struct VtArgs {
     /// pass has no side effect and keeps early depth) or storage (atomics into the
     /// request bitset from the fragment shader, the depth test forced early where the
     /// device allows).
-    /// Default: target, except on a software adapter (llvmpipe), where storage.
+    /// Default: storage on a hardware GPU that can force early depth (cheaper there),
+    /// else target; on a software adapter (llvmpipe) the material drawer uses storage.
     #[arg(long, value_parser = parse_feedback_path)]
     pub(crate) feedback: Option<bool>,
     /// Record one copy command per uploaded tile instead of one per run of tiles bound
@@ -99,6 +100,8 @@ impl VtArgs {
             page_table: self.page_table,
             feedback_target: self.feedback.unwrap_or(true),
             feedback_target_on_software: self.feedback.is_some(),
+            // `--feedback target` asked for: the target on every device.
+            feedback_target_with_early_depth: self.feedback == Some(true),
             merged_copies: !self.per_tile_copies,
             streaming: tessera::StreamerConfig {
                 host_cache_mib: self.host_cache_mib,

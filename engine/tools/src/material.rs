@@ -264,7 +264,11 @@ impl MaterialRenderer {
         let layouts = [Some(&frame_layout), Some(vt.bind_group_layout()), Some(&material_layout)];
         // See VtConfig::feedback_target_on_software.
         let software = ctx.info.device_type == wgpu::DeviceType::Cpu;
-        let target = vt.config().feedback_target && (!software || vt.config().feedback_target_on_software);
+        let target = if software {
+            vt.config().feedback_target && vt.config().feedback_target_on_software
+        } else {
+            vt.builtin_feedback_target(ctx)
+        };
         let (source, feedback_target) = vt_shader(device, vt, &shaders::material_vt_source(), false, target);
         let vt_pipeline = mesh_pipeline(
             device,

@@ -346,7 +346,7 @@ impl SceneRenderer {
         let (frame_layout, frame_buffer, frame_group) =
             frame_uniform(device, "frame", std::mem::size_of::<FrameUniform>() as u64);
         let (source, feedback_target) =
-            vt_shader(device, vt, &shaders::scene_vt_source(), true, vt.config().feedback_target);
+            vt_shader(device, vt, &shaders::scene_vt_source(), true, vt.builtin_feedback_target(ctx));
         let vt_pipeline = pipeline(
             device,
             "scene vt",

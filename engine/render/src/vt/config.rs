@@ -58,6 +58,17 @@ pub struct VtConfig {
     /// dungeon capture, 6.7 GB after 30 frames) and that path is slower there. Other
     /// drawers, and your own pipelines, are not affected.
     pub feedback_target_on_software: bool,
+    /// Keep [`VtConfig::feedback_target`] for the built-in drawers on a hardware GPU that
+    /// can force early depth tests ([`VtConfig::early_depth`] and
+    /// `SHADER_EARLY_DEPTH_TEST`). Off by default: there they write feedback to the
+    /// storage bitset with the depth test forced early, which costs less than the
+    /// colour target's full-resolution bandwidth (1080p on an H100, issue 45: 1.32× the
+    /// fully resident reference against 1.49× on the photograph and the 16K² mosaic, the
+    /// demo flight fully resident in 112 against 113 of 120 frames). Software adapters
+    /// keep the target for the scene drawer ([`VtConfig::feedback_target_on_software`]
+    /// for the material drawer). [`VirtualTextures::builtin_feedback_target`] says which
+    /// path the drawers take.
+    pub feedback_target_with_early_depth: bool,
     /// Take a predicted view's feedback each frame: passes drawn where the camera is
     /// going write it to [`VirtualTextures::predicted_attachment`] (the built-in
     /// drawers' `draw_predicted`), and its tiles stream at the lowest priority, never
@@ -87,6 +98,7 @@ impl Default for VtConfig {
             page_table: PageTableStorage::default(),
             feedback_target: true,
             feedback_target_on_software: false,
+            feedback_target_with_early_depth: false,
             prediction: false,
             merged_copies: true,
         }

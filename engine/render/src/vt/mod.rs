@@ -433,6 +433,18 @@ impl VirtualTextures {
         self.config.early_depth && device.features().contains(wgpu::Features::SHADER_EARLY_DEPTH_TEST)
     }
 
+    /// Whether the built-in scene drawers write feedback to the colour target on `ctx`'s
+    /// device (else to the storage bitset, with early depth forced where
+    /// [`VirtualTextures::early_depth_on`]): [`VtConfig::feedback_target`], except on a
+    /// hardware GPU that can force early depth, unless
+    /// [`VtConfig::feedback_target_with_early_depth`].
+    pub fn builtin_feedback_target(&self, ctx: &crate::GpuContext) -> bool {
+        let c = &self.config;
+        let software = ctx.info.device_type == wgpu::DeviceType::Cpu;
+        c.feedback_target
+            && (software || c.feedback_target_with_early_depth || !self.early_depth_on(&ctx.device))
+    }
+
     /// Adapts the upload budget to this frame time (ms between [`VirtualTextures::begin`]
     /// calls) from the next frame on, or uses the fixed budget with `None`: set `None`
     /// while frames are paced by vsync, where the time between frames is the display's
