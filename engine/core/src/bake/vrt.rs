@@ -137,11 +137,17 @@ pub fn open(path: &Path) -> Result<PlacedSource, SourceError> {
 /// for the bake stamp (a changed source makes the bake stale); `None` when `path` is not
 /// a VRT this can parse.
 pub fn source_files(path: &Path) -> Option<Vec<PathBuf>> {
-    let bytes = crate::bake::input_file::read_input(path, MAX_VRT_BYTES).ok()?;
-    let text = std::str::from_utf8(&bytes).ok()?;
-    if !text.trim_start().starts_with("<VRTDataset") {
+    // Never a FIFO or a device (an open would block); only a VRT is read whole, other
+    // inputs are told apart by their first bytes.
+    crate::bake::input_file::check_input(path).ok()?;
+    let mut head = Vec::with_capacity(32);
+    std::io::Read::read_to_end(&mut std::io::Read::take(std::fs::File::open(path).ok()?, 32), &mut head)
+        .ok()?;
+    if !head.trim_ascii_start().starts_with(b"<VRTDataset") {
         return None;
     }
+    let bytes = crate::bake::input_file::read_input(path, MAX_VRT_BYTES).ok()?;
+    let text = std::str::from_utf8(&bytes).ok()?;
     let root = parse(text).ok()?;
     let folder = path.parent().unwrap_or(Path::new(""));
     let mut files = Vec::new();
