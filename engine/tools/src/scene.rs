@@ -46,6 +46,8 @@ pub struct SceneRenderer {
     frame_group: wgpu::BindGroup,
     frame_layout: wgpu::BindGroupLayout,
     vt_pipeline: wgpu::RenderPipeline,
+    /// Whether `vt_pipeline` writes feedback to the colour target (its pass attaches it).
+    feedback_target: bool,
     predicted: Option<PredictedPass>,
     reference: Option<ReferencePass>,
     color_format: wgpu::TextureFormat,
@@ -369,6 +371,7 @@ impl SceneRenderer {
             frame_group,
             frame_layout,
             vt_pipeline,
+            feedback_target,
             predicted,
             reference: None,
             color_format,
@@ -661,7 +664,8 @@ impl Drawer for SceneRenderer {
         vt: &VirtualTextures,
         timestamps: Option<wgpu::RenderPassTimestampWrites<'_>>,
     ) {
-        let feedback = feedback_for(vt, color, vt.config().feedback_target);
+        // As the pipeline was built (VirtualTextures::builtin_feedback_target).
+        let feedback = feedback_for(vt, color, self.feedback_target);
         let mut pass = Self::pass(encoder, color, depth, feedback.as_ref(), timestamps);
         pass.set_pipeline(&self.vt_pipeline);
         pass.set_bind_group(0, &self.frame_group, &[]);
