@@ -1285,7 +1285,7 @@ mod cog_stream {
             std::fs::metadata(&cog).unwrap().len()
         );
         // Against the baked atlas of the same file, where mip 0 dominates (1080p of a
-        // 1000-texel-wide image): mip 0 is tile for tile the bake's (engine/core/tests/cog.rs);
+        // 1000-texel-wide image): mip 0 is tile for tile the bake's (engine/core/tests/gdal_tiff.rs, module cog);
         // the overviews are GDAL's, averaged in sRGB values (the bake filters in linear light).
         let large = (1920, 1080);
         let r = run(&url, Some(&baked), 6, large);
