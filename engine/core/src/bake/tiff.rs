@@ -19,8 +19,8 @@ use ::tiff::decoder::{ChunkType, Decoder, DecodingResult, Limits};
 use ::tiff::tags::Tag;
 use ::tiff::{ColorType, TiffError};
 
-use self::chunk::{ChunkFormat, Codec, LercOuter, Predictor, Sample};
-use self::texels::{Conversion, Texels};
+use self::chunk::{ChunkFormat, own_chunks};
+use self::texels::{Conversion, Sample, Texels};
 use crate::bake::source::{
     DataScale, RowSource, SourceError, SourceOrigin, TEXEL_BYTES, check_size, human_bytes, memory_limit,
 };
@@ -563,9 +563,6 @@ const GDAL_METADATA: u16 = 42112;
 /// TIFF compression codes this reader decodes.
 const COMPRESSIONS: [u16; 9] = [1, 5, 7, 8, 32946, 32773, 34887, 50000, 50001];
 
-/// GDAL's LercParameters tag: the LERC version and the compression around each blob.
-const LERC_PARAMETERS: u16 = 50674;
-
 /// Checks that the image is of a kind this reader converts, and how it is cut into chunks.
 fn grid(path: &Path, decoder: &mut Decoder<Reader>, width: u32, height: u32) -> Result<Grid, SourceError> {
     let unsupported = |reason: String| SourceError::Unsupported { path: path.to_path_buf(), reason };
@@ -670,74 +667,6 @@ fn grid(path: &Path, decoder: &mut Decoder<Reader>, width: u32, height: u32) -> 
         });
     }
     Ok(Grid { tiled, chunk_w, chunk_h, across: width.div_ceil(chunk_w), samples, sample, texels })
-}
-
-/// The format of the image's chunks when this reader decodes them itself ([`chunk`]):
-/// LZW tiles, Zstandard, JPEG and WebP; `None` for the others (read by the `tiff` crate).
-fn own_chunks(
-    path: &Path,
-    decoder: &mut Decoder<Reader>,
-    g: &Grid,
-) -> Result<Option<ChunkFormat>, SourceError> {
-    let unsupported = |reason: String| SourceError::Unsupported { path: path.to_path_buf(), reason };
-    let first = |v: Option<Vec<u16>>| v.and_then(|v| v.first().copied());
-    let compression = first(tag_u16s(path, decoder, Tag::Compression)?).unwrap_or(1);
-    let photometric = first(tag_u16s(path, decoder, Tag::PhotometricInterpretation)?);
-    let codec = match compression {
-        5 if g.tiled => Codec::Lzw,
-        50000 => Codec::Zstd,
-        7 => {
-            let tables = match decoder.find_tag(Tag::JPEGTables).map_err(|e| header_error(path, e))? {
-                Some(v) => Some(v.into_u8_vec().map_err(|e| header_error(path, e))?),
-                None => None,
-            };
-            Codec::Jpeg { tables, ycbcr: photometric == Some(6) }
-        }
-        50001 => Codec::WebP,
-        34887 => {
-            let params = decoder
-                .find_tag_unsigned_vec::<u32>(Tag::Unknown(LERC_PARAMETERS))
-                .map_err(|e| header_error(path, e))?
-                .unwrap_or_default();
-            let outer = match params.get(1).copied().unwrap_or(0) {
-                0 => LercOuter::None,
-                1 => LercOuter::Deflate,
-                2 => LercOuter::Zstd,
-                n => return Err(unsupported(format!("TIFF LERC blobs in compression {n} (LercParameters)"))),
-            };
-            Codec::Lerc { outer }
-        }
-        _ => return Ok(None),
-    };
-    let predictor = match (first(tag_u16s(path, decoder, Tag::Predictor)?).unwrap_or(1), g.sample) {
-        (1, _) => Predictor::None,
-        (2, Sample::U8 | Sample::U16 | Sample::I16) => Predictor::Horizontal,
-        (3, Sample::F32) => Predictor::Float,
-        (p, s) => {
-            return Err(unsupported(format!(
-                "TIFF predictor {p} on {} samples; only none (1), horizontal (2) on integers and floating \
-                 point (3) on floats",
-                s.name()
-            )));
-        }
-    };
-    if predictor != Predictor::None && matches!(codec, Codec::Jpeg { .. } | Codec::WebP | Codec::Lerc { .. })
-    {
-        return Err(unsupported(format!("TIFF predictor with {compression} compression")));
-    }
-    Ok(Some(ChunkFormat {
-        codec,
-        tiled: g.tiled,
-        chunk_w: g.chunk_w as usize,
-        chunk_h: g.chunk_h as usize,
-        samples: g.samples,
-        sample: g.sample,
-        big_endian: decoder.byte_order() == ::tiff::tags::ByteOrder::BigEndian,
-        predictor,
-        // As the crate does: gray of one sample only.
-        invert: photometric == Some(0) && g.texels == Texels::Gray && g.samples == 1,
-        fill: 0.0,
-    }))
 }
 
 /// The offset and compressed size of every chunk, checked to lie inside the file of

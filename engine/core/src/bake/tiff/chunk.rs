@@ -5,11 +5,15 @@
 //! visible part cut out.
 
 use std::io::{self, BufRead, ErrorKind, Read as _, Seek, SeekFrom};
+use std::path::Path;
 
-use ::tiff::decoder::DecodingResult;
+use ::tiff::decoder::{Decoder, DecodingResult};
 
-use super::lzw;
-use super::ycbcr;
+use ::tiff::tags::Tag;
+
+use super::texels::{Sample, Texels};
+use super::{Grid, Reader, header_error, lzw, tag_u16s, ycbcr};
+use crate::bake::source::SourceError;
 
 /// How a chunk's bytes are compressed.
 #[derive(Clone, Debug)]
@@ -46,40 +50,6 @@ impl Codec {
             Codec::Jpeg { .. } => "JPEG",
             Codec::WebP => "WebP",
             Codec::Lerc { .. } => "LERC",
-        }
-    }
-}
-
-/// The type of one sample.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Sample {
-    /// 8-bit unsigned.
-    U8,
-    /// 16-bit unsigned.
-    U16,
-    /// 16-bit signed.
-    I16,
-    /// 32-bit IEEE floating point.
-    F32,
-}
-
-impl Sample {
-    /// Bytes per sample.
-    pub(super) fn bytes(self) -> usize {
-        match self {
-            Sample::U8 => 1,
-            Sample::U16 | Sample::I16 => 2,
-            Sample::F32 => 4,
-        }
-    }
-
-    /// The type's name, as GDAL calls it.
-    pub(super) fn name(self) -> &'static str {
-        match self {
-            Sample::U8 => "Byte",
-            Sample::U16 => "UInt16",
-            Sample::I16 => "Int16",
-            Sample::F32 => "Float32",
         }
     }
 }
@@ -123,6 +93,77 @@ impl ChunkFormat {
     fn stored_rows(&self, h: usize) -> usize {
         if self.tiled { self.chunk_h } else { h }
     }
+}
+
+/// GDAL's LercParameters tag: the LERC version and the compression around each blob.
+const LERC_PARAMETERS: u16 = 50674;
+
+/// The format of the image's chunks when this reader decodes them itself (this module):
+/// LZW tiles, Zstandard, JPEG and WebP; `None` for the others (read by the `tiff` crate).
+pub(super) fn own_chunks(
+    path: &Path,
+    decoder: &mut Decoder<Reader>,
+    g: &Grid,
+) -> Result<Option<ChunkFormat>, SourceError> {
+    let unsupported = |reason: String| SourceError::Unsupported { path: path.to_path_buf(), reason };
+    let first = |v: Option<Vec<u16>>| v.and_then(|v| v.first().copied());
+    let compression = first(tag_u16s(path, decoder, Tag::Compression)?).unwrap_or(1);
+    let photometric = first(tag_u16s(path, decoder, Tag::PhotometricInterpretation)?);
+    let codec = match compression {
+        5 if g.tiled => Codec::Lzw,
+        50000 => Codec::Zstd,
+        7 => {
+            let tables = match decoder.find_tag(Tag::JPEGTables).map_err(|e| header_error(path, e))? {
+                Some(v) => Some(v.into_u8_vec().map_err(|e| header_error(path, e))?),
+                None => None,
+            };
+            Codec::Jpeg { tables, ycbcr: photometric == Some(6) }
+        }
+        50001 => Codec::WebP,
+        34887 => {
+            let params = decoder
+                .find_tag_unsigned_vec::<u32>(Tag::Unknown(LERC_PARAMETERS))
+                .map_err(|e| header_error(path, e))?
+                .unwrap_or_default();
+            let outer = match params.get(1).copied().unwrap_or(0) {
+                0 => LercOuter::None,
+                1 => LercOuter::Deflate,
+                2 => LercOuter::Zstd,
+                n => return Err(unsupported(format!("TIFF LERC blobs in compression {n} (LercParameters)"))),
+            };
+            Codec::Lerc { outer }
+        }
+        _ => return Ok(None),
+    };
+    let predictor = match (first(tag_u16s(path, decoder, Tag::Predictor)?).unwrap_or(1), g.sample) {
+        (1, _) => Predictor::None,
+        (2, Sample::U8 | Sample::U16 | Sample::I16) => Predictor::Horizontal,
+        (3, Sample::F32) => Predictor::Float,
+        (p, s) => {
+            return Err(unsupported(format!(
+                "TIFF predictor {p} on {} samples; only none (1), horizontal (2) on integers and floating \
+                 point (3) on floats",
+                s.name()
+            )));
+        }
+    };
+    if predictor != Predictor::None && matches!(codec, Codec::Jpeg { .. } | Codec::WebP | Codec::Lerc { .. })
+    {
+        return Err(unsupported(format!("TIFF predictor with {compression} compression")));
+    }
+    Ok(Some(ChunkFormat {
+        codec,
+        tiled: g.tiled,
+        chunk_w: g.chunk_w as usize,
+        chunk_h: g.chunk_h as usize,
+        samples: g.samples,
+        sample: g.sample,
+        big_endian: decoder.byte_order() == ::tiff::tags::ByteOrder::BigEndian,
+        predictor,
+        // As the crate does: gray of one sample only.
+        invert: photometric == Some(0) && g.texels == Texels::Gray && g.samples == 1,
+        fill: 0.0,
+    }))
 }
 
 /// The most compressed bytes a chunk of `raw` decoded bytes may take: its raw size twice

@@ -4,8 +4,41 @@
 
 use ::tiff::decoder::DecodingResult;
 
-use super::chunk::Sample;
 use crate::bake::source::{DataScale, TEXEL_BYTES};
+
+/// The type of one sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Sample {
+    /// 8-bit unsigned.
+    U8,
+    /// 16-bit unsigned.
+    U16,
+    /// 16-bit signed.
+    I16,
+    /// 32-bit IEEE floating point.
+    F32,
+}
+
+impl Sample {
+    /// Bytes per sample.
+    pub(super) fn bytes(self) -> usize {
+        match self {
+            Sample::U8 => 1,
+            Sample::U16 | Sample::I16 => 2,
+            Sample::F32 => 4,
+        }
+    }
+
+    /// The type's name, as GDAL calls it.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Sample::U8 => "Byte",
+            Sample::U16 => "UInt16",
+            Sample::I16 => "Int16",
+            Sample::F32 => "Float32",
+        }
+    }
+}
 
 /// What the samples of a texel mean.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
