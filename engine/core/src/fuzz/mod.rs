@@ -16,6 +16,7 @@
 pub mod ktx2_fields;
 mod scratch;
 pub mod seeds;
+mod tiff_codec_seeds;
 
 use std::hint::black_box;
 use std::path::Path;

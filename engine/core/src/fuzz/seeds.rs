@@ -1,6 +1,7 @@
 //! Seed corpora for the fuzz targets, made with the engine's own writers: tiny atlases in
 //! every codec, Basis tiles, glTF and GLB scenes, camera paths and PNG and JPEG images of
-//! every pixel layout the baker accepts. Each seed is valid and small (under 20 KB), so
+//! every pixel layout the baker accepts (and TIFFs of each compression, some written in
+//! `tiff_codec_seeds`). Each seed is valid and small (under 20 KB), so
 //! a fuzzer starts deep inside each reader and runs fast.
 
 use std::io::Cursor;
@@ -539,6 +540,7 @@ fn image_seeds() -> Vec<Seed> {
     seeds.push(("palette2.png".into(), png_raw(w, h, 2, 3, &pack(2, |x, y| ((x + y) % 4) as u8), &palette4)));
     seeds.push(("grey1.png".into(), png_raw(w, h, 1, 0, &pack(1, |x, y| ((x ^ y) & 1) as u8), &[])));
     seeds.extend(tiff_seeds(&rgb));
+    seeds.extend(super::tiff_codec_seeds::seeds());
     seeds.extend(dds_seeds());
     seeds.extend(ktx2_seeds(&rgb));
     seeds
