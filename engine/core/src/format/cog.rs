@@ -486,7 +486,7 @@ pub struct CogSummary {
     pub error: Option<String>,
 }
 
-/// What [`TiffSource::image_directories`] reports of one image directory.
+/// What the TIFF reader reports of one image directory when a COG is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ImageDirectory {
     /// Its index in the file.
