@@ -4,7 +4,7 @@
 //! atlas, from a local path or a URL.
 
 use super::*;
-use crate::bake::tiff::bytes::{TiffBytes, Unavailable, is_unavailable};
+use crate::bake::tiff::bytes::{TiffBytes, is_unavailable};
 use crate::format::cog::Cog;
 
 /// The bytes of a TIFF opened as an atlas, as the COG reader reads them.
@@ -29,7 +29,7 @@ impl TiffBytes for CogBytes {
             #[cfg(feature = "remote")]
             Self::Remote(r) => r.read_exact_at(buf, offset).map_err(|e| match e {
                 crate::format::atlas::remote::RemoteError::Unavailable(reason) => {
-                    std::io::Error::other(Unavailable(reason))
+                    std::io::Error::other(crate::bake::tiff::bytes::Unavailable(reason))
                 }
                 other => std::io::Error::new(std::io::ErrorKind::InvalidData, other.to_string()),
             }),
