@@ -127,7 +127,8 @@ pub(crate) const PREDICT_FRAMES: u32 = 8;
 /// Arguments of `tessera capture`.
 #[derive(clap::Args)]
 pub(crate) struct CaptureArgs {
-    /// The atlas to render (or give --scene).
+    /// The atlas to render (or give --scene): a file or URL, or a tiled TIFF such as a
+    /// Cloud Optimized GeoTIFF, streamed without a bake.
     #[arg(long, required_unless_present = "scene")]
     atlas: Option<PathBuf>,
     /// A named real-data scene (dungeon, globe), baked into the cache when needed,

@@ -52,7 +52,7 @@ enum Command {
     Bake(BakeArgs),
     /// Describe an atlas: sizes, tiles per mip, codec, bytes on disk, compression ratio.
     Inspect {
-        /// The atlas file or URL (s3://, gs://, az://, http(s)://).
+        /// The atlas file or URL (s3://, gs://, az://, http(s)://), or a tiled TIFF (a COG).
         atlas: PathBuf,
         /// Print JSON instead of a table.
         #[arg(long)]
@@ -64,7 +64,7 @@ enum Command {
     },
     /// Read, checksum and decode every tile; exit 1 naming each bad tile.
     Verify {
-        /// The atlas file or URL (s3://, gs://, az://, http(s)://).
+        /// The atlas file or URL (s3://, gs://, az://, http(s)://), or a tiled TIFF (a COG).
         atlas: PathBuf,
         /// For a URL: check the copy in the local disk cache instead of the server's
         /// (the default reads every tile from the server, in coalesced ranges).
