@@ -1278,6 +1278,8 @@ mod cog_stream {
         let net = own.frames.last().and_then(|f| f.network).expect("network figures of a URL");
         // 4×3 + 2×2 + 1 internal tiles of 256² and the directories: each read once.
         assert!(net.requests >= 3 && net.requests <= 30 && net.failures == 0, "{net:?}");
+        // Each internal tile read counts as a blob: the 12 of mip 0 and 4 of mip 1 at least.
+        assert!(net.blobs >= 16 && net.blob_bytes <= net.bytes, "{net:?}");
         eprintln!(
             "requests: {}, {} bytes (the file is {} bytes)",
             net.requests,

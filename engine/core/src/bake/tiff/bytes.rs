@@ -24,6 +24,12 @@ pub trait TiffBytes: Send + Sync {
 
     /// Fills `buf` with the bytes at `offset`; an error when they do not all exist.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+
+    /// [`TiffBytes::read_at`] of one chunk's compressed bytes: a source that counts what
+    /// it reads (a remote object's statistics) counts them as one tile's blob.
+    fn read_chunk_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.read_at(buf, offset)
+    }
 }
 
 /// The error inside an [`io::Error`] for bytes that a later read may get: a network or
@@ -208,7 +214,7 @@ impl TiffReader {
             )
         })?;
         let mut buf = vec![0u8; (end - offset) as usize];
-        cache.source().read_at(&mut buf, offset)?;
+        cache.source().read_chunk_at(&mut buf, offset)?;
         self.ahead = Some((offset, buf));
         Ok(())
     }

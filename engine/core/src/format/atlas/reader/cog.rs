@@ -23,6 +23,15 @@ impl TiffBytes for CogBytes {
         }
     }
 
+    fn read_chunk_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.read_at(buf, offset)?;
+        #[cfg(feature = "remote")]
+        if let Self::Remote(r) = self {
+            r.count_blob(buf.len() as u64);
+        }
+        Ok(())
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         match self {
             Self::File(f, _) => f.read_exact_at(buf, offset),

@@ -547,6 +547,13 @@ impl RemoteObject {
         }
     }
 
+    /// Counts `len` bytes read with [`RemoteObject::read_exact_at`] as one tile's blob in
+    /// the statistics (a streamed COG's internal tile: the bytes a tile needed).
+    pub fn count_blob(&self, len: u64) {
+        self.counters.blobs.fetch_add(1, Ordering::Relaxed);
+        self.counters.useful_bytes.fetch_add(len, Ordering::Relaxed);
+    }
+
     /// The object's size in bytes when it was opened.
     pub fn size(&self) -> u64 {
         self.size
