@@ -255,16 +255,6 @@ impl Cog {
         }
     }
 
-    /// Bytes of the file.
-    pub fn len(&self) -> u64 {
-        self.cache.len()
-    }
-
-    /// Whether the file is empty (never, once opened).
-    pub fn is_empty(&self) -> bool {
-        self.cache.is_empty()
-    }
-
     /// Counters since open.
     pub fn stats(&self) -> CogStats {
         let bytes = self.chunks.lock().unwrap_or_else(PoisonError::into_inner).bytes;

@@ -8,7 +8,8 @@
 //! against 0.15 ms at stride 2 on the H200) where it should not. [`FeedbackWindow`]
 //! counts how many readbacks of the window hold each tile: a readback coming in and the
 //! oldest going out cost one counter update per tile they hold, and the sorted union is
-//! rebuilt only when a tile enters or leaves it.
+//! rebuilt only when a tile enters or leaves it. The streamer reads the union from here
+//! (what the view wants) instead of keeping a copy.
 
 use std::collections::VecDeque;
 
@@ -20,9 +21,8 @@ pub struct FeedbackWindow {
     frames: VecDeque<Vec<TileId>>,
     /// Readbacks of the window holding each tile of the union (never 0).
     counts: TileMap<u32>,
-    /// The union in [`TileId::order_key`] order, rebuilt when `stale`.
+    /// The union in [`TileId::order_key`] order.
     union: Vec<TileId>,
-    stale: bool,
     /// Counter updates and union entries rebuilt since creation (what a push costs).
     work: u64,
 }
@@ -34,12 +34,13 @@ impl FeedbackWindow {
     }
 
     /// Adds a readback's tiles (each once) and drops the oldest readbacks past `window`
-    /// (at least 1).
+    /// (at least 1); the union is rebuilt when a tile entered or left it.
     pub fn push(&mut self, tiles: Vec<TileId>, window: usize) {
+        let mut changed = false;
         for &t in &tiles {
             let c = self.counts.entry(t).or_insert(0);
             *c += 1;
-            self.stale |= *c == 1;
+            changed |= *c == 1;
         }
         self.work += tiles.len() as u64;
         self.frames.push_back(tiles);
@@ -51,22 +52,21 @@ impl FeedbackWindow {
                     *c -= 1;
                     if *c == 0 {
                         self.counts.remove(&t);
-                        self.stale = true;
+                        changed = true;
                     }
                 }
             }
         }
-    }
-
-    /// The tiles of the window's readbacks, each once, in [`TileId::order_key`] order.
-    pub fn tiles(&mut self) -> &[TileId] {
-        if self.stale {
+        if changed {
             self.union.clear();
             self.union.extend(self.counts.keys().copied());
             self.union.sort_unstable_by_key(|t| t.order_key());
             self.work += self.union.len() as u64;
-            self.stale = false;
         }
+    }
+
+    /// The tiles of the window's readbacks, each once, in [`TileId::order_key`] order.
+    pub fn tiles(&self) -> &[TileId] {
         &self.union
     }
 
@@ -136,7 +136,6 @@ mod tests {
             let mut w = FeedbackWindow::new();
             for _ in 0..window {
                 w.push(view.clone(), window);
-                w.tiles();
             }
             let before = w.work();
             for _ in 0..100 {

@@ -200,7 +200,6 @@ impl Streamer {
             tile_bytes: tile_bytes as u64,
             config: StreamerConfig { feedback_stride: stride, ..config },
             recent_feedback: Default::default(),
-            wanted: Vec::new(),
             seen_feedback: false,
             last_fraction: 1.0,
             last_pool_full: false,

@@ -45,7 +45,7 @@ impl Streamer {
         let page_table_writes = self.page_table_writes();
         out.resident_vram = self.residency.resident_count();
         out.resident_host = self.cache.len();
-        out.resident_fraction = self.residency.resident_fraction(&self.wanted);
+        out.resident_fraction = self.residency.resident_fraction(self.recent_feedback.tiles());
         out.auto_mip_bias = self.bias.bias();
         // Something was missing (last frame, or in this frame's feedback) and now nothing is:
         // a loader fast enough to deliver within the frame still fires the event.
@@ -77,9 +77,8 @@ impl Streamer {
         // window cost stride² readbacks a frame.
         let window = (self.config.feedback_stride * self.config.feedback_stride) as usize;
         self.recent_feedback.push(self.layout.decode_sparse(&fb.pairs), window);
-        let needed: Vec<TileId> = self.recent_feedback.tiles().to_vec();
         let misses_before = self.residency.counters().misses;
-        let requests = self.residency.on_feedback(frame, &needed);
+        let requests = self.residency.on_feedback(frame, self.recent_feedback.tiles());
         out.tiles_needed = self.residency.needed_count();
         out.misses = (self.residency.counters().misses - misses_before) as usize;
         out.feedback_frame = Some(fb.frame);
@@ -109,7 +108,6 @@ impl Streamer {
         // the feedback no longer asks for; priority 1 lifts a prefetch the view now
         // needs out of the speculative class.
         self.loader.renew_many(self.residency.needed_sorted(), 1, frame);
-        self.wanted = needed;
         self.seen_feedback = true;
     }
 

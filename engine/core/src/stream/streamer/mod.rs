@@ -165,9 +165,9 @@ pub struct Streamer {
     budget: Option<UploadBudgetController>,
     /// Bytes of one tile over every stacked pool, for the byte budget.
     tile_bytes: u64,
+    /// The last stride² readbacks: their union is what the view wants (requests, the
+    /// resident fraction).
     recent_feedback: crate::stream::feedback_window::FeedbackWindow,
-    /// The tiles the view wants (the feedback window), for the resident fraction.
-    wanted: Vec<TileId>,
     /// Whether any feedback was taken in yet.
     seen_feedback: bool,
     last_fraction: f64,
@@ -326,7 +326,7 @@ impl Streamer {
     /// resident themselves (see [`StreamFrame::resident_fraction`]); `None` until the
     /// first feedback has been taken in, since until then nothing is known to be visible.
     pub fn resident_fraction(&self) -> Option<f64> {
-        self.seen_feedback.then(|| self.residency.resident_fraction(&self.wanted))
+        self.seen_feedback.then(|| self.residency.resident_fraction(self.recent_feedback.tiles()))
     }
 
     /// Whether feedback has arrived and everything it wants is resident at its wanted
