@@ -3,14 +3,7 @@
 # default (BC7) and forced BC1 pools, hardware and software trilinear, after block pools'
 # references became textures in the pool's own format. Carry .gl and .bin (tessera.xz,
 # data/etopo1.jpg). Run as: timeout 120 bash scripts/device/run41d.sh
-set -u
-for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan \
-  TESSERA_DATA=$PWD/.bin/data XDG_CACHE_HOME=/tmp/cache XDG_RUNTIME_DIR=/tmp/xdg
-mkdir -p /tmp/xdg /tmp/r /tmp/a && chmod 700 /tmp/xdg
-[ -x /tmp/tessera ] || { xz -dc .bin/tessera.xz > /tmp/tessera 2>/dev/null \
-  || python3 -c "import lzma; open('/tmp/tessera','wb').write(lzma.open('.bin/tessera.xz').read())"; chmod +x /tmp/tessera; }
-T=/tmp/tessera
+source scripts/device/prepare.sh
 for c in etc1s uastc; do
   $T bake .bin/data/etopo1.jpg --color linear --codec $c -o /tmp/a/relief-$c.tsa > /dev/null 2>&1 || echo "bake relief $c failed"
   for t in hardware software; do

@@ -6,26 +6,12 @@
 # and the lit dungeon (ETC1S); then the demo flight and the cut camera's residency, and
 # bursts (--flush-every 10 --upload-budget 1024). Carry .gl and .bin (tessera.xz, data/).
 # Run as: timeout 560 bash scripts/device/run45b.sh; tar czf $OUT/run45b.tgz -C /tmp r
-set -u
-for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan \
-  TESSERA_DATA=$PWD/.bin/data XDG_CACHE_HOME=/tmp/cache XDG_RUNTIME_DIR=/tmp/xdg
-mkdir -p /tmp/xdg /tmp/r /tmp/a && chmod 700 /tmp/xdg
-[ -x /tmp/tessera ] || { xz -dc .bin/tessera.xz > /tmp/tessera 2>/dev/null \
-  || python3 -c "import lzma; open('/tmp/tessera','wb').write(lzma.open('.bin/tessera.xz').read())"; chmod +x /tmp/tessera; }
-T=/tmp/tessera
+source scripts/device/prepare.sh
 nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-bench() { # name, then bench arguments
-  local name=$1; shift
-  timeout 90 $T bench "$@" --size 1920x1080 --frames 150 --warmup 30 --no-feedback-probe \
-    --json /tmp/r/$name.json > /tmp/r/$name.txt 2>&1 || echo "FAILED $name"
-  echo "== $name (${SECONDS}s): $(grep -E '^ratio VT/reference' /tmp/r/$name.txt | head -1)"
-  grep -E '^sampling|^virtual texturing|^reference|feedback CPU|upload bursts' /tmp/r/$name.txt | head -5
-}
 both() { # name, then bench arguments: the new default, then the old one
   local name=$1; shift
-  bench $name "$@"
-  bench $name-target "$@" --feedback target
+  bench_1080p $name "$@"
+  bench_1080p $name-target "$@" --feedback target
 }
 $T bake .bin/data/bmng.jpg -o /tmp/a/photo.tsa > /dev/null 2>&1 || echo "bake photo lz4 failed"
 $T bake .bin/data/bmng.jpg --codec etc1s -o /tmp/a/photo-etc1s.tsa > /dev/null 2>&1 || echo "bake photo etc1s failed"
@@ -47,6 +33,6 @@ for f in "" "--feedback target"; do
 done
 for c in lz4 etc1s; do
   [ $SECONDS -gt 500 ] && break
-  bench burst-$c --scene mosaic16k --codec $c --camera flyover --flush-every 10 --upload-budget 1024
+  bench_1080p burst-$c --scene mosaic16k --codec $c --camera flyover --flush-every 10 --upload-budget 1024
 done
 echo "done (${SECONDS}s)"

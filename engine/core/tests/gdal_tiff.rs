@@ -714,52 +714,19 @@ mod geotiff_grid {
 /// saying so.
 mod cog {
     use std::path::{Path, PathBuf};
-    use std::process::Command;
 
+    use super::{gdal, psnr, translate};
     use tessera_core::bake::source::data_dir;
     use tessera_core::bake::tiff::TiffSource;
     use tessera_core::bake::{BakeInput, BakeOptions, bake};
     use tessera_core::format::cog::COG_TILE_SIZE;
     use tessera_core::{Atlas, AtlasError, NoProgress, TileId};
 
-    /// Runs a GDAL tool, failing with the install instruction when it is missing.
-    fn gdal(tool: &str, args: &[&str]) {
-        let out = Command::new(tool).args(args).output().unwrap_or_else(|e| {
-            panic!("cannot run {tool} ({e}): these tests need GDAL's tools: apt-get install gdal-bin")
-        });
-        assert!(out.status.success(), "{tool} {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-
-    /// `gdal_translate -q ARGS… from to` into `dir`; returns the new file.
-    fn translate(dir: &Path, from: &Path, to: &str, args: &[&str]) -> PathBuf {
-        let out = dir.join(to);
-        let mut all = vec!["-q"];
-        all.extend_from_slice(args);
-        all.push(from.to_str().unwrap());
-        all.push(out.to_str().unwrap());
-        gdal("gdal_translate", &all);
-        out
-    }
-
     /// A 1000×700 crop of the Blue Marble (land, coast and sea), uncompressed.
     fn crop(dir: &Path) -> PathBuf {
         let bmng = data_dir().join("bmng.jpg");
         assert!(bmng.exists(), "{} is missing: run assets/fetch-data.sh", bmng.display());
         translate(dir, &bmng, "crop.tif", &["-srcwin", "2400", "400", "1000", "700"])
-    }
-
-    /// PSNR of two RGBA8 buffers' colour channels, dB.
-    fn psnr(a: &[u8], b: &[u8]) -> f64 {
-        assert_eq!(a.len(), b.len());
-        let (mut sum, mut n) = (0f64, 0u64);
-        for (x, y) in a.chunks_exact(4).zip(b.chunks_exact(4)) {
-            for c in 0..3 {
-                let d = f64::from(x[c]) - f64::from(y[c]);
-                sum += d * d;
-                n += 1;
-            }
-        }
-        if sum == 0.0 { f64::INFINITY } else { 10.0 * (255.0 * 255.0 / (sum / n as f64)).log10() }
     }
 
     #[test]
