@@ -516,27 +516,24 @@ fn count_chunk(stats: &mut Stats, window_bytes: usize, chunk: &DecodingResult) {
 /// Runs a decode of ours (through `zune-jpeg`, `image-webp`, `ruzstd`), turning a panic on
 /// malformed input into an error.
 fn guarded_io<T>(f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
-        let what = panic
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "malformed data".into());
-        Err(io::Error::new(ErrorKind::InvalidData, format!("decoder failed: {what}")))
-    })
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| Err(panic_error(panic.as_ref())))
 }
 
 /// Runs a call into the `tiff` crate, turning a panic on malformed input into an error:
 /// a bad file must fail its bake, never abort the process.
 fn guarded<T>(f: impl FnOnce() -> Result<T, TiffError>) -> Result<T, TiffError> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
-        let what = panic
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "malformed data".into());
-        Err(TiffError::IoError(io::Error::new(ErrorKind::InvalidData, format!("decoder failed: {what}"))))
-    })
+    catch_unwind(AssertUnwindSafe(f))
+        .unwrap_or_else(|panic| Err(TiffError::IoError(panic_error(panic.as_ref()))))
+}
+
+/// A decoder's panic as an I/O error of malformed data, with its message.
+fn panic_error(panic: &(dyn std::any::Any + Send)) -> io::Error {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "malformed data".into());
+    io::Error::new(ErrorKind::InvalidData, format!("decoder failed: {what}"))
 }
 
 fn header_error(path: &Path, e: TiffError) -> SourceError {
