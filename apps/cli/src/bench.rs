@@ -212,6 +212,10 @@ fn table(r: &BenchReport, camera: &str) -> String {
     if let Some(p) = &r.feedback_probe {
         row(&mut o, &format!("VT, fb stride {PROBE_FEEDBACK_STRIDE}"), p);
     }
+    if let Some(p) = &r.no_feedback {
+        row(&mut o, "VT, no feedback", p);
+        let _ = writeln!(o, "{:<20} {:>10}", "ratio no fb/ref", x(r.no_feedback_ratio));
+    }
     o.push('\n');
     let f = &r.feedback;
     let _ = writeln!(o, "feedback CPU (readback, decode, decide): {}", times(&f.cpu_ms));
@@ -274,6 +278,17 @@ fn table(r: &BenchReport, camera: &str) -> String {
             b.decisions_ms.median,
             b.copies.median
         );
+        let gpu = |s: &Option<Stat>| s.as_ref().map_or("n/a".into(), |s| format!("{} / {}", ms(s.median), ms(s.p95)));
+        let _ = writeln!(
+            o,
+            "  burst GPU, median / p95 ms:           uploads {}, page-table update {}, scene pass {}",
+            gpu(&b.upload_gpu_ms),
+            gpu(&b.table_gpu_ms),
+            gpu(&b.pass_gpu_ms)
+        );
+    }
+    if let Some(s) = &u.gpu_ms {
+        let _ = writeln!(o, "upload GPU (copies, level 1):            {} over {} frames that uploaded", times(s), s.samples);
     }
     o
 }

@@ -158,6 +158,9 @@ pub(crate) struct UploadStats {
     /// Complete page table: GPU time of the update pass, ms, over the frames that ran
     /// one (none without `TIMESTAMP_QUERY` or without any update).
     pub table_gpu_ms: Option<Stat>,
+    /// GPU time of the tile uploads (copies, level 1), ms, over the frames that
+    /// uploaded (none without `TIMESTAMP_QUERY_INSIDE_ENCODERS`).
+    pub gpu_ms: Option<Stat>,
 }
 
 /// One measured frame.
@@ -190,6 +193,20 @@ pub(crate) struct BenchFrame {
     /// Sparse-feedback probe: CPU before submit, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probe_cpu_ms: Option<f64>,
+    /// The virtual-texturing pass again with no feedback at all (with the probe): GPU
+    /// scene pass, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_feedback_gpu_pass_ms: Option<f64>,
+    /// The pass without feedback: submit to idle, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_feedback_wall_ms: Option<f64>,
+    /// The pass without feedback: CPU before submit, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_feedback_cpu_ms: Option<f64>,
+    /// Virtual texturing: GPU time of the frame's tile uploads (copies and level 1),
+    /// ms (frames that uploaded, with `TIMESTAMP_QUERY_INSIDE_ENCODERS`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vt_upload_gpu_ms: Option<f64>,
     /// What streaming did in the virtual-texturing frame.
     pub stream: StreamFrame,
 }
@@ -241,6 +258,11 @@ pub(crate) struct BenchReport {
     pub reference: ModeStats,
     /// Virtual texturing with [`PROBE_FEEDBACK_STRIDE`] (when probed).
     pub feedback_probe: Option<ModeStats>,
+    /// The virtual-texturing pass drawn again after each frame, on the same residency,
+    /// with no feedback at all (when probed): the floor of the design.
+    pub no_feedback: Option<ModeStats>,
+    /// The pass without feedback / reference, of the GPU pass medians.
+    pub no_feedback_ratio: Option<f64>,
     /// Virtual texturing / reference.
     pub ratio: Ratios,
     /// Feedback costs.
@@ -264,9 +286,16 @@ const Q_ENCODER_END: u32 = 12;
 /// The complete page table's update pass (pass timestamps), resolved into a third block,
 /// and only for frames that ran it.
 const Q_UPDATE: u32 = 12;
-const Q_COUNT: u32 = 14;
+/// The pass without feedback (with the probe), resolved into a fourth block.
+const Q_FLOOR: u32 = 14;
+/// The frame's tile uploads (inside encoders), resolved into a fifth block, and only
+/// for frames that uploaded.
+const Q_UPLOAD: u32 = 16;
+const Q_COUNT: u32 = 18;
 const ENCODER_BLOCK: u64 = wgpu::QUERY_RESOLVE_BUFFER_ALIGNMENT;
 const UPDATE_BLOCK: u64 = 2 * wgpu::QUERY_RESOLVE_BUFFER_ALIGNMENT;
+const FLOOR_BLOCK: u64 = 3 * wgpu::QUERY_RESOLVE_BUFFER_ALIGNMENT;
+const UPLOAD_BLOCK: u64 = 4 * wgpu::QUERY_RESOLVE_BUFFER_ALIGNMENT;
 
 /// Timestamp queries of one frame: a query set, its resolve buffer and a mappable copy.
 struct Timer {
@@ -288,7 +317,7 @@ impl Timer {
             ty: wgpu::QueryType::Timestamp,
             count: Q_COUNT,
         });
-        let size = 3 * ENCODER_BLOCK;
+        let size = 5 * ENCODER_BLOCK;
         let resolve = ctx.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("tessera bench timestamps resolve"),
             size,
@@ -321,17 +350,27 @@ impl Timer {
 
     /// Resolves the queries written this frame and reads them back (blocking; outside the timed
     /// regions). Index `i` of the result is query `i`; unwritten queries read 0.
-    fn read(&self, ctx: &GpuContext, probe: bool, updated: bool) -> Result<Vec<u64>, RenderError> {
+    fn read(&self, ctx: &GpuContext, written: Written) -> Result<Vec<u64>, RenderError> {
         let mut encoder = ctx
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera bench resolve") });
-        let passes = if probe { Q_PASSES } else { Q_PROBE };
-        encoder.resolve_query_set(&self.set, 0..passes, &self.resolve, 0);
+        let passes = if written.probe { Q_PASSES } else { Q_PROBE };
+        // (first query, count, resolve offset) of each block written this frame.
+        let mut blocks = vec![(0, passes, 0)];
         if self.inside_encoders {
-            encoder.resolve_query_set(&self.set, Q_CLEAR..Q_ENCODER_END, &self.resolve, ENCODER_BLOCK);
+            blocks.push((Q_CLEAR, Q_ENCODER_END - Q_CLEAR, ENCODER_BLOCK));
         }
-        if updated {
-            encoder.resolve_query_set(&self.set, Q_UPDATE..Q_UPDATE + 2, &self.resolve, UPDATE_BLOCK);
+        if written.updated {
+            blocks.push((Q_UPDATE, 2, UPDATE_BLOCK));
+        }
+        if written.probe {
+            blocks.push((Q_FLOOR, 2, FLOOR_BLOCK));
+        }
+        if written.uploaded && self.inside_encoders {
+            blocks.push((Q_UPLOAD, 2, UPLOAD_BLOCK));
+        }
+        for &(first, count, offset) in &blocks {
+            encoder.resolve_query_set(&self.set, first..first + count, &self.resolve, offset);
         }
         encoder.copy_buffer_to_buffer(&self.resolve, 0, &self.readback, 0, None);
         ctx.queue.submit([encoder.finish()]);
@@ -343,15 +382,9 @@ impl Timer {
                 .get_mapped_range(..)
                 .map_err(|e| RenderError::Readback(format!("timestamps: {e}")))?;
             let words: &[u64] = bytemuck::cast_slice(&view);
-            ticks[..passes as usize].copy_from_slice(&words[..passes as usize]);
-            if self.inside_encoders {
-                let block = (ENCODER_BLOCK / 8) as usize;
-                let n = (Q_ENCODER_END - Q_CLEAR) as usize;
-                ticks[Q_CLEAR as usize..Q_ENCODER_END as usize].copy_from_slice(&words[block..block + n]);
-            }
-            if updated {
-                let block = (UPDATE_BLOCK / 8) as usize;
-                ticks[Q_UPDATE as usize..Q_UPDATE as usize + 2].copy_from_slice(&words[block..block + 2]);
+            for &(first, count, offset) in &blocks {
+                let (first, count, at) = (first as usize, count as usize, (offset / 8) as usize);
+                ticks[first..first + count].copy_from_slice(&words[at..at + count]);
             }
         }
         self.readback.unmap();
@@ -364,6 +397,17 @@ impl Timer {
         let (a, b) = (ticks[first as usize], ticks[first as usize + 1]);
         (a != 0 && b >= a).then(|| (b - a) as f64 * self.period_ns * 1e-6)
     }
+}
+
+/// Which optional queries a frame wrote.
+#[derive(Clone, Copy)]
+struct Written {
+    /// The sparse-feedback probe and the pass without feedback.
+    probe: bool,
+    /// The page table's update pass.
+    updated: bool,
+    /// Tile uploads.
+    uploaded: bool,
 }
 
 /// Wall-clock times of one frame of one mode.
@@ -442,6 +486,27 @@ impl VtMode {
 }
 
 impl VtMode {
+    /// The last frame's pass drawn again on the same residency with feedback off
+    /// (the floor: sampling alone), timed as [`Q_FLOOR`].
+    fn no_feedback_frame(
+        &self,
+        ctx: &GpuContext,
+        target: &OffscreenTarget,
+        camera: &Camera,
+        timer: Option<&Timer>,
+    ) -> Result<Times, RenderError> {
+        let started = Instant::now();
+        let (w, h) = target.size;
+        self.scene.set_camera(&ctx.queue, camera, w as f32 / h as f32);
+        self.vt.suppress_feedback_until_next_frame(&ctx.queue);
+        let mut encoder = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("tessera bench vt without feedback"),
+        });
+        let writes = timer.map(|t| t.pass(Q_FLOOR));
+        self.scene.draw_vt(&mut encoder, &target.color_view, &target.depth_view, &self.vt, writes);
+        submit_and_wait(ctx, encoder, started)
+    }
+
     /// One frame of the fully resident reference, drawn by the same scene.
     fn reference_frame(
         &self,
@@ -494,6 +559,9 @@ fn burst_stats(frames: &[BenchFrame]) -> Option<BurstStats> {
         idle_frame_ms: idle,
         upload_cpu_ms: Stat::of(busy.iter().map(|f| f.stream.upload_ms)).unwrap_or_default(),
         decisions_ms: Stat::of(busy.iter().map(|f| f.stream.feedback_ms)).unwrap_or_default(),
+        upload_gpu_ms: Stat::of(busy.iter().filter_map(|f| f.vt_upload_gpu_ms)),
+        table_gpu_ms: Stat::of(busy.iter().filter_map(|f| f.vt_table_update_gpu_ms)),
+        pass_gpu_ms: Stat::of(busy.iter().filter_map(|f| f.vt_gpu_pass_ms)),
         copies: Stat::of(busy.iter().map(|f| f.stream.upload_copies as f64)).unwrap_or_default(),
         spike_ms: busy_ms.max - idle.median,
     })
@@ -517,6 +585,13 @@ pub(crate) struct BurstStats {
     pub upload_cpu_ms: Stat,
     /// CPU time of their feedback decode and streaming decisions, ms.
     pub decisions_ms: Stat,
+    /// GPU time of their uploads (copies, level 1), ms (with
+    /// `TIMESTAMP_QUERY_INSIDE_ENCODERS`).
+    pub upload_gpu_ms: Option<Stat>,
+    /// GPU time of their page-table update pass, ms.
+    pub table_gpu_ms: Option<Stat>,
+    /// GPU time of their scene pass, ms.
+    pub pass_gpu_ms: Option<Stat>,
     /// Copy commands their uploads took (runs merged, [`VtConfig::merged_copies`]).
     ///
     /// [`VtConfig::merged_copies`]: tessera::VtConfig::merged_copies
@@ -572,6 +647,9 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
     let timer = Timer::new(ctx);
     if let Some(t) = &timer {
         main.vt.time_page_table_updates(Some((t.set.clone(), Q_UPDATE)));
+        if t.inside_encoders {
+            main.vt.time_uploads(Some((t.set.clone(), Q_UPLOAD)));
+        }
     }
 
     let mut per_frame = Vec::with_capacity(cfg.frames as usize);
@@ -586,6 +664,11 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
         let (stream, vt_t) = main.frame(ctx, &target, &camera, timer.as_ref().map(|t| (t, Q_VT, true)))?;
         let probe_t = match probe.as_mut() {
             Some(p) => Some(p.frame(ctx, &target, &camera, timer.as_ref().map(|t| (t, Q_PROBE, false)))?.1),
+            None => None,
+        };
+        // The floor: this frame's pass again on the same residency, without feedback.
+        let floor_t = match probe {
+            Some(_) => Some(main.no_feedback_frame(ctx, &target, &camera, timer.as_ref())?),
             None => None,
         };
         let ref_t = if reference_unavailable.is_none() {
@@ -606,11 +689,17 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
             reference_cpu_ms: ref_t.cpu_ms,
             probe_wall_ms: probe_t.map(|t| t.wall_ms),
             probe_cpu_ms: probe_t.map(|t| t.cpu_ms),
+            no_feedback_wall_ms: floor_t.map(|t| t.wall_ms),
+            no_feedback_cpu_ms: floor_t.map(|t| t.cpu_ms),
             stream,
             ..BenchFrame::default()
         };
         if let Some(t) = &timer {
-            let ticks = t.read(ctx, probe.is_some(), stream.table_jobs > 0)?;
+            let written =
+                Written { probe: probe.is_some(), updated: stream.table_jobs > 0, uploaded: stream.uploads > 0 };
+            let ticks = t.read(ctx, written)?;
+            f.no_feedback_gpu_pass_ms = probe.as_ref().and_then(|_| t.span_ms(&ticks, Q_FLOOR));
+            f.vt_upload_gpu_ms = written.uploaded.then(|| t.span_ms(&ticks, Q_UPLOAD)).flatten();
             f.vt_table_update_gpu_ms = (stream.table_jobs > 0).then(|| t.span_ms(&ticks, Q_UPDATE)).flatten();
             f.vt_gpu_pass_ms = t.span_ms(&ticks, Q_VT);
             f.reference_gpu_pass_ms = t.span_ms(&ticks, Q_REF).filter(|_| reference_unavailable.is_none());
@@ -638,6 +727,19 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
             |f| f.probe_cpu_ms.unwrap_or(f64::NAN),
         )
     });
+    let floor_stats = probe.as_ref().map(|_| {
+        mode_stats(
+            &per_frame,
+            |f| f.no_feedback_gpu_pass_ms,
+            |f| f.no_feedback_wall_ms.unwrap_or(f64::NAN),
+            |f| f.no_feedback_cpu_ms.unwrap_or(f64::NAN),
+        )
+    });
+    let no_feedback_ratio = floor_stats
+        .as_ref()
+        .and_then(|f| f.gpu_pass_ms)
+        .zip(ref_stats.gpu_pass_ms)
+        .map(|(f, r)| ratio(f.median, r.median));
     let ratio_gpu = vt_stats.gpu_pass_ms.zip(ref_stats.gpu_pass_ms).map(|(v, r)| ratio(v.median, r.median));
     let shader_writes_ms = vt_stats
         .gpu_pass_ms
@@ -691,10 +793,13 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
                 .unwrap_or_default(),
             table_jobs: Stat::of(per_frame.iter().map(|f| f.stream.table_jobs as f64)).unwrap_or_default(),
             table_gpu_ms: Stat::of(per_frame.iter().filter_map(|f| f.vt_table_update_gpu_ms)),
+            gpu_ms: Stat::of(per_frame.iter().filter_map(|f| f.vt_upload_gpu_ms)),
         },
         vt: vt_stats,
         reference: ref_stats,
         feedback_probe: probe_stats,
+        no_feedback: floor_stats,
+        no_feedback_ratio,
         per_frame,
     };
     Ok(report)

@@ -217,6 +217,14 @@ impl LayerBinding {
     pub fn write(&self, queue: &wgpu::Queue) {
         queue.write_buffer(&self.buffer, 0, bytemuck::bytes_of(&self.params));
     }
+
+    /// Writes the block with feedback off: a phase no pixel has (the storage path then
+    /// writes nothing), for a benchmark's pass without feedback. The next
+    /// [`LayerBinding::write`] restores it.
+    pub fn write_without_feedback(&self, queue: &wgpu::Queue) {
+        let params = VtParams { feedback_phase: u32::MAX, ..self.params };
+        queue.write_buffer(&self.buffer, 0, bytemuck::bytes_of(&params));
+    }
 }
 
 /// What every layer's bind group points at.

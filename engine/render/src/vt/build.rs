@@ -61,6 +61,7 @@ impl VirtualTextures {
             pending_jobs: Vec::new(),
             table_unconfirmed: false,
             update_timestamps: None,
+            upload_timestamps: None,
         };
         // Uploads the coarsest tiles the streamer loaded, and writes every parameter block.
         let plan = vt.streamer.frame(FrameInput::default());

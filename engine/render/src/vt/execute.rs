@@ -134,6 +134,10 @@ impl VirtualTextures {
         let layers = self.atlas.layers();
         let border = layers.first().map_or(1, |l| l.layout.border());
         let border = if layers.iter().all(|l| l.layout.border() == border) { border } else { 1 };
+        let timed = !plan.uploads.is_empty();
+        if timed {
+            self.mark_uploads(ctx, 0);
+        }
         for (part, (pool, &len)) in self.pools.iter().zip(lengths).enumerate() {
             // The streamer only hands out tiles of exactly the summed part lengths.
             let batch: Vec<_> = plan
@@ -147,6 +151,9 @@ impl VirtualTextures {
             upload_copies +=
                 pool.upload_frame(&ctx.device, &ctx.queue, &batch, &copies, Some((&plan.level_ones, border)));
             offset += len;
+        }
+        if timed {
+            self.mark_uploads(ctx, 1);
         }
         let staged_tiles: Vec<StagedTile> = staged.into_iter().map(|(_, t)| t.clone()).collect();
         let staged_count = staged_tiles.len();
@@ -175,5 +182,36 @@ impl VirtualTextures {
     /// `TIMESTAMP_QUERY`); frames without changes write none. `None` stops it.
     pub fn time_page_table_updates(&mut self, timestamps: Option<(wgpu::QuerySet, u32)>) {
         self.update_timestamps = timestamps;
+    }
+
+    /// Times each frame's tile uploads (copies, level 1 and their submissions): a frame
+    /// of [`VirtualTextures::begin`] that uploads writes timestamps `first` before its
+    /// first upload and `first + 1` after its last, each in a command buffer of its own
+    /// submitted in order around them (`set` is a `Timestamp` query set on a device with
+    /// `TIMESTAMP_QUERY_INSIDE_ENCODERS`); frames without uploads write none. `None`
+    /// stops it.
+    pub fn time_uploads(&mut self, timestamps: Option<(wgpu::QuerySet, u32)>) {
+        self.upload_timestamps = timestamps;
+    }
+
+    /// Benchmarks: the parameter blocks with feedback off until the next
+    /// [`VirtualTextures::begin`], so that a pass drawn now with [`VirtualTextures::bind_group`]
+    /// prices sampling without feedback (the storage path writes nothing; a colour
+    /// target, where a drawer attaches one, is still written).
+    pub fn suppress_feedback_until_next_frame(&self, queue: &wgpu::Queue) {
+        for layer in &self.layers {
+            layer.write_without_feedback(queue);
+        }
+    }
+
+    /// Writes timestamp `index` of the upload queries in a command buffer of its own.
+    fn mark_uploads(&self, ctx: &GpuContext, index: u32) {
+        if let Some((set, first)) = &self.upload_timestamps {
+            let mut encoder = ctx
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera upload timestamp") });
+            encoder.write_timestamp(set, first + index);
+            ctx.queue.submit([encoder.finish()]);
+        }
     }
 }

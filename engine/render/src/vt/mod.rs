@@ -101,6 +101,8 @@ pub struct VirtualTextures {
     table_unconfirmed: bool,
     /// Where the update pass writes its begin and end timestamps (benchmarks).
     update_timestamps: Option<(wgpu::QuerySet, u32)>,
+    /// The benchmark's upload timestamps ([`VirtualTextures::time_uploads`]).
+    upload_timestamps: Option<(wgpu::QuerySet, u32)>,
     feedback: Feedback,
     /// The colour-target feedback path: its target and resolve pass.
     feedback_targets: FeedbackTargets,
