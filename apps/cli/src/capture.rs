@@ -86,6 +86,22 @@ pub(crate) struct VtArgs {
     /// for slots one below the other (to compare; the default merges them).
     #[arg(long)]
     pub(crate) per_tile_copies: bool,
+    /// Spread upload bursts over frames: `auto` (the default: 0.5 ms of upload work a
+    /// frame, CPU and GPU, on a hardware GPU that can time its uploads; off on
+    /// software adapters), `off` (a burst takes one frame), or a number of milliseconds.
+    #[arg(long, default_value = "auto", value_parser = parse_slicing)]
+    pub(crate) upload_slice_ms: tessera::UploadSlicing,
+}
+
+fn parse_slicing(s: &str) -> Result<tessera::UploadSlicing, String> {
+    match s {
+        "auto" => Ok(tessera::UploadSlicing::Auto),
+        "off" => Ok(tessera::UploadSlicing::Off),
+        _ => match s.parse::<f64>() {
+            Ok(ms) if ms.is_finite() && ms > 0.0 => Ok(tessera::UploadSlicing::Ms(ms)),
+            _ => Err(format!("'{s}' is not auto, off or a positive number of milliseconds")),
+        },
+    }
 }
 
 impl VtArgs {
@@ -103,6 +119,7 @@ impl VtArgs {
             // `--feedback target` asked for: the target on every device.
             feedback_target_with_early_depth: self.feedback == Some(true),
             merged_copies: !self.per_tile_copies,
+            upload_slicing: self.upload_slice_ms,
             streaming: tessera::StreamerConfig {
                 host_cache_mib: self.host_cache_mib,
                 loader_threads: self.loader_threads,

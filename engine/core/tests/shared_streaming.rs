@@ -69,6 +69,7 @@ impl Driver {
             feedback: Some(&feedback),
             last_frame_ms: None,
             last_upload_ms: 0.0,
+            upload_gpu: None,
             predicted: None,
         });
         for u in plan.uploads {

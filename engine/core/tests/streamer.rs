@@ -51,6 +51,8 @@ struct Sim {
     frame: u64,
     /// The upload time the next step reports for the last frame.
     upload_ms: f64,
+    /// The GPU time of an earlier frame's uploads the next step reports.
+    upload_gpu: Option<(f64, usize)>,
 }
 
 impl Sim {
@@ -64,7 +66,7 @@ impl Sim {
         )
         .unwrap();
         let layout = FeedbackLayout::new(&pool.owners);
-        let mut sim = Self { streamer, layout, frame: 0, upload_ms: 0.0 };
+        let mut sim = Self { streamer, layout, frame: 0, upload_ms: 0.0, upload_gpu: None };
         sim.step(None, None);
         sim
     }
@@ -103,6 +105,7 @@ impl Sim {
             feedback: feedback.as_ref(),
             last_frame_ms: frame_ms,
             last_upload_ms: self.upload_ms,
+            upload_gpu: self.upload_gpu.take(),
             predicted: predicted.as_ref(),
         });
         self.frame += 1;
@@ -253,7 +256,7 @@ fn unavailable_tiles_are_retried_with_backoff_and_arrive_when_the_server_is_back
     )
     .unwrap();
     let layout = FeedbackLayout::new(&p.owners);
-    let mut sim = Sim { streamer, layout, frame: 0, upload_ms: 0.0 };
+    let mut sim = Sim { streamer, layout, frame: 0, upload_ms: 0.0, upload_gpu: None };
     sim.step(None, None);
     let view = block(0, 0, 0, 2, 2);
     let mut unavailable = 0;
@@ -351,6 +354,56 @@ fn the_upload_budget_setting_caps_the_adaptive_budget() {
     }
     sim.streamer.set_upload_budget(1000);
     assert!(sim.streamer.upload_budget() <= 1000);
+}
+
+/// A burst (a view of 256 tiles and their ancestors back from the host cache after the
+/// pool was flushed) is spread over frames
+/// once uploads are priced: CPU 2 µs and GPU 3 µs a tile against a slice of 0.1 ms
+/// caps a frame at about 20 tiles, the coarse ones first, and the view still gets there.
+#[test]
+fn a_burst_is_sliced_at_the_measured_price_of_a_tile() {
+    let big = TextureLayout::new(4096, 4096, 128, 4).unwrap();
+    let p = pool(vec![big], (32, 32), vec![TargetFormat::Rgba8]);
+    let config = StreamerConfig {
+        upload_slice_ms: Some(0.1),
+        max_uploads_per_frame: 1024,
+        prefetch_neighbours: false,
+        ..Default::default()
+    };
+    let mut sim = Sim::new(&p, config, vec![], vec![]);
+    let view = block(0, 16, 16, 16, 16);
+    // The view once, then the pool flushed: its tiles all wait in the host cache, as
+    // after `tessera bench --flush-every`, and arrive in one burst.
+    sim.settle(&view, 300);
+    sim.streamer.flush_vram();
+    let (mut frames, mut uploads) = (0, Vec::new());
+    let (mut priced, mut sliced) = (false, 0);
+    while frames < 300 {
+        let plan = sim.step(Some(&view), None);
+        if frames > 2 && sim.streamer.fully_resident() {
+            break;
+        }
+        let n = plan.uploads.len();
+        // A slice holds the coarsest missing tiles first.
+        assert!(plan.uploads.windows(2).all(|w| w[0].tile.mip >= w[1].tile.mip), "coarse first");
+        if priced {
+            // The CPU price rises from the 0 of the settling frames (which reported no
+            // time) towards 2 µs: the cap falls from 25 towards 20 tiles.
+            let cap = plan.stats.upload_slice_tiles.unwrap();
+            assert!((20..=25).contains(&cap), "frame {frames}: cap {cap}");
+            assert!(n <= cap, "frame {frames}: {n} uploads over the {cap} a 0.1 ms slice holds");
+            sliced += usize::from(n == cap);
+        }
+        priced |= n >= 16;
+        sim.upload_ms = 0.002 * n as f64;
+        sim.upload_gpu = (n > 0).then_some((0.003 * n as f64, n));
+        uploads.push(n);
+        frames += 1;
+    }
+    assert!(sim.streamer.fully_resident(), "the view never became resident: {uploads:?}");
+    assert!(uploads.iter().sum::<usize>() >= 256, "{uploads:?}");
+    assert!(sliced >= 2, "the burst was not sliced: {uploads:?}");
+    assert_page_table_consistent(&sim.streamer);
 }
 
 /// A loop paced by vsync: every frame takes the display's 16.7 ms, so a target of 16.6

@@ -173,6 +173,7 @@ pub mod params;
 pub mod pool;
 mod prediction;
 pub mod staging;
+mod upload_timer;
 
 pub use context::{GpuContext, OPTIONAL_FEATURES};
 pub use error::RenderError;
@@ -184,7 +185,7 @@ pub use pool::{POOL_FORMAT, POOL_FORMAT_LINEAR, UNWRITTEN};
 pub use tessera_core as core;
 pub use tessera_core::stream::stats::StreamFrame;
 pub use tessera_core::stream::streamer::StreamerConfig;
-pub use vt::{DetachedFrame, VirtualTextures, VtConfig, VtFrame, VtLayer};
+pub use vt::{DetachedFrame, UploadSlicing, VirtualTextures, VtConfig, VtFrame, VtLayer};
 /// The wgpu this crate is built against: use it for your own device and pipelines, so
 /// that the versions always match.
 pub use wgpu;

@@ -19,3 +19,4 @@ pub mod simulate;
 pub mod staging;
 pub mod stats;
 pub mod streamer;
+pub mod upload_slice;

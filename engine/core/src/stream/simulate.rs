@@ -129,6 +129,7 @@ fn scaling_row(
             feedback: Some(&feedback),
             last_frame_ms: None,
             last_upload_ms: 0.0,
+            upload_gpu: None,
             predicted: None,
         });
         let t2 = Instant::now();
@@ -233,6 +234,7 @@ pub fn soak(config: SoakConfig) -> Result<Vec<SoakSample>, StreamerError> {
             feedback: Some(&feedback),
             last_frame_ms: None,
             last_upload_ms: 0.0,
+            upload_gpu: None,
             predicted: None,
         });
         times.push(t0.elapsed().as_secs_f64() * 1e3);

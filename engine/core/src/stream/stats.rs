@@ -158,8 +158,11 @@ pub struct StreamFrame {
     pub became_fully_resident: bool,
     /// The automatic mip bias in effect for this frame (0 without oversubscription).
     pub auto_mip_bias: f32,
-    /// The upload budget (tiles) for this frame.
+    /// The upload budget (tiles) for this frame, the burst slice included.
     pub upload_budget: usize,
+    /// The cap a burst slice put on this frame's uploads
+    /// ([`crate::stream::streamer::StreamerConfig::upload_slice_ms`]), once priced.
+    pub upload_slice_tiles: Option<usize>,
     /// Prefetch requests (neighbours, regions) handed to the loader this frame.
     pub prefetches: usize,
     /// Requests for a predicted view's tiles (`FrameInput::predicted`) handed to the

@@ -204,7 +204,12 @@ impl TilePool {
                     | wgpu::TextureUsages::COPY_SRC
                     | wgpu::TextureUsages::RENDER_ATTACHMENT
             },
-            view_formats: if mixed { std::slice::from_ref(&other) } else { &[] },
+            // The plain variant also serves an sRGB pool's level-1 copies.
+            view_formats: if other != format && (mixed || !target.is_block_compressed()) {
+                std::slice::from_ref(&other)
+            } else {
+                &[]
+            },
         });
         let view = texture.create_view(&wgpu::TextureViewDescriptor::default());
         let linear_view = mixed.then(|| {
@@ -224,7 +229,7 @@ impl TilePool {
                     pitch,
                 ))
             } else {
-                SlotMips::Rendered(RenderedMips::new(device, &texture, format, slot_texels))
+                SlotMips::Rendered(RenderedMips::new(device, &texture, format, other, slot_texels))
             }
         });
         let pool = Self {

@@ -12,12 +12,22 @@ pub(super) enum SlotMips {
     Encoded(EncodedMips),
 }
 
-/// Level 1 of a two-level uncompressed pool: a render pass that downsamples each
-/// uploaded slot.
+/// Level 1 of a two-level uncompressed pool: one instanced draw that downsamples each
+/// uploaded slot whose parent is out, and one that copies each other slot's parent
+/// quadrant. The copies read and write the pool through its plain (`Unorm`) views, so
+/// an sRGB pool's bytes move unconverted, bit for bit, as a texture copy would; one
+/// draw instead of a copy command per slot, which on a hardware GPU waits for the one
+/// before it (each copy into the pool is a transfer barrier: 347 slots of a burst took
+/// 3.3 ms on an H100, issue 45).
 pub(super) struct RenderedMips {
+    /// Downsamples (step 2), in the pool's own format (sRGB: averaged in linear light).
     pipeline: wgpu::RenderPipeline,
     bind_group: wgpu::BindGroup,
     level1: wgpu::TextureView,
+    /// Parent quadrant copies (step 1), through the plain views.
+    copy_pipeline: wgpu::RenderPipeline,
+    copy_bind_group: wgpu::BindGroup,
+    copy_level1: wgpu::TextureView,
     /// The slots of one batch (`[u32; 2]` each) and how many the buffer holds.
     instances: Mutex<(wgpu::Buffer, u64)>,
 }
@@ -45,21 +55,26 @@ impl SlotMipJob {
 pub(super) const SLOT_INSTANCE_BYTES: u64 = std::mem::size_of::<SlotMipJob>() as u64;
 
 impl RenderedMips {
+    /// Level 1 of `texture` in `format`, whose plain variant `raw` (the same for a
+    /// linear pool) is among its view formats.
     pub(super) fn new(
         device: &wgpu::Device,
         texture: &wgpu::Texture,
         format: wgpu::TextureFormat,
+        raw: wgpu::TextureFormat,
         slot_texels: u32,
     ) -> Self {
-        let level = |base| {
+        let level = |base, format| {
             texture.create_view(&wgpu::TextureViewDescriptor {
                 label: Some("tessera pool level"),
+                format: Some(format),
                 base_mip_level: base,
                 mip_level_count: Some(1),
                 ..Default::default()
             })
         };
-        let (level0, level1) = (level(0), level(1));
+        let (level0, level1) = (level(0, format), level(1, format));
+        let (raw0, copy_level1) = (level(0, raw), level(1, raw));
         let size = texture.size().mip_level_size(1, wgpu::TextureDimension::D2);
         let params: [f32; 4] = [(slot_texels / 2) as f32, 0.0, size.width as f32, size.height as f32];
         let uniform = wgpu::util::DeviceExt::create_buffer_init(
@@ -112,54 +127,60 @@ impl RenderedMips {
                 },
             ],
         });
-        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("tessera slot mip"),
-            layout: &bgl,
-            entries: &[
-                wgpu::BindGroupEntry { binding: 0, resource: wgpu::BindingResource::TextureView(&level0) },
-                wgpu::BindGroupEntry { binding: 1, resource: wgpu::BindingResource::Sampler(&sampler) },
-                wgpu::BindGroupEntry { binding: 2, resource: uniform.as_entire_binding() },
-            ],
-        });
+        let bind = |view: &wgpu::TextureView| {
+            device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("tessera slot mip"),
+                layout: &bgl,
+                entries: &[
+                    wgpu::BindGroupEntry { binding: 0, resource: wgpu::BindingResource::TextureView(view) },
+                    wgpu::BindGroupEntry { binding: 1, resource: wgpu::BindingResource::Sampler(&sampler) },
+                    wgpu::BindGroupEntry { binding: 2, resource: uniform.as_entire_binding() },
+                ],
+            })
+        };
+        let (bind_group, copy_bind_group) = (bind(&level0), bind(&raw0));
         let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
             label: Some("tessera slot mip"),
             bind_group_layouts: &[Some(&bgl)],
             immediate_size: 0,
         });
-        let pipeline = device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
-            label: Some("tessera slot mip"),
-            layout: Some(&layout),
-            vertex: wgpu::VertexState {
-                module: &module,
-                entry_point: Some("vs_slot"),
-                compilation_options: Default::default(),
-                buffers: &[Some(wgpu::VertexBufferLayout {
-                    array_stride: SLOT_INSTANCE_BYTES,
-                    step_mode: wgpu::VertexStepMode::Instance,
-                    attributes: &wgpu::vertex_attr_array![0 => Uint32x2, 1 => Uint32x2, 2 => Uint32],
-                })],
-            },
-            fragment: Some(wgpu::FragmentState {
-                module: &module,
-                entry_point: Some("fs_slot"),
-                compilation_options: Default::default(),
-                targets: &[Some(wgpu::ColorTargetState {
-                    format,
-                    blend: None,
-                    write_mask: wgpu::ColorWrites::ALL,
-                })],
-            }),
-            primitive: wgpu::PrimitiveState {
-                topology: wgpu::PrimitiveTopology::TriangleStrip,
-                ..Default::default()
-            },
-            depth_stencil: None,
-            multisample: wgpu::MultisampleState::default(),
-            multiview_mask: None,
-            cache: None,
-        });
+        let pipeline_for = |format| {
+            device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
+                label: Some("tessera slot mip"),
+                layout: Some(&layout),
+                vertex: wgpu::VertexState {
+                    module: &module,
+                    entry_point: Some("vs_slot"),
+                    compilation_options: Default::default(),
+                    buffers: &[Some(wgpu::VertexBufferLayout {
+                        array_stride: SLOT_INSTANCE_BYTES,
+                        step_mode: wgpu::VertexStepMode::Instance,
+                        attributes: &wgpu::vertex_attr_array![0 => Uint32x2, 1 => Uint32x2, 2 => Uint32],
+                    })],
+                },
+                fragment: Some(wgpu::FragmentState {
+                    module: &module,
+                    entry_point: Some("fs_slot"),
+                    compilation_options: Default::default(),
+                    targets: &[Some(wgpu::ColorTargetState {
+                        format,
+                        blend: None,
+                        write_mask: wgpu::ColorWrites::ALL,
+                    })],
+                }),
+                primitive: wgpu::PrimitiveState {
+                    topology: wgpu::PrimitiveTopology::TriangleStrip,
+                    ..Default::default()
+                },
+                depth_stencil: None,
+                multisample: wgpu::MultisampleState::default(),
+                multiview_mask: None,
+                cache: None,
+            })
+        };
+        let (pipeline, copy_pipeline) = (pipeline_for(format), pipeline_for(raw));
         let instances = Mutex::new((Self::instance_buffer(device, 256), 256));
-        Self { pipeline, bind_group, level1, instances }
+        Self { pipeline, bind_group, level1, copy_pipeline, copy_bind_group, copy_level1, instances }
     }
 
     fn instance_buffer(device: &wgpu::Device, slots: u64) -> wgpu::Buffer {
@@ -171,7 +192,8 @@ impl RenderedMips {
         })
     }
 
-    /// Records the level-1 pass over `slots` into `encoder` (after their uploads).
+    /// Records the level-1 passes over `slots` into `encoder` (after their uploads):
+    /// one draw of the parent quadrant copies (step 1), one of the downsamples.
     pub(super) fn record(
         &self,
         device: &wgpu::Device,
@@ -188,24 +210,41 @@ impl RenderedMips {
             let capacity = n.next_power_of_two();
             *instances = (Self::instance_buffer(device, capacity), capacity);
         }
-        queue.write_buffer(&instances.0, 0, bytemuck::cast_slice(slots));
-        let mut pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
-            label: Some("tessera slot mips"),
-            color_attachments: &[Some(wgpu::RenderPassColorAttachment {
-                view: &self.level1,
-                depth_slice: None,
-                resolve_target: None,
-                ops: wgpu::Operations { load: wgpu::LoadOp::Load, store: wgpu::StoreOp::Store },
-            })],
-            depth_stencil_attachment: None,
-            timestamp_writes: None,
-            occlusion_query_set: None,
-            multiview_mask: None,
-        });
-        pass.set_pipeline(&self.pipeline);
-        pass.set_bind_group(0, &self.bind_group, &[]);
-        pass.set_vertex_buffer(0, instances.0.slice(..n * SLOT_INSTANCE_BYTES));
-        pass.draw(0..4, 0..n as u32);
+        let (copies, downsamples): (Vec<SlotMipJob>, Vec<SlotMipJob>) =
+            slots.iter().partition(|j| j.step == 1);
+        let ordered = [copies.as_slice(), downsamples.as_slice()].concat();
+        queue.write_buffer(&instances.0, 0, bytemuck::cast_slice(&ordered));
+        let copied = copies.len() as u64;
+        let passes = [
+            (&self.copy_level1, &self.copy_pipeline, &self.copy_bind_group, 0..copied),
+            (&self.level1, &self.pipeline, &self.bind_group, copied..n),
+        ];
+        for (view, pipeline, bind_group, range) in passes {
+            if range.is_empty() {
+                continue;
+            }
+            let mut pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
+                label: Some("tessera slot mips"),
+                color_attachments: &[Some(wgpu::RenderPassColorAttachment {
+                    view,
+                    depth_slice: None,
+                    resolve_target: None,
+                    ops: wgpu::Operations { load: wgpu::LoadOp::Load, store: wgpu::StoreOp::Store },
+                })],
+                depth_stencil_attachment: None,
+                timestamp_writes: None,
+                occlusion_query_set: None,
+                multiview_mask: None,
+            });
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, bind_group, &[]);
+            let count = (range.end - range.start) as u32;
+            pass.set_vertex_buffer(
+                0,
+                instances.0.slice(range.start * SLOT_INSTANCE_BYTES..range.end * SLOT_INSTANCE_BYTES),
+            );
+            pass.draw(0..4, 0..count);
+        }
     }
 }
 

@@ -291,9 +291,12 @@ impl TilePool {
                 _ => None,
             };
             match parent {
+                // Block pools copy whole blocks; uncompressed ones draw their copies
+                // all at once ([`RenderedMips`]).
                 Some(src)
-                    if !self.target.is_block_compressed()
-                        || (src[0].is_multiple_of(4) && src[1].is_multiple_of(4)) =>
+                    if self.target.is_block_compressed()
+                        && src[0].is_multiple_of(4)
+                        && src[1].is_multiple_of(4) =>
                 {
                     encoder.copy_texture_to_texture(
                         wgpu::TexelCopyTextureInfo {

@@ -15,9 +15,11 @@ impl VirtualTextures {
         ctx.check()?;
         let device = &ctx.device;
         let (plan, pools) = Self::make_pools(ctx, &atlas, &config)?;
+        let slice_ms = config.upload_slice_ms(ctx);
+        let streaming = StreamerConfig { upload_slice_ms: slice_ms, ..config.streamer() };
         let mut streamer = match &config.shared {
-            Some(shared) => Streamer::new_shared(atlas.clone(), &plan, config.streamer(), shared),
-            None => Streamer::new(atlas.clone(), &plan, config.streamer()),
+            Some(shared) => Streamer::new_shared(atlas.clone(), &plan, streaming, shared),
+            None => Streamer::new(atlas.clone(), &plan, streaming),
         }
         .map_err(|e| RenderError::Config(e.to_string()))?;
         let staging = Self::make_staging(ctx, &pools, &mut streamer, config.staging_mib);
@@ -62,6 +64,7 @@ impl VirtualTextures {
             table_unconfirmed: false,
             update_timestamps: None,
             upload_timestamps: None,
+            upload_timer: slice_ms.and_then(|_| UploadTimer::new(device, &ctx.queue)),
         };
         // Uploads the coarsest tiles the streamer loaded, and writes every parameter block.
         let plan = vt.streamer.frame(FrameInput::default());

@@ -81,6 +81,33 @@ pub struct VtConfig {
     /// staging records, so a burst is a few copies); off: one copy per tile, to
     /// compare. [`StreamFrame::upload_copies`] counts them.
     pub merged_copies: bool,
+    /// How bursts of uploads (a camera cut, a flushed pool) are spread over frames so
+    /// that no frame takes them all at once; see [`UploadSlicing`]. Sets the streaming
+    /// settings' `upload_slice_ms`, which is not read here.
+    pub upload_slicing: UploadSlicing,
+}
+
+/// Upload work a frame may take by default where bursts are sliced
+/// ([`UploadSlicing::Auto`]), ms, CPU and GPU together.
+pub const DEFAULT_UPLOAD_SLICE_MS: f64 = 0.5;
+
+/// How bursts of uploads are spread over frames ([`VtConfig::upload_slicing`]): each
+/// frame uploads at most as many tiles as fit a slice of milliseconds at the measured
+/// price of a tile (the CPU's recording, and the GPU's copies and level 1 timed with
+/// timestamps read back frames later), coarse mips first, below the upload budget;
+/// the tiles left wait a frame or two in the ready queue while their ancestors show.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum UploadSlicing {
+    /// [`DEFAULT_UPLOAD_SLICE_MS`] on a hardware GPU that can time its uploads
+    /// (`TIMESTAMP_QUERY_INSIDE_ENCODERS`); off elsewhere (software adapters, where
+    /// GPU work is CPU work and slower by orders of magnitude, and browsers).
+    #[default]
+    Auto,
+    /// No cap beyond the upload budget: a burst takes one frame.
+    Off,
+    /// At most this many milliseconds of upload work a frame (the GPU's share counted
+    /// where the device can time it).
+    Ms(f64),
 }
 
 impl Default for VtConfig {
@@ -101,6 +128,7 @@ impl Default for VtConfig {
             feedback_target_with_early_depth: false,
             prediction: false,
             merged_copies: true,
+            upload_slicing: UploadSlicing::Auto,
         }
     }
 }
@@ -120,6 +148,11 @@ impl VtConfig {
         if let Err(what) = self.streaming.validate() {
             return bad(format!("streaming.{what}"));
         }
+        if let UploadSlicing::Ms(ms) = self.upload_slicing
+            && !(ms.is_finite() && ms > 0.0)
+        {
+            return bad(format!("upload_slicing {ms} ms is not a positive number of milliseconds"));
+        }
         if self.debug_view >= DEBUG_VIEWS {
             return bad(format!("debug_view {} is outside 0..{DEBUG_VIEWS}", self.debug_view));
         }
@@ -132,6 +165,18 @@ impl VtConfig {
         StreamerConfig {
             complete_page_table: self.page_table == PageTableStorage::Complete,
             ..self.streaming.clone()
+        }
+    }
+
+    /// The burst slice on `ctx`'s device ([`VtConfig::upload_slicing`]), ms; `None`: off.
+    pub fn upload_slice_ms(&self, ctx: &crate::GpuContext) -> Option<f64> {
+        match self.upload_slicing {
+            UploadSlicing::Auto => {
+                let timed = ctx.device.features().contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
+                (timed && ctx.info.device_type != wgpu::DeviceType::Cpu).then_some(DEFAULT_UPLOAD_SLICE_MS)
+            }
+            UploadSlicing::Off => None,
+            UploadSlicing::Ms(ms) => Some(ms),
         }
     }
 }

@@ -35,6 +35,7 @@ impl VirtualTextures {
             feedback: arrived.as_ref(),
             last_frame_ms,
             last_upload_ms: self.last_upload_ms,
+            upload_gpu: self.upload_timer.as_mut().and_then(UploadTimer::collect),
             predicted: predicted.as_ref(),
         });
         let mut stats = self.execute(ctx, plan);
@@ -137,6 +138,9 @@ impl VirtualTextures {
         let timed = !plan.uploads.is_empty();
         if timed {
             self.mark_uploads(ctx, 0);
+            if let Some(timer) = self.upload_timer.as_mut() {
+                timer.start(&ctx.device, &ctx.queue, plan.uploads.len());
+            }
         }
         for (part, (pool, &len)) in self.pools.iter().zip(lengths).enumerate() {
             // The streamer only hands out tiles of exactly the summed part lengths.
@@ -153,6 +157,9 @@ impl VirtualTextures {
             offset += len;
         }
         if timed {
+            if let Some(timer) = self.upload_timer.as_mut() {
+                timer.end(&ctx.device, &ctx.queue);
+            }
             self.mark_uploads(ctx, 1);
         }
         let staged_tiles: Vec<StagedTile> = staged.into_iter().map(|(_, t)| t.clone()).collect();
@@ -207,9 +214,9 @@ impl VirtualTextures {
     /// Writes timestamp `index` of the upload queries in a command buffer of its own.
     fn mark_uploads(&self, ctx: &GpuContext, index: u32) {
         if let Some((set, first)) = &self.upload_timestamps {
-            let mut encoder = ctx
-                .device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera upload timestamp") });
+            let mut encoder = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("tessera upload timestamp"),
+            });
             encoder.write_timestamp(set, first + index);
             ctx.queue.submit([encoder.finish()]);
         }

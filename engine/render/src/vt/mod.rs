@@ -38,6 +38,7 @@ use crate::params::{LayerBinding, Resources, ShaderProbe, VtParams, bind_group_l
 use crate::pool::{TilePool, format_support};
 use crate::prediction::Prediction;
 use crate::staging::GpuStaging;
+use crate::upload_timer::UploadTimer;
 
 pub use crate::params::MAX_ANISOTROPY;
 
@@ -61,7 +62,7 @@ mod config;
 mod execute;
 mod frame;
 
-pub use config::VtConfig;
+pub use config::{DEFAULT_UPLOAD_SLICE_MS, UploadSlicing, VtConfig};
 pub use frame::{DetachedFrame, VtFrame};
 
 /// A layer of one [`VirtualTextures`] that can be bound: from
@@ -103,6 +104,9 @@ pub struct VirtualTextures {
     update_timestamps: Option<(wgpu::QuerySet, u32)>,
     /// The benchmark's upload timestamps ([`VirtualTextures::time_uploads`]).
     upload_timestamps: Option<(wgpu::QuerySet, u32)>,
+    /// The GPU time of each frame's uploads, for the burst slice
+    /// ([`VtConfig::upload_slicing`]).
+    upload_timer: Option<UploadTimer>,
     feedback: Feedback,
     /// The colour-target feedback path: its target and resolve pass.
     feedback_targets: FeedbackTargets,

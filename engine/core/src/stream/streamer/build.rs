@@ -197,6 +197,7 @@ impl Streamer {
                 ..BiasConfig::default()
             }),
             budget,
+            slice: config.upload_slice_ms.map(crate::stream::upload_slice::UploadSlice::new),
             tile_bytes: tile_bytes as u64,
             config: StreamerConfig { feedback_stride: stride, ..config },
             recent_feedback: Default::default(),

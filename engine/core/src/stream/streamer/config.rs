@@ -49,6 +49,12 @@ pub struct StreamerConfig {
     /// Adapt the per-frame upload budget to this frame time (ms); `None`: the fixed
     /// `max_uploads_per_frame`.
     pub target_frame_ms: Option<f64>,
+    /// Spread bursts over frames: at most as many uploads a frame as fit this many
+    /// milliseconds of upload work, CPU and GPU together, at the measured price of a
+    /// tile ([`crate::stream::upload_slice`]), below the upload budget; `None` (the
+    /// default here; the renderer turns it on where it can time the GPU's share): no
+    /// cap beyond the budget.
+    pub upload_slice_ms: Option<f64>,
     /// Also request the same-mip neighbours of requested tiles, at the lowest priority,
     /// into free or unneeded slots only.
     pub prefetch_neighbours: bool,
@@ -92,6 +98,9 @@ impl StreamerConfig {
         if let Some(ms) = self.target_frame_ms.filter(|ms| !(ms.is_finite() && *ms > 0.0)) {
             return Err(format!("target_frame_ms {ms} must be a positive number of milliseconds"));
         }
+        if let Some(ms) = self.upload_slice_ms.filter(|ms| !(ms.is_finite() && *ms > 0.0)) {
+            return Err(format!("upload_slice_ms {ms} must be a positive number of milliseconds"));
+        }
         Ok(())
     }
 }
@@ -129,6 +138,7 @@ impl Default for StreamerConfig {
             mip_bias: 0.0,
             auto_mip_bias: true,
             target_frame_ms: None,
+            upload_slice_ms: None,
             prefetch_neighbours: true,
             staleness: Staleness::default(),
             loader_stack_bytes: None,

@@ -17,6 +17,23 @@ impl Streamer {
             let b = budget.update(frame_ms, input.last_upload_ms, self.last_uploads);
             self.residency.set_upload_budget(b.tiles, b.bytes.max(1));
         }
+        if let Some(slice) = self.slice.as_mut() {
+            slice.observe_cpu(input.last_upload_ms, self.last_uploads);
+            if let Some((ms, tiles)) = input.upload_gpu {
+                slice.observe_gpu(ms, tiles);
+            }
+            let budget = match &self.budget {
+                Some(b) => b.budget().tiles,
+                None => self.config.max_uploads_per_frame,
+            };
+            let tiles = slice.tiles().map_or(budget, |cap| cap.min(budget));
+            let bytes = match &self.budget {
+                Some(b) => b.budget().bytes.max(1),
+                None => self.config.max_upload_bytes_per_frame,
+            };
+            self.residency.set_upload_budget(tiles, bytes);
+            out.upload_slice_tiles = slice.tiles();
+        }
         out.upload_budget = self.residency.config().max_uploads_per_frame;
         match input.feedback.filter(|_| !self.frozen) {
             Some(fb) => self.take_feedback(frame, fb, &mut out),

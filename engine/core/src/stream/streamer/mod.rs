@@ -94,6 +94,9 @@ pub struct FrameInput<'a> {
     pub last_frame_ms: Option<f64>,
     /// Time the renderer spent executing the previous plan's uploads, ms.
     pub last_upload_ms: f64,
+    /// GPU time of an earlier frame's uploads that arrived since the last call
+    /// (milliseconds, tiles), for [`StreamerConfig::upload_slice_ms`].
+    pub upload_gpu: Option<(f64, usize)>,
 }
 
 /// Values the shaders need this frame.
@@ -163,6 +166,8 @@ pub struct Streamer {
     config: StreamerConfig,
     bias: MipBiasController,
     budget: Option<UploadBudgetController>,
+    /// The cap that spreads bursts ([`StreamerConfig::upload_slice_ms`]).
+    slice: Option<crate::stream::upload_slice::UploadSlice>,
     /// Bytes of one tile over every stacked pool, for the byte budget.
     tile_bytes: u64,
     /// The last stride² readbacks: their union is what the view wants (requests, the
