@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release -p bevy_tessera --example scene_bench -- \
 //!     [--textures streamed|resident] [--camera walk|still] [--frames 600] \
-//!     [--size 1920x1080] [--pool-mib 64] [--gltf LEVEL.gltf] [--prepass]
+//!     [--size 1920x1080] [--pool-mib 64] [--gltf LEVEL.gltf] [--prepass] [--png FRAME.png]
 //! ```
 //!
 //! `--prepass` gives the camera a `DepthPrepass`: streamed materials then record their
@@ -16,7 +16,8 @@
 //! `--camera walk` the camera loops Tessera's walk preset of the level, so streaming
 //! keeps working. Prints one JSON object: medians and 95th percentiles of the wall
 //! time per frame and of the GPU time of Bevy's passes (timestamp queries, where the
-//! adapter has them), and the GPU memory of the textures.
+//! adapter has them), and the GPU memory of the textures. `--png` also writes the last
+//! frame, to see what was measured.
 
 use std::time::Instant;
 
@@ -27,6 +28,7 @@ use bevy::diagnostic::DiagnosticsStore;
 use bevy::prelude::*;
 use bevy::render::diagnostic::RenderDiagnosticsPlugin;
 use bevy::render::render_resource::TextureFormat;
+use bevy::render::view::screenshot::Screenshot;
 use bevy_tessera::scene::{
     BakedScene, camera_transform, resident_bytes, resident_materials, scene_mesh, streamed_materials, sun,
 };
@@ -46,6 +48,7 @@ struct Options {
     pool_mib: u32,
     gltf: Option<String>,
     prepass: bool,
+    png: Option<std::path::PathBuf>,
 }
 
 fn options() -> Result<Options, String> {
@@ -57,6 +60,7 @@ fn options() -> Result<Options, String> {
         pool_mib: 64,
         gltf: None,
         prepass: false,
+        png: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -85,6 +89,7 @@ fn options() -> Result<Options, String> {
             }
             "--gltf" => o.gltf = Some(value()?),
             "--prepass" => o.prepass = true,
+            "--png" => o.png = Some(value()?.into()),
             _ => return Err(format!("unknown argument {flag}")),
         }
     }
@@ -151,6 +156,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut target = Image::new_target_texture(o.size.0, o.size.1, TextureFormat::Rgba8UnormSrgb, None);
     target.texture_descriptor.label = Some("scene_bench target");
     let target = world.resource_mut::<Assets<Image>>().add(target);
+    let frame_image = target.clone();
     let path = CameraPath::for_scene(None, Some(&level.scene), Shot::Tour)?;
     let (transform, projection) = camera_transform(&path.camera_at(0));
     let camera = world
@@ -266,6 +272,21 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             uploads += s.stream.uploads as u64;
         }
     }
+    if let Some(png) = &o.png {
+        // An older file would end the wait below before the new one is written.
+        let _ = std::fs::remove_file(png);
+        app.world_mut()
+            .spawn(Screenshot::image(frame_image))
+            .observe(bevy::render::view::screenshot::save_to_disk(png.clone()));
+        // The screenshot is taken in the next frame and written by a task after it.
+        for _ in 0..3 {
+            app.update();
+        }
+        let start = Instant::now();
+        while !png.is_file() && start.elapsed().as_secs() < 10 {
+            app.update();
+        }
+    }
     let stats_now = app.world().resource::<TesseraStats>().clone();
     let atlas_stats = stats_now.atlases.values().next();
     if let Some((atlas, why)) = stats_now.failed.iter().next() {
@@ -291,12 +312,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let (prepass_median, _) = stats(gpu_prepass);
     let json = format!(
         concat!(
-            "{{\"textures\":\"{}\",\"camera\":\"{}\",\"prepass\":{},\"size\":[{},{}],\"frames\":{},\"warm_up_frames\":{},",
+            "{{\"level\":{:?},\"textures\":\"{}\",\"camera\":\"{}\",\"prepass\":{},\"size\":[{},{}],\"frames\":{},\"warm_up_frames\":{},",
             "\"warm_up_s\":{:.2},\"adapter\":{:?},\"wall_ms_median\":{},\"wall_ms_p95\":{},",
             "\"gpu_ms_median\":{},\"gpu_ms_p95\":{},\"gpu_frames\":{},\"opaque_pass_gpu_ms_median\":{},",
             "\"opaque_pass_gpu_ms_p95\":{},\"prepass_gpu_ms_median\":{},\"texture_bytes\":{},\"pool_mib\":{},\"mean_resident_fraction\":{:.4},",
             "\"uploads\":{},\"gpu_spans\":{:?}}}"
         ),
+        o.gltf.as_deref().unwrap_or("dungeon"),
         if o.streamed { "streamed" } else { "resident" },
         if o.walk { "walk" } else { "still" },
         o.prepass,

@@ -390,6 +390,8 @@ fn atlas_name(handle: &Handle<TesseraAtlas>) -> String {
 pub struct TesseraPlugin {
     /// The configuration of every atlas' virtual textures (pool size, host cache,
     /// loader threads, upload budget...). The page table is always a storage buffer.
+    /// `pool_mib` is each atlas' most: an atlas whose whole mip chain fits in fewer
+    /// slots (a small level) gets a pool of that size instead.
     pub config: VtConfig,
     /// For unattended runs (tests, CI, benchmarks): exit after a number of frames,
     /// saving a screenshot of the primary window first. `None` (the default): run on.

@@ -251,9 +251,40 @@ pub(super) fn open_one(
     stream(ctx, Arc::new(atlas), config)
 }
 
-/// The virtual textures of an opened atlas on the host's device.
+/// The virtual textures of an opened atlas on the host's device, with a pool no larger
+/// than the atlas can fill ([`fitted_pool_mib`]).
 fn stream(ctx: &GpuContext, atlas: Arc<Atlas>, config: &VtConfig) -> Result<VirtualTextures, String> {
-    VirtualTextures::new(ctx, atlas, config.clone()).map_err(|e| e.to_string())
+    let layers = atlas.layers();
+    let tiles = if atlas.is_stacked() {
+        layers.first().map_or(0, |l| l.layout.tile_count())
+    } else {
+        layers.iter().map(|l| l.layout.tile_count()).sum()
+    };
+    let padded = layers.first().map_or(0, |l| l.layout.padded_tile_size());
+    let pool_mib = fitted_pool_mib(config.pool_mib, tiles, layers.len(), padded);
+    if pool_mib < config.pool_mib {
+        info!(
+            "Tessera atlas {}: a {pool_mib} MiB pool holds all its {tiles} tiles (not the {} MiB asked)",
+            atlas.path().display(),
+            config.pool_mib
+        );
+    }
+    VirtualTextures::new(ctx, atlas, VtConfig { pool_mib, ..config.clone() }).map_err(|e| e.to_string())
+}
+
+/// The pool size for an atlas of `tiles` tile ids in `layers` layers of `padded`² stored
+/// tiles: `requested` MiB, or less where that many would hold more slots than the atlas
+/// has tiles. A small level then takes what its whole mip chain needs instead of the
+/// plugin's budget (a 1024² scene atlas: 29 MiB, not 64). The bound assumes the largest
+/// slot, RGBA8 in every layer with its 2× downsample, so any pool format gets at least
+/// the slots it needs, with room for the slot grid's rounding (`slot_grid` makes a
+/// near-square grid that can hold up to a row fewer than the bytes allow).
+pub(super) fn fitted_pool_mib(requested: u32, tiles: u64, layers: usize, padded: u32) -> u32 {
+    let side = u64::from(padded);
+    let slot_bytes = layers.max(1) as u64 * 4 * (side * side + (side / 2) * (side / 2));
+    let slots = tiles + 2 * (tiles as f64).sqrt().ceil() as u64 + 2;
+    let needed = (slots * slot_bytes).div_ceil(1 << 20).max(1);
+    u32::try_from(needed).map_or(requested, |n| requested.min(n))
 }
 
 /// Bindings for an atlas that failed to open: a zeroed parameter block (so
@@ -379,4 +410,49 @@ fn enabled_defs(defs: &[ShaderDefVal]) -> String {
         ShaderDefVal::UInt(name, v) => Some(format!("{name} = {v}")),
     });
     on.collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fitted_pool_mib;
+    use tessera::core::format::codec::TargetFormat;
+    use tessera::core::stream::pool_layout::slot_grid;
+
+    /// Slots of a pool of `mib` MiB in `format` on the hardware trilinear path (each slot
+    /// `pitch`² plus its 2× downsample), as the renderer lays it out.
+    fn slots(mib: u32, format: TargetFormat, layers: u64, pitch: u32) -> u64 {
+        let bytes = layers * (format.bytes_per_tile(pitch) + format.bytes_per_tile(pitch / 2)) as u64;
+        let (x, y) = slot_grid(mib, bytes, 16384 / pitch);
+        u64::from(x) * u64::from(y)
+    }
+
+    #[test]
+    fn a_fitted_pool_holds_every_tile_of_the_atlas_in_any_format() {
+        for layers in 1..=3u64 {
+            for tiles in (1..400).chain([767, 1365, 5461]) {
+                let mib = fitted_pool_mib(1 << 20, tiles, layers as usize, 136);
+                let what = format!("{tiles} tiles in {layers} layers, {mib} MiB");
+                let rgba8 = slots(mib, TargetFormat::Rgba8, layers, 136);
+                assert!(rgba8 >= tiles, "{what}: {rgba8} RGBA8 slots");
+                // A block pool's slots have a margin of the tile's border.
+                assert!(slots(mib, TargetFormat::Bc7, layers, 144) >= tiles, "{what}: BC7");
+                // Little waste: the grid's rounding and the last MiB.
+                let per_mib = slots(1, TargetFormat::Rgba8, layers, 136).max(1);
+                assert!(
+                    rgba8 <= tiles + 4 * (tiles as f64).sqrt().ceil() as u64 + 4 + per_mib,
+                    "{what}: {rgba8}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_large_atlas_keeps_the_pool_it_was_given() {
+        // The dungeon's 3072² stack: 24² + 12² + 6² + 3² + 2² + 1 tiles of 128² (136² stored).
+        assert_eq!(fitted_pool_mib(64, 770, 3, 136), 64);
+        // The castle's 1024² stack: 8² + 4² + 2² + 1 tiles.
+        assert_eq!(fitted_pool_mib(64, 85, 3, 136), 29);
+        assert_eq!(fitted_pool_mib(16, 85, 3, 136), 16, "never more than asked");
+        assert_eq!(fitted_pool_mib(64, 0, 0, 0), 1, "at least 1 MiB");
+    }
 }
