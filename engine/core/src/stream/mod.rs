@@ -12,6 +12,7 @@ pub mod level_one;
 pub mod loader;
 pub(crate) mod lru;
 pub mod page_table;
+pub mod produce;
 pub mod pool_layout;
 pub mod residency;
 pub mod schedule;

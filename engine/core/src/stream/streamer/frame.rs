@@ -79,6 +79,7 @@ impl Streamer {
             level_ones: plan.level_ones,
             page_table_writes,
             page_table_jobs,
+            produce: Vec::new(),
             shader: self.shader_params(frame),
             stats: out,
         }

@@ -136,6 +136,10 @@ pub struct FramePlan {
     /// rectangles of entries the GPU rewrites for this plan's uploads and evictions,
     /// run after the uploads and before drawing.
     pub page_table_jobs: crate::stream::complete_table::TableJobs,
+    /// Tiles of a produced atlas to draw this frame ([`crate::stream::produce`]),
+    /// before level 1 is made (`level_ones` holds theirs); empty for an atlas read
+    /// from a file.
+    pub produce: Vec<crate::stream::produce::ProduceJob>,
     /// Shader parameters for this frame.
     pub shader: ShaderParams,
     /// What streaming did this frame (`upload_ms` is the renderer's to fill in).
