@@ -11,11 +11,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
+use tessera_core::format::atlas::{Atlas, ColorSpace};
 use tessera_core::format::codec::TargetFormat;
 use tessera_core::stream::feedback::{FeedbackLayout, compact};
+use tessera_core::stream::level_one::LevelOneSource;
 use tessera_core::stream::loader::LoadError;
 use tessera_core::stream::page_table::decode_entry;
 use tessera_core::stream::pool_layout::{PoolLayout, Trilinear};
+use tessera_core::stream::produce::{ProduceJob, ProductionConfig};
 use tessera_core::stream::streamer::{
     FrameInput, FramePlan, SparseFeedback, Streamer, StreamerConfig, StreamerError,
 };
@@ -69,6 +72,31 @@ impl Sim {
         let mut sim = Self { streamer, layout, frame: 0, upload_ms: 0.0, upload_gpu: None };
         sim.step(None, None);
         sim
+    }
+
+    /// A streamer of a produced atlas of `layers` layers of `layout` (not stacked),
+    /// whose first frame has not run yet; feedback of one readback (stride 1), no
+    /// automatic bias and no neighbour prefetch, so that each step's view is the needed set.
+    fn produced(
+        layers: usize,
+        layout: TextureLayout,
+        slots: (u32, u32),
+        production: ProductionConfig,
+    ) -> Self {
+        let names: Vec<(String, ColorSpace)> =
+            (0..layers).map(|i| (format!("l{i}"), ColorSpace::Srgb)).collect();
+        let atlas = Arc::new(Atlas::produced("test", &names, layout, false).unwrap());
+        let p = pool(vec![layout; layers], slots, vec![TargetFormat::Rgba8]);
+        let config = StreamerConfig {
+            feedback_stride: 1,
+            auto_mip_bias: false,
+            prefetch_neighbours: false,
+            production,
+            ..Default::default()
+        };
+        let streamer = Streamer::new(atlas, &p, config).unwrap();
+        let layout = FeedbackLayout::new(&p.owners);
+        Self { streamer, layout, frame: 0, upload_ms: 0.0, upload_gpu: None }
     }
 
     /// One frame whose read-back feedback (of the previous frame) asked for `view`.
@@ -555,4 +583,311 @@ fn a_prediction_that_went_wrong_is_dropped() {
     }
     assert_eq!(sim.streamer.residency().prefetched_count(), 0, "the prediction was not dropped");
     assert!(here.iter().all(|&t| sim.streamer.residency().is_resident(t)));
+}
+
+// Runtime virtual textures (issue 43): a produced atlas' tiles are scheduled like loads
+// and listed in `FramePlan::produce` for the renderer to draw.
+
+/// Checks one plan of a produced atlas against the residency before it (`before`: tile
+/// to slot): no uploads; new tiles were not resident and are now, in their slot; refreshed
+/// tiles keep their slot and entry; every written slot has its level-1 job; new plus
+/// refreshed within the budget. Not for the first plan, which draws the coarsest tiles
+/// placed before it whatever the budget.
+fn check_produce_plan(
+    s: &Streamer,
+    before: &std::collections::HashMap<TileId, tessera_core::stream::page_table::SlotCoord>,
+    plan: &FramePlan,
+) {
+    assert!(plan.uploads.is_empty(), "a produced atlas uploads nothing");
+    assert_eq!(plan.stats.uploads, 0);
+    let res = s.residency();
+    let new = plan.produce.iter().filter(|j| !j.refresh).count();
+    assert_eq!((plan.stats.produced, plan.stats.refreshed), (new, plan.produce.len() - new));
+    assert!(
+        plan.produce.len() <= plan.stats.production_budget,
+        "{} jobs over a budget of {}",
+        plan.produce.len(),
+        plan.stats.production_budget
+    );
+    let mut slots = HashSet::new();
+    for j in &plan.produce {
+        assert!(slots.insert(j.slot), "slot {:?} written twice", j.slot);
+        assert_eq!(res.slot_of(j.tile), Some(j.slot), "{} is not resident in its slot", j.tile);
+        if j.refresh {
+            assert_eq!(before.get(&j.tile), Some(&j.slot), "{} refreshed out of place", j.tile);
+        } else {
+            assert!(!before.contains_key(&j.tile), "{} produced again while resident", j.tile);
+        }
+        assert!(plan.level_ones.iter().any(|l| l.slot == j.slot), "no level 1 for {}", j.tile);
+    }
+    // The renderer draws these tiles, nothing enters the host cache.
+    assert_eq!(s.host_cache().len(), 0);
+}
+
+fn resident(s: &Streamer) -> std::collections::HashMap<TileId, tessera_core::stream::page_table::SlotCoord> {
+    s.residency().resident_tiles().collect()
+}
+
+/// One frame of `view`, checked.
+fn produce_step(sim: &mut Sim, view: &[TileId]) -> FramePlan {
+    let before = resident(&sim.streamer);
+    let plan = sim.step(Some(view), None);
+    check_produce_plan(&sim.streamer, &before, &plan);
+    plan
+}
+
+#[test]
+fn a_produced_atlas_produces_its_coarsest_tiles_in_the_first_plan() {
+    let production = ProductionConfig { max_tiles_per_frame: 1, ..Default::default() };
+    let mut sim = Sim::produced(3, texture(), (8, 8), production);
+    assert!(sim.streamer.is_producing());
+    assert_eq!(sim.streamer.loader().threads(), 0, "no loader thread for a produced atlas");
+    let plan = sim.step(None, None);
+    let roots: Vec<TileId> = (0..3).map(|l| TileId::new(l, 3, 0, 0)).collect();
+    let mut got: Vec<TileId> = plan.produce.iter().map(|j| j.tile).collect();
+    got.sort();
+    assert_eq!(got, roots, "every layer's coarsest tile, over a budget of 1");
+    assert!(plan.produce.iter().all(|j| !j.refresh));
+    assert!(plan.uploads.is_empty());
+    assert!(!plan.page_table_writes.is_empty(), "the roots' entries are written with them");
+    assert_eq!(plan.level_ones.len(), 3);
+    assert!(plan.level_ones.iter().all(|l| l.source == LevelOneSource::Downsample));
+    assert!(roots.iter().all(|&t| sim.streamer.residency().is_pinned(t)));
+    assert_page_table_consistent(&sim.streamer);
+    // Nothing is produced twice; the next frames have nothing to do without feedback.
+    for _ in 0..3 {
+        assert!(sim.step(None, None).produce.is_empty());
+    }
+    let stats = sim.streamer.production_stats().unwrap();
+    assert_eq!((stats.produced, stats.refreshed, stats.budget), (3, 0, 1));
+    assert_eq!(sim.streamer.stats(0).disk.tiles, 0);
+}
+
+#[test]
+fn production_stays_within_the_budget_coarse_first_and_never_twice() {
+    let production = ProductionConfig { max_tiles_per_frame: 3, ..Default::default() };
+    let mut sim = Sim::produced(1, texture(), (8, 8), production);
+    sim.step(None, None);
+    let view = block(0, 2, 2, 4, 4);
+    let mut order: Vec<TileId> = Vec::new();
+    let mut frames = 0;
+    while !sim.streamer.fully_resident() {
+        let plan = produce_step(&mut sim, &view);
+        assert!(plan.produce.len() <= 3 && plan.stats.production_budget == 3);
+        // A tile's parent is resident before it is drawn (coarse first).
+        for j in &plan.produce {
+            if let Some(p) = j.tile.parent(3) {
+                assert!(sim.streamer.residency().is_resident(p));
+            }
+        }
+        order.extend(plan.produce.iter().map(|j| j.tile));
+        frames += 1;
+        assert!(frames < 50, "not fully resident");
+    }
+    assert!(order.windows(2).all(|w| w[0].mip >= w[1].mip), "coarse first: {order:?}");
+    // 16 mip-0 tiles (2..6 across and down), 4 of mip 1 (1..3), 4 of mip 2 (0..2): 24
+    // at 3 a frame.
+    assert_eq!(order.len(), 24);
+    assert_eq!(frames, 8);
+    for _ in 0..5 {
+        assert!(produce_step(&mut sim, &view).produce.is_empty(), "resident tiles are not produced again");
+    }
+    assert_page_table_consistent(&sim.streamer);
+}
+
+#[test]
+fn invalidation_marks_every_mip_and_refreshes_needed_tiles_in_place() {
+    let production = ProductionConfig { max_tiles_per_frame: 8, max_stale_frames: 4 };
+    let mut sim = Sim::produced(1, texture(), (8, 8), production);
+    sim.step(None, None);
+    let view = block(0, 0, 0, 4, 4);
+    while !sim.streamer.fully_resident() {
+        produce_step(&mut sim, &view);
+    }
+    let entries = sim.streamer.residency().page_table().entries().to_vec();
+    // A decal inside tile (1, 1) of mip 0: that tile and its 3 ancestors.
+    assert_eq!(sim.streamer.invalidate(0, [130, 140, 20, 20]), 4);
+    let stats = sim.streamer.production_stats().unwrap();
+    assert_eq!(stats.stale, 4);
+    let plan = produce_step(&mut sim, &view);
+    let mut refreshed: Vec<TileId> = plan.produce.iter().filter(|j| j.refresh).map(|j| j.tile).collect();
+    refreshed.sort();
+    assert_eq!(
+        refreshed,
+        vec![
+            TileId::new(0, 3, 0, 0),
+            TileId::new(0, 2, 0, 0),
+            TileId::new(0, 1, 0, 0),
+            TileId::new(0, 0, 1, 1)
+        ]
+    );
+    assert!(plan.page_table_writes.is_empty(), "refreshing changes no entry");
+    assert_eq!(sim.streamer.residency().page_table().entries(), &entries[..]);
+    // The mip-1 parent came back: its resident children copy their quadrant of it again.
+    let res = sim.streamer.residency();
+    let parent = res.slot_of(TileId::new(0, 1, 0, 0)).unwrap();
+    for (x, y) in [(0, 0), (1, 0), (0, 1)] {
+        let child = res.slot_of(TileId::new(0, 0, x, y)).unwrap();
+        let job = plan.level_ones.iter().find(|l| l.slot == child).expect("level 1 of a child");
+        assert_eq!(job.source, LevelOneSource::Parent { slot: parent, quadrant: (x as u8, y as u8) });
+    }
+    assert_eq!(plan.stats.stale_tiles, 0);
+    assert_eq!(sim.streamer.production_stats().unwrap().refreshed, 4);
+    // Nothing more to do; an empty or outside rectangle touches nothing.
+    assert!(produce_step(&mut sim, &view).produce.is_empty());
+    assert_eq!(sim.streamer.invalidate(0, [2000, 0, 10, 10]), 0);
+    assert_eq!(sim.streamer.invalidate(0, [0, 0, 0, 10]), 0);
+    assert_eq!(sim.streamer.invalidate(7, [0, 0, 10, 10]), 0);
+    assert_page_table_consistent(&sim.streamer);
+}
+
+#[test]
+fn unneeded_stale_tiles_are_evicted_and_produced_again_on_a_later_miss() {
+    let mut sim = Sim::produced(1, texture(), (8, 8), ProductionConfig::default());
+    sim.step(None, None);
+    let a = block(0, 0, 0, 2, 2);
+    let b = block(0, 6, 6, 2, 2);
+    while !sim.streamer.fully_resident() {
+        produce_step(&mut sim, &a);
+    }
+    produce_step(&mut sim, &b);
+    while !sim.streamer.fully_resident() {
+        produce_step(&mut sim, &b);
+    }
+    assert!(
+        a.iter().all(|&t| sim.streamer.residency().is_resident(t)),
+        "the pool keeps what it has room for"
+    );
+    // A's tiles and their parents at mips 1 and 2 are not needed: evicted now. The
+    // coarsest is needed by B (and pinned): stale, refreshed.
+    assert_eq!(sim.streamer.invalidate(0, [0, 0, 256, 256]), 7);
+    assert!(a.iter().all(|&t| !sim.streamer.residency().is_resident(t)));
+    assert!(!sim.streamer.residency().is_resident(TileId::new(0, 1, 0, 0)));
+    assert!(!sim.streamer.residency().is_resident(TileId::new(0, 2, 0, 0)));
+    assert_page_table_consistent(&sim.streamer);
+    let plan = produce_step(&mut sim, &b);
+    assert_eq!(
+        plan.produce,
+        vec![ProduceJob {
+            tile: TileId::new(0, 3, 0, 0),
+            slot: sim.streamer.residency().slot_of(TileId::new(0, 3, 0, 0)).unwrap(),
+            refresh: true
+        }]
+    );
+    assert!(!plan.page_table_writes.is_empty(), "the evictions' entries go with the next plan");
+    // Back to A: produced afresh, as new tiles.
+    let mut again = Vec::new();
+    for _ in 0..4 {
+        let plan = produce_step(&mut sim, &a);
+        assert!(plan.produce.iter().all(|j| !j.refresh));
+        again.extend(plan.produce.iter().map(|j| j.tile));
+    }
+    again.sort();
+    let mut want = a.clone();
+    want.extend([TileId::new(0, 1, 0, 0), TileId::new(0, 2, 0, 0)]);
+    want.sort();
+    assert_eq!(again, want);
+    assert_page_table_consistent(&sim.streamer);
+}
+
+#[test]
+fn stale_tiles_are_refreshed_within_the_bound_while_new_tiles_keep_coming() {
+    let k = 4;
+    let production = ProductionConfig { max_tiles_per_frame: 4, max_stale_frames: k };
+    let mut sim = Sim::produced(1, texture(), (10, 10), production);
+    sim.step(None, None);
+    let first = block(0, 0, 0, 4, 2);
+    while !sim.streamer.fully_resident() {
+        produce_step(&mut sim, &first);
+    }
+    // 8 of mip 0, 2 of mip 1, 1 each of mips 2 and 3: 12 stale, no more than k × 4.
+    let stale: Vec<TileId> = resident(&sim.streamer).into_keys().collect();
+    assert_eq!(stale.len(), 12);
+    let at = sim.frame;
+    assert_eq!(sim.streamer.invalidate(0, [0, 0, 1024, 1024]), 12);
+    // The view grows: 32 more tiles (and their parents) come in the same frames.
+    let wider = block(0, 0, 0, 8, 5);
+    let mut refreshed = HashSet::new();
+    let mut new_during = 0;
+    for _ in 0..k {
+        let plan = produce_step(&mut sim, &wider);
+        assert!(plan.stats.oldest_stale_frames <= u64::from(k));
+        refreshed.extend(plan.produce.iter().filter(|j| j.refresh).map(|j| j.tile));
+        new_during += plan.stats.produced;
+    }
+    assert_eq!(sim.frame - at, u64::from(k));
+    assert_eq!(refreshed.len(), 12, "every stale tile within {k} frames");
+    assert!(new_during >= 4, "new tiles still came: {new_during}");
+    assert_eq!(sim.streamer.production_stats().unwrap().stale, 0);
+    while !sim.streamer.fully_resident() {
+        produce_step(&mut sim, &wider);
+    }
+    assert_page_table_consistent(&sim.streamer);
+}
+
+#[test]
+fn a_flushed_pool_produces_its_tiles_again() {
+    let mut sim = Sim::produced(1, texture(), (8, 8), ProductionConfig::default());
+    sim.step(None, None);
+    let view = block(0, 3, 3, 2, 2);
+    while !sim.streamer.fully_resident() {
+        produce_step(&mut sim, &view);
+    }
+    sim.streamer.invalidate(0, [0, 0, 1024, 1024]);
+    sim.streamer.flush_vram();
+    let plan = produce_step(&mut sim, &view);
+    // The pinned root is refreshed in place; the rest is drawn anew.
+    assert_eq!(
+        plan.produce.iter().filter(|j| j.refresh).map(|j| j.tile).collect::<Vec<_>>(),
+        vec![TileId::new(0, 3, 0, 0)]
+    );
+    assert!(plan.produce.iter().filter(|j| !j.refresh).count() >= 4);
+    assert_eq!(plan.stats.stale_tiles, 0);
+    assert_page_table_consistent(&sim.streamer);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Random views, invalidations and budgets on a small pool: every plan is within
+    /// the budget, never draws a resident tile anew nor refreshes out of place, the
+    /// page table stays consistent, and a held view ends with nothing stale.
+    #[test]
+    fn random_views_and_invalidations_keep_production_consistent(
+        steps in prop::collection::vec(
+            ((0u8..4, 0u32..8, 0u32..8, 1u32..4), prop::option::of((0u32..1024, 0u32..1024, 1u32..400, 1u32..400))),
+            1..12,
+        ),
+        slots in 4u32..12,
+        budget in 1usize..6,
+        k in 1u32..6,
+    ) {
+        let production = ProductionConfig { max_tiles_per_frame: budget, max_stale_frames: k };
+        let mut sim = Sim::produced(1, texture(), (slots, 2), production);
+        sim.step(None, None);
+        for ((mip, x, y, n), rect) in steps {
+            let side = 8u32 >> mip;
+            let (x, y) = (x % side, y % side);
+            let view = block(mip, x, y, n.min(side - x), n.min(side - y));
+            if let Some((rx, ry, rw, rh)) = rect {
+                sim.streamer.invalidate(0, [rx, ry, rw, rh]);
+                let stats = sim.streamer.production_stats().unwrap();
+                prop_assert!(sim.streamer.residency().resident_count() >= stats.stale);
+            }
+            for _ in 0..3 {
+                let plan = produce_step(&mut sim, &view);
+                prop_assert!(plan.produce.len() <= budget);
+            }
+            assert_page_table_consistent(&sim.streamer);
+        }
+        // Held, every stale tile is refreshed in time (or evicted), and it settles.
+        let view = block(0, 0, 0, 2, 2);
+        let mut jobs: Vec<ProduceJob> = Vec::new();
+        for _ in 0..(2 * slots * 2 / budget as u32 + k + 8) {
+            jobs = produce_step(&mut sim, &view).produce;
+        }
+        prop_assert!(jobs.is_empty(), "still producing: {jobs:?}");
+        prop_assert_eq!(sim.streamer.production_stats().unwrap().stale, 0);
+        assert_page_table_consistent(&sim.streamer);
+    }
 }

@@ -75,7 +75,19 @@ pub fn plan(
     uploads: &[Upload],
     slot_of: impl Fn(TileId) -> Option<SlotCoord>,
 ) -> Vec<LevelOne> {
-    let mut jobs: Vec<LevelOne> = Vec::with_capacity(uploads.len());
+    let written: Vec<(TileId, SlotCoord)> = uploads.iter().map(|u| (u.tile, u.slot)).collect();
+    plan_tiles(layout, &written, slot_of)
+}
+
+/// [`plan`] for slots written by any means, `(tile, slot)` each: uploaded, or drawn by
+/// a producer ([`crate::stream::produce`]), new or produced again in place (whose
+/// resident children then copy their quadrant of the new texels).
+pub fn plan_tiles(
+    layout: &FeedbackLayout,
+    written: &[(TileId, SlotCoord)],
+    slot_of: impl Fn(TileId) -> Option<SlotCoord>,
+) -> Vec<LevelOne> {
+    let mut jobs: Vec<LevelOne> = Vec::with_capacity(written.len());
     let source = |tile: TileId| -> LevelOneSource {
         let Some(coarsest) = layout.coarsest_mip(tile.layer) else { return LevelOneSource::Downsample };
         match tile.parent(coarsest).and_then(&slot_of) {
@@ -83,12 +95,11 @@ pub fn plan(
             None => LevelOneSource::Downsample,
         }
     };
-    for u in uploads {
-        jobs.push(LevelOne { slot: u.slot, source: source(u.tile) });
+    for &(tile, slot) in written {
+        jobs.push(LevelOne { slot, source: source(tile) });
     }
-    let uploaded: rustc_hash::FxHashSet<TileId> = uploads.iter().map(|u| u.tile).collect();
-    for u in uploads {
-        let t = u.tile;
+    let uploaded: rustc_hash::FxHashSet<TileId> = written.iter().map(|w| w.0).collect();
+    for &(t, parent_slot) in written {
         if t.mip == 0 {
             continue;
         }
@@ -105,7 +116,7 @@ pub fn plan(
             if let Some(slot) = slot_of(child) {
                 jobs.push(LevelOne {
                     slot,
-                    source: LevelOneSource::Parent { slot: u.slot, quadrant: (dx as u8, dy as u8) },
+                    source: LevelOneSource::Parent { slot: parent_slot, quadrant: (dx as u8, dy as u8) },
                 });
             }
         }

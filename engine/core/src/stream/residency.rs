@@ -276,6 +276,37 @@ impl Residency {
         self.ready.insert(tile, bytes);
     }
 
+    /// `tile` of a produced atlas is to be drawn by the renderer
+    /// ([`crate::stream::produce`]): it waits in the ready queue like a loaded tile,
+    /// with no bytes (so it costs nothing of the byte budget).
+    pub fn on_produced(&mut self, tile: TileId) {
+        self.on_loaded(tile, Arc::from(Vec::new()));
+    }
+
+    /// Evicts the resident, unpinned tiles among `tiles` now (invalidated tiles the
+    /// view no longer needs), freeing their slots and updating the page table; returns
+    /// how many were evicted.
+    pub fn evict(&mut self, tiles: &[TileId]) -> usize {
+        let mut evicted = 0;
+        for &tile in tiles {
+            let Some(state) = self.lru.remove(tile) else { continue };
+            self.speculative.remove(&tile);
+            self.table.set_evicted(tile);
+            self.free.push(state.slot);
+            self.counters.evictions += 1;
+            evicted += 1;
+        }
+        if evicted > 0 {
+            order_free(&mut self.free);
+        }
+        evicted
+    }
+
+    /// Whether `tile` is in the latest needed set (ancestors included).
+    pub fn is_needed(&self, tile: TileId) -> bool {
+        self.needed.contains(&tile)
+    }
+
     /// The loader could not produce `tile`: it keeps showing its nearest resident
     /// ancestor and is not requested again until [`Residency::forget_failures`].
     pub fn on_failed(&mut self, tile: TileId) {

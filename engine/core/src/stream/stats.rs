@@ -189,4 +189,18 @@ pub struct StreamFrame {
     /// flight, latencies and bytes held as now).
     #[serde(default)]
     pub network_frame: Option<crate::format::atlas::NetworkStats>,
+    /// A produced atlas ([`crate::stream::produce`]): tiles produced into new slots
+    /// this frame (`FramePlan::produce` entries with `refresh: false`; they are not
+    /// counted in `uploads`).
+    pub produced: usize,
+    /// A produced atlas: invalidated tiles produced again in place this frame.
+    pub refreshed: usize,
+    /// A produced atlas: resident tiles invalidated and not yet produced again, after
+    /// this frame's plan.
+    pub stale_tiles: usize,
+    /// A produced atlas: frames since the oldest of those was invalidated (0 without one).
+    pub oldest_stale_frames: u64,
+    /// A produced atlas: the most tiles this frame could produce, new and refreshed
+    /// together (0 for an atlas read from a file).
+    pub production_budget: usize,
 }

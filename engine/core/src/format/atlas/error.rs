@@ -118,6 +118,17 @@ pub enum AtlasError {
         /// What it is ("a character device", "a FIFO (named pipe)").
         kind: &'static str,
     },
+    /// A tile of a produced atlas ([`Atlas::produced`](super::Atlas::produced)) was
+    /// read: such an atlas stores no texels, the renderer draws its tiles at run time.
+    #[error(
+        "{path}: {tile} has no stored texels: the atlas is produced at run time (its tiles are drawn by the renderer, not read)"
+    )]
+    Produced {
+        /// The atlas' name (`produced:NAME`).
+        path: PathBuf,
+        /// The tile asked for.
+        tile: TileId,
+    },
     /// A tile id outside every layer was asked for.
     #[error("{path}: {tile} does not exist in this atlas")]
     NoSuchTile {
@@ -208,7 +219,8 @@ impl AtlasError {
             | AtlasError::NoSuchTile { tile, .. }
             | AtlasError::Changed { tile, .. }
             | AtlasError::Unavailable { tile, .. }
-            | AtlasError::Cancelled { tile, .. } => Some(*tile),
+            | AtlasError::Cancelled { tile, .. }
+            | AtlasError::Produced { tile, .. } => Some(*tile),
             _ => None,
         }
     }

@@ -78,17 +78,36 @@ impl Streamer {
         threads: Threads<'_>,
     ) -> Result<Self, StreamerError> {
         config.check()?;
+        if atlas.is_produced() {
+            // Nothing to read: misses go to the production queue, and no loader thread
+            // is started (the pool's threads are external ones no job reaches).
+            let path = atlas.path().to_path_buf();
+            let tile_loader: Arc<dyn TileLoader> =
+                Arc::new(move |tile: TileId| -> Result<Arc<[u8]>, LoadError> {
+                    Err(LoadError::failed(
+                        tile,
+                        format!(
+                            "{} is produced at run time: its tiles are drawn, not loaded",
+                            path.display()
+                        ),
+                    ))
+                });
+            let mut streamer = Self::build(pool, config, cache, tile_loader, Threads::None, true)?;
+            streamer.atlas = Some(atlas);
+            return Ok(streamer);
+        }
         let tile_loader: Arc<dyn TileLoader> = if pool.stacked {
             Arc::new(StackedLoader::new(atlas.clone(), cache.clone(), &pool.targets))
         } else {
             Arc::new(AtlasLoader::with_target(atlas.clone(), cache.clone(), pool.targets[0]))
         };
-        let mut streamer = Self::build(pool, config, cache, tile_loader, threads).map_err(|e| match e {
-            StreamerError::CoarsestTile { source, .. } => {
-                StreamerError::CoarsestTile { atlas: atlas.path().to_path_buf(), source }
-            }
-            other => other,
-        })?;
+        let mut streamer =
+            Self::build(pool, config, cache, tile_loader, threads, false).map_err(|e| match e {
+                StreamerError::CoarsestTile { source, .. } => {
+                    StreamerError::CoarsestTile { atlas: atlas.path().to_path_buf(), source }
+                }
+                other => other,
+            })?;
         streamer.atlas = Some(atlas);
         Ok(streamer)
     }
@@ -103,17 +122,19 @@ impl Streamer {
         cache: Arc<HostCache>,
         tile_loader: Arc<dyn TileLoader>,
     ) -> Result<Self, StreamerError> {
-        Self::build(pool, config, cache, tile_loader, Threads::Own)
+        Self::build(pool, config, cache, tile_loader, Threads::Own, false)
     }
 
     /// Everything but the atlas: residency, the loader pool on `threads` and the
-    /// coarsest tiles.
+    /// coarsest tiles; with `produced`, a production queue instead of loads, and the
+    /// coarsest tiles placed for the first plan to produce.
     pub(super) fn build(
         pool: &PoolLayout,
         config: StreamerConfig,
         cache: Arc<HostCache>,
         tile_loader: Arc<dyn TileLoader>,
         threads: Threads<'_>,
+        produced: bool,
     ) -> Result<Self, StreamerError> {
         let stride = checked_stride(config.feedback_stride)?;
         let layout = FeedbackLayout::new(&pool.owners);
@@ -142,6 +163,13 @@ impl Streamer {
             }
             Threads::Shared(threads) => LoaderPool::on_threads(threads, tile_loader.clone())
                 .with_cancel_after_frames(config.staleness.request_frames),
+            Threads::None => {
+                let loader_config = LoaderConfig {
+                    cancel_after_frames: config.staleness.request_frames,
+                    stack_bytes: config.loader_stack_bytes,
+                };
+                LoaderPool::on_threads(&LoaderThreads::external(loader_config), tile_loader.clone())
+            }
         };
         // The coarsest tile of every owning layer, loaded now so that it is never missing.
         let roots: Vec<TileId> = pool
@@ -159,7 +187,23 @@ impl Streamer {
         } else {
             config.coarsest_patience
         };
-        for (tile, _) in residency.on_feedback(0, &roots) {
+        let roots_wanted = residency.on_feedback(0, &roots);
+        let production = produced.then(|| {
+            let mut production = Production::new(config.production);
+            // Placed now, whatever the budget: the first plan produces them, so nothing
+            // is ever missing.
+            for &(tile, _) in &roots_wanted {
+                residency.on_produced(tile);
+            }
+            let budget = residency.config();
+            residency.set_upload_budget(roots_wanted.len(), u64::MAX);
+            let placed = residency.plan_uploads(0);
+            residency.set_upload_budget(budget.max_uploads_per_frame, budget.max_upload_bytes_per_frame);
+            production.set_pending(placed.uploads.iter().map(|u| (u.tile, u.slot)).collect());
+            production
+        });
+        let roots_wanted = if produced { Vec::new() } else { roots_wanted };
+        for (tile, _) in roots_wanted {
             let start = Instant::now();
             let bytes = loop {
                 match tile_loader.load(tile).and_then(|b| check_length(tile, b, tile_bytes)) {
@@ -212,6 +256,7 @@ impl Streamer {
             unavailable_logged: false,
             replaced_logged: false,
             last_network: None,
+            production,
             frame: 0,
             frozen: false,
         })

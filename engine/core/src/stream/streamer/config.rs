@@ -72,6 +72,10 @@ pub struct StreamerConfig {
     /// from [`FramePlan::page_table_jobs`], instead of uploading entries with shallow
     /// fallbacks ([`FramePlan::page_table_writes`]).
     pub complete_page_table: bool,
+    /// How a produced atlas' tiles are scheduled ([`crate::stream::produce`]): the
+    /// per-frame production budget and the bound on stale tiles. Ignored for an atlas
+    /// read from a file.
+    pub production: ProductionConfig,
 }
 
 /// How often the coarsest tiles are tried again within
@@ -101,7 +105,7 @@ impl StreamerConfig {
         if let Some(ms) = self.upload_slice_ms.filter(|ms| !(ms.is_finite() && *ms > 0.0)) {
             return Err(format!("upload_slice_ms {ms} must be a positive number of milliseconds"));
         }
-        Ok(())
+        self.production.validate()
     }
 }
 
@@ -144,6 +148,7 @@ impl Default for StreamerConfig {
             loader_stack_bytes: None,
             coarsest_patience: std::time::Duration::from_secs(10),
             complete_page_table: false,
+            production: ProductionConfig::default(),
         }
     }
 }

@@ -43,22 +43,27 @@ impl Streamer {
             out.predicted = self.take_prediction(frame, p);
         }
         for tile in self.residency.drop_stale_prefetch(frame) {
-            self.loader.cancel(tile);
+            self.cancel_request(tile);
         }
-        self.loader.cancel_stale(frame);
+        self.cancel_stale_requests(frame);
         self.take_results();
         self.retry_unavailable(frame);
         out.tiles_unavailable = self.retry_at.values().filter(|u| u.retry_at.is_some()).count();
         out.network = self.atlas.as_ref().and_then(|a| a.network_stats());
         out.network_frame = out.network.map(|now| now.since(&self.last_network.unwrap_or_default()));
         self.last_network = out.network;
-        let staged = &self.staged;
-        let mut plan = self
-            .residency
-            .plan_uploads_staged(frame, |t| staged.get(&t).map(|(s, _)| (s.chunk(), s.offset())));
-        self.attach_staged(&mut plan.uploads);
+        let (plan, produce) = if self.production.is_some() {
+            self.plan_production(frame, &mut out)
+        } else {
+            let staged = &self.staged;
+            let mut plan = self
+                .residency
+                .plan_uploads_staged(frame, |t| staged.get(&t).map(|(s, _)| (s.chunk(), s.offset())));
+            self.attach_staged(&mut plan.uploads);
+            self.note_uploads(frame, &plan.uploads, &mut out);
+            (plan, Vec::new())
+        };
         self.last_pool_full = plan.pool_full;
-        self.note_uploads(frame, &plan.uploads, &mut out);
         let page_table_writes = self.page_table_writes();
         out.resident_vram = self.residency.resident_count();
         out.resident_host = self.cache.len();
@@ -69,7 +74,7 @@ impl Streamer {
         out.became_fully_resident =
             out.resident_fraction >= 1.0 && (self.last_fraction < 1.0 || out.misses > 0);
         self.last_fraction = out.resident_fraction;
-        self.last_uploads = out.uploads;
+        self.last_uploads = out.uploads + out.produced + out.refreshed;
         out.feedback_ms = t0.elapsed().as_secs_f64() * 1e3;
         let page_table_jobs = self.residency.page_table_mut().take_jobs();
         out.table_jobs = page_table_jobs.len();
@@ -79,7 +84,7 @@ impl Streamer {
             level_ones: plan.level_ones,
             page_table_writes,
             page_table_jobs,
-            produce: Vec::new(),
+            produce,
             shader: self.shader_params(frame),
             stats: out,
         }
@@ -105,14 +110,14 @@ impl Streamer {
         for &(tile, _) in &requests {
             self.request_times.entry(tile).or_insert((fb.frame, now));
         }
-        out.requests = self.loader.request_many(&requests, frame);
+        out.requests = self.request_many(&requests, frame);
         if self.config.prefetch_neighbours && !requests.is_empty() {
             let mut around: Vec<TileId> =
                 requests.iter().flat_map(|&(t, _)| neighbours(&self.layout, t)).collect();
             around.sort_unstable();
             around.dedup();
             let prefetches = self.residency.prefetch(frame, &around, 0);
-            out.prefetches = self.loader.request_many(&prefetches, frame);
+            out.prefetches = self.request_many(&prefetches, frame);
         }
         if self.config.auto_mip_bias {
             self.bias.update(BiasInput {
@@ -125,7 +130,10 @@ impl Streamer {
         // Renew queued loads the view still wants, so that staleness cancels only what
         // the feedback no longer asks for; priority 1 lifts a prefetch the view now
         // needs out of the speculative class.
-        self.loader.renew_many(self.residency.needed_sorted(), 1, frame);
+        match self.production.as_mut() {
+            Some(p) => p.renew_many(self.residency.needed_sorted(), 1, frame),
+            None => self.loader.renew_many(self.residency.needed_sorted(), 1, frame),
+        };
         self.seen_feedback = true;
     }
 
@@ -135,8 +143,11 @@ impl Streamer {
     pub(super) fn take_prediction(&mut self, frame: u64, predicted: &SparseFeedback) -> usize {
         let tiles = self.layout.with_ancestors(&self.layout.decode_sparse(&predicted.pairs));
         let requests = self.residency.prefetch(frame, &tiles, 0);
-        let queued = self.loader.request_many(&requests, frame);
-        self.loader.renew_many(&tiles, 0, frame);
+        let queued = self.request_many(&requests, frame);
+        match self.production.as_mut() {
+            Some(p) => p.renew_many(&tiles, 0, frame),
+            None => self.loader.renew_many(&tiles, 0, frame),
+        };
         queued
     }
 

@@ -25,6 +25,7 @@ use crate::stream::loader::{
     LoadError, LoadOutcome, LoaderConfig, LoaderPool, LoaderThreads, TileLoader, default_loader_threads,
 };
 use crate::stream::pool_layout::PoolLayout;
+use crate::stream::produce::{ProduceJob, Production, ProductionConfig, ProductionStats};
 use crate::stream::residency::{Residency, ResidencyConfig, Upload};
 use crate::stream::schedule::{
     BiasConfig, BiasInput, BudgetConfig, MipBiasController, UploadBudgetController, neighbours, region_tiles,
@@ -35,6 +36,7 @@ use crate::stream::stats::{StatsSnapshot, StreamFrame, TierStats};
 mod build;
 mod config;
 mod frame;
+mod production;
 
 use config::*;
 pub use config::{
@@ -119,9 +121,11 @@ pub struct PageTableWrite {
     pub entries: Vec<u32>,
 }
 
-/// Everything the renderer does for one frame, in order: write `uploads` into the pool
-/// (each tile's bytes split by [`Streamer::part_lengths`] over the pools of a stack),
-/// then `page_table_writes`, then set `shader`.
+/// Everything the renderer does for one frame, in order: draw `produce` into their
+/// slots (a produced atlas; level 0 of every pool of a stack), write `uploads` into the
+/// pool (each tile's bytes split by [`Streamer::part_lengths`] over the pools of a
+/// stack), make `level_ones`, then apply `page_table_writes` or `page_table_jobs`, then
+/// set `shader`.
 #[derive(Clone, Debug)]
 pub struct FramePlan {
     /// Texture writes, coarse mips first.
@@ -137,8 +141,12 @@ pub struct FramePlan {
     /// run after the uploads and before drawing.
     pub page_table_jobs: crate::stream::complete_table::TableJobs,
     /// Tiles of a produced atlas to draw this frame ([`crate::stream::produce`]),
-    /// before level 1 is made (`level_ones` holds theirs); empty for an atlas read
-    /// from a file.
+    /// before level 1 is made (`level_ones` holds theirs and their resident children's)
+    /// and before the page table is written (new tiles are resident in it from this
+    /// plan on; refreshed ones keep their entry and show their old texels until
+    /// drawn); empty for an atlas read from a file. Within
+    /// [`StreamFrame::production_budget`], but for the first plan, which draws the
+    /// coarsest tile of every layer whatever the budget.
     pub produce: Vec<crate::stream::produce::ProduceJob>,
     /// Shader parameters for this frame.
     pub shader: ShaderParams,
@@ -151,6 +159,9 @@ pub struct FramePlan {
 enum Threads<'a> {
     /// Its own, as [`StreamerConfig::loader_threads`] and `loader_stack_bytes` say.
     Own,
+    /// None: a produced atlas loads nothing (its pool runs on external threads that
+    /// no job ever reaches).
+    None,
     /// Shared with other streamers.
     Shared(&'a Arc<LoaderThreads>),
 }
@@ -196,6 +207,8 @@ pub struct Streamer {
     replaced_logged: bool,
     /// The network counters of the previous frame (per-frame figures are the difference).
     last_network: Option<crate::format::atlas::NetworkStats>,
+    /// A produced atlas' production queue and stale tiles (`None`: tiles are loaded).
+    production: Option<Production>,
     frame: u64,
     frozen: bool,
 }
@@ -317,7 +330,7 @@ impl Streamer {
         let owner = if self.stacked { 0 } else { layer };
         let tiles = region_tiles(&self.layout, owner, rect, mip);
         let requests = self.residency.prefetch(self.frame, &tiles, 0);
-        self.loader.request_many(&requests, self.frame)
+        self.request_many(&requests, self.frame)
     }
 
     /// Evicts every unpinned tile from the pool; they stream in again.
@@ -352,6 +365,10 @@ impl Streamer {
             Some(atlas) => StatsSnapshot::gather(atlas, &self.cache, Some(&self.loader)),
             None => StatsSnapshot::default(),
         };
+        if self.production.is_some() {
+            // A produced atlas has nothing on disk.
+            s.disk = TierStats::default();
+        }
         s.vram_counters = self.residency.vram_counters();
         s.vram =
             TierStats { tiles: s.vram_counters.slots_used, bytes: s.vram_counters.slots_used * slot_bytes };

@@ -62,6 +62,9 @@ impl Atlas {
             }
             #[cfg(feature = "remote")]
             Store::Remote(r) => Arc::new(CogBytes::Remote(r.clone())),
+            Store::Empty => {
+                return Err(AtlasError::Invalid { path, what: "TIFF: a produced atlas has no bytes".into() });
+            }
             Store::Ranged(_) => {
                 return Err(AtlasError::Cog(crate::format::cog::CogError {
                     path,

@@ -174,6 +174,7 @@ impl Atlas {
                     let _ = (offset, len);
                     true
                 }
+                Store::Empty => false,
             };
             if !at_hand {
                 return None;

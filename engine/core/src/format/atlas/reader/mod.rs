@@ -33,6 +33,7 @@ use crate::local_file::FileExt;
 mod cog;
 mod index;
 mod open;
+mod produced;
 mod ranged;
 mod store;
 mod verify;
@@ -163,7 +164,7 @@ impl Atlas {
                         ..Default::default()
                     })
                 }
-                Store::File(_) => None,
+                Store::File(_) | Store::Empty => None,
             }
         };
         let mut total = stats(&self.file)?;
@@ -197,7 +198,7 @@ impl Atlas {
     /// Whether the atlas is read over the network: from a URL, or from byte ranges an
     /// embedder fetches ([`Atlas::open_ranged`]).
     pub fn is_remote(&self) -> bool {
-        !matches!(self.file, Store::File(_))
+        !matches!(self.file, Store::File(_) | Store::Empty)
     }
 
     /// The index entry of the tile with canonical index `i` (layer by layer, each in
@@ -286,6 +287,9 @@ impl Atlas {
 
     /// [`Atlas::entry`]; `forget_bad` as for [`Atlas::page`].
     pub(super) fn entry_with(&self, tile: TileId, forget_bad: bool) -> Result<TileEntry, AtlasError> {
+        if self.is_produced() {
+            return Err(self.produced_tile(tile));
+        }
         if self.cog.is_some() {
             return self.cog_entry(tile);
         }
@@ -406,7 +410,7 @@ impl Atlas {
                     Store::Ranged(r) => {
                         r.get(at, u64::from(e.length)).filter(|b| crc32fast::hash(b) == e.crc32)
                     }
-                    Store::File(_) => None,
+                    Store::File(_) | Store::Empty => None,
                 }
             })
             .collect()

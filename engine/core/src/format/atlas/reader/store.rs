@@ -10,6 +10,9 @@ pub(super) enum Store {
     #[cfg(feature = "remote")]
     Remote(Arc<crate::format::atlas::remote::RemoteObject>),
     Ranged(Arc<RangedBytes>),
+    /// No bytes at all: a produced atlas ([`Atlas::produced`]), whose tiles the
+    /// renderer draws.
+    Empty,
 }
 
 /// Why a positioned read failed: an I/O error, or a remote read that may work later.
@@ -34,6 +37,10 @@ impl Store {
             Self::Ranged(r) => {
                 r.read_into(buf, offset).map_err(|m| ReadError::Missing(m.start, m.end - m.start))
             }
+            Self::Empty => Err(ReadError::Io(std::io::Error::other(format!(
+                "a produced atlas stores no bytes ({} asked for at {offset})",
+                buf.len()
+            )))),
         }
     }
 
@@ -67,6 +74,7 @@ impl Store {
             #[cfg(feature = "remote")]
             Self::Remote(r) => Ok(r.size()),
             Self::Ranged(r) => Ok(r.object_len()),
+            Self::Empty => Ok(0),
         }
     }
 
