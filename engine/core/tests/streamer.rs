@@ -83,10 +83,6 @@ impl Sim {
         slots: (u32, u32),
         production: ProductionConfig,
     ) -> Self {
-        let names: Vec<(String, ColorSpace)> =
-            (0..layers).map(|i| (format!("l{i}"), ColorSpace::Srgb)).collect();
-        let atlas = Arc::new(Atlas::produced("test", &names, layout, false).unwrap());
-        let p = pool(vec![layout; layers], slots, vec![TargetFormat::Rgba8]);
         let config = StreamerConfig {
             feedback_stride: 1,
             auto_mip_bias: false,
@@ -94,6 +90,20 @@ impl Sim {
             production,
             ..Default::default()
         };
+        Self::produced_with(layers, layout, slots, config)
+    }
+
+    /// [`Sim::produced`] with settings of the caller's.
+    fn produced_with(
+        layers: usize,
+        layout: TextureLayout,
+        slots: (u32, u32),
+        config: StreamerConfig,
+    ) -> Self {
+        let names: Vec<(String, ColorSpace)> =
+            (0..layers).map(|i| (format!("l{i}"), ColorSpace::Srgb)).collect();
+        let atlas = Arc::new(Atlas::produced("test", &names, layout, false).unwrap());
+        let p = pool(vec![layout; layers], slots, vec![TargetFormat::Rgba8]);
         let streamer = Streamer::new(atlas, &p, config).unwrap();
         let layout = FeedbackLayout::new(&p.owners);
         Self { streamer, layout, frame: 0, upload_ms: 0.0, upload_gpu: None }
@@ -620,6 +630,12 @@ fn check_produce_plan(
         }
         assert!(plan.level_ones.iter().any(|l| l.slot == j.slot), "no level 1 for {}", j.tile);
     }
+    if plan.stats.produced == 0 && plan.stats.evictions == 0 {
+        assert!(
+            plan.page_table_writes.is_empty() && plan.page_table_jobs.is_empty(),
+            "refreshes change no entry"
+        );
+    }
     // The renderer draws these tiles, nothing enters the host cache.
     assert_eq!(s.host_cache().len(), 0);
 }
@@ -826,6 +842,41 @@ fn stale_tiles_are_refreshed_within_the_bound_while_new_tiles_keep_coming() {
 }
 
 #[test]
+fn production_requests_the_view_stops_wanting_are_cancelled_like_loads() {
+    let production = ProductionConfig { max_tiles_per_frame: 1, ..Default::default() };
+    let mut sim = Sim::produced(1, texture(), (10, 10), production);
+    sim.step(None, None);
+    // 64 + 16 + 4 tiles under the root.
+    let wide = block(0, 0, 0, 8, 8);
+    for _ in 0..3 {
+        produce_step(&mut sim, &wide);
+    }
+    assert_eq!(sim.streamer.production_stats().unwrap().queued, 81);
+    // Feedback stops: nothing renews the queue, which is cancelled after the loads'
+    // staleness (production goes on meanwhile, one a frame).
+    let after = sim.streamer.config().staleness.request_frames;
+    for _ in 0..after + 2 {
+        let before = resident(&sim.streamer);
+        let plan = sim.step(None, None);
+        check_produce_plan(&sim.streamer, &before, &plan);
+    }
+    assert_eq!(sim.streamer.production_stats().unwrap().queued, 0);
+    assert_eq!(sim.streamer.residency().requested_count() + sim.streamer.residency().ready_count(), 0);
+    let have = resident(&sim.streamer).len() - 1;
+    assert!(have > 3 && have < 84, "{have}");
+    let plan = produce_step(&mut sim, &wide);
+    assert_eq!(plan.stats.requests, 84 - have, "asked for again, less the resident ones");
+    assert_eq!(plan.produce.len(), 1);
+    // The view moves to a tile already resident: the queue is dropped, not drawn.
+    let here = vec![TileId::new(0, 2, 0, 0)];
+    assert!(sim.streamer.residency().is_resident(here[0]));
+    let plan = produce_step(&mut sim, &here);
+    assert!(plan.produce.is_empty());
+    assert_eq!(sim.streamer.production_stats().unwrap().queued, 0);
+    assert_eq!(sim.streamer.residency().requested_count(), 0);
+}
+
+#[test]
 fn a_flushed_pool_produces_its_tiles_again() {
     let mut sim = Sim::produced(1, texture(), (8, 8), ProductionConfig::default());
     sim.step(None, None);
@@ -861,9 +912,18 @@ proptest! {
         slots in 4u32..12,
         budget in 1usize..6,
         k in 1u32..6,
+        complete in any::<bool>(),
     ) {
         let production = ProductionConfig { max_tiles_per_frame: budget, max_stale_frames: k };
-        let mut sim = Sim::produced(1, texture(), (slots, 2), production);
+        let config = StreamerConfig {
+            feedback_stride: 1,
+            auto_mip_bias: false,
+            prefetch_neighbours: false,
+            complete_page_table: complete,
+            production,
+            ..Default::default()
+        };
+        let mut sim = Sim::produced_with(1, texture(), (slots, 2), config);
         sim.step(None, None);
         for ((mip, x, y, n), rect) in steps {
             let side = 8u32 >> mip;

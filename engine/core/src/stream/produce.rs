@@ -105,6 +105,8 @@ pub struct Production {
     /// Tiles placed before the first frame (the coarsest of each layer), produced by
     /// the first plan whatever its budget.
     pending: Vec<(TileId, SlotCoord)>,
+    /// Tiles evicted by invalidations since the last frame (counted in its statistics).
+    evicted: usize,
     stats: ProductionStats,
 }
 
@@ -185,13 +187,20 @@ impl Production {
 
     /// Takes up to `n` tiles from the head of the queue.
     pub fn pop(&mut self, n: usize) -> Vec<TileId> {
-        let mut out = Vec::with_capacity(n.min(self.queue.len()));
-        while out.len() < n {
+        self.pop_where(n, |_| true).0
+    }
+
+    /// Takes up to `n` tiles for which `wanted` holds from the head of the queue, and
+    /// drops the unwanted ones met on the way (the view moved on: no budget is spent
+    /// on them); returns both, in queue order.
+    pub fn pop_where(&mut self, n: usize, wanted: impl Fn(TileId) -> bool) -> (Vec<TileId>, Vec<TileId>) {
+        let (mut taken, mut dropped) = (Vec::with_capacity(n.min(self.queue.len())), Vec::new());
+        while taken.len() < n {
             let Some(key) = self.queue.pop_first() else { break };
             self.queued.remove(&key.3);
-            out.push(key.3);
+            if wanted(key.3) { taken.push(key.3) } else { dropped.push(key.3) }
         }
-        out
+        (taken, dropped)
     }
 
     /// Tiles in the queue.
@@ -305,6 +314,16 @@ impl Production {
         std::mem::take(&mut self.pending)
     }
 
+    /// Counts `n` tiles evicted by an invalidation, for the next frame's statistics.
+    pub fn note_evicted(&mut self, n: usize) {
+        self.evicted += n;
+    }
+
+    /// Takes the count of [`Production::note_evicted`].
+    pub fn take_evicted(&mut self) -> usize {
+        std::mem::take(&mut self.evicted)
+    }
+
     /// Counts `n` tiles produced into new slots and records the frame's budget.
     pub fn note_frame(&mut self, produced: usize, budget: usize) {
         self.stats.produced += produced as u64;
@@ -344,7 +363,9 @@ mod tests {
         // Asked again: renewed, not queued twice; a raised priority moves it up.
         assert_eq!(p.request_many(&[(t(0, 0), 9)], 1), 0);
         assert_eq!(p.pop(2), vec![t(2, 0), t(1, 0)]);
-        assert_eq!(p.pop(10), vec![t(0, 0), t(0, 1), t(3, 0)]);
+        assert_eq!(p.pop_where(1, |t| t.x == 1), (vec![t(0, 1)], vec![t(0, 0)]));
+        p.request_many(&[(t(0, 0), 9)], 1);
+        assert_eq!(p.pop(10), vec![t(0, 0), t(3, 0)]);
         assert_eq!(p.queued(), 0);
         assert!(p.pop(1).is_empty());
     }

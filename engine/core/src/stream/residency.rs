@@ -302,6 +302,12 @@ impl Residency {
         evicted
     }
 
+    /// Whether `tile` is one of the coarsest mips of its layer that are pinned once
+    /// resident ([`ResidencyConfig::pin_coarsest_mips`]), resident or not.
+    pub fn is_pinned_mip(&self, tile: TileId) -> bool {
+        is_pinned(self.table.layout(), self.config.pin_coarsest_mips, tile)
+    }
+
     /// Whether `tile` is in the latest needed set (ancestors included).
     pub fn is_needed(&self, tile: TileId) -> bool {
         self.needed.contains(&tile)

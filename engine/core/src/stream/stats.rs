@@ -120,7 +120,8 @@ pub struct StreamFrame {
     /// together: one per run of tiles bound for slots one below the other whose bytes
     /// follow each other in staging memory (0 where no renderer counts them).
     pub upload_copies: usize,
-    /// Tiles evicted from the pool this frame.
+    /// Tiles evicted from the pool this frame (with a produced atlas, also those that
+    /// invalidations evicted since the previous frame).
     pub evictions: usize,
     /// Tiles resident in the pool.
     pub resident_vram: usize,

@@ -77,7 +77,7 @@ impl Streamer {
         for &t in &evict {
             production.forget_stale(t);
         }
-        residency.evict(&evict);
+        production.note_evicted(residency.evict(&evict));
         covering.len()
     }
 
@@ -142,14 +142,23 @@ impl Streamer {
         for &t in &unneeded {
             production.forget_stale(t);
         }
-        out.evictions += residency.evict(&unneeded);
+        out.evictions += residency.evict(&unneeded) + production.take_evicted();
         // The coarsest tiles placed before the first frame, produced whatever the budget.
         let mut written: Vec<(TileId, SlotCoord)> =
             production.take_pending().into_iter().filter(|&(t, s)| residency.slot_of(t) == Some(s)).collect();
         let left = budget.saturating_sub(written.len());
         let (refresh, new) =
             production.split_budget(frame, left, residency.ready_count() + production.queued());
-        for t in production.pop(new.saturating_sub(residency.ready_count())) {
+        // Queued tiles the view stopped wanting are dropped, not drawn (asked for again
+        // if it comes back to them).
+        let (taken, dropped) = production.pop_where(new.saturating_sub(residency.ready_count()), |t| {
+            residency.is_needed(t) || residency.is_prefetched(t) || residency.is_pinned_mip(t)
+        });
+        for t in dropped {
+            residency.on_cancelled(t);
+            self.request_times.remove(&t);
+        }
+        for t in taken {
             residency.on_produced(t);
         }
         let mut plan = if new > 0 {
