@@ -877,6 +877,43 @@ fn production_requests_the_view_stops_wanting_are_cancelled_like_loads() {
 }
 
 #[test]
+fn a_stacked_produced_atlas_shares_each_slot_and_invalidates_the_whole_stack() {
+    let names: Vec<(String, ColorSpace)> =
+        ["albedo", "normal", "roughness"].iter().map(|n| (n.to_string(), ColorSpace::Linear)).collect();
+    let atlas = Arc::new(Atlas::produced("stack", &names, texture(), true).unwrap());
+    let p = PoolLayout::from_parts(
+        vec![TargetFormat::Rgba8; 3],
+        vec![texture()],
+        (8, 8),
+        true,
+        Trilinear::Hardware,
+    );
+    let config = StreamerConfig {
+        feedback_stride: 1,
+        auto_mip_bias: false,
+        prefetch_neighbours: false,
+        ..Default::default()
+    };
+    // On shared streaming too, and without a thread: nothing is loaded.
+    let shared = tessera_core::stream::streamer::SharedStreaming::external(16);
+    let streamer = Streamer::new_shared(atlas, &p, config, &shared).unwrap();
+    assert!(streamer.is_producing());
+    let layout = FeedbackLayout::new(&p.owners);
+    let mut sim = Sim { streamer, layout, frame: 0, upload_ms: 0.0, upload_gpu: None };
+    let first = sim.step(None, None);
+    assert_eq!(first.produce.iter().map(|j| j.tile).collect::<Vec<_>>(), vec![TileId::new(0, 3, 0, 0)]);
+    let view = block(0, 0, 0, 2, 2);
+    while !sim.streamer.fully_resident() {
+        produce_step(&mut sim, &view);
+    }
+    // Any layer of the stack stands for all: its slots hold every layer's texels.
+    assert_eq!(sim.streamer.invalidate(2, [0, 0, 10, 10]), 4);
+    let plan = produce_step(&mut sim, &view);
+    assert_eq!((plan.stats.refreshed, plan.stats.produced), (4, 0));
+    assert_page_table_consistent(&sim.streamer);
+}
+
+#[test]
 fn a_flushed_pool_produces_its_tiles_again() {
     let mut sim = Sim::produced(1, texture(), (8, 8), ProductionConfig::default());
     sim.step(None, None);

@@ -9,7 +9,8 @@
 //!
 //! By concern: this file holds the [`Streamer`] type, the plan's types and the settings
 //! changed between frames; `config.rs` its settings, errors and shared streaming;
-//! `build.rs` starting one; `frame.rs` one frame's decisions.
+//! `build.rs` starting one; `frame.rs` one frame's decisions; `production.rs` those of
+//! a produced atlas (runtime virtual textures), whose misses are drawn, not loaded.
 
 use std::sync::Arc;
 
