@@ -144,12 +144,13 @@
 
 #![warn(missing_docs)]
 
-/// The guide's Rust blocks (docs/embedding.md, docs/baking.md), compiled as doctests so
+/// The guide's Rust blocks (docs/embedding.md, docs/baking.md, docs/runtime-vt.md), compiled as doctests so
 /// that the guide cannot drift from the API; the README's blocks are copies of these
 /// (checked by `apps/cli/tests/docs.rs`).
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/embedding.md")]
 #[doc = include_str!("../../../docs/baking.md")]
+#[doc = include_str!("../../../docs/runtime-vt.md")]
 struct Guide;
 
 pub mod context;
@@ -172,6 +173,7 @@ pub mod page_table_update;
 pub mod params;
 pub mod pool;
 mod prediction;
+pub mod produce;
 pub mod staging;
 mod upload_timer;
 
@@ -182,6 +184,7 @@ pub use lost::DeviceLost;
 pub use page_table::{PageTableResource, PageTableStorage};
 pub use params::BindingResources;
 pub use pool::{POOL_FORMAT, POOL_FORMAT_LINEAR, UNWRITTEN};
+pub use produce::{ProduceBatch, ProducedTile, TileProducer};
 pub use tessera_core as core;
 pub use tessera_core::stream::stats::StreamFrame;
 pub use tessera_core::stream::streamer::StreamerConfig;

@@ -253,6 +253,12 @@ pub const PAGE_TABLE_UPDATE_WGSL: &str = include_str!("../shaders/page_table_upd
 /// Level 1 of the tile pool: each uploaded slot's 2× downsample (hardware trilinear).
 pub const SLOT_MIP_WGSL: &str = include_str!("../shaders/slot_mip.wgsl");
 
+/// The vertex stage of a tile producer (runtime virtual textures, [`crate::produce`]):
+/// `vt_produce_vertex(vertex_index, instance_index)` over group 0 (the batch's
+/// instances and pool size) and `vt_produce_uv` for the fragment stage. Prepend it to a
+/// producer's own WGSL.
+pub const PRODUCE_WGSL: &str = include_str!("../shaders/produce.wgsl");
+
 /// Level 1 of a BC1 / BC7 tile pool: each uploaded slot's 2× downsample, encoded on the
 /// GPU into blocks that are copied into level 1 (hardware trilinear for those pools).
 pub const SLOT_MIP_ENCODE_WGSL: &str = include_str!("../shaders/slot_mip_encode.wgsl");
@@ -360,6 +366,7 @@ fn fs_main(@builtin(position) frag: vec4<f32>, @location(0) uv: vec2<f32>) -> @l
         validate("feedback_compact", FEEDBACK_COMPACT_WGSL);
         validate("feedback_resolve", FEEDBACK_RESOLVE_WGSL);
         validate("slot_mip", SLOT_MIP_WGSL);
+        validate("produce", PRODUCE_WGSL);
         validate("slot_mip_encode", SLOT_MIP_ENCODE_WGSL);
         validate("page_table_update", PAGE_TABLE_UPDATE_WGSL);
         for (name, src) in [("vt", VT_WGSL.to_owned()), ("vt_module", vt_module(2, "albedo").unwrap())] {

@@ -10,6 +10,28 @@ impl VirtualTextures {
     /// ([`VtConfig::validate`]) or a pool that does not fit the device, and with
     /// [`RenderError::DeviceLost`] on a lost device.
     pub fn new(ctx: &GpuContext, atlas: Arc<Atlas>, config: VtConfig) -> Result<Self, RenderError> {
+        Self::create(ctx, atlas, config, None)
+    }
+
+    /// [`VirtualTextures::new`] for a produced atlas (runtime virtual textures,
+    /// [`crate::produce`]): `producer` draws each tile the feedback asks for into its
+    /// slot, the coarsest ones before this returns. Fails with [`RenderError::Config`]
+    /// when a pool cannot be drawn into (a block-compressed `pool_format`).
+    pub fn with_producer(
+        ctx: &GpuContext,
+        atlas: Arc<Atlas>,
+        config: VtConfig,
+        producer: Box<dyn TileProducer>,
+    ) -> Result<Self, RenderError> {
+        Self::create(ctx, atlas, config, Some(producer))
+    }
+
+    fn create(
+        ctx: &GpuContext,
+        atlas: Arc<Atlas>,
+        config: VtConfig,
+        producer: Option<Box<dyn TileProducer>>,
+    ) -> Result<Self, RenderError> {
         config.validate()?;
         // wgpu's buffer helpers panic on a lost device instead of failing.
         ctx.check()?;
@@ -32,6 +54,15 @@ impl VirtualTextures {
                 streamer.layout().words() * 32
             )));
         }
+        if producer.is_some()
+            && let Some(p) = pools.iter().find(|p| p.target().is_block_compressed())
+        {
+            return Err(RenderError::Config(format!(
+                "a produced atlas needs pools it can draw into, not {}: leave pool_format unset or rgba8",
+                p.target().name()
+            )));
+        }
+        let production = producer.map(|p| Production::new(device, &pools, p));
         let feedback = Feedback::new(device, streamer.layout().words(), FEEDBACK_RING);
         let layout_bgl = bind_group_layout(device, config.page_table);
         let bindings =
@@ -65,6 +96,7 @@ impl VirtualTextures {
             update_timestamps: None,
             upload_timestamps: None,
             upload_timer: slice_ms.and_then(|_| UploadTimer::new(device, &ctx.queue)),
+            production,
         };
         // Uploads the coarsest tiles the streamer loaded, and writes every parameter block.
         let plan = vt.streamer.frame(FrameInput::default());
@@ -241,6 +273,9 @@ impl VirtualTextures {
         }
         self.streamer = streamer;
         self.staging = staging;
+        if let Some(production) = self.production.as_mut() {
+            production.retarget(&pools);
+        }
         self.pools = pools;
         self.table_updater = Self::make_updater(ctx, &page_table);
         // The old table's jobs mean nothing to the new one, which starts unmapped.

@@ -135,6 +135,10 @@ impl VirtualTextures {
         let layers = self.atlas.layers();
         let border = layers.first().map_or(1, |l| l.layout.border());
         let border = if layers.iter().all(|l| l.layout.border() == border) { border } else { 1 };
+        // Produced tiles are drawn first: the level-1 work below reads them.
+        if let Some(production) = self.production.as_mut().filter(|_| !plan.produce.is_empty()) {
+            production.run(ctx, &self.atlas, &self.pools, &plan.produce);
+        }
         let timed = !plan.uploads.is_empty();
         if timed {
             self.mark_uploads(ctx, 0);

@@ -37,6 +37,7 @@ use crate::page_table_update::TableUpdater;
 use crate::params::{LayerBinding, Resources, ShaderProbe, VtParams, bind_group_layout, pool_sampler};
 use crate::pool::{TilePool, format_support};
 use crate::prediction::Prediction;
+use crate::produce::{Production, TileProducer};
 use crate::staging::GpuStaging;
 use crate::upload_timer::UploadTimer;
 
@@ -107,6 +108,8 @@ pub struct VirtualTextures {
     /// The GPU time of each frame's uploads, for the burst slice
     /// ([`VtConfig::upload_slicing`]).
     upload_timer: Option<UploadTimer>,
+    /// The producer of a produced atlas ([`VirtualTextures::with_producer`]).
+    production: Option<Production>,
     feedback: Feedback,
     /// The colour-target feedback path: its target and resolve pass.
     feedback_targets: FeedbackTargets,
@@ -344,6 +347,17 @@ impl VirtualTextures {
     /// of tiles requested.
     pub fn prefetch_region(&mut self, layer: u16, rect: [u32; 4], mip: u8) -> usize {
         self.streamer.prefetch_region(layer, rect, mip)
+    }
+
+    /// Runtime virtual textures ([`VirtualTextures::with_producer`]): marks the resident
+    /// tiles of `layer` that cover `rect` (x, y, width, height in mip-0 texels) stale at
+    /// every mip, after the application changed what its producer draws there (a decal
+    /// placed, the terrain edited). Those the view needs are drawn again in place
+    /// within a bounded number of frames, the stale texels shown until then (never a
+    /// hole or a coarser mip); the others are evicted. Returns how many were marked;
+    /// 0 for an atlas read from a file.
+    pub fn invalidate(&mut self, layer: u16, rect: [u32; 4]) -> usize {
+        self.streamer.invalidate(layer, rect)
     }
 
     /// Changes the debug view (0 off, 1 mip colours, 2 fallback depth, 3 tile borders;
