@@ -473,7 +473,8 @@ impl App {
                     stats,
                     history,
                     controls.residency_layer,
-                );
+                )
+                .with_production(f.vt().streamer().production_stats());
                 egui::Panel::right("tessera overlay").default_size(340.0).show(ui, |ui| {
                     egui::ScrollArea::vertical().show(ui, |ui| overlay_ui(ui, &model, controls));
                 });

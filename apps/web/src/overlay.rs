@@ -205,6 +205,7 @@ impl Overlay {
                 &self.history,
                 self.controls.residency_layer,
             )
+            .with_production(vt.streamer().production_stats())
         });
         let (controls, shown) = (&mut self.controls, &mut self.shown);
         self.ctx.clone().run_ui(raw, |ui| {

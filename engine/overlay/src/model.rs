@@ -270,6 +270,9 @@ pub struct OverlayModel {
     pub stacked: bool,
     /// The atlas is a TIFF (a Cloud Optimized GeoTIFF) streamed without a bake.
     pub unbaked_tiff: bool,
+    /// A produced atlas (runtime virtual textures): its tiles are drawn on the GPU, and
+    /// this tier replaces the host cache and the disk.
+    pub produced: Option<tessera_core::stream::produce::ProductionStats>,
     /// Rolling series, oldest first: frame ms, uploads, misses, host hit rate (%).
     pub frame_ms: Vec<f64>,
     /// Uploads per frame.
@@ -351,6 +354,7 @@ impl OverlayModel {
             layer_names: Vec::new(),
             stacked: false,
             unbaked_tiff: false,
+            produced: None,
             frame_ms: series(|s| s.frame_ms),
             uploads: series(|s| s.uploads as f64),
             misses: series(|s| s.misses as f64),
@@ -366,6 +370,16 @@ impl OverlayModel {
     pub fn with_layers(mut self, names: impl IntoIterator<Item = impl Into<String>>, stacked: bool) -> Self {
         self.layer_names = names.into_iter().map(Into::into).collect();
         self.stacked = stacked;
+        self
+    }
+
+    /// The same model with a produced atlas' production tier
+    /// (`Streamer::production_stats`; `None` for an atlas read from a file).
+    pub fn with_production(
+        mut self,
+        production: Option<tessera_core::stream::produce::ProductionStats>,
+    ) -> Self {
+        self.produced = production;
         self
     }
 

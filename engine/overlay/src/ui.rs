@@ -207,6 +207,10 @@ fn tiers_ui(ui: &mut egui::Ui, m: &OverlayModel) {
     )));
     ui.label(format!("{:.0} uploads/s, {:.0} evictions/s", m.uploads_per_s, m.evictions_per_s));
     ui.separator();
+    if let Some(p) = &m.produced {
+        produced_ui(ui, p);
+        return;
+    }
     ui.label(RichText::new("Host cache").color(color(TileState::Host)));
     ui.add(egui::ProgressBar::new(m.host_fill().min(1.0) as f32).text(format!(
         "{} tiles, {:.1} / {:.0} MiB",
@@ -236,6 +240,21 @@ fn tiers_ui(ui: &mut egui::Ui, m: &OverlayModel) {
         m.reads_per_s,
         if m.failed_loads > 0 { format!(", {} failed", m.failed_loads) } else { String::new() }
     ));
+}
+
+/// The production tier of a produced atlas, in place of the host cache and the disk.
+fn produced_ui(ui: &mut egui::Ui, p: &tessera_core::stream::produce::ProductionStats) {
+    ui.label(RichText::new("Produced on the GPU").color(Color32::from_rgb(90, 200, 200)));
+    ui.label(format!("{} tiles drawn, {} drawn again after an invalidation", p.produced, p.refreshed));
+    ui.label(format!("{} queued; budget {} tiles a frame", p.queued, p.budget));
+    ui.label(if p.stale > 0 {
+        format!("{} stale, the oldest for {} frames", p.stale, p.oldest_stale_frames)
+    } else {
+        "nothing stale".to_owned()
+    });
+    ui.label(
+        RichText::new("no host or disk tier: evicted tiles are drawn again when needed").color(Color32::GRAY),
+    );
 }
 
 /// The disk-cache and network tiers of a remote atlas.
@@ -423,6 +442,46 @@ pub fn bake_progress_ui(ui: &mut egui::Ui, p: &BakeProgress) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every text the overlay draws for `model`, from a headless egui frame.
+    fn texts(model: &OverlayModel) -> Vec<String> {
+        let ctx = egui::Context::default();
+        let mut controls = OverlayControls::default();
+        let mut out = ctx.run_ui(egui::RawInput::default(), |ui| overlay_ui(ui, model, &mut controls));
+        out.textures_delta.clear();
+        let mut texts = Vec::new();
+        fn walk(shape: &egui::Shape, texts: &mut Vec<String>) {
+            match shape {
+                egui::Shape::Text(t) => texts.push(t.galley.job.text.clone()),
+                egui::Shape::Vec(v) => v.iter().for_each(|s| walk(s, texts)),
+                _ => {}
+            }
+        }
+        out.shapes.iter().for_each(|c| walk(&c.shape, &mut texts));
+        texts
+    }
+
+    /// A produced atlas shows its production tier in place of the host cache and the
+    /// disk; an atlas read from a file shows those.
+    #[test]
+    fn a_produced_atlas_shows_its_production_tier() {
+        let stats = tessera_core::stream::produce::ProductionStats {
+            queued: 7,
+            stale: 3,
+            oldest_stale_frames: 2,
+            produced: 120,
+            refreshed: 18,
+            budget: 64,
+        };
+        let model = OverlayModel::default().with_production(Some(stats));
+        let shown = texts(&model).join("\n");
+        assert!(shown.contains("Produced on the GPU"), "{shown}");
+        assert!(shown.contains("120 tiles drawn, 18 drawn again"), "{shown}");
+        assert!(shown.contains("3 stale, the oldest for 2 frames"), "{shown}");
+        assert!(!shown.contains("Host cache"), "{shown}");
+        let streamed = texts(&OverlayModel::default()).join("\n");
+        assert!(streamed.contains("Host cache") && !streamed.contains("Produced"), "{streamed}");
+    }
 
     #[test]
     fn debug_views_cycle_through_tile_borders_and_parse_by_name() {

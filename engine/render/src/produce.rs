@@ -24,8 +24,8 @@ pub trait TileProducer: wgpu::WasmNotSendSync {
     /// Records the drawing of every tile of `batch` into `encoder`: usually one
     /// [`ProduceBatch::begin_pass`], a pipeline whose vertex stage is
     /// `vt_produce_vertex` with [`ProduceBatch::bind_group`] at group 0 (layout
-    /// [`crate::VirtualTextures::produce_bind_group_layout`], targets
-    /// [`crate::VirtualTextures::produce_formats`]), and `draw(0..4, 0..batch.len())`.
+    /// [`ProduceBatch::layout`], targets [`ProduceBatch::formats`]), and
+    /// `draw(0..4, 0..batch.len())`.
     /// Every texel of every tile's rectangle must be written (the slot's border too).
     fn produce(&mut self, ctx: &GpuContext, encoder: &mut wgpu::CommandEncoder, batch: &ProduceBatch<'_>);
 }
