@@ -729,7 +729,7 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
             let written = Written {
                 probe: probe.is_some(),
                 updated: stream.table_jobs > 0,
-                uploaded: stream.uploads > 0,
+                uploaded: stream.uploads + stream.produced + stream.refreshed > 0,
             };
             let ticks = t.read(ctx, written)?;
             f.no_feedback_gpu_pass_ms = probe.as_ref().and_then(|_| t.span_ms(&ticks, Q_FLOOR));

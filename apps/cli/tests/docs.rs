@@ -206,6 +206,7 @@ fn the_readme_rust_blocks_are_the_guides_doctested_ones() {
     let included = [
         ("engine/render/src/lib.rs", "docs/embedding.md"),
         ("engine/render/src/lib.rs", "docs/baking.md"),
+        ("engine/render/src/lib.rs", "docs/runtime-vt.md"),
         ("engine/bevy_tessera/src/lib.rs", "docs/bevy.md"),
     ];
     for (file, md) in docs.iter().filter(|(f, _)| f.starts_with("docs/")) {

@@ -135,16 +135,18 @@ impl VirtualTextures {
         let layers = self.atlas.layers();
         let border = layers.first().map_or(1, |l| l.layout.border());
         let border = if layers.iter().all(|l| l.layout.border() == border) { border } else { 1 };
-        // Produced tiles are drawn first: the level-1 work below reads them.
-        if let Some(production) = self.production.as_mut().filter(|_| !plan.produce.is_empty()) {
-            production.run(ctx, &self.atlas, &self.pools, &plan.produce);
-        }
-        let timed = !plan.uploads.is_empty();
+        // Tiles drawn (produced) and uploaded are timed together: the burst slice and
+        // the budget price them alike.
+        let timed = !plan.uploads.is_empty() || !plan.produce.is_empty();
         if timed {
             self.mark_uploads(ctx, 0);
             if let Some(timer) = self.upload_timer.as_mut() {
-                timer.start(&ctx.device, &ctx.queue, plan.uploads.len());
+                timer.start(&ctx.device, &ctx.queue, plan.uploads.len() + plan.produce.len());
             }
+        }
+        // Produced tiles are drawn first: the level-1 work below reads them.
+        if let Some(production) = self.production.as_mut().filter(|_| !plan.produce.is_empty()) {
+            production.run(ctx, &self.atlas, &self.pools, &plan.produce);
         }
         for (part, (pool, &len)) in self.pools.iter().zip(lengths).enumerate() {
             // The streamer only hands out tiles of exactly the summed part lengths.
@@ -195,12 +197,12 @@ impl VirtualTextures {
         self.update_timestamps = timestamps;
     }
 
-    /// Times each frame's tile uploads (copies, level 1 and their submissions): a frame
-    /// of [`VirtualTextures::begin`] that uploads writes timestamps `first` before its
-    /// first upload and `first + 1` after its last, each in a command buffer of its own
-    /// submitted in order around them (`set` is a `Timestamp` query set on a device with
-    /// `TIMESTAMP_QUERY_INSIDE_ENCODERS`); frames without uploads write none. `None`
-    /// stops it.
+    /// Times each frame's tile uploads and produced tiles (the producer's pass, copies,
+    /// level 1 and their submissions): a frame of [`VirtualTextures::begin`] that uploads
+    /// or produces writes timestamps `first` before that work and `first + 1` after it,
+    /// each in a command buffer of its own submitted in order around them (`set` is a
+    /// `Timestamp` query set on a device with `TIMESTAMP_QUERY_INSIDE_ENCODERS`); other
+    /// frames write none. `None` stops it.
     pub fn time_uploads(&mut self, timestamps: Option<(wgpu::QuerySet, u32)>) {
         self.upload_timestamps = timestamps;
     }
