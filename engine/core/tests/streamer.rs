@@ -426,9 +426,10 @@ fn a_burst_is_sliced_at_the_measured_price_of_a_tile() {
         assert!(plan.uploads.windows(2).all(|w| w[0].tile.mip >= w[1].tile.mip), "coarse first");
         if priced {
             // The CPU price rises from the 0 of the settling frames (which reported no
-            // time) towards 2 µs: the cap falls from 25 towards 20 tiles.
+            // time) towards 2 µs: the cap falls from about 33 (the GPU's 3 µs alone)
+            // towards 20 tiles.
             let cap = plan.stats.upload_slice_tiles.unwrap();
-            assert!((20..=25).contains(&cap), "frame {frames}: cap {cap}");
+            assert!((20..=34).contains(&cap), "frame {frames}: cap {cap}");
             assert!(n <= cap, "frame {frames}: {n} uploads over the {cap} a 0.1 ms slice holds");
             sliced += usize::from(n == cap);
         }

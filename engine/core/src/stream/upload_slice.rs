@@ -10,30 +10,53 @@
 /// Fewest tiles a frame may upload, whatever the price: streaming always progresses.
 pub const MIN_SLICE_TILES: usize = 16;
 
-/// Fewest tiles of a frame whose cost is taken as a price sample: smaller batches are
-/// dominated by the fixed cost of a frame's upload work (an encoder, a submission, a
-/// pass), which would inflate the price and shrink the slices further.
-pub const MIN_SAMPLE_TILES: usize = 16;
+/// Weight of the past against each new sample (about the last 20 frames that uploaded
+/// count).
+const FORGET: f64 = 0.95;
 
-/// Weight of a sample above the estimate (prices follow a rise quickly).
-const RISE: f64 = 0.5;
-/// Weight of a sample below the estimate (and fall slowly).
-const FALL: f64 = 0.125;
-
-/// A per-tile price in milliseconds, from frames of at least [`MIN_SAMPLE_TILES`].
+/// The cost of a frame's upload work against its number of tiles, `fixed + per_tile ·
+/// n`, fitted by least squares over the recent frames (older ones weigh less). A frame's
+/// fixed part (an encoder, a submission, a pass, however few its tiles) must not be
+/// charged to its tiles: priced per tile from small batches alone, it would shrink the
+/// slices, which makes the batches smaller and the price higher still. While the recent
+/// frames all uploaded about as many tiles (no spread to separate the two parts), the
+/// last fit holds; before any fit, the whole cost is charged per tile.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct Price(Option<f64>);
+struct Cost {
+    /// Weighted sums: weight, n, ms, n², n·ms.
+    w: f64,
+    n: f64,
+    ms: f64,
+    nn: f64,
+    nm: f64,
+    /// The last fit: fixed ms and ms per tile.
+    fit: Option<(f64, f64)>,
+}
 
-impl Price {
+impl Cost {
     fn observe(&mut self, ms: f64, tiles: usize) {
-        if tiles < MIN_SAMPLE_TILES || !ms.is_finite() || ms < 0.0 {
+        if tiles == 0 || !ms.is_finite() || ms < 0.0 {
             return;
         }
-        let sample = ms / tiles as f64;
-        self.0 = Some(match self.0 {
-            None => sample,
-            Some(old) => old + if sample > old { RISE } else { FALL } * (sample - old),
-        });
+        let n = tiles as f64;
+        self.w = FORGET * self.w + 1.0;
+        self.n = FORGET * self.n + n;
+        self.ms = FORGET * self.ms + ms;
+        self.nn = FORGET * self.nn + n * n;
+        self.nm = FORGET * self.nm + n * ms;
+        let spread = self.w * self.nn - self.n * self.n;
+        // A spread of tiles across the samples: at least a few tiles of standard
+        // deviation (variance · w² > 16 w²).
+        if spread > 16.0 * self.w * self.w {
+            let per_tile = (self.w * self.nm - self.n * self.ms) / spread;
+            let fixed = (self.ms - per_tile * self.n) / self.w;
+            if per_tile > 0.0 {
+                self.fit = Some((fixed.max(0.0), per_tile));
+            }
+        } else if self.fit.is_none() {
+            // Nothing to separate yet: all of it per tile (an upper bound).
+            self.fit = Some((0.0, self.ms / self.n.max(1.0)));
+        }
     }
 }
 
@@ -42,14 +65,14 @@ impl Price {
 #[derive(Clone, Debug, PartialEq)]
 pub struct UploadSlice {
     slice_ms: f64,
-    cpu: Price,
-    gpu: Price,
+    cpu: Cost,
+    gpu: Cost,
 }
 
 impl UploadSlice {
     /// A cap of `slice_ms` of upload work a frame (a positive, finite number).
     pub fn new(slice_ms: f64) -> Self {
-        Self { slice_ms, cpu: Price::default(), gpu: Price::default() }
+        Self { slice_ms, cpu: Cost::default(), gpu: Cost::default() }
     }
 
     /// The slice, ms.
@@ -67,21 +90,26 @@ impl UploadSlice {
         self.gpu.observe(ms, tiles);
     }
 
-    /// The estimated cost of one upload (CPU plus GPU), ms, once either was priced.
-    pub fn price_ms(&self) -> Option<f64> {
-        match (self.cpu.0, self.gpu.0) {
+    /// The estimated cost of a frame's upload work, CPU plus GPU, as (fixed ms, ms per
+    /// tile), once either was measured.
+    pub fn price_ms(&self) -> Option<(f64, f64)> {
+        match (self.cpu.fit, self.gpu.fit) {
             (None, None) => None,
-            (c, g) => Some(c.unwrap_or(0.0) + g.unwrap_or(0.0)),
+            (c, g) => {
+                let (c, g) = (c.unwrap_or_default(), g.unwrap_or_default());
+                Some((c.0 + g.0, c.1 + g.1))
+            }
         }
     }
 
     /// The most tiles the next frame may upload: as many as fit the slice at the
-    /// current price, at least [`MIN_SLICE_TILES`]; `None` (no cap) until an upload was
-    /// priced.
+    /// current price (after the fixed part), at least [`MIN_SLICE_TILES`]; `None` (no
+    /// cap) until an upload was priced.
     pub fn tiles(&self) -> Option<usize> {
-        let price = self.price_ms().filter(|p| *p > 0.0)?;
+        let (fixed, per_tile) = self.price_ms().filter(|p| p.1 > 0.0)?;
+        let room = (self.slice_ms - fixed).max(0.0);
         // Finite and non-negative: the cast saturates.
-        Some(((self.slice_ms / price).floor() as usize).max(MIN_SLICE_TILES))
+        Some(((room / per_tile).floor() as usize).max(MIN_SLICE_TILES))
     }
 }
 
@@ -91,16 +119,19 @@ mod tests {
 
     #[test]
     fn unpriced_means_no_cap() {
-        let mut s = UploadSlice::new(0.5);
+        let s = UploadSlice::new(0.5);
         assert_eq!(s.tiles(), None);
-        // Too few tiles to price: the fixed cost would dominate.
-        s.observe_cpu(0.2, MIN_SAMPLE_TILES - 1);
-        s.observe_gpu(0.4, 3);
+        let mut s = UploadSlice::new(0.5);
+        s.observe_cpu(f64::NAN, 100);
+        s.observe_gpu(-1.0, 100);
+        s.observe_gpu(0.3, 0);
         assert_eq!(s.tiles(), None);
     }
 
+    /// Before frames of different sizes separate the fixed part, all of the cost is
+    /// charged per tile.
     #[test]
-    fn cpu_and_gpu_prices_add_up() {
+    fn one_batch_size_charges_everything_per_tile() {
         let mut s = UploadSlice::new(0.5);
         s.observe_cpu(0.4, 200); // 2 µs a tile
         assert_eq!(s.tiles(), Some(250));
@@ -108,20 +139,35 @@ mod tests {
         assert_eq!(s.tiles(), Some(100));
     }
 
+    /// A fixed cost per frame is not charged to the tiles: with 0.2 ms a frame and 5 µs
+    /// a tile, a 0.5 ms slice holds 60 tiles, and small batches (whose price per tile is
+    /// high) do not shrink it below that, however many of them follow.
     #[test]
-    fn rises_fast_falls_slowly_never_below_the_floor() {
+    fn the_fixed_part_of_a_frame_is_not_charged_per_tile() {
         let mut s = UploadSlice::new(0.5);
-        s.observe_gpu(1.0, 100); // 10 µs
-        s.observe_gpu(3.0, 100); // 30 µs: halfway up at once
-        assert_eq!(s.tiles(), Some(25));
-        s.observe_gpu(1.0, 100); // back to 10 µs: an eighth of the way down
-        assert!((s.price_ms().unwrap() - 0.018_75).abs() < 1e-12);
+        let cost = |n: usize| 0.2 + 0.005 * n as f64;
+        for n in [340, 16, 60, 16, 120, 30] {
+            s.observe_gpu(cost(n), n);
+        }
+        let (fixed, per_tile) = s.price_ms().unwrap();
+        assert!((fixed - 0.2).abs() < 1e-9 && (per_tile - 0.005).abs() < 1e-12, "{fixed} {per_tile}");
+        assert_eq!(s.tiles(), Some(60));
+        // A long run of 16-tile frames (no spread left to fit) keeps the last fit.
+        for _ in 0..500 {
+            s.observe_gpu(cost(16), 16);
+        }
+        assert_eq!(s.tiles(), Some(60));
+        // A slower device raises the price, and the cap follows.
+        for n in [200, 20, 100, 40, 300, 60, 150, 16, 250, 80] {
+            s.observe_gpu(0.2 + 0.01 * n as f64, n);
+        }
+        assert!(s.tiles().is_some_and(|t| (28..=36).contains(&t)), "{:?} {:?}", s.tiles(), s.price_ms());
+    }
+
+    #[test]
+    fn never_below_the_floor() {
+        let mut s = UploadSlice::new(0.5);
         s.observe_gpu(100.0, 100);
         assert_eq!(s.tiles(), Some(MIN_SLICE_TILES));
-        // Nonsense is ignored.
-        let before = s.clone();
-        s.observe_cpu(f64::NAN, 100);
-        s.observe_gpu(-1.0, 100);
-        assert_eq!(s, before);
     }
 }
