@@ -762,6 +762,131 @@ mod runtime_vt {
         assert!(shown.is_some(), "the decal did not show within 10 frames");
     }
 
+    /// A stack (two linear layers, as albedo and normal would be) is produced in one
+    /// pass with one output per layer: tiles asked for by `prefetch_region` (no view at
+    /// all) land in the same slot of both pools, each texel holding what the producer
+    /// computed at that texel's virtual coordinates and mip.
+    #[test]
+    fn a_stack_is_produced_in_one_pass_into_every_pool() {
+        use std::sync::Arc;
+        use tessera::core::Atlas;
+        use tessera::core::format::atlas::ColorSpace;
+        use tessera::core::format::tile::TextureLayout;
+        use tessera::produce::{ProduceBatch, TileProducer};
+        use tessera::{GpuContext, VirtualTextures, wgpu};
+
+        const WGSL: &str = r#"
+struct Out { @location(0) a: vec4<f32>, @location(1) b: vec4<f32> }
+@vertex
+fn vs(@builtin(vertex_index) v: u32, @builtin(instance_index) i: u32) -> VtProduced {
+    return vt_produce_vertex(v, i);
+}
+@fragment
+fn fs(t: VtProduced) -> Out {
+    let uv = vt_produce_uv(t);
+    var o: Out;
+    o.a = vec4<f32>(uv.x, uv.y, f32(t.info.y) / 8.0, 1.0);
+    o.b = vec4<f32>(1.0 - uv.x, 1.0 - uv.y, t.texel.x * 256.0, 1.0);
+    return o;
+}
+"#;
+        struct Two(Option<wgpu::RenderPipeline>);
+        impl TileProducer for Two {
+            fn produce(
+                &mut self,
+                ctx: &GpuContext,
+                encoder: &mut wgpu::CommandEncoder,
+                batch: &ProduceBatch<'_>,
+            ) {
+                let device = &ctx.device;
+                let pipeline = self.0.get_or_insert_with(|| {
+                    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                        label: Some("two layers"),
+                        source: wgpu::ShaderSource::Wgsl(
+                            format!("{}\n{WGSL}", tessera::shaders::PRODUCE_WGSL).into(),
+                        ),
+                    });
+                    let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                        label: None,
+                        bind_group_layouts: &[Some(batch.layout())],
+                        immediate_size: 0,
+                    });
+                    let targets: Vec<_> = batch.formats().iter().map(|&f| Some(f.into())).collect();
+                    device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
+                        label: Some("two layers"),
+                        layout: Some(&layout),
+                        vertex: wgpu::VertexState {
+                            module: &module,
+                            entry_point: Some("vs"),
+                            compilation_options: Default::default(),
+                            buffers: &[],
+                        },
+                        primitive: wgpu::PrimitiveState {
+                            topology: wgpu::PrimitiveTopology::TriangleStrip,
+                            ..Default::default()
+                        },
+                        depth_stencil: None,
+                        multisample: Default::default(),
+                        fragment: Some(wgpu::FragmentState {
+                            module: &module,
+                            entry_point: Some("fs"),
+                            compilation_options: Default::default(),
+                            targets: &targets,
+                        }),
+                        multiview_mask: None,
+                        cache: None,
+                    })
+                });
+                assert_eq!(batch.targets().len(), 2, "one target per layer of the stack");
+                let mut pass = batch.begin_pass(encoder);
+                pass.set_pipeline(pipeline);
+                pass.set_bind_group(0, batch.bind_group(), &[]);
+                pass.draw(0..4, 0..batch.len());
+            }
+        }
+
+        let ctx = gpu();
+        let side = 2048u32;
+        let layout = TextureLayout::new(side, side, 128, 4).unwrap();
+        let layers = [("a".to_owned(), ColorSpace::Linear), ("b".to_owned(), ColorSpace::Linear)];
+        let atlas = Arc::new(Atlas::produced("two", &layers, layout, true).unwrap());
+        let config = VtConfig { pool_mib: 64, ..VtConfig::default() };
+        let mut vt = VirtualTextures::with_producer(ctx, atlas, config, Box::new(Two(None))).unwrap();
+        assert_eq!(vt.pools().len(), 2);
+        for _ in 0..30 {
+            vt.prefetch_region(0, [0, 0, side, 1024], 0);
+            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            let frame = vt.begin(ctx, &mut encoder);
+            frame.finish(ctx, encoder).unwrap();
+        }
+        ctx.wait_idle().unwrap();
+        let resident: Vec<_> = vt.residency().resident_tiles().collect();
+        // Mip 0's upper half (16 × 8 tiles) and the ancestors of those tiles.
+        assert!(resident.iter().filter(|(t, _)| t.mip == 0).count() >= 128, "{} resident", resident.len());
+        let pools: Vec<Vec<u8>> = vt.pools().iter().map(|p| tessera_tests::read_pool(ctx, p)).collect();
+        let (w, _) = vt.pool().texels();
+        let pitch = vt.pool().pitch();
+        let to8 = |v: f64| (v.clamp(0.0, 1.0) * 255.0).round() as i32;
+        for (tile, slot) in resident {
+            // Texel (64, 64) of the tile, past its 4-texel border in the slot.
+            let (x, y) = (u32::from(slot.x) * pitch + 4 + 64, u32::from(slot.y) * pitch + 4 + 64);
+            let scale = f64::from(1u32 << tile.mip) / f64::from(side);
+            let u = (f64::from(tile.x * 128 + 64) + 0.5) * scale;
+            let v = (f64::from(tile.y * 128 + 64) + 0.5) * scale;
+            let want = [
+                [to8(u), to8(v), to8(f64::from(tile.mip) / 8.0)],
+                [to8(1.0 - u), to8(1.0 - v), to8(scale * 256.0)],
+            ];
+            for (p, pool) in pools.iter().enumerate() {
+                let at = ((y * w + x) * 4) as usize;
+                let got = [i32::from(pool[at]), i32::from(pool[at + 1]), i32::from(pool[at + 2])];
+                for c in 0..3 {
+                    assert!((got[c] - want[p][c]).abs() <= 1, "{tile} pool {p}: {got:?}, want {:?}", want[p]);
+                }
+            }
+        }
+    }
+
     /// A produced tile evicted (the whole pool flushed) and asked for again is drawn
     /// again bit for bit, wherever its new slot is.
     #[test]
