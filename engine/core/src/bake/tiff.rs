@@ -497,7 +497,7 @@ impl RowSource for TiffSource {
 
 /// Rows the window holds at most.
 fn window_rows(g: &Grid, height: u32) -> u32 {
-    (g.chunk_h + KEEP_ROWS).min(height)
+    g.chunk_h.saturating_add(KEEP_ROWS).min(height)
 }
 
 #[cfg(test)]
