@@ -415,7 +415,7 @@ fn a_burst_is_sliced_at_the_measured_price_of_a_tile() {
     sim.settle(&view, 300);
     sim.streamer.flush_vram();
     let (mut frames, mut uploads) = (0, Vec::new());
-    let (mut priced, mut sliced) = (false, 0);
+    let mut sliced = 0;
     while frames < 300 {
         let plan = sim.step(Some(&view), None);
         if frames > 2 && sim.streamer.fully_resident() {
@@ -424,16 +424,15 @@ fn a_burst_is_sliced_at_the_measured_price_of_a_tile() {
         let n = plan.uploads.len();
         // A slice holds the coarsest missing tiles first.
         assert!(plan.uploads.windows(2).all(|w| w[0].tile.mip >= w[1].tile.mip), "coarse first");
-        if priced {
-            // The CPU price rises from the 0 of the settling frames (which reported no
-            // time) towards 2 µs: the cap falls from about 33 (the GPU's 3 µs alone)
-            // towards 20 tiles.
-            let cap = plan.stats.upload_slice_tiles.unwrap();
-            assert!((20..=34).contains(&cap), "frame {frames}: cap {cap}");
+        // Priced once frames of different sizes were seen: about 5 µs a tile (the
+        // settling frames reported no CPU time, which pulls the CPU's share below its
+        // 2 µs for a while: up to about 60 tiles at first), falling towards 20 tiles in
+        // 0.1 ms, and never more uploads than the cap.
+        if let Some(cap) = plan.stats.upload_slice_tiles {
+            assert!((16..=80).contains(&cap), "frame {frames}: cap {cap}");
             assert!(n <= cap, "frame {frames}: {n} uploads over the {cap} a 0.1 ms slice holds");
             sliced += usize::from(n == cap);
         }
-        priced |= n >= 16;
         sim.upload_ms = 0.002 * n as f64;
         sim.upload_gpu = (n > 0).then_some((0.003 * n as f64, n));
         uploads.push(n);

@@ -20,7 +20,7 @@ const FORGET: f64 = 0.95;
 /// charged to its tiles: priced per tile from small batches alone, it would shrink the
 /// slices, which makes the batches smaller and the price higher still. While the recent
 /// frames all uploaded about as many tiles (no spread to separate the two parts), the
-/// last fit holds; before any fit, the whole cost is charged per tile.
+/// last fit holds; before any fit there is no price (and no cap).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct Cost {
     /// Weighted sums: weight, n, ms, n², n·ms.
@@ -53,10 +53,10 @@ impl Cost {
             if per_tile > 0.0 {
                 self.fit = Some((fixed.max(0.0), per_tile));
             }
-        } else if self.fit.is_none() {
-            // Nothing to separate yet: all of it per tile (an upper bound).
-            self.fit = Some((0.0, self.ms / self.n.max(1.0)));
         }
+        // Without a spread there is nothing to fit, and no cap: charging the whole cost
+        // per tile instead (an upper bound) locks the cap at its floor, since frames
+        // capped alike never show a spread (on an H100, 16 tiles a frame for good).
     }
 }
 
@@ -128,15 +128,22 @@ mod tests {
         assert_eq!(s.tiles(), None);
     }
 
-    /// Before frames of different sizes separate the fixed part, all of the cost is
-    /// charged per tile.
+    /// Before frames of different sizes separate the fixed part there is no price, and
+    /// no cap: frames capped alike would never show the spread that prices them.
     #[test]
-    fn one_batch_size_charges_everything_per_tile() {
+    fn one_batch_size_sets_no_price() {
         let mut s = UploadSlice::new(0.5);
-        s.observe_cpu(0.4, 200); // 2 µs a tile
-        assert_eq!(s.tiles(), Some(250));
-        s.observe_gpu(0.6, 200); // 3 µs a tile more
-        assert_eq!(s.tiles(), Some(100));
+        for _ in 0..50 {
+            s.observe_cpu(0.3, 16);
+            s.observe_gpu(0.3, 16);
+        }
+        assert_eq!(s.tiles(), None);
+        // One burst gives the spread: 0.25 ms a frame and 2 + 3 µs a tile.
+        s.observe_cpu(0.1 + 0.002 * 340.0, 340);
+        s.observe_gpu(0.15 + 0.003 * 340.0, 340);
+        let (fixed, per_tile) = s.price_ms().unwrap();
+        assert!(fixed > 0.0 && per_tile > 0.0, "{fixed} {per_tile}");
+        assert!(s.tiles().is_some_and(|t| t >= MIN_SLICE_TILES));
     }
 
     /// A fixed cost per frame is not charged to the tiles: with 0.2 ms a frame and 5 µs
@@ -168,6 +175,7 @@ mod tests {
     fn never_below_the_floor() {
         let mut s = UploadSlice::new(0.5);
         s.observe_gpu(100.0, 100);
+        s.observe_gpu(200.0, 200);
         assert_eq!(s.tiles(), Some(MIN_SLICE_TILES));
     }
 }

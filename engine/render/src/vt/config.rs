@@ -87,8 +87,8 @@ pub struct VtConfig {
     pub upload_slicing: UploadSlicing,
 }
 
-/// Upload work a frame may take by default where bursts are sliced
-/// ([`UploadSlicing::Auto`]), ms, CPU and GPU together.
+/// Upload work a frame may take where bursts are sliced with [`UploadSlicing::Auto`], ms,
+/// CPU and GPU together.
 pub const DEFAULT_UPLOAD_SLICE_MS: f64 = 0.5;
 
 /// How bursts of uploads are spread over frames ([`VtConfig::upload_slicing`]): each
@@ -96,14 +96,19 @@ pub const DEFAULT_UPLOAD_SLICE_MS: f64 = 0.5;
 /// price of a tile (the CPU's recording, and the GPU's copies and level 1 timed with
 /// timestamps read back frames later), coarse mips first, below the upload budget;
 /// the tiles left wait a frame or two in the ready queue while their ancestors show.
+///
+/// Off by default: on an H100 (issue 45, BENCHMARKS.md) a 0.5 ms slice held a flushed
+/// 64K² mosaic at tens of tiles a frame and cost motion (the demo flight fully resident
+/// in 97 instead of 112 of 120 frames), while level 1 in one draw had already brought
+/// an RGBA8 burst of 340 tiles to +0.56 ms median and +1.5 ms p95 over an idle frame.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub enum UploadSlicing {
     /// [`DEFAULT_UPLOAD_SLICE_MS`] on a hardware GPU that can time its uploads
     /// (`TIMESTAMP_QUERY_INSIDE_ENCODERS`); off elsewhere (software adapters, where
     /// GPU work is CPU work and slower by orders of magnitude, and browsers).
-    #[default]
     Auto,
-    /// No cap beyond the upload budget: a burst takes one frame.
+    /// No cap beyond the upload budget: a burst takes one frame (the default).
+    #[default]
     Off,
     /// At most this many milliseconds of upload work a frame (the GPU's share counted
     /// where the device can time it).
@@ -128,7 +133,7 @@ impl Default for VtConfig {
             feedback_target_with_early_depth: false,
             prediction: false,
             merged_copies: true,
-            upload_slicing: UploadSlicing::Auto,
+            upload_slicing: UploadSlicing::Off,
         }
     }
 }
