@@ -762,6 +762,49 @@ mod runtime_vt {
         assert!(shown.is_some(), "the decal did not show within 10 frames");
     }
 
+    /// A produced atlas without a producer (nothing would draw its tiles), a producer
+    /// for an atlas read from a file, and a produced atlas whose one pool would hold both
+    /// colour spaces are refused with a clear error.
+    #[test]
+    fn producers_and_atlases_that_cannot_go_together_are_refused() {
+        use std::sync::Arc;
+        use tessera::VirtualTextures;
+        use tessera::core::Atlas;
+        use tessera::core::format::atlas::ColorSpace;
+        use tessera::core::format::tile::TextureLayout;
+        use tessera::produce::{ProduceBatch, TileProducer};
+        struct Nothing;
+        impl TileProducer for Nothing {
+            fn produce(
+                &mut self,
+                _: &tessera::GpuContext,
+                _: &mut tessera::wgpu::CommandEncoder,
+                _: &ProduceBatch<'_>,
+            ) {
+            }
+        }
+        let ctx = gpu();
+        let layout = TextureLayout::new(1024, 1024, 128, 4).unwrap();
+        let one = Arc::new(Atlas::produced("one", &[("a".into(), ColorSpace::Srgb)], layout, false).unwrap());
+        let e = VirtualTextures::new(ctx, one, VtConfig::default()).err().unwrap().to_string();
+        assert!(e.contains("TileProducer"), "{e}");
+        let mixed = [("albedo".into(), ColorSpace::Srgb), ("height".into(), ColorSpace::Linear)];
+        let mixed = Arc::new(Atlas::produced("mixed", &mixed, layout, false).unwrap());
+        let e =
+            VirtualTextures::with_producer(ctx, mixed, VtConfig::default(), Box::new(Nothing)).err().unwrap();
+        assert!(e.to_string().contains("make it a stack"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = tessera_tests::bake_source(
+            dir.path(),
+            "file",
+            tessera::core::bake::source::Generated::new(256, 256),
+        );
+        let file = Arc::new(Atlas::open(path).unwrap());
+        let e =
+            VirtualTextures::with_producer(ctx, file, VtConfig::default(), Box::new(Nothing)).err().unwrap();
+        assert!(e.to_string().contains("produced atlas"), "{e}");
+    }
+
     /// A stack (two linear layers, as albedo and normal would be) is produced in one
     /// pass with one output per layer: tiles asked for by `prefetch_region` (no view at
     /// all) land in the same slot of both pools, each texel holding what the producer

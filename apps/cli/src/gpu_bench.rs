@@ -421,12 +421,14 @@ fn ratio(a: f64, b: f64) -> f64 {
 /// without, the frames that uploaded at least [`BURST_TILES`] tiles.
 fn burst_stats(frames: &[BenchFrame], flushed: bool) -> Option<BurstStats> {
     let cost = |f: &BenchFrame| f.vt_cpu_ms + f.vt_wall_ms;
+    // Tiles written this frame: uploaded, or drawn by a producer.
+    let written = |f: &BenchFrame| f.stream.uploads + f.stream.produced + f.stream.refreshed;
     let in_burst = |f: &BenchFrame| match flushed {
-        true => f.after_flush && f.stream.uploads > 0,
-        false => f.stream.uploads >= BURST_TILES,
+        true => f.after_flush && written(f) > 0,
+        false => written(f) >= BURST_TILES,
     };
     let busy: Vec<&BenchFrame> = frames.iter().filter(|f| in_burst(f)).collect();
-    let idle = Stat::of(frames.iter().filter(|f| f.stream.uploads == 0 && !f.after_flush).map(cost))?;
+    let idle = Stat::of(frames.iter().filter(|f| written(f) == 0 && !f.after_flush).map(cost))?;
     let busy_ms = Stat::of(busy.iter().map(|f| cost(f)))?;
     Some(BurstStats {
         frames: busy.len(),
@@ -586,7 +588,7 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
             after_flush: bursting,
             ..BenchFrame::default()
         };
-        if stream.uploads > 0 {
+        if stream.uploads + stream.produced + stream.refreshed > 0 {
             burst_uploaded = true;
         } else if burst_uploaded {
             bursting = false;

@@ -246,21 +246,22 @@ impl Production {
     /// the frame's level-1 work and page-table jobs are submitted).
     pub(crate) fn run(&mut self, ctx: &GpuContext, atlas: &Atlas, pools: &[TilePool], jobs: &[ProduceJob]) {
         let Some(pool) = pools.first() else { return };
-        let tiles: Vec<ProducedTile> = jobs
+        let (tiles, jobs): (Vec<ProducedTile>, Vec<ProduceJob>) = jobs
             .iter()
             .filter_map(|job| {
                 let layer = atlas.layers().get(usize::from(job.tile.layer))?;
                 let l = layer.layout;
-                Some(ProducedTile::new(
+                let tile = ProducedTile::new(
                     job,
                     pool.pitch(),
                     pool.margin(),
                     l.tile_size(),
                     l.border(),
                     (l.width(), l.height()),
-                ))
+                );
+                Some((tile, *job))
             })
-            .collect();
+            .unzip();
         if tiles.is_empty() {
             return;
         }
@@ -293,7 +294,7 @@ impl Production {
             device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera produce") });
         let batch = ProduceBatch {
             tiles: &tiles,
-            jobs,
+            jobs: &jobs,
             bind_group,
             layout: &self.layout,
             targets: &self.targets,

@@ -205,7 +205,7 @@ impl TilePool {
                     | wgpu::TextureUsages::RENDER_ATTACHMENT
             },
             // The plain variant also serves an sRGB pool's level-1 copies.
-            view_formats: if other != format && (mixed || !target.is_block_compressed()) {
+            view_formats: if other != format && (mixed || (levels == 2 && !target.is_block_compressed())) {
                 std::slice::from_ref(&other)
             } else {
                 &[]

@@ -33,6 +33,30 @@ impl VirtualTextures {
         producer: Option<Box<dyn TileProducer>>,
     ) -> Result<Self, RenderError> {
         config.validate()?;
+        match (atlas.is_produced(), producer.is_some()) {
+            (true, false) => {
+                return Err(RenderError::Config(format!(
+                    "{} is a produced atlas: its tiles are drawn by a TileProducer \
+                     (VirtualTextures::with_producer), and without one nothing would draw them",
+                    atlas.path().display()
+                )));
+            }
+            (false, true) => {
+                return Err(RenderError::Config(format!(
+                    "{} is read from a file: a producer draws only the tiles of a produced atlas (Atlas::produced)",
+                    atlas.path().display()
+                )));
+            }
+            _ => {}
+        }
+        let colors: std::collections::HashSet<_> = atlas.layers().iter().map(|l| l.color).collect();
+        if producer.is_some() && !atlas.is_stacked() && colors.len() > 1 {
+            return Err(RenderError::Config(
+                "a produced atlas of several layers in both colour spaces shares one pool, which a \
+                 producer cannot draw both kinds into: make it a stack (one pool per layer)"
+                    .into(),
+            ));
+        }
         // wgpu's buffer helpers panic on a lost device instead of failing.
         ctx.check()?;
         let device = &ctx.device;
