@@ -7,24 +7,17 @@
 # Run as: timeout 560 bash scripts/device/run45d.sh; tar czf $OUT/run45d.tgz -C /tmp r
 source scripts/device/prepare.sh
 nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-floor() { # name, then bench arguments
-  local name=$1; shift
-  timeout 120 $T bench "$@" --size 1920x1080 --frames 150 --warmup 30 \
-    --json /tmp/r/$name.json > /tmp/r/$name.txt 2>&1 || echo "FAILED $name"
-  echo "== $name (${SECONDS}s)"
-  grep -E '^ratio|^virtual texturing|^reference|^VT, ' /tmp/r/$name.txt
-}
 $T bake .bin/data/bmng.jpg -o /tmp/a/photo.tsa > /dev/null 2>&1 || echo "bake photo lz4 failed"
 $T bake .bin/data/bmng.jpg --codec etc1s -o /tmp/a/photo-etc1s.tsa > /dev/null 2>&1 || echo "bake photo etc1s failed"
-floor photo --atlas /tmp/a/photo.tsa --camera flyover
-floor photo-bc7 --atlas /tmp/a/photo-etc1s.tsa --camera flyover
-floor photo-aniso4 --atlas /tmp/a/photo.tsa --camera flyover --aniso 4
-floor mosaic --scene mosaic16k --camera flyover
-floor dungeon --scene dungeon --codec etc1s
+bench_floor photo --atlas /tmp/a/photo.tsa --camera flyover
+bench_floor photo-bc7 --atlas /tmp/a/photo-etc1s.tsa --camera flyover
+bench_floor photo-aniso4 --atlas /tmp/a/photo.tsa --camera flyover --aniso 4
+bench_floor mosaic --scene mosaic16k --camera flyover
+bench_floor dungeon --scene dungeon --codec etc1s
 echo "floors done (${SECONDS}s)"
 for c in lz4 etc1s; do
   [ $SECONDS -gt 480 ] && break
   bench_1080p burst-$c --scene mosaic16k --codec $c --camera flyover --flush-every 10 --upload-budget 1024
-  grep -E 'burst GPU|upload GPU' /tmp/r/burst-$c.txt
+  grep -E 'burst, median|upload span' /tmp/r/burst-$c.txt
 done
 echo "done (${SECONDS}s)"

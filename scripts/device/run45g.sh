@@ -9,13 +9,8 @@ $T bake .bin/data/bmng.jpg -o /tmp/a/photo.tsa > /dev/null 2>&1 || echo "bake ph
 for c in lz4 etc1s; do
   for s in auto off; do
     bench_1080p burst-$c-$s --scene mosaic16k --codec $c --camera flyover --flush-every 10 --upload-budget 1024 --upload-slice-ms $s
-    grep -E 'over the idle|burst GPU|upload GPU' /tmp/r/burst-$c-$s.txt
+    grep -E 'over the idle|burst, median|upload span' /tmp/r/burst-$c-$s.txt
   done
 done
-n=demo-auto
-timeout 60 $T demo --size 1920x1080 --out /tmp/c/$n > /tmp/r/$n.txt 2>&1 || echo "FAILED $n"
-echo "== $n: $(grep -E 'fully resident \(every' /tmp/r/$n.txt | head -1)"
-n=cut-auto
-timeout 60 $T capture --atlas /tmp/a/photo.tsa --camera cut --frames 120 --size 1920x1080 --out /tmp/c/$n > /tmp/r/$n.txt 2>&1 || echo "FAILED $n"
-echo "== $n: $(grep -E 'fully resident \(every|became fully resident|cut' /tmp/r/$n.txt | head -2 | tr '\n' ' ')"
+motion auto --upload-slice-ms auto
 echo "done (${SECONDS}s)"

@@ -292,7 +292,7 @@ fn table(r: &BenchReport, camera: &str) -> String {
         };
         let _ = writeln!(
             o,
-            "  burst GPU, median / p95 ms:           uploads {}, page-table update {}, scene pass {}",
+            "  burst, median / p95 ms:               upload span {}, page-table update (GPU) {}, scene pass (GPU) {}",
             gpu(&b.upload_gpu_ms),
             gpu(&b.table_gpu_ms),
             gpu(&b.pass_gpu_ms)
@@ -301,7 +301,7 @@ fn table(r: &BenchReport, camera: &str) -> String {
     if let Some(s) = &u.gpu_ms {
         let _ = writeln!(
             o,
-            "upload GPU (copies, level 1):            {} over {} frames that uploaded",
+            "upload span (copies, level 1; CPU recording included when the GPU idles): {} over {} frames that uploaded",
             times(s),
             s.samples
         );

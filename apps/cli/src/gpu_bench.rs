@@ -158,8 +158,10 @@ pub(crate) struct UploadStats {
     /// Complete page table: GPU time of the update pass, ms, over the frames that ran
     /// one (none without `TIMESTAMP_QUERY` or without any update).
     pub table_gpu_ms: Option<Stat>,
-    /// GPU time of the tile uploads (copies, level 1), ms, over the frames that
-    /// uploaded (none without `TIMESTAMP_QUERY_INSIDE_ENCODERS`).
+    /// Span of the tile uploads (copies, level 1) between timestamps submitted before
+    /// and after them, ms, over the frames that uploaded (none without
+    /// `TIMESTAMP_QUERY_INSIDE_ENCODERS`): GPU time, and the CPU's recording between the
+    /// submissions too while the GPU idles, as it does here between frames.
     pub gpu_ms: Option<Stat>,
 }
 
@@ -207,8 +209,9 @@ pub(crate) struct BenchFrame {
     /// The pass without feedback: CPU before submit, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub no_feedback_cpu_ms: Option<f64>,
-    /// Virtual texturing: GPU time of the frame's tile uploads (copies and level 1),
-    /// ms (frames that uploaded, with `TIMESTAMP_QUERY_INSIDE_ENCODERS`).
+    /// Virtual texturing: span of the frame's tile uploads (copies and level 1), ms
+    /// (frames that uploaded, with `TIMESTAMP_QUERY_INSIDE_ENCODERS`; see
+    /// [`UploadStats::gpu_ms`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vt_upload_gpu_ms: Option<f64>,
     /// What streaming did in the virtual-texturing frame.
@@ -468,8 +471,7 @@ pub(crate) struct BurstStats {
     pub upload_cpu_ms: Stat,
     /// CPU time of their feedback decode and streaming decisions, ms.
     pub decisions_ms: Stat,
-    /// GPU time of their uploads (copies, level 1), ms (with
-    /// `TIMESTAMP_QUERY_INSIDE_ENCODERS`).
+    /// Span of their uploads (copies, level 1), ms (see [`UploadStats::gpu_ms`]).
     pub upload_gpu_ms: Option<Stat>,
     /// GPU time of their page-table update pass, ms.
     pub table_gpu_ms: Option<Stat>,

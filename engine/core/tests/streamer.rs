@@ -410,9 +410,21 @@ fn a_burst_is_sliced_at_the_measured_price_of_a_tile() {
     };
     let mut sim = Sim::new(&p, config, vec![], vec![]);
     let view = block(0, 16, 16, 16, 16);
+    // Each frame reports what its uploads cost: 2 µs a tile of CPU, 3 µs of GPU.
+    let report = |sim: &mut Sim, n: usize| {
+        sim.upload_ms = 0.002 * n as f64;
+        sim.upload_gpu = (n > 0).then_some((0.003 * n as f64, n));
+    };
     // The view once, then the pool flushed: its tiles all wait in the host cache, as
     // after `tessera bench --flush-every`, and arrive in one burst.
-    sim.settle(&view, 300);
+    for frame in 0.. {
+        let n = sim.step(Some(&view), None).uploads.len();
+        report(&mut sim, n);
+        if frame > 2 && sim.streamer.fully_resident() {
+            break;
+        }
+        assert!(frame < 300, "the view never became resident before the flush");
+    }
     sim.streamer.flush_vram();
     let (mut frames, mut uploads) = (0, Vec::new());
     let mut sliced = 0;
@@ -424,17 +436,14 @@ fn a_burst_is_sliced_at_the_measured_price_of_a_tile() {
         let n = plan.uploads.len();
         // A slice holds the coarsest missing tiles first.
         assert!(plan.uploads.windows(2).all(|w| w[0].tile.mip >= w[1].tile.mip), "coarse first");
-        // Priced once frames of different sizes were seen: about 5 µs a tile (the
-        // settling frames reported no CPU time, which pulls the CPU's share below its
-        // 2 µs for a while: up to about 60 tiles at first), falling towards 20 tiles in
-        // 0.1 ms, and never more uploads than the cap.
+        // Priced once frames of different sizes were seen: 5 µs a tile, so about 20
+        // tiles in 0.1 ms, and never more uploads than the cap.
         if let Some(cap) = plan.stats.upload_slice_tiles {
             assert!((16..=80).contains(&cap), "frame {frames}: cap {cap}");
             assert!(n <= cap, "frame {frames}: {n} uploads over the {cap} a 0.1 ms slice holds");
             sliced += usize::from(n == cap);
         }
-        sim.upload_ms = 0.002 * n as f64;
-        sim.upload_gpu = (n > 0).then_some((0.003 * n as f64, n));
+        report(&mut sim, n);
         uploads.push(n);
         frames += 1;
     }

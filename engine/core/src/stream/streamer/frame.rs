@@ -22,17 +22,14 @@ impl Streamer {
             if let Some((ms, tiles)) = input.upload_gpu {
                 slice.observe_gpu(ms, tiles);
             }
-            let budget = match &self.budget {
-                Some(b) => b.budget().tiles,
-                None => self.config.max_uploads_per_frame,
+            // The budget in force (the adaptive one's, else the setting), capped.
+            let (budget, bytes) = match &self.budget {
+                Some(b) => (b.budget().tiles, b.budget().bytes.max(1)),
+                None => (self.config.max_uploads_per_frame, self.config.max_upload_bytes_per_frame),
             };
-            let tiles = slice.tiles().map_or(budget, |cap| cap.min(budget));
-            let bytes = match &self.budget {
-                Some(b) => b.budget().bytes.max(1),
-                None => self.config.max_upload_bytes_per_frame,
-            };
-            self.residency.set_upload_budget(tiles, bytes);
-            out.upload_slice_tiles = slice.tiles();
+            let cap = slice.tiles();
+            self.residency.set_upload_budget(cap.map_or(budget, |cap| cap.min(budget)), bytes);
+            out.upload_slice_tiles = cap;
         }
         out.upload_budget = self.residency.config().max_uploads_per_frame;
         match input.feedback.filter(|_| !self.frozen) {
