@@ -72,6 +72,7 @@ fn run_with(
         frame_interval: None,
         wait_resident: None,
         predict: 0,
+        terrain: None,
     };
     let r = capture(gpu(), &cfg).unwrap_or_else(|e| panic!("{e} (does this Vulkan driver sample BC7?)"));
     assert!(r.frames.iter().all(|f| f.unwritten_pixels == 0), "unwritten pool texels shown");
@@ -159,6 +160,7 @@ fn corrupted_compressed_tile_is_replaced_by_its_ancestor() {
         frame_interval: None,
         wait_resident: None,
         predict: 0,
+        terrain: None,
     };
     let r = capture(gpu(), &cfg).unwrap();
     let failed = r.final_stats.loader.failed;

@@ -120,6 +120,7 @@ fn run(atlas: &Path, pool: Option<TargetFormat>, trilinear: Trilinear) -> Captur
         frame_interval: None,
         wait_resident: Some(std::time::Duration::from_secs(60)),
         predict: 0,
+        terrain: None,
     };
     let r = capture(gpu(), &cfg).unwrap();
     assert!(r.frames.iter().all(|f| f.unwritten_pixels == 0), "unwritten pool texels shown");

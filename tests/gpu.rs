@@ -78,6 +78,7 @@ fn run_paced(
         frame_interval,
         wait_resident: None,
         predict: 0,
+        terrain: None,
     };
     let report = capture(gpu(), &cfg).unwrap();
     for f in &report.frames {
@@ -296,6 +297,7 @@ fn camera_cut_reaches_full_residency_and_signals_it() {
         frame_interval: None,
         wait_resident: None,
         predict: 0,
+        terrain: None,
     };
     let p = capture(gpu(), &cfg).unwrap();
     assert_eq!(
@@ -997,6 +999,7 @@ mod remote {
                 frame_interval: None,
                 wait_resident: wait,
                 predict: 0,
+                terrain: None,
             };
             capture(gpu(), &cfg).unwrap()
         };
@@ -1241,6 +1244,7 @@ mod cog_stream {
             frame_interval: None,
             wait_resident: None,
             predict: 0,
+            terrain: None,
         };
         let report = capture(gpu(), &cfg).unwrap_or_else(|e| panic!("{atlas}: {e}"));
         for f in &report.frames {

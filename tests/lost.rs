@@ -139,6 +139,7 @@ fn a_destroyed_device_fails_the_next_frame_readback_wait_and_capture() {
             frame_interval: None,
             wait_resident: None,
             predict: 0,
+            terrain: None,
         };
         assert_lost("a capture", capture(&ctx, &cfg).map(|r| r.frames.len()));
         println!("everything failed with DeviceLost within {:?}", t0.elapsed());

@@ -67,6 +67,7 @@ fn run_with(
         frame_interval: None,
         wait_resident: None,
         predict: 0,
+        terrain: None,
     };
     let report = capture(gpu(), &cfg).unwrap();
     for f in &report.frames {
@@ -223,6 +224,7 @@ fn stress_scene_of_64k_squared_streams_into_a_small_pool() {
         frame_interval: None,
         wait_resident: None,
         predict: 0,
+        terrain: None,
     };
     let r = capture(gpu(), &cfg).unwrap();
     for f in &r.frames {

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use crate::gpu_bench::{BenchConfig, BenchReport, ModeStats, PROBE_FEEDBACK_STRIDE, Stat};
 use anyhow::{Context, Result};
 use tessera::GpuContext;
-use tessera::core::scene::camera::{CameraPath, Shot};
+use tessera::core::scene::camera::Shot;
 use tessera::params::ShaderProbe;
 
 /// Arguments of `tessera bench`.
@@ -80,16 +80,18 @@ pub(crate) fn run(args: &BenchArgs) -> Result<ExitCode> {
     if let Some(atlas) = &args.atlas {
         crate::args::atlas_file(atlas)?;
     }
-    let (atlas, scene) = match (&args.atlas, &args.scene) {
-        (Some(a), _) => (a.clone(), None),
+    let opened = match (&args.atlas, &args.scene) {
+        (Some(a), _) => crate::scene::Opened::file(a.clone(), None),
         (None, Some(name)) => crate::scene::open(name, args.texture, args.codec, false)?,
         (None, None) => crate::scene::open("builtin", args.texture, args.codec, false)?,
     };
-    let camera = args.camera.as_deref().unwrap_or(CameraPath::default_preset(scene.as_deref(), Shot::Tour));
+    let atlas = opened.atlas.clone();
+    let camera = opened.camera_name(args.camera.as_deref(), Shot::Tour);
     let cfg = BenchConfig {
         atlas: atlas.clone(),
-        camera: CameraPath::for_scene(Some(camera), scene.as_deref(), Shot::Tour)?,
-        scene,
+        camera: opened.camera(Some(&camera), Shot::Tour)?,
+        scene: opened.scene.clone(),
+        terrain: opened.terrain.clone(),
         frames: args.frames.max(1),
         warmup: args.warmup,
         size: args.size,
@@ -112,7 +114,7 @@ pub(crate) fn run(args: &BenchArgs) -> Result<ExitCode> {
     let report = crate::gpu_bench::run(&ctx, &cfg).with_context(|| {
         format!("benchmarking {}", tessera::core::format::atlas::display_location(&atlas).display())
     })?;
-    print!("{}", table(&report, camera));
+    print!("{}", table(&report, &camera));
     if let Some(dir) = args.json.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }

@@ -277,15 +277,18 @@ pub(crate) fn run(args: &CaptureArgs) -> Result<ExitCode> {
     for atlas in args.atlas.iter().chain(&args.reference_atlas) {
         crate::args::atlas_file(atlas)?;
     }
-    let (atlas, scene) = match (&args.scene, &args.atlas) {
+    let opened = match (&args.scene, &args.atlas) {
         (Some(name), _) => crate::scene::open(name, (0, 0), args.codec, false)?,
-        (None, Some(atlas)) => (atlas.clone(), load_scene(args.gltf.as_ref(), args.globe.as_ref())?),
+        (None, Some(atlas)) => {
+            crate::scene::Opened::file(atlas.clone(), load_scene(args.gltf.as_ref(), args.globe.as_ref())?)
+        }
         (None, None) => anyhow::bail!("give --atlas or --scene"),
     };
+    let atlas = opened.atlas.clone();
     let cfg = CaptureConfig {
         atlas: atlas.clone(),
-        camera: CameraPath::for_scene(args.camera.as_deref(), scene.as_deref(), Shot::Still)?,
-        scene,
+        camera: opened.camera(args.camera.as_deref(), Shot::Still)?,
+        scene: opened.scene.clone(),
         frames: args.frames.max(1),
         size: args.size,
         every: args.every,
@@ -299,6 +302,7 @@ pub(crate) fn run(args: &CaptureArgs) -> Result<ExitCode> {
         frame_interval: args.fps.map(|hz| std::time::Duration::from_secs_f64(1.0 / f64::from(hz))),
         wait_resident: args.wait_resident,
         predict: args.predict_frames,
+        terrain: opened.terrain.clone(),
     };
     let ctx = GpuContext::headless()?;
     println!("adapter: {}", ctx.describe());

@@ -14,7 +14,7 @@ use tessera::GpuContext;
 use tessera_core::bake::mosaic::Mosaic;
 use tessera_core::format::atlas::Atlas;
 use tessera_core::format::codec::TargetFormat;
-use tessera_core::scene::camera::{CameraPath, Shot};
+use tessera_core::scene::camera::Shot;
 use tessera_tools::capture::{CaptureConfig, CaptureReport, capture};
 
 /// Arguments of `tessera demo`.
@@ -86,25 +86,31 @@ pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
         }
         other => other,
     };
-    let (atlas_path, scene) = crate::scene::open(name, args.texture, args.codec, args.rebake)?;
-    let camera_name = args
-        .camera
-        .clone()
-        .unwrap_or_else(|| CameraPath::default_preset(scene.as_deref(), Shot::Tour).to_string());
-    let atlas = Atlas::open(&atlas_path)?;
+    let opened = crate::scene::open(name, args.texture, args.codec, args.rebake)?;
+    let camera_name = opened.camera_name(args.camera.as_deref(), Shot::Tour);
+    let atlas = match &opened.terrain {
+        Some(terrain) => tessera_tools::terrain::terrain_atlas(terrain)?,
+        None => Atlas::open(&opened.atlas)?,
+    };
     print!("{}", crate::inspect::table(&atlas.summary()));
     let ctx = GpuContext::headless()?;
     println!("adapter: {}", ctx.describe());
     println!("basis transcoder: {}", tessera::core::format::codec::basis_transcoder().label());
     // A reference only where one fits the GPU: the point of the demo is a texture that does not.
-    let no_reference =
-        (0..atlas.layers().len()).find_map(|l| tessera_tools::reference::fits(&ctx, &atlas, l).err());
+    // The terrain's reference is its composite evaluated per pixel: it always fits.
+    let no_reference = opened
+        .terrain
+        .is_none()
+        .then(|| {
+            (0..atlas.layers().len()).find_map(|l| tessera_tools::reference::fits(&ctx, &atlas, l).err())
+        })
+        .flatten();
     if let Some(why) = &no_reference {
         println!("no fully resident reference: {why}");
     }
     let cfg = CaptureConfig {
-        atlas: atlas_path.clone(),
-        camera: CameraPath::for_scene(Some(&camera_name), scene.as_deref(), Shot::Tour)?,
+        atlas: opened.atlas.clone(),
+        camera: opened.camera(Some(&camera_name), Shot::Tour)?,
         frames: args.frames.max(1),
         size: args.size,
         every: args.every,
@@ -112,13 +118,14 @@ pub(crate) fn run(args: &DemoArgs) -> Result<ExitCode> {
         reference: no_reference.is_none(),
         reference_atlas: None,
         vt: args.vt.config(),
-        scene,
+        scene: opened.scene.clone(),
         prefetch: 0,
         flush_vram_before: Vec::new(),
         remote: Default::default(),
         frame_interval: None,
         wait_resident: None,
         predict: args.predict_frames,
+        terrain: opened.terrain.clone(),
     };
     println!(
         "capturing {} frames of '{}' at {}x{} ({})",

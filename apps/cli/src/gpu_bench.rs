@@ -15,7 +15,7 @@ use tessera::params::ShaderProbe;
 use tessera::{StreamFrame, VirtualTextures, VtConfig};
 use tessera_core::scene::material_scene::MaterialScene;
 use tessera_tools::drawer::Drawer;
-use tessera_tools::drawer_for;
+use tessera_tools::open_drawn;
 use tessera_tools::scene::OffscreenTarget;
 
 /// Feedback stride of the sparse-feedback probe: one pixel in 8×8 writes feedback, the fewest the
@@ -44,6 +44,9 @@ pub(crate) struct BenchConfig {
     pub feedback_probe: bool,
     /// A material scene baked into `atlas` (manifest beside it); `None`: the built-in scene.
     pub scene: Option<Arc<MaterialScene>>,
+    /// The runtime-virtual-texture terrain (then `atlas` is only its name), its
+    /// reference the composite evaluated per pixel.
+    pub terrain: Option<Arc<tessera::core::scene::terrain::TerrainScene>>,
     /// Every this many measured frames, evict everything from the VRAM pool (the host
     /// cache keeps its tiles) so the next frames upload in bursts: measures how many
     /// uploads a frame sustains and what they cost (0: never).
@@ -502,10 +505,12 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
     if cfg.frames == 0 {
         return Err(RenderError::Config("a benchmark needs at least one measured frame".into()));
     }
-    let atlas = Arc::new(Atlas::open(&cfg.atlas)?);
-    let mut vt = VirtualTextures::new(ctx, atlas.clone(), cfg.vt.clone())?;
+    let open = |vt_cfg: VtConfig| {
+        open_drawn(ctx, vt_cfg, cfg.terrain.as_deref(), cfg.scene.as_deref(), || Ok(Atlas::open(&cfg.atlas)?))
+    };
+    let (mut vt, mut scene) = open(cfg.vt.clone())?;
+    let atlas = vt.atlas().clone();
     vt.set_shader_probe(cfg.shader_probe);
-    let mut scene = drawer_for(ctx, &vt, cfg.scene.as_deref())?;
     // A texture too large for a fully resident reference (the point of a stress scene)
     // is measured alone: the report says why there is no ratio. Its texels are the
     // decoded tiles: only its speed matters here.
@@ -527,8 +532,7 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
             },
             ..cfg.vt.clone()
         };
-        let vt = VirtualTextures::new(ctx, atlas.clone(), vt_cfg)?;
-        let scene = drawer_for(ctx, &vt, cfg.scene.as_deref())?;
+        let (vt, scene) = open(vt_cfg)?;
         Some(VtMode { vt, scene })
     } else {
         None

@@ -55,7 +55,16 @@ pub(crate) struct SoakArgs {
 
 /// Runs `tessera soak`.
 pub(crate) fn run(args: &SoakArgs) -> Result<ExitCode> {
-    let (atlas, scene) = crate::scene::open(&args.scene, (8192, 4096), tessera::core::Codec::Lz4, false)?;
+    let opened = crate::scene::open(&args.scene, (8192, 4096), tessera::core::Codec::Lz4, false)?;
+    if opened.terrain.is_some() {
+        anyhow::bail!(
+            "soak runs streamed atlases (random cuts over a scene's bounds); the terrain's tiles are \
+             produced on the GPU: use `tessera capture --scene {}` or `tessera bench --scene {}`",
+            args.scene,
+            args.scene
+        );
+    }
+    let (atlas, scene) = (opened.atlas, opened.scene);
     let cfg = SoakConfig {
         atlas: atlas.clone(),
         scene,

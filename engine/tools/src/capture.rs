@@ -11,14 +11,15 @@ use tessera::core::Atlas;
 use tessera::core::compare::{compare, count_colour};
 use tessera::core::scene::camera::CameraPath;
 use tessera::core::scene::material_scene::MaterialScene;
+use tessera::core::scene::terrain::TerrainScene;
 use tessera::core::stream::stats::{StatsSnapshot, StreamFrame};
 
-use crate::drawer_for;
+use crate::open_drawn;
 use crate::scene::OffscreenTarget;
 use tessera::GpuContext;
 use tessera::RenderError;
 use tessera::UNWRITTEN;
-use tessera::{VirtualTextures, VtConfig};
+use tessera::VtConfig;
 
 /// What to capture.
 #[derive(Clone, Debug)]
@@ -66,6 +67,10 @@ pub struct CaptureConfig {
     /// recording it: frames that do not depend on disk or network timing, for remote
     /// captures and regression images (`None`: record every frame as rendered).
     pub wait_resident: Option<std::time::Duration>,
+    /// The runtime-virtual-texture terrain: drawn through its produced virtual texture
+    /// (`atlas` is then only its name); the reference is the composite evaluated per
+    /// pixel. `None`: an atlas from `atlas`.
+    pub terrain: Option<Arc<TerrainScene>>,
     /// Predict along the known camera path, this many frames ahead (0: off): each
     /// frame also draws the view the path shows then as a predicted view
     /// ([`crate::drawer::Drawer::draw_predicted`], half size, requests only; turns
@@ -320,7 +325,6 @@ pub fn write_png(path: &Path, size: (u32, u32), rgba: &[u8]) -> Result<(), Rende
 
 /// Runs a capture.
 pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, RenderError> {
-    let atlas = Arc::new(Atlas::open_with(&cfg.atlas, &cfg.remote)?);
     let (w, h) = cfg.size;
     if w == 0 || h == 0 || w > 16384 || h > 16384 {
         return Err(RenderError::Config(format!("frame size {w}x{h} is out of range (1..=16384)")));
@@ -329,8 +333,11 @@ pub fn capture(ctx: &GpuContext, cfg: &CaptureConfig) -> Result<CaptureReport, R
         std::fs::create_dir_all(out).map_err(|source| RenderError::Io { path: out.clone(), source })?;
     }
     let vt_config = VtConfig { prediction: cfg.vt.prediction || cfg.predict > 0, ..cfg.vt.clone() };
-    let mut vt = VirtualTextures::new(ctx, atlas.clone(), vt_config)?;
-    let mut scene = drawer_for(ctx, &vt, cfg.scene.as_deref())?;
+    let (mut vt, mut scene) =
+        open_drawn(ctx, vt_config, cfg.terrain.as_deref(), cfg.scene.as_deref(), || {
+            Ok(Atlas::open_with(&cfg.atlas, &cfg.remote)?)
+        })?;
+    let atlas = vt.atlas().clone();
     if cfg.reference {
         match &cfg.reference_atlas {
             Some(path) => {

@@ -48,6 +48,17 @@ pub trait Drawer {
     /// ([`tessera::VtConfig::prediction`]); the default draws nothing.
     fn draw_predicted(&self, _encoder: &mut wgpu::CommandEncoder, _vt: &VirtualTextures, _size: (u32, u32)) {}
 
+    /// Adds a decal to a runtime-virtual-texture terrain and returns the rectangle of
+    /// the virtual texture (mip-0 texels) to invalidate; `None` for a scene without
+    /// decals (the default).
+    fn add_terrain_decal(
+        &mut self,
+        _queue: &wgpu::Queue,
+        _decal: tessera::core::scene::terrain::Decal,
+    ) -> Result<Option<[u32; 4]>, RenderError> {
+        Ok(None)
+    }
+
     /// Draws through the reference textures (nothing unless enabled).
     fn draw_reference(
         &self,

@@ -10,6 +10,8 @@
 //! - [`reference`](mod@reference): fully resident reference textures built from an atlas' own tiles.
 //! - [`capture`]: headless frame capture along a camera path, with per-frame statistics
 //!   and PSNR against the reference.
+//! - [`terrain`]: the runtime-virtual-texture terrain: its tile producer, and the
+//!   terrain drawn through the produced virtual texture or evaluated per pixel.
 //! - [`soak`]: long runs of random camera cuts that watch memory, pool and queues.
 //! - [`shaders`]: the WGSL of those drawers.
 //!
@@ -18,9 +20,13 @@
 
 #![warn(missing_docs)]
 
+use std::sync::Arc;
+
+use tessera::core::Atlas;
 use tessera::core::scene::material_scene::MaterialScene;
 use tessera::core::scene::scene_bake::SceneManifest;
-use tessera::{GpuContext, RenderError, VirtualTextures};
+use tessera::core::scene::terrain::TerrainScene;
+use tessera::{GpuContext, RenderError, VirtualTextures, VtConfig};
 
 use crate::drawer::Drawer;
 use crate::material::MaterialRenderer;
@@ -33,6 +39,7 @@ pub mod reference;
 pub mod scene;
 pub mod shaders;
 pub mod soak;
+pub mod terrain;
 
 /// The built-in scene over `vt`'s atlas, or `scene` with the manifest beside the atlas.
 /// Fails with [`RenderError::DeviceLost`] on a lost device.
@@ -52,4 +59,23 @@ pub fn drawer_for(
             Ok(Box::new(MaterialRenderer::new(ctx, vt, scene, &manifest, TARGET_FORMAT)?))
         }
     }
+}
+
+/// The virtual textures and the drawer of what a capture, bench or soak shows: the
+/// runtime-virtual-texture `terrain` (its produced virtual texture and renderer) when
+/// given, else the atlas `open` returns with the built-in scene or `scene`.
+pub fn open_drawn(
+    ctx: &GpuContext,
+    config: VtConfig,
+    terrain: Option<&TerrainScene>,
+    scene: Option<&MaterialScene>,
+    open: impl FnOnce() -> Result<Atlas, RenderError>,
+) -> Result<(VirtualTextures, Box<dyn Drawer>), RenderError> {
+    if let Some(terrain) = terrain {
+        let (vt, renderer) = terrain::open_terrain(ctx, terrain, config, TARGET_FORMAT)?;
+        return Ok((vt, Box::new(renderer)));
+    }
+    let vt = VirtualTextures::new(ctx, Arc::new(open()?), config)?;
+    let drawer = drawer_for(ctx, &vt, scene)?;
+    Ok((vt, drawer))
 }

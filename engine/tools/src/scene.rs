@@ -407,12 +407,24 @@ impl SceneRenderer {
         feedback: Option<&'a FeedbackAttachment>,
         timestamps: Option<wgpu::RenderPassTimestampWrites<'a>>,
     ) -> wgpu::RenderPass<'a> {
+        Self::pass_cleared(encoder, color, depth, feedback, timestamps, BACKGROUND)
+    }
+
+    /// [`SceneRenderer::pass`] clearing `color` to `clear`.
+    pub(crate) fn pass_cleared<'a>(
+        encoder: &'a mut wgpu::CommandEncoder,
+        color: &'a wgpu::TextureView,
+        depth: &'a wgpu::TextureView,
+        feedback: Option<&'a FeedbackAttachment>,
+        timestamps: Option<wgpu::RenderPassTimestampWrites<'a>>,
+        clear: wgpu::Color,
+    ) -> wgpu::RenderPass<'a> {
         let attachments = [
             Some(wgpu::RenderPassColorAttachment {
                 view: color,
                 depth_slice: None,
                 resolve_target: None,
-                ops: wgpu::Operations { load: wgpu::LoadOp::Clear(BACKGROUND), store: wgpu::StoreOp::Store },
+                ops: wgpu::Operations { load: wgpu::LoadOp::Clear(clear), store: wgpu::StoreOp::Store },
             }),
             feedback.map(FeedbackAttachment::attachment),
         ];

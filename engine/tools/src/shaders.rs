@@ -19,6 +19,32 @@ pub const MATERIAL_VT_WGSL: &str = include_str!("../../render/shaders/material_v
 /// Material scene fragment stage through fully resident reference textures.
 pub const MATERIAL_REFERENCE_WGSL: &str = include_str!("../../render/shaders/material_reference.wgsl");
 
+/// The terrain's material composite (group 1), shared by its producer and its direct path.
+pub const TERRAIN_WGSL: &str = include_str!("../../render/shaders/terrain.wgsl");
+/// The terrain's camera, vertex stage and lighting.
+pub const TERRAIN_VIEW_WGSL: &str = include_str!("../../render/shaders/terrain_view.wgsl");
+/// The terrain's fragment stage through its produced virtual texture.
+pub const TERRAIN_VT_WGSL: &str = include_str!("../../render/shaders/terrain_vt.wgsl");
+/// The terrain's fragment stage evaluating the composite per pixel.
+pub const TERRAIN_DIRECT_WGSL: &str = include_str!("../../render/shaders/terrain_direct.wgsl");
+/// The terrain's tile producer (after tessera's `PRODUCE_WGSL` and [`TERRAIN_WGSL`]).
+pub const TERRAIN_PRODUCE_WGSL: &str = include_str!("../../render/shaders/terrain_produce.wgsl");
+
+/// The complete terrain shader through the produced virtual texture.
+pub fn terrain_vt_source() -> String {
+    [VT_WGSL, TERRAIN_VIEW_WGSL, TERRAIN_VT_WGSL].join("\n")
+}
+
+/// The complete terrain shader evaluating the composite per pixel.
+pub fn terrain_direct_source() -> String {
+    [TERRAIN_WGSL, TERRAIN_VIEW_WGSL, TERRAIN_DIRECT_WGSL].join("\n")
+}
+
+/// The complete terrain producer shader.
+pub fn terrain_produce_source() -> String {
+    [tessera::shaders::PRODUCE_WGSL, TERRAIN_WGSL, TERRAIN_PRODUCE_WGSL].join("\n")
+}
+
 /// The complete virtual-texture material-scene shader.
 pub fn material_vt_source() -> String {
     [VT_WGSL, MATERIAL_WGSL, MATERIAL_VT_WGSL].join("\n")
@@ -60,7 +86,13 @@ mod tests {
     fn drawer_shaders_validate() {
         validate("scene_reference", &scene_reference_source());
         validate("material_reference", &material_reference_source());
-        for (name, src) in [("scene_vt", scene_vt_source()), ("material_vt", material_vt_source())] {
+        validate("terrain_direct", &terrain_direct_source());
+        validate("terrain_produce", &terrain_produce_source());
+        for (name, src) in [
+            ("scene_vt", scene_vt_source()),
+            ("material_vt", material_vt_source()),
+            ("terrain_vt", terrain_vt_source()),
+        ] {
             validate(name, &src);
             for storage in [PageTableStorage::Complete, PageTableStorage::Texture, PageTableStorage::Buffer] {
                 validate(&format!("{name} {storage:?} page table"), &with_page_table(&src, storage));

@@ -4,6 +4,7 @@
 //! NAME` all open scenes through this module.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::bake::cache::{BakeCache, BakeKey, BakeKind};
 use crate::bake::mosaic::{Mosaic, MosaicError, STRESS_CELL, STRESS_CELLS, STRESS_CROPS};
@@ -15,6 +16,7 @@ use crate::progress::Progress;
 use crate::scene::alpha_scene;
 use crate::scene::material_scene::{self, MaterialScene, SceneError};
 use crate::scene::scene_bake::{bake_scene, scene_bake_key};
+use crate::scene::terrain::{TerrainError, TerrainScene};
 
 /// The scenes [`prepare`] knows, with a one-line description each.
 pub const SCENES: &[(&str, &str)] = &[
@@ -39,7 +41,23 @@ pub const SCENES: &[(&str, &str)] = &[
         "524288x524288 mosaic (128x128 cells of the stress crops, 22.4 M tiles): the scale test; its \
          repeated tiles are baked once and copied",
     ),
+    (
+        "terrain",
+        "runtime virtual texture: the Earth's relief (etopo1.jpg) as a heightmap mesh, 4 tiling materials \
+         blended by a splat map and 120 road decals, drawn on the GPU into a 1048576x524288 virtual texture \
+         as the view needs it (no bake)",
+    ),
+    ("terrain8", "the terrain with 8 tiling materials"),
 ];
+
+/// Materials of the catalog's terrain scene `name` (`terrain`: 4, `terrain8`: 8).
+pub fn terrain_materials(name: &str) -> Option<usize> {
+    match name {
+        "terrain" => Some(4),
+        "terrain8" => Some(8),
+        _ => None,
+    }
+}
 
 /// Cells a side of the `stress512k` mosaic: 128 × 4096 = 524288 texels.
 pub const STRESS_512K_CELLS: u32 = 128;
@@ -73,6 +91,9 @@ pub enum CatalogError {
     /// Loading or baking the scene failed.
     #[error(transparent)]
     Scene(#[from] SceneError),
+    /// Loading the terrain failed.
+    #[error(transparent)]
+    Terrain(#[from] TerrainError),
     /// Building the stress mosaic failed.
     #[error(transparent)]
     Mosaic(#[from] MosaicError),
@@ -107,7 +128,7 @@ fn scene_names() -> String {
 }
 
 /// A scene ready to render: its baked atlas (for a material scene, stacked, with the
-/// manifest beside it) and its meshes.
+/// manifest beside it) and its meshes, or the terrain and its produced atlas.
 #[derive(Clone, Debug)]
 pub struct PreparedScene {
     /// The scene's name.
@@ -119,6 +140,9 @@ pub struct PreparedScene {
     pub scene: Option<MaterialScene>,
     /// Whether this call baked it (false: the cached bake was current).
     pub baked: bool,
+    /// The runtime-virtual-texture terrain (its `atlas` is the pseudo path
+    /// `produced:terrain`: nothing is baked, its tiles are drawn on the GPU).
+    pub terrain: Option<Arc<TerrainScene>>,
 }
 
 /// Folder for cached bakes: `$TESSERA_CACHE`, else `$XDG_CACHE_HOME/tessera`, else
@@ -169,6 +193,10 @@ fn load_in(name: &str, data: &Path, cache: &Path) -> Result<Option<MaterialScene
             }
             Ok(Some(globe(&image)?))
         }
+        name if terrain_materials(name).is_some() => {
+            // Checked (and loaded) by `prepare`: no meshes of its own to bake.
+            Ok(None)
+        }
         "stress" | "mosaic16k" | "stress512k" => {
             if let Some(image) = Mosaic::stress_files(data).into_iter().find(|p| !p.is_file()) {
                 return Err(CatalogError::MissingData {
@@ -194,6 +222,16 @@ pub fn prepare(
     rebake: bool,
     progress: &dyn Progress,
 ) -> Result<PreparedScene, CatalogError> {
+    if let Some(materials) = terrain_materials(name) {
+        let terrain = TerrainScene::load(data, materials)?;
+        return Ok(PreparedScene {
+            name: name.to_string(),
+            atlas: PathBuf::from(format!("produced:{name}")),
+            scene: None,
+            baked: false,
+            terrain: Some(Arc::new(terrain)),
+        });
+    }
     let scene = load_in(name, data, cache)?;
     let dir = cache.join("scenes");
     std::fs::create_dir_all(&dir).map_err(|source| CatalogError::Io { path: dir.clone(), source })?;
@@ -206,7 +244,7 @@ pub fn prepare(
             _ => 4,
         };
         let baked = prepare_stress(data, &atlas, &opts, cells, rebake, progress)?;
-        return Ok(PreparedScene { name: name.to_string(), atlas, scene: None, baked });
+        return Ok(PreparedScene { name: name.to_string(), atlas, scene: None, baked, terrain: None });
     };
     let kind = if name == "globe" { BakeKind::Globe } else { BakeKind::Gltf };
     let key = scene_bake_key(kind, &scene, &atlas, &opts);
@@ -216,7 +254,7 @@ pub fn prepare(
         bake_scene(&scene, &atlas, &opts, progress)?;
         record(&stamp, &key);
     }
-    Ok(PreparedScene { name: name.to_string(), atlas, scene: Some(scene), baked: !current })
+    Ok(PreparedScene { name: name.to_string(), atlas, scene: Some(scene), baked: !current, terrain: None })
 }
 
 /// The cached bake of the built-in labelled texture of `size` in the folder `cache`
@@ -259,7 +297,7 @@ pub fn prepare_builtin(
             .map_err(|source| CatalogError::Bake { path: atlas.clone(), source })?;
         record(&stamp, &key);
     }
-    Ok(PreparedScene { name: "builtin".into(), atlas, scene: None, baked: !current })
+    Ok(PreparedScene { name: "builtin".into(), atlas, scene: None, baked: !current, terrain: None })
 }
 
 /// Writes the stamp of a finished bake; a failure only costs a bake next time.

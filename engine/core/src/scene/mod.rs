@@ -7,5 +7,6 @@ pub mod catalog;
 pub mod material_scene;
 mod mesh;
 pub mod scene_bake;
+pub mod terrain;
 
 pub use mesh::*;
