@@ -23,6 +23,8 @@ use tessera::core::format::atlas::AtlasError;
 pub struct TesseraAtlas {
     location: String,
     atlas: Arc<Atlas>,
+    /// The producer of a produced atlas ([`TesseraAtlas::produced`]).
+    produced: Option<Produced>,
 }
 
 impl std::fmt::Debug for TesseraAtlas {
@@ -37,10 +39,20 @@ impl TesseraAtlas {
     pub fn open(location: impl Into<String>) -> Result<Self, AtlasError> {
         let location = location.into();
         let atlas = Atlas::open(&location)?;
-        Ok(Self { location, atlas: Arc::new(atlas) })
+        Ok(Self::from_parts(location, Arc::new(atlas), None))
     }
 
-    /// Where the atlas was opened: the file under the asset folder, or the URL.
+    pub(super) fn from_parts(location: String, atlas: Arc<Atlas>, produced: Option<Produced>) -> Self {
+        Self { location, atlas, produced }
+    }
+
+    /// The producer side of a produced atlas.
+    pub(super) fn producer(&self) -> Option<&Produced> {
+        self.produced.as_ref()
+    }
+
+    /// Where the atlas was opened: the file under the asset folder, or the URL
+    /// (`produced <name>` for a produced atlas).
     pub fn location(&self) -> &str {
         &self.location
     }

@@ -44,6 +44,16 @@
 //! vector or deferred prepass, the main pass records the feedback itself. The cameras a
 //! [`level::StreamedLevel`] spawns get one from the plugin.
 //!
+//! Runtime virtual textures: a produced atlas (`tessera::core::Atlas::produced`, a
+//! layout and layers without a file) streams through the same material, its tiles drawn
+//! on Bevy's render device by a Tessera `TileProducer` when the view first asks for
+//! them. [`TesseraAtlas::produced`] takes the atlas and a function that makes the
+//! producer on Bevy's device; add it to `Assets<TesseraAtlas>` and give the handle to
+//! [`VirtualTexture::from_handle`]. [`TesseraAtlas::invalidate`] has texels drawn again
+//! after what the producer draws changed; [`Region::world_normal`] lights a mesh with
+//! the world-space normals a producer wrote. The `terrain` example draws Tessera's
+//! terrain (issue 43) this way.
+//!
 //! Your own materials can sample a virtual texture too: the WESL module `tessera::vt`
 //! ([`VT_SHADER`]) declares `vt_sample(uv, frag_coord)` on bindings 100 to 106 of the
 //! material bind group; bind them with [`VirtualTexture`] as a `MaterialExtension`.
@@ -60,7 +70,8 @@
 //!
 //! By concern: this file holds the plugin, its settings and statistics and the
 //! material's data; `binding.rs` the material's bind group, pipelines and WESL module;
-//! `render.rs` the render world; `asset.rs` atlases as Bevy assets; `level.rs` glTF levels; `scene.rs` scene helpers;
+//! `render.rs` the render world; `asset.rs` atlases as Bevy assets; `produced.rs`
+//! produced atlases and their producers; `level.rs` glTF levels; `scene.rs` scene helpers;
 //! `diagnostics.rs` Bevy diagnostics.
 
 use std::collections::HashMap;
@@ -113,10 +124,12 @@ use tessera::core::scene::scene_bake::PackedMaterial;
 use tessera::{DetachedFrame, GpuContext, PageTableStorage, VirtualTextures, wgpu};
 
 mod binding;
+mod produced;
 mod render;
 
 pub use binding::feedback_in_prepass;
 use binding::*;
+use produced::Produced;
 pub use render::VtRenderState;
 use render::*;
 
@@ -206,6 +219,11 @@ pub struct Region {
     pub normal_map: bool,
     /// The normal map's X and Y scale.
     pub normal_scale: f32,
+    /// Layer 1 of a stacked atlas holds world-space normals (`n · 0.5 + 0.5`, what a
+    /// runtime virtual texture's producer writes, such as a terrain's relief and decals)
+    /// that replace the mesh's normal; for meshes drawn without rotation. Takes
+    /// precedence over [`Region::normal_map`].
+    pub world_normal: bool,
     /// Whether the material samples the atlas at all (an untextured material of a
     /// scene keeps its constant factors).
     pub sampled: bool,
@@ -221,13 +239,14 @@ impl Default for Region {
             max_lod: 32.0,
             normal_map: false,
             normal_scale: 1.0,
+            world_normal: false,
             sampled: true,
         }
     }
 }
 
 impl Region {
-    /// The uniform block of `material.wesl`'s `TesseraRegion` (12 floats, padded to 16).
+    /// The uniform block of `material.wesl`'s `TesseraRegion` (14 floats, padded to 16).
     fn block(&self, layers: usize) -> [f32; 16] {
         let [x, y, w, h] = self.rect;
         let flag = |b: bool| if b { 1.0 } else { 0.0 };
@@ -245,7 +264,7 @@ impl Region {
             flag(self.normal_map),
             self.normal_scale,
             flag(self.sampled),
-            0.0,
+            flag(self.world_normal),
             0.0,
             0.0,
         ]
@@ -264,6 +283,7 @@ impl Region {
                 max_lod: m.max_mip as f32,
                 normal_map: m.has_normal_map,
                 normal_scale: m.normal_scale,
+                world_normal: false,
                 sampled: true,
             },
             None => Self { sampled: false, ..Self::default() },

@@ -46,8 +46,9 @@ pub(super) fn file_identity(location: &str) -> Option<FileIdentity> {
 pub(super) enum Wanted {
     /// A location the plugin opens itself (and checks for replacement).
     Location,
-    /// An atlas asset, loaded: each load (a reload too) is a new atlas.
-    Asset(Arc<Atlas>),
+    /// An atlas asset, loaded: each load (a reload too) is a new atlas; with its
+    /// producer where it is produced.
+    Asset(Arc<Atlas>, Option<Produced>),
     /// An atlas asset that failed to load: Bevy's message.
     AssetFailed(String),
 }
@@ -105,7 +106,7 @@ pub(super) fn extract_atlases(
             None => Wanted::Location,
             Some(handle) => match (assets.get(handle), server.load_state(handle)) {
                 // After a failed reload Bevy keeps the asset: it keeps streaming.
-                (Some(atlas), _) => Wanted::Asset(atlas.atlas().clone()),
+                (Some(atlas), _) => Wanted::Asset(atlas.atlas().clone(), atlas.producer().cloned()),
                 (None, bevy::asset::LoadState::Failed(e)) => Wanted::AssetFailed(e.to_string()),
                 // Still loading: its materials wait.
                 (None, _) => continue,
@@ -120,7 +121,7 @@ pub(super) fn extract_atlases(
 fn pending(atlases: &HashMap<String, Streamed>, (name, wanted): &(String, Wanted)) -> bool {
     match (atlases.get(name), wanted) {
         (None, _) => true,
-        (Some(streamed), Wanted::Asset(atlas)) => !streamed.origin().is(atlas),
+        (Some(streamed), Wanted::Asset(atlas, _)) => !streamed.origin().is(atlas),
         (Some(_), Wanted::Location | Wanted::AssetFailed(_)) => false,
     }
 }
@@ -149,7 +150,7 @@ pub(super) fn open_atlases(
                     let _ = state.sender.send(Report::Failed(name.clone(), e.to_string()));
                     let origin = match wanted {
                         Wanted::Location => Origin::File(None),
-                        Wanted::Asset(atlas) => Origin::Asset(Some(atlas.clone())),
+                        Wanted::Asset(atlas, _) => Origin::Asset(Some(atlas.clone())),
                         Wanted::AssetFailed(_) => Origin::Asset(None),
                     };
                     state.atlases.insert(name.clone(), Streamed::Failed(origin));
@@ -170,9 +171,9 @@ pub(super) fn open_atlases(
                 };
                 (opened, Origin::File(identity))
             }
-            Wanted::Asset(atlas) => {
+            Wanted::Asset(atlas, produced) => {
                 let opened = match &state.ctx {
-                    Some(ctx) => stream(ctx, atlas.clone(), &state.config),
+                    Some(ctx) => stream(ctx, atlas.clone(), produced.as_ref(), &state.config),
                     None => Err("no GPU context".to_owned()),
                 };
                 (opened, Origin::Asset(Some(atlas)))
@@ -248,12 +249,18 @@ pub(super) fn open_one(
     config: &VtConfig,
 ) -> Result<VirtualTextures, String> {
     let atlas = Atlas::open(location).map_err(|e| e.to_string())?;
-    stream(ctx, Arc::new(atlas), config)
+    stream(ctx, Arc::new(atlas), None, config)
 }
 
 /// The virtual textures of an opened atlas on the host's device, with a pool no larger
-/// than the atlas can fill ([`fitted_pool_mib`]).
-fn stream(ctx: &GpuContext, atlas: Arc<Atlas>, config: &VtConfig) -> Result<VirtualTextures, String> {
+/// than the atlas can fill ([`fitted_pool_mib`]); a produced atlas' with its producer,
+/// made on the host's device.
+fn stream(
+    ctx: &GpuContext,
+    atlas: Arc<Atlas>,
+    produced: Option<&Produced>,
+    config: &VtConfig,
+) -> Result<VirtualTextures, String> {
     let layers = atlas.layers();
     let tiles = if atlas.is_stacked() {
         layers.first().map_or(0, |l| l.layout.tile_count())
@@ -269,7 +276,12 @@ fn stream(ctx: &GpuContext, atlas: Arc<Atlas>, config: &VtConfig) -> Result<Virt
             config.pool_mib
         );
     }
-    VirtualTextures::new(ctx, atlas, VtConfig { pool_mib, ..config.clone() }).map_err(|e| e.to_string())
+    let config = VtConfig { pool_mib, ..config.clone() };
+    match produced {
+        Some(p) => VirtualTextures::with_producer(ctx, atlas, config, p.producer(ctx)?),
+        None => VirtualTextures::new(ctx, atlas, config),
+    }
+    .map_err(|e| e.to_string())
 }
 
 /// The pool size for an atlas of `tiles` tile ids in `layers` layers of `padded`² stored
@@ -319,13 +331,21 @@ pub(super) fn fallback_resources(device: &wgpu::Device) -> tessera::BindingResou
     }
 }
 
-/// Before Bevy's passes: every atlas' streaming decisions, uploads and page-table
-/// writes, and its feedback cleared, in a submission of its own.
+/// Before Bevy's passes: every atlas' streaming decisions, uploads, produced tiles and
+/// page-table writes (after the rectangles of produced atlases invalidated since the
+/// last frame), and its feedback cleared, in a submission of its own.
 pub(super) fn begin_frames(mut state: ResMut<VtRenderState>) {
     let state = &mut *state;
     let Some(ctx) = &state.ctx else { return };
-    for streamed in state.atlases.values_mut() {
+    for (name, streamed) in &mut state.atlases {
         let Streamed::Open(s) = streamed else { continue };
+        let produced = state.wanted.iter().find_map(|(n, w)| match w {
+            Wanted::Asset(_, Some(p)) if n == name => Some(p),
+            _ => None,
+        });
+        for (layer, rect) in produced.map(Produced::take_invalidated).unwrap_or_default() {
+            s.vt.invalidate(layer, rect);
+        }
         if let Some(stale) = s.frame.take() {
             // The previous frame never reached `end_frames` (a frame Bevy skipped).
             let mut encoder = ctx.device.create_command_encoder(&Default::default());

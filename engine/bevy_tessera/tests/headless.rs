@@ -4,7 +4,8 @@
 //! mesh in the material's colour; the `gltf_scene` level converges to the same level
 //! drawn by `StandardMaterial`; a user's level with uv-less meshes and its own camera,
 //! loaded by Bevy's glTF loader, streams what it shows resident, and bakes again when
-//! its files change.
+//! its files change; the terrain of issue 43 is produced on Bevy's device, tile by tile,
+//! and drawn again where a decal is added.
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly by design.
 
@@ -31,6 +32,9 @@ use tessera::core::bake::{BakeInput, BakeOptions, bake};
 use tessera::core::format::codec::Codec;
 use tessera::core::progress::NoProgress;
 use tessera::core::scene::camera::{Camera as SceneCamera, CameraPath, Shot};
+
+#[path = "../examples/common/terrain.rs"]
+mod terrain;
 
 /// The render target's side in pixels.
 const SIZE: u32 = 256;
@@ -1381,4 +1385,138 @@ fn a_streamed_level_bakes_again_when_its_gltf_changes() {
             dir.display()
         );
     }
+}
+
+/// The terrain view's frame size: small (lavapipe draws its million triangles twice a
+/// frame), 16:9.
+const TERRAIN_SIZE: (u32, u32) = (192, 108);
+
+/// A camera at `start` into an image of `TERRAIN_SIZE`, on render layer `layer`.
+fn terrain_camera(world: &mut World, start: &SceneCamera, layer: usize) -> Handle<Image> {
+    let (w, h) = TERRAIN_SIZE;
+    let mut image = Image::new_target_texture(w, h, TextureFormat::Rgba8UnormSrgb, None);
+    image.texture_descriptor.usage |= TextureUsages::COPY_SRC;
+    let handle = world.resource_mut::<Assets<Image>>().add(image);
+    let (transform, projection) = camera_transform(start);
+    world.spawn((
+        Camera3d::default(),
+        RenderTarget::Image(handle.clone().into()),
+        Tonemapping::None,
+        transform,
+        projection,
+        RenderLayers::layer(layer),
+    ));
+    handle
+}
+
+/// Pixels of `frame` within 2 of Tessera's never-written pool colour in every channel.
+fn unwritten_pixels(frame: &[u8]) -> usize {
+    frame
+        .chunks(4)
+        .filter(|p| p[..3].iter().zip(tessera::UNWRITTEN).all(|(&a, b)| a.abs_diff(b) <= 2))
+        .count()
+}
+
+/// Runs `app` until the terrain is drawn, fully resident and has produced nothing for 4
+/// frames in a row (at most `max` frames); returns the tiles produced and produced
+/// again in place meanwhile.
+fn settle_terrain(app: &mut App, max: u32, what: &str) -> (usize, usize) {
+    let (mut produced, mut refreshed, mut quiet) = (0, 0, 0);
+    for _ in 0..max {
+        app.update();
+        let stats = app.world().resource::<TesseraStats>();
+        assert!(stats.failed.is_empty(), "{:?}", stats.failed);
+        let Some(s) = stats.atlases.values().next() else { continue };
+        produced += s.stream.produced;
+        refreshed += s.stream.refreshed;
+        let settled = s.resident_fraction == Some(1.0) && s.stream.produced + s.stream.refreshed == 0;
+        quiet = if settled && first_drawn(app, 2).is_some() { quiet + 1 } else { 0 };
+        if quiet >= 4 {
+            // Two more frames for the last readbacks.
+            for _ in 0..3 {
+                app.update();
+            }
+            return (produced, refreshed);
+        }
+    }
+    panic!("{what}: the terrain did not settle fully resident in {max} frames ({produced} tiles produced)");
+}
+
+/// The terrain of issue 43 (its data: `assets/fetch-data.sh --dungeon --castle`) in a
+/// Bevy app: its produced atlas' tiles drawn by Tessera's `TerrainProducer` on Bevy's
+/// render device as the view asks for them, until the `walk` start is fully resident;
+/// no pixel of the albedo shows the never-written pool colour, the lit view (Bevy's PBR
+/// on the produced albedo and world-space normal) matches its golden image, and a
+/// marking added with its rectangle invalidated is produced again in place and shows.
+#[test]
+fn the_terrain_is_produced_on_bevys_device() {
+    let scene = Arc::new(terrain::load().unwrap_or_else(|e| panic!("{e}")));
+    let start = scene.camera_path("walk").unwrap().camera_at(0);
+    let mut app = app_with(VtConfig { pool_mib: 64, ..VtConfig::default() });
+    let world = app.world_mut();
+    let lit_image = terrain_camera(world, &start, 1);
+    let albedo_image = terrain_camera(world, &start, 2);
+    world.spawn((
+        DirectionalLight { illuminance: 8000.0, shadow_maps_enabled: false, ..default() },
+        Transform::default().looking_to(-Vec3::new(0.5, 0.8, 0.35), Vec3::Y),
+        RenderLayers::from_layers(&[1, 2]),
+    ));
+    let gpu = terrain::SharedGpu::default();
+    let atlas = terrain::atlas(scene.clone(), gpu.clone()).unwrap();
+    assert!(atlas.is_produced());
+    let atlas = world.resource_mut::<Assets<bevy_tessera::TesseraAtlas>>().add(atlas);
+    let mesh = world.resource_mut::<Assets<Mesh>>().add(terrain::mesh(&scene));
+    let (lit, albedo) = {
+        let mut materials = world.resource_mut::<Assets<TesseraMaterial>>();
+        (
+            materials.add(terrain::material(atlas.clone(), false)),
+            materials.add(terrain::material(atlas.clone(), true)),
+        )
+    };
+    world.spawn((Mesh3d(mesh.clone()), MeshMaterial3d(lit), RenderLayers::layer(1)));
+    world.spawn((Mesh3d(mesh), MeshMaterial3d(albedo), RenderLayers::layer(2)));
+    read_back(app.world_mut(), lit_image, 1);
+    read_back(app.world_mut(), albedo_image, 2);
+
+    let (produced, _) = settle_terrain(&mut app, 150, "the walk start");
+    let lit = frame_of(&app, 1).expect("no lit frame read back");
+    let before = frame_of(&app, 2).expect("no albedo frame read back");
+    assert!(gpu.lock().unwrap().is_some(), "the producer was never made on Bevy's device");
+    assert!(produced >= 16, "{produced} tiles produced");
+    assert_eq!(unwritten_pixels(&before), 0, "pixels of never-written pool slots");
+    assert_eq!(unwritten_pixels(&lit), 0, "pixels of never-written pool slots (lit)");
+    let ground = before.chunks(4).filter(|p| p[..3] != [0, 0, 0]).count();
+    let distinct: std::collections::HashSet<&[u8]> = before.chunks(4).collect();
+    assert!(ground * 2 > before.len() / 4, "the terrain covers {ground} pixels only");
+    assert!(distinct.len() > 1000, "a nearly uniform terrain: {} colours", distinct.len());
+
+    // A marking 1.5 units ahead on the ground, its rectangle invalidated.
+    let ahead = start.target - start.position;
+    let step = 1.5 / ahead.x.hypot(ahead.z).max(1e-6);
+    let (x, z) = (start.position.x + ahead.x * step, start.position.z + ahead.z * step);
+    let decal = tessera::core::scene::terrain::TerrainScene::marking_at(x, z, 0.4);
+    let queue = app.world().resource::<bevy::render::renderer::RenderQueue>().clone();
+    let rect = gpu.lock().unwrap().as_mut().unwrap().add_decal(&queue, decal).unwrap();
+    app.world().resource::<Assets<bevy_tessera::TesseraAtlas>>().get(&atlas).unwrap().invalidate(0, rect);
+    let (_, refreshed) = settle_terrain(&mut app, 60, "after the marking");
+    let after = frame_of(&app, 2).expect("no albedo frame read back");
+    let changed = before.chunks(4).zip(after.chunks(4)).filter(|(a, b)| a != b).count();
+    let yellow = |f: &[u8]| f.chunks(4).filter(|p| p[0] > 180 && p[1] > 140 && p[2] < 90).count();
+    let (yellow_before, yellow_after) = (yellow(&before), yellow(&after));
+    eprintln!(
+        "terrain: {produced} tiles produced, {ground} ground pixels, {} colours; after the marking {refreshed} tiles produced again, {changed} pixels changed, yellow {yellow_before} -> {yellow_after}",
+        distinct.len()
+    );
+    if std::env::var_os("BEVY_TESSERA_KEEP").is_some() {
+        let dir = write_failure_sized("terrain-albedo", &after, &before, TERRAIN_SIZE);
+        write_failure_sized("terrain-lit", &lit, &lit, TERRAIN_SIZE);
+        eprintln!("frames kept in {}", dir.display());
+    }
+    assert!(refreshed > 0, "no tile produced again after the invalidation");
+    assert_eq!(unwritten_pixels(&after), 0, "pixels of never-written pool slots after the marking");
+    assert!(
+        yellow_after > yellow_before + 20,
+        "the marking does not show: yellow {yellow_before} -> {yellow_after}"
+    );
+    golden_sized("terrain-walk", &lit, TERRAIN_SIZE, 35.0);
 }
