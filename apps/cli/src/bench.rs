@@ -300,6 +300,9 @@ fn table(r: &BenchReport, camera: &str) -> String {
             gpu(&b.pass_gpu_ms)
         );
     }
+    if let Some(p) = &r.production {
+        o.push_str(&p.lines(r.pool_mib));
+    }
     if let Some(s) = &u.gpu_ms {
         let _ = writeln!(
             o,

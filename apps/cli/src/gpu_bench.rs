@@ -279,11 +279,15 @@ pub(crate) struct BenchReport {
     pub feedback: FeedbackStats,
     /// Uploads.
     pub uploads: UploadStats,
+    /// Tiles drawn on the GPU (a produced atlas: the runtime-virtual-texture terrain).
+    pub production: Option<ProductionBench>,
     /// Every measured frame.
     pub per_frame: Vec<BenchFrame>,
 }
 
+mod production;
 mod timer;
+pub(crate) use production::ProductionBench;
 use timer::*;
 
 /// Wall-clock times of one frame of one mode.
@@ -703,6 +707,7 @@ pub(crate) fn run(ctx: &GpuContext, cfg: &BenchConfig) -> Result<BenchReport, Re
             table_gpu_ms: Stat::of(per_frame.iter().filter_map(|f| f.vt_table_update_gpu_ms)),
             gpu_ms: Stat::of(per_frame.iter().filter_map(|f| f.vt_upload_gpu_ms)),
         },
+        production: ProductionBench::of(&atlas, &per_frame, ref_stats.gpu_pass_ms.map(|s| s.median)),
         vt: vt_stats,
         reference: ref_stats,
         feedback_probe: probe_stats,

@@ -204,6 +204,7 @@ impl App {
                 self.rig.mode = if self.rig.mode == Mode::Fly { Mode::Orbit } else { Mode::Fly };
             }
             KeyCode::KeyP => self.playing = Some(0),
+            KeyCode::KeyT => self.place_decal(),
             KeyCode::KeyH => self.overlay = !self.overlay,
             KeyCode::KeyF => self.controls.freeze_feedback = !self.controls.freeze_feedback,
             KeyCode::KeyM => self.controls.debug_view = self.controls.debug_view.next(),
@@ -224,6 +225,29 @@ impl App {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// The terrain: places a yellow marking on the ground 3 units ahead of the camera and
+    /// invalidates the tiles under it, which are drawn again within a few frames.
+    fn place_decal(&mut self) {
+        let Some(scene) = self.gfx.as_mut().and_then(|g| g.scene.as_mut().map(|s| (s, &g.ctx.queue))) else {
+            return;
+        };
+        let (scene, queue) = scene;
+        if scene.opened.terrain.is_none() {
+            return;
+        }
+        let camera = self.rig.camera();
+        let ahead = camera.position + (camera.target - camera.position).normalize_or_zero() * 3.0;
+        let decal = tessera::core::scene::terrain::TerrainScene::marking_at(ahead.x, ahead.z, 0.4);
+        match scene.drawer.add_terrain_decal(queue, decal) {
+            Ok(Some(rect)) => {
+                let tiles = scene.vt.invalidate(0, rect);
+                println!("decal at ({:.1}, {:.1}): {tiles} tiles to draw again", ahead.x, ahead.z);
+            }
+            Ok(None) => {}
+            Err(e) => self.report(anyhow::Error::new(e).context("placing a decal")),
         }
     }
 
@@ -253,11 +277,17 @@ impl App {
             return Ok(());
         };
         let scene = load_scene(&g.ctx, &opened, &self.args, self.controls.pool_mib, self.vsync)?;
-        let was_material = g.scene.as_ref().is_some_and(|s| s.opened.scene.is_some());
+        let was_material =
+            g.scene.as_ref().is_some_and(|s| s.opened.scene.is_some() || s.opened.terrain.is_some());
         let material = opened.scene.as_deref();
+        let spec = self.args.camera.as_deref();
+        let cameras_of = |spec| match &opened.terrain {
+            Some(terrain) => SceneCameras::terrain(spec, terrain),
+            None => SceneCameras::new(spec, material),
+        };
         // Atlases on the built-in meshes share one set of cameras, and the view stays.
-        let cameras = if was_material || material.is_some() {
-            Some(match SceneCameras::new(self.args.camera.as_deref(), material) {
+        let cameras = if was_material || material.is_some() || opened.terrain.is_some() {
+            Some(match cameras_of(spec) {
                 Ok(c) => c,
                 // Without a window to look at, a camera that does not fit is the viewer's error.
                 Err(e) if self.args.screenshot.is_some() => return Err(e),
@@ -265,7 +295,7 @@ impl App {
                     let e = e.context(format!("{} opens with its default camera", opened.name));
                     eprintln!("error: {}", tessera::core::error_text::chain(e.as_ref()));
                     self.notice = Some(tessera::core::error_text::chain(e.as_ref()));
-                    SceneCameras::new(None, material)?
+                    cameras_of(None)?
                 }
             })
         } else {

@@ -15,6 +15,7 @@ use tessera::core::format::atlas::{ColorSpace, Wrap};
 use tessera::core::scene::catalog;
 use tessera::core::scene::material_scene::{self, MaterialScene};
 use tessera::core::scene::scene_bake::{bake_scene, scene_bake_key};
+use tessera::core::scene::terrain::TerrainScene;
 use tessera::core::{Codec, Progress, ProgressCounter};
 use tessera_egui::BakeProgress;
 
@@ -38,6 +39,8 @@ pub(crate) struct Opened {
     pub(crate) scene: Option<Arc<MaterialScene>>,
     /// Whether the atlas was baked just now (false: it was there and current).
     pub(crate) baked: bool,
+    /// The runtime-virtual-texture terrain (`atlas` is then only its name).
+    pub(crate) terrain: Option<Arc<TerrainScene>>,
 }
 
 /// What a background job reads.
@@ -80,8 +83,9 @@ pub(crate) fn resolve(input: &Input) -> Result<Resolved> {
     let cache = catalog::cache_dir();
     std::fs::create_dir_all(&cache).with_context(|| format!("creating cache folder {}", cache.display()))?;
     let name = input.display_name();
-    let ready =
-        |atlas: PathBuf| Resolved::Ready(Opened { name: name.clone(), atlas, scene: None, baked: false });
+    let ready = |atlas: PathBuf| {
+        Resolved::Ready(Opened { name: name.clone(), atlas, scene: None, baked: false, terrain: None })
+    };
     let job = |source, out| Resolved::Bake(BakeJob { name: name.clone(), source, out });
     Ok(match input {
         Input::Builtin => {
@@ -139,7 +143,13 @@ impl BakeJob {
                 let cache = self.out.parent().map_or_else(catalog::cache_dir, Path::to_path_buf);
                 let prepared = catalog::prepare_builtin(&cache, BUILTIN_SIZE, false, progress)
                     .with_context(|| format!("baking {} into {}", self.name, self.out.display()))?;
-                Ok(Opened { name: self.name, atlas: prepared.atlas, scene: None, baked: prepared.baked })
+                Ok(Opened {
+                    name: self.name,
+                    atlas: prepared.atlas,
+                    scene: None,
+                    baked: prepared.baked,
+                    terrain: None,
+                })
             }
             Source::Image(path) => {
                 let stamp = BakeCache::stamp_path(&self.out);
@@ -159,7 +169,7 @@ impl BakeJob {
                 bake(vec![input], &self.out, &BakeOptions::default(), progress)
                     .with_context(|| format!("baking {} into {}", self.name, self.out.display()))?;
                 record(&BakeCache::new(&self.out), &image_key(&path));
-                Ok(Opened { name: self.name, atlas: self.out, scene: None, baked: true })
+                Ok(Opened { name: self.name, atlas: self.out, scene: None, baked: true, terrain: None })
             }
             Source::Gltf(path) => {
                 let stamp = BakeCache::stamp_path(&self.out);
@@ -177,7 +187,13 @@ impl BakeJob {
                         .with_context(|| format!("baking {} into {}", self.name, self.out.display()))?;
                     record(&stamp, &key);
                 }
-                Ok(Opened { name: self.name, atlas: self.out, scene: Some(Arc::new(scene)), baked: !current })
+                Ok(Opened {
+                    name: self.name,
+                    atlas: self.out,
+                    scene: Some(Arc::new(scene)),
+                    baked: !current,
+                    terrain: None,
+                })
             }
             Source::Named(name) => {
                 let data = tessera::core::bake::source::data_dir();
@@ -189,6 +205,7 @@ impl BakeJob {
                     atlas: prepared.atlas,
                     scene: prepared.scene.map(Arc::new),
                     baked: prepared.baked,
+                    terrain: prepared.terrain,
                 })
             }
         }

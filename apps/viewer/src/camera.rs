@@ -7,6 +7,7 @@ use anyhow::Result;
 use glam::Vec3;
 use tessera::core::scene::camera::{Camera, CameraPath, PRESETS, SCENE_PRESETS, Shot};
 use tessera::core::scene::material_scene::MaterialScene;
+use tessera::core::scene::terrain::{TERRAIN_PATHS, TerrainScene};
 
 /// The cameras of one scene: the `--camera` path, the preset views that keys 1–4 and C
 /// jump to, and the size that scales the rig.
@@ -40,11 +41,37 @@ impl SceneCameras {
     }
 }
 
+impl SceneCameras {
+    /// The cameras of the runtime-virtual-texture terrain: its paths (walk, fly, cut,
+    /// overview) as presets, `spec` (one of them or a camera JSON file; `None`: the
+    /// overview) as the path; the rig moves at about 2 world units a second.
+    pub(crate) fn terrain(spec: Option<&str>, terrain: &TerrainScene) -> Result<Self> {
+        let path = match spec {
+            None => terrain.camera_path("overview"),
+            Some(name) => terrain.camera_path(name),
+        };
+        let path = match (path, spec) {
+            (Some(p), _) => p,
+            (None, Some(file)) => CameraPath::load(file)?,
+            (None, None) => anyhow::bail!("the terrain has no overview camera"),
+        };
+        let mut views: Vec<Camera> =
+            TERRAIN_PATHS.iter().filter_map(|n| terrain.camera_path(n)).map(|p| p.camera_at(0)).collect();
+        if let Some(cut) = terrain.camera_path("cut") {
+            views.push(cut.camera_at(cut.end_frame()));
+        }
+        Ok(Self { path, views, names: TERRAIN_PATHS, unit: 2.0 })
+    }
+}
+
 /// Checks `spec` before anything opens: a preset of the built-in scene or of material
 /// scenes, or an existing file (read once the scene is known).
 pub(crate) fn check_spec(spec: &str) -> Result<()> {
     anyhow::ensure!(
-        PRESETS.contains(&spec) || SCENE_PRESETS.contains(&spec) || Path::new(spec).is_file(),
+        PRESETS.contains(&spec)
+            || SCENE_PRESETS.contains(&spec)
+            || TERRAIN_PATHS.contains(&spec)
+            || Path::new(spec).is_file(),
         "camera '{spec}' is neither a preset (built-in scene: {}; material scenes: {}) nor an existing JSON file",
         PRESETS.join(", "),
         SCENE_PRESETS.join(", ")

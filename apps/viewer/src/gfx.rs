@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use tessera::core::Atlas;
 use tessera::{GpuContext, StreamerConfig, VirtualTextures, VtConfig};
 use tessera_tools::drawer::Drawer;
-use tessera_tools::drawer_for;
+use tessera_tools::open_drawn;
 use tessera_tools::scene::{OffscreenTarget, TARGET_FORMAT};
 use winit::dpi::PhysicalSize;
 use winit::window::Window;
@@ -56,7 +56,6 @@ pub(crate) fn load_scene(
     vsync: bool,
 ) -> Result<Scene> {
     let path = &opened.atlas;
-    let atlas = Arc::new(Atlas::open(path).with_context(|| format!("opening atlas {}", path.display()))?);
     let cfg = VtConfig {
         pool_mib,
         streaming: StreamerConfig {
@@ -70,10 +69,9 @@ pub(crate) fn load_scene(
         prediction: true,
         ..VtConfig::default()
     };
-    let vt = VirtualTextures::new(ctx, atlas.clone(), cfg)
-        .with_context(|| format!("setting up virtual textures for {}", path.display()))?;
-    let drawer = drawer_for(ctx, &vt, opened.scene.as_deref())
-        .with_context(|| format!("setting up the scene of {}", opened.name))?;
+    let (vt, drawer) =
+        open_drawn(ctx, cfg, opened.terrain.as_deref(), opened.scene.as_deref(), || Ok(Atlas::open(path)?))
+            .with_context(|| format!("setting up {} ({})", opened.name, path.display()))?;
     Ok(Scene { opened: opened.clone(), vt, drawer, pool_mib })
 }
 
