@@ -389,12 +389,17 @@ impl TerrainScene {
         let image = image::open(&relief)
             .map_err(|e| TerrainError::Image { path: relief.clone(), message: e.to_string() })?
             .into_rgb8();
-        let heights = height_field(&image, HEIGHT_SAMPLES);
-        let splat = splat_map(&heights, materials.len());
+        Ok(Self::from_field(height_field(&image, HEIGHT_SAMPLES), materials))
+    }
+
+    /// The terrain of `heights` with `materials` (at least one): the splat map, the road
+    /// from [`START`] and the layout are made here.
+    pub fn from_field(heights: HeightField, materials: Vec<TerrainMaterial>) -> Self {
+        let splat = splat_map(&heights, materials.len().max(1));
         let (w, h) = TERRAIN_VIRTUAL;
         let layout = TextureLayout::new(w, h, TERRAIN_TILE.0, TERRAIN_TILE.1)
-            .map_err(|e| TerrainError::Image { path: relief, message: e.to_string() })?;
-        Ok(Self { heights, materials, splat, decals: roads(ROAD_SEGMENTS, START), layout })
+            .expect("TERRAIN_VIRTUAL and TERRAIN_TILE make a valid layout (tested)");
+        Self { heights, materials, splat, decals: roads(ROAD_SEGMENTS, START), layout }
     }
 
     /// The layers of the produced atlas: albedo (sRGB) and a world-space normal
@@ -705,4 +710,173 @@ fn roads(segments: usize, start: Vec2) -> Vec<Decal> {
         p = q;
     }
     decals
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A height field of `w × h` samples from `f(x, z)` (world units), sea where `f` ≤ 0.
+    fn field(w: u32, h: u32, f: impl Fn(f32, f32) -> f32) -> HeightField {
+        let mut heights = Vec::new();
+        let mut sea = Vec::new();
+        for z in 0..h {
+            for x in 0..w {
+                let p = (Vec2::new(x as f32 + 0.5, z as f32 + 0.5)) / Vec2::new(w as f32, h as f32)
+                    * TERRAIN_WORLD;
+                let v = f(p.x, p.y);
+                heights.push(v.max(0.0));
+                sea.push(v <= 0.0);
+            }
+        }
+        HeightField { width: w, height: h, heights, sea }
+    }
+
+    fn scene(k: usize) -> TerrainScene {
+        let materials = MATERIALS[..k]
+            .iter()
+            .map(|&(a, n, name)| TerrainMaterial { name, albedo: a.into(), normal: n.into() })
+            .collect();
+        TerrainScene::from_field(
+            field(256, 128, |x, z| (x * 0.01).sin() * 3.0 + (z * 0.02).cos() * 2.0),
+            materials,
+        )
+    }
+
+    #[test]
+    fn the_palette_maps_back_to_elevation_bands() {
+        // Colours sampled from etopo1.jpg (see the module documentation).
+        assert_eq!(elevation_of([29, 122, 218]), None, "Pacific");
+        assert_eq!(elevation_of([105, 217, 241]), None, "Caspian");
+        let amazon = elevation_of([49, 159, 64]).unwrap();
+        let alps = elevation_of([94, 78, 19]).unwrap();
+        let sahara = elevation_of([216, 175, 121]).unwrap();
+        let andes = elevation_of([138, 79, 65]).unwrap();
+        let tibet = elevation_of([168, 154, 151]).unwrap();
+        assert!(
+            amazon < alps && alps < sahara && sahara < andes && andes < tibet,
+            "{amazon} {alps} {sahara} {andes} {tibet}"
+        );
+        assert!(amazon < 0.15 && tibet > 0.8);
+        // Ice is high, but below the plateaus.
+        let ice = elevation_of([226, 226, 226]).unwrap();
+        assert!(ice > amazon && ice < tibet);
+    }
+
+    #[test]
+    fn the_layout_is_a_million_texels_wide_and_fits_a_128_mib_page_table() {
+        let s = scene(4);
+        assert_eq!((s.layout.width(), s.layout.height()), TERRAIN_VIRTUAL);
+        let entries = s.layout.tile_count();
+        assert!(entries * 4 <= 128 << 20, "{entries} page-table entries");
+        assert_eq!(TerrainScene::layers().len(), 2);
+    }
+
+    #[test]
+    fn splat_weights_sum_to_one_and_water_covers_the_sea() {
+        for k in [1, 4, 5, 8] {
+            let mut f = field(64, 32, |x, _| x - 700.0);
+            f.sea[0] = true;
+            let s = TerrainScene::from_field(
+                f,
+                vec![TerrainMaterial { name: "m", albedo: "a".into(), normal: "n".into() }; k],
+            );
+            assert_eq!(s.splat.layers.len(), k.div_ceil(4));
+            for i in 0..(s.splat.width * s.splat.height) as usize {
+                let sum: u32 = (0..k).map(|m| u32::from(s.splat.layers[m / 4][i * 4 + m % 4])).sum();
+                assert!((253..=257).contains(&sum), "k {k} texel {i}: weights sum to {sum}");
+            }
+            if k >= 4 {
+                assert_eq!(s.splat.layers[0][3], 255, "k {k}: the sea is all water");
+            }
+        }
+    }
+
+    #[test]
+    fn the_camera_never_goes_under_the_mesh() {
+        let s = scene(4);
+        let mesh = s.mesh();
+        // height_at is the mesh's surface: equal at every vertex.
+        for v in mesh.vertices.iter().step_by(97) {
+            let h = s.height_at(v.position[0], v.position[2]);
+            assert!((h - v.position[1]).abs() < 1e-3, "{v:?}: {h}");
+        }
+        for name in TERRAIN_PATHS {
+            let path = s.camera_path(name).unwrap();
+            for frame in 0..=path.end_frame() {
+                let c = path.camera_at(frame);
+                let ground = s.height_at(c.position.x, c.position.z);
+                assert!(
+                    c.position.y > ground + 0.1,
+                    "{name} frame {frame}: eye {} over ground {ground}",
+                    c.position.y
+                );
+            }
+        }
+        assert!(s.camera_path("nope").is_none());
+    }
+
+    #[test]
+    fn the_mesh_covers_the_world_and_faces_up() {
+        let s = scene(4);
+        let m = s.mesh();
+        assert_eq!(m.vertices.len() as u32, (256 / MESH_STEP + 1) * (128 / MESH_STEP + 1));
+        let last = m.vertices.last().unwrap().position;
+        assert_eq!((last[0], last[2]), (TERRAIN_WORLD.x, TERRAIN_WORLD.y));
+        // Counter-clockwise seen from above: the first triangle's normal points up.
+        let p = |i: u32| Vec3::from(m.vertices[i as usize].position);
+        let (a, b, c) = (p(m.indices[0]), p(m.indices[1]), p(m.indices[2]));
+        assert!((b - a).cross(c - a).y > 0.0);
+    }
+
+    #[test]
+    fn a_roads_decals_are_in_every_cell_they_touch() {
+        let s = scene(4);
+        assert!(s.decals.len() >= 100, "{} decals", s.decals.len());
+        let grid = s.decal_grid();
+        for (i, d) in s.decals.iter().enumerate() {
+            let (lo, hi) = d.bounds();
+            for p in [lo, hi, (lo + hi) * 0.5, d.a, d.b] {
+                let cx = ((p.x / DECAL_CELL) as u32).min(grid.cells.0 - 1);
+                let cz = ((p.y / DECAL_CELL) as u32).min(grid.cells.1 - 1);
+                let [first, count] = grid.ranges[(cz * grid.cells.0 + cx) as usize];
+                let list = &grid.indices[first as usize..(first + count) as usize];
+                assert!(list.contains(&(i as u32)), "decal {i} missing from cell ({cx}, {cz})");
+            }
+            let [x, y, w, h] = d.rect();
+            assert!(w > 0 && h > 0 && x + w <= TERRAIN_VIRTUAL.0 && y + h <= TERRAIN_VIRTUAL.1);
+        }
+        assert!(grid.max_per_cell() < 64, "{} decals in one cell", grid.max_per_cell());
+    }
+
+    proptest! {
+        /// A decal's rectangle holds every texel its band covers.
+        #[test]
+        fn a_decals_rectangle_holds_its_band(ax in 1.0f32..2040.0, az in 1.0f32..1020.0, dx in -20.0f32..20.0,
+                                              dz in -20.0f32..20.0, hw in 0.001f32..1.0, t in 0.0f32..1.0, s in -1.0f32..1.0) {
+            let a = Vec2::new(ax, az);
+            let b = (a + Vec2::new(dx, dz)).clamp(Vec2::ZERO, TERRAIN_WORLD);
+            let d = Decal { a, b, half_width: hw, kind: DecalKind::Road, colour: [0.0; 4] };
+            let dir = (b - a).normalize_or(Vec2::X);
+            let p = a.lerp(b, t) + Vec2::new(-dir.y, dir.x) * hw * s;
+            let texel = p * Vec2::new(TERRAIN_VIRTUAL.0 as f32, TERRAIN_VIRTUAL.1 as f32) / TERRAIN_WORLD;
+            let [x, y, w, h] = d.rect();
+            prop_assert!(texel.x >= x as f32 - 0.01 && texel.x <= (x + w) as f32 + 0.01, "{texel} in {x}+{w}");
+            prop_assert!(texel.y >= y as f32 - 0.01 && texel.y <= (y + h) as f32 + 0.01, "{texel} in {y}+{h}");
+        }
+    }
+
+    #[test]
+    fn missing_data_and_bad_counts_are_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = TerrainScene::load(dir.path(), 4).unwrap_err().to_string();
+        assert!(e.contains("etopo1.jpg") && e.contains("fetch-data.sh"), "{e}");
+        assert!(TerrainScene::load(dir.path(), 0).unwrap_err().to_string().contains("1 to 8"));
+        assert!(TerrainScene::load(dir.path(), 9).unwrap_err().to_string().contains("not 9"));
+        std::fs::write(dir.path().join("etopo1.jpg"), b"not a jpeg").unwrap();
+        let e = TerrainScene::load(dir.path(), 4).unwrap_err().to_string();
+        assert!(e.contains("--castle"), "{e}");
+    }
 }
