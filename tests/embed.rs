@@ -974,4 +974,171 @@ fn fs(t: VtProduced) -> Out {
         }
         assert!(same > 8, "only {same} tiles were produced twice");
     }
+
+    /// A produced layer that reads a streamed one (a baked base under decals drawn at
+    /// run time): the producer samples the base through its own virtual textures
+    /// (`vt_module`), its samples request the base's tiles through the base's feedback,
+    /// and `invalidate_arrivals` has every produced tile drawn from a coarser fallback
+    /// drawn again once the base's tile arrives, until each equals the base (outside the
+    /// disc it draws over it).
+    #[test]
+    fn a_produced_layer_over_a_streamed_base_converges_to_the_base() {
+        use std::sync::Arc;
+        use tessera::core::Atlas;
+        use tessera::core::format::atlas::ColorSpace;
+        use tessera::core::format::tile::{TextureLayout, TileId};
+        use tessera::produce::{ProduceBatch, TileProducer};
+        use tessera::{GpuContext, VirtualTextures, wgpu};
+
+        const WGSL: &str = r#"
+@vertex
+fn vs(@builtin(vertex_index) v: u32, @builtin(instance_index) i: u32) -> VtProduced {
+    return vt_produce_vertex(v, i);
+}
+@fragment
+fn fs(t: VtProduced) -> @location(0) vec4<f32> {
+    let uv = vt_produce_uv(t);
+    // One texel of the tile's mip: the base at that mip, exactly.
+    let c = base_sample_grad(uv, vec2<f32>(t.texel.x, 0.0), vec2<f32>(0.0, t.texel.y), t.pos);
+    let disc = step(distance(uv, vec2<f32>(0.3, 0.3)), 0.05);
+    return vec4<f32>(mix(c.rgb, vec3<f32>(1.0, 0.0, 0.0), disc), 1.0);
+}
+"#;
+        struct OverBase {
+            base: (wgpu::BindGroupLayout, wgpu::BindGroup, String),
+            pipeline: Option<wgpu::RenderPipeline>,
+        }
+        impl TileProducer for OverBase {
+            fn produce(
+                &mut self,
+                ctx: &GpuContext,
+                encoder: &mut wgpu::CommandEncoder,
+                batch: &ProduceBatch<'_>,
+            ) {
+                let device = &ctx.device;
+                let (base_layout, base_group, base_src) = &self.base;
+                let pipeline = self.pipeline.get_or_insert_with(|| {
+                    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                        label: Some("over base"),
+                        source: wgpu::ShaderSource::Wgsl(
+                            format!("{base_src}\n{}\n{WGSL}", tessera::shaders::PRODUCE_WGSL).into(),
+                        ),
+                    });
+                    let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                        label: None,
+                        bind_group_layouts: &[Some(batch.layout()), Some(base_layout)],
+                        immediate_size: 0,
+                    });
+                    let targets: Vec<_> = batch.formats().iter().map(|&f| Some(f.into())).collect();
+                    device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
+                        label: Some("over base"),
+                        layout: Some(&layout),
+                        vertex: wgpu::VertexState {
+                            module: &module,
+                            entry_point: Some("vs"),
+                            compilation_options: Default::default(),
+                            buffers: &[],
+                        },
+                        primitive: wgpu::PrimitiveState {
+                            topology: wgpu::PrimitiveTopology::TriangleStrip,
+                            ..Default::default()
+                        },
+                        depth_stencil: None,
+                        multisample: Default::default(),
+                        fragment: Some(wgpu::FragmentState {
+                            module: &module,
+                            entry_point: Some("fs"),
+                            compilation_options: Default::default(),
+                            targets: &targets,
+                        }),
+                        multiview_mask: None,
+                        cache: None,
+                    })
+                });
+                let mut pass = batch.begin_pass(encoder);
+                pass.set_pipeline(pipeline);
+                pass.set_bind_group(0, batch.bind_group(), &[]);
+                pass.set_bind_group(1, &*base_group, &[]);
+                pass.draw(0..4, 0..batch.len());
+            }
+        }
+
+        let ctx = gpu();
+        let dir = tempfile::tempdir().unwrap();
+        let side = 2048u32;
+        let path = tessera_tests::bake_source(
+            dir.path(),
+            "base",
+            tessera::core::bake::source::Generated::new(side, side),
+        );
+        let base_atlas = Arc::new(Atlas::open(&path).unwrap());
+        let config = VtConfig { pool_mib: 64, ..VtConfig::default() };
+        let mut base = VirtualTextures::new(ctx, base_atlas.clone(), config.clone()).unwrap();
+        let layer = base.layer(0).unwrap();
+        let src = tessera::shaders::with_page_table(
+            &tessera::shaders::vt_module(1, "base").unwrap(),
+            base.page_table_storage(),
+        );
+        let producer = OverBase {
+            base: (base.bind_group_layout().clone(), base.bind_group(layer).clone(), src),
+            pipeline: None,
+        };
+        let l = base_atlas.layers()[0].layout;
+        let layout = TextureLayout::new(side, side, l.tile_size(), l.border()).unwrap();
+        let atlas =
+            Arc::new(Atlas::produced("over", &[("c".to_owned(), ColorSpace::Srgb)], layout, false).unwrap());
+        let mut produced = VirtualTextures::with_producer(ctx, atlas, config, Box::new(producer)).unwrap();
+        let (mut refreshed, mut invalidated) = (0, 0);
+        for _ in 0..60 {
+            // The base's frame begins in a submission of its own, so that the producer's
+            // samples (submitted from the produced frame's begin) land after its clear.
+            let mut e1 = ctx.device.create_command_encoder(&Default::default());
+            let base_frame = base.begin(ctx, &mut e1);
+            ctx.queue.submit([e1.finish()]);
+            invalidated += produced.invalidate_arrivals(0, base_frame.vt());
+            produced.prefetch_region(0, [0, 0, side, side / 2], 0);
+            let mut e2 = ctx.device.create_command_encoder(&Default::default());
+            let frame = produced.begin(ctx, &mut e2);
+            // Tiles drawn again: refreshed in place where the view needs them, produced
+            // afresh after eviction where only `prefetch_region` asked (as here).
+            refreshed += frame.stats().refreshed + frame.stats().produced;
+            frame.finish(ctx, e2).unwrap();
+            base_frame.finish(ctx, ctx.device.create_command_encoder(&Default::default())).unwrap();
+        }
+        ctx.wait_idle().unwrap();
+        let resident = produced.residency().resident_count();
+        assert!(
+            invalidated > 0 && refreshed > resident,
+            "{invalidated} invalidated, {refreshed} drawn for {resident} resident tiles"
+        );
+        let pool = tessera_tests::read_pool(ctx, produced.pool());
+        let (w, _) = produced.pool().texels();
+        let (pitch, b) = (produced.pool().pitch(), l.border());
+        let mut checked = 0;
+        for (tile, slot) in produced.residency().resident_tiles().filter(|(t, _)| t.mip == 0) {
+            let texel = (64, 64);
+            let uv = [
+                (tile.x * 128 + texel.0) as f32 / side as f32,
+                (tile.y * 128 + texel.1) as f32 / side as f32,
+            ];
+            if ((uv[0] - 0.3).powi(2) + (uv[1] - 0.3).powi(2)).sqrt() < 0.06 {
+                continue;
+            }
+            let (x, y) = (u32::from(slot.x) * pitch + b + texel.0, u32::from(slot.y) * pitch + b + texel.1);
+            let at = ((y * w + x) * 4) as usize;
+            let base_tile =
+                base_atlas.decode_tile(TileId { layer: 0, mip: 0, x: tile.x, y: tile.y }).unwrap();
+            let padded = l.tile_size() + 2 * b;
+            let bt = (((texel.1 + b) * padded + texel.0 + b) * 4) as usize;
+            for c in 0..3 {
+                let (got, want) = (pool[at + c], base_tile[bt + c]);
+                assert!(got.abs_diff(want) <= 2, "{tile}: channel {c} is {got}, the base's texel {want}");
+            }
+            checked += 1;
+        }
+        assert!(checked >= 100, "only {checked} mip-0 tiles checked");
+        eprintln!(
+            "{checked} tiles equal to the base; {invalidated} invalidated, {refreshed} drawn for {resident}"
+        );
+    }
 }

@@ -766,6 +766,28 @@ fn invalidation_marks_every_mip_and_refreshes_needed_tiles_in_place() {
     assert_page_table_consistent(&sim.streamer);
 }
 
+/// An input's tile of mip 1 arriving (`invalidate_mips`, as `invalidate_arrivals`
+/// calls it) marks the produced tiles at mips 0 and 1 over it, not the coarser ones.
+#[test]
+fn invalidating_up_to_a_mip_leaves_the_coarser_tiles() {
+    let production = ProductionConfig { max_tiles_per_frame: 8, max_stale_frames: 4 };
+    let mut sim = Sim::produced(1, texture(), (8, 8), production);
+    sim.step(None, None);
+    let view = block(0, 0, 0, 4, 4);
+    while !sim.streamer.fully_resident() {
+        produce_step(&mut sim, &view);
+    }
+    // Mip-1 tile (0, 0) covers texels 0..256: mip-0 tiles (0..2, 0..2) and itself.
+    assert_eq!(sim.streamer.invalidate_mips(0, [0, 0, 256, 256], 1), 5);
+    let plan = produce_step(&mut sim, &view);
+    let mut refreshed: Vec<TileId> = plan.produce.iter().filter(|j| j.refresh).map(|j| j.tile).collect();
+    refreshed.sort();
+    assert_eq!(refreshed.len(), 5);
+    assert!(refreshed.iter().all(|t| t.mip <= 1), "{refreshed:?}");
+    assert_eq!(sim.streamer.invalidate_mips(0, [0, 0, 256, 256], 0), 4, "mip 0 only");
+    assert_page_table_consistent(&sim.streamer);
+}
+
 #[test]
 fn unneeded_stale_tiles_are_evicted_and_produced_again_on_a_later_miss() {
     let mut sim = Sim::produced(1, texture(), (8, 8), ProductionConfig::default());

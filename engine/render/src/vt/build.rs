@@ -121,6 +121,7 @@ impl VirtualTextures {
             upload_timestamps: None,
             upload_timer: slice_ms.and_then(|_| UploadTimer::new(device, &ctx.queue)),
             production,
+            arrived: Vec::new(),
         };
         // Uploads the coarsest tiles the streamer loaded, and writes every parameter block.
         let plan = vt.streamer.frame(FrameInput::default());

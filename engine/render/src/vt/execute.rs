@@ -144,6 +144,8 @@ impl VirtualTextures {
                 timer.start(&ctx.device, &ctx.queue, plan.uploads.len() + plan.produce.len());
             }
         }
+        self.arrived.clear();
+        self.arrived.extend(plan.uploads.iter().map(|u| u.tile).chain(plan.produce.iter().map(|j| j.tile)));
         // Produced tiles are drawn first: the level-1 work below reads them.
         if let Some(production) = self.production.as_mut().filter(|_| !plan.produce.is_empty()) {
             production.run(ctx, &self.atlas, &self.pools, &plan.produce);

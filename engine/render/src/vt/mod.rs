@@ -62,6 +62,7 @@ mod build;
 mod config;
 mod execute;
 mod frame;
+mod inputs;
 
 pub use config::{DEFAULT_UPLOAD_SLICE_MS, UploadSlicing, VtConfig};
 pub use frame::{DetachedFrame, VtFrame};
@@ -110,6 +111,9 @@ pub struct VirtualTextures {
     upload_timer: Option<UploadTimer>,
     /// The producer of a produced atlas ([`VirtualTextures::with_producer`]).
     production: Option<Production>,
+    /// The tiles the last executed plan made resident or drew again
+    /// ([`VirtualTextures::arrived`]).
+    arrived: Vec<tessera_core::format::tile::TileId>,
     feedback: Feedback,
     /// The colour-target feedback path: its target and resolve pass.
     feedback_targets: FeedbackTargets,

@@ -40,6 +40,13 @@ impl Streamer {
     /// the resident tiles touched (marked stale or evicted); 0 for an atlas read from
     /// a file, an unknown layer or an empty rectangle.
     pub fn invalidate(&mut self, layer: u16, rect: [u32; 4]) -> usize {
+        self.invalidate_mips(layer, rect, u8::MAX)
+    }
+
+    /// [`Streamer::invalidate`] for the tiles at mips `0..=finest_changed` only: what a
+    /// producer drew from an input whose mip `finest_changed` (and coarser mips'
+    /// fallbacks) just changed there; coarser tiles read coarser input and stand.
+    pub fn invalidate_mips(&mut self, layer: u16, rect: [u32; 4], finest_changed: u8) -> usize {
         let Some(production) = self.production.as_mut() else { return 0 };
         let owner = if self.stacked { 0 } else { layer };
         let Some(l) = self.layout.layout(owner).copied() else { return 0 };
@@ -56,7 +63,7 @@ impl Streamer {
         let covering: Vec<TileId> = if region <= residency.resident_count() as u64 {
             region_tiles(&self.layout, owner, rect, 0)
                 .into_iter()
-                .filter(|&t| residency.is_resident(t))
+                .filter(|&t| t.mip <= finest_changed && residency.is_resident(t))
                 .collect()
         } else {
             residency
@@ -65,7 +72,12 @@ impl Streamer {
                 .filter(|t| {
                     let span = ts << t.mip;
                     let (tx, ty) = (u64::from(t.x) * span, u64::from(t.y) * span);
-                    t.layer == owner && tx < x1 && tx + span > x && ty < y1 && ty + span > y
+                    t.layer == owner
+                        && t.mip <= finest_changed
+                        && tx < x1
+                        && tx + span > x
+                        && ty < y1
+                        && ty + span > y
                 })
                 .collect()
         };
