@@ -1058,7 +1058,7 @@ fn fs(t: VtProduced) -> @location(0) vec4<f32> {
                 let mut pass = batch.begin_pass(encoder);
                 pass.set_pipeline(pipeline);
                 pass.set_bind_group(0, batch.bind_group(), &[]);
-                pass.set_bind_group(1, &*base_group, &[]);
+                pass.set_bind_group(1, base_group, &[]);
                 pass.draw(0..4, 0..batch.len());
             }
         }
