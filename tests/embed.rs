@@ -1088,23 +1088,38 @@ fn fs(t: VtProduced) -> @location(0) vec4<f32> {
         let atlas =
             Arc::new(Atlas::produced("over", &[("c".to_owned(), ColorSpace::Srgb)], layout, false).unwrap());
         let mut produced = VirtualTextures::with_producer(ctx, atlas, config, Box::new(producer)).unwrap();
-        let (mut refreshed, mut invalidated) = (0, 0);
-        for _ in 0..60 {
+        let (mut refreshed, mut invalidated, mut quiet) = (0, 0, 0);
+        // Until neither side has done anything for 5 frames (the base's loader threads
+        // take their time on a busy machine).
+        for frame in 0..600 {
             // The base's frame begins in a submission of its own, so that the producer's
             // samples (submitted from the produced frame's begin) land after its clear.
+            // Keep asking for the base's tiles that produced tiles wait for.
+            for (rect, mip) in produced.input_requests() {
+                base.prefetch_region(0, rect, mip);
+            }
             let mut e1 = ctx.device.create_command_encoder(&Default::default());
             let base_frame = base.begin(ctx, &mut e1);
             ctx.queue.submit([e1.finish()]);
+            let arrived = base_frame.vt().arrived().len();
             invalidated += produced.invalidate_arrivals(0, base_frame.vt());
             produced.prefetch_region(0, [0, 0, side, side / 2], 0);
             let mut e2 = ctx.device.create_command_encoder(&Default::default());
-            let frame = produced.begin(ctx, &mut e2);
+            let frame_p = produced.begin(ctx, &mut e2);
             // Tiles drawn again: refreshed in place where the view needs them, produced
             // afresh after eviction where only `prefetch_region` asked (as here).
-            refreshed += frame.stats().refreshed + frame.stats().produced;
-            frame.finish(ctx, e2).unwrap();
+            let drawn = frame_p.stats().refreshed + frame_p.stats().produced;
+            refreshed += drawn;
+            frame_p.finish(ctx, e2).unwrap();
             base_frame.finish(ctx, ctx.device.create_command_encoder(&Default::default())).unwrap();
+            let waiting = produced.input_requests().len();
+            quiet = if arrived == 0 && drawn == 0 && waiting == 0 { quiet + 1 } else { 0 };
+            if frame >= 20 && quiet >= 5 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
         }
+        assert!(quiet >= 5, "still streaming or drawing after 600 frames");
         ctx.wait_idle().unwrap();
         let resident = produced.residency().resident_count();
         assert!(

@@ -122,6 +122,8 @@ impl VirtualTextures {
             upload_timer: slice_ms.and_then(|_| UploadTimer::new(device, &ctx.queue)),
             production,
             arrived: Vec::new(),
+            waiting: Vec::new(),
+            input_layout: None,
         };
         // Uploads the coarsest tiles the streamer loaded, and writes every parameter block.
         let plan = vt.streamer.frame(FrameInput::default());

@@ -114,6 +114,11 @@ pub struct VirtualTextures {
     /// The tiles the last executed plan made resident or drew again
     /// ([`VirtualTextures::arrived`]).
     arrived: Vec<tessera_core::format::tile::TileId>,
+    /// Tiles of an input (layer of this atlas, the input's tile) that tiles drawn from
+    /// its fallback wait for ([`VirtualTextures::invalidate_arrivals`]).
+    waiting: Vec<(u16, tessera_core::format::tile::TileId)>,
+    /// The layout of that input's first layer.
+    input_layout: Option<tessera_core::format::tile::TextureLayout>,
     feedback: Feedback,
     /// The colour-target feedback path: its target and resolve pass.
     feedback_targets: FeedbackTargets,
