@@ -97,10 +97,11 @@ pub const DEFAULT_UPLOAD_SLICE_MS: f64 = 0.5;
 /// timestamps read back frames later), coarse mips first, below the upload budget;
 /// the tiles left wait a frame or two in the ready queue while their ancestors show.
 ///
-/// Off by default: on an H100 (issue 45, BENCHMARKS.md) a 0.5 ms slice held a flushed
-/// 64K² mosaic at tens of tiles a frame and cost motion (the demo flight fully resident
-/// in 97 instead of 112 of 120 frames), while level 1 in one draw had already brought
-/// an RGBA8 burst of 340 tiles to +0.56 ms median and +1.5 ms p95 over an idle frame.
+/// Off by default. On an H100 (issue 45, BENCHMARKS.md) a 0.5 ms slice holds an RGBA8
+/// burst to +0.6 ms p95 over an idle frame (+2.1 ms without) and the demo flight keeps
+/// its 112 of 120 fully resident frames; but a BC7 tile costs more to place, so a
+/// flushed BC7 pool refills at about 33 tiles a frame, over some 14 frames, and a camera
+/// cut would wait as long. `Auto` is the setting for RGBA8 pools.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub enum UploadSlicing {
     /// [`DEFAULT_UPLOAD_SLICE_MS`] on a hardware GPU that can time its uploads
