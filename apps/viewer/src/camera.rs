@@ -72,9 +72,11 @@ pub(crate) fn check_spec(spec: &str) -> Result<()> {
             || SCENE_PRESETS.contains(&spec)
             || TERRAIN_PATHS.contains(&spec)
             || Path::new(spec).is_file(),
-        "camera '{spec}' is neither a preset (built-in scene: {}; material scenes: {}) nor an existing JSON file",
+        "camera '{spec}' is neither a preset (built-in scene: {}; material scenes: {}; the terrain: {}) nor an \
+         existing JSON file",
         PRESETS.join(", "),
-        SCENE_PRESETS.join(", ")
+        SCENE_PRESETS.join(", "),
+        TERRAIN_PATHS.join(", ")
     );
     Ok(())
 }

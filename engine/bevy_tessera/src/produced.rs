@@ -11,7 +11,7 @@ use tessera::produce::TileProducer;
 /// Makes a produced atlas' producer on the render world's GPU context (Bevy's device).
 type MakeProducer = dyn Fn(&GpuContext) -> Result<Box<dyn TileProducer>, String> + Send + Sync;
 
-/// A (layer, mip-0 texel rectangle `[x0, y0, x1, y1]`) to draw again.
+/// A (layer, mip-0 texel rectangle `[x, y, width, height]`) to draw again.
 type Invalidation = (u16, [u32; 4]);
 
 /// What a produced [`TesseraAtlas`] holds besides its atlas: how to make its producer,
@@ -66,7 +66,7 @@ impl TesseraAtlas {
         self.producer().is_some()
     }
 
-    /// Marks the texels `rect` (`[x0, y0, x1, y1]` at mip 0, end exclusive) of layer
+    /// Marks the texels `rect` (`[x, y, width, height]` in mip-0 texels) of layer
     /// `layer` of a produced atlas to be drawn again: the resident tiles that cover them,
     /// at every mip, are produced anew from the next frame on (after what the producer
     /// draws has changed, such as a decal added). Does nothing for an atlas read from a

@@ -730,10 +730,12 @@ fn invalidation_marks_every_mip_and_refreshes_needed_tiles_in_place() {
         produce_step(&mut sim, &view);
     }
     let entries = sim.streamer.residency().page_table().entries().to_vec();
-    // A decal inside tile (1, 1) of mip 0: that tile and its 3 ancestors.
-    assert_eq!(sim.streamer.invalidate(0, [130, 140, 20, 20]), 4);
+    // A decal inside tile (1, 1) of mip 0, 2 texels from its left edge: that tile, the
+    // border of tile (0, 1) (its 4 texels past x = 128 repeat the decal's), and their 3
+    // ancestors.
+    assert_eq!(sim.streamer.invalidate(0, [130, 140, 20, 20]), 5);
     let stats = sim.streamer.production_stats().unwrap();
-    assert_eq!(stats.stale, 4);
+    assert_eq!(stats.stale, 5);
     let plan = produce_step(&mut sim, &view);
     let mut refreshed: Vec<TileId> = plan.produce.iter().filter(|j| j.refresh).map(|j| j.tile).collect();
     refreshed.sort();
@@ -743,6 +745,7 @@ fn invalidation_marks_every_mip_and_refreshes_needed_tiles_in_place() {
             TileId::new(0, 3, 0, 0),
             TileId::new(0, 2, 0, 0),
             TileId::new(0, 1, 0, 0),
+            TileId::new(0, 0, 0, 1),
             TileId::new(0, 0, 1, 1)
         ]
     );
@@ -757,7 +760,7 @@ fn invalidation_marks_every_mip_and_refreshes_needed_tiles_in_place() {
         assert_eq!(job.source, LevelOneSource::Parent { slot: parent, quadrant: (x as u8, y as u8) });
     }
     assert_eq!(plan.stats.stale_tiles, 0);
-    assert_eq!(sim.streamer.production_stats().unwrap().refreshed, 4);
+    assert_eq!(sim.streamer.production_stats().unwrap().refreshed, 5);
     // Nothing more to do; an empty or outside rectangle touches nothing.
     assert!(produce_step(&mut sim, &view).produce.is_empty());
     assert_eq!(sim.streamer.invalidate(0, [2000, 0, 10, 10]), 0);
@@ -777,14 +780,18 @@ fn invalidating_up_to_a_mip_leaves_the_coarser_tiles() {
     while !sim.streamer.fully_resident() {
         produce_step(&mut sim, &view);
     }
-    // Mip-1 tile (0, 0) covers texels 0..256: mip-0 tiles (0..2, 0..2) and itself.
-    assert_eq!(sim.streamer.invalidate_mips(0, [0, 0, 256, 256], 1), 5);
-    let plan = produce_step(&mut sim, &view);
-    let mut refreshed: Vec<TileId> = plan.produce.iter().filter(|j| j.refresh).map(|j| j.tile).collect();
-    refreshed.sort();
-    assert_eq!(refreshed.len(), 5);
+    // Mip-1 tile (0, 0) covers texels 0..256. With their borders (4 texels at mip 0, 8
+    // at mip 1) that reaches mip-0 tiles 0..=2 across and down (9) and mip-1 tiles
+    // 0..=1 (4); the mip-2 and mip-3 tiles stand.
+    assert_eq!(sim.streamer.invalidate_mips(0, [0, 0, 256, 256], 1), 13);
+    let mut refreshed = Vec::new();
+    for _ in 0..4 {
+        let plan = produce_step(&mut sim, &view);
+        refreshed.extend(plan.produce.iter().filter(|j| j.refresh).map(|j| j.tile));
+    }
+    assert_eq!(refreshed.len(), 13, "{refreshed:?}");
     assert!(refreshed.iter().all(|t| t.mip <= 1), "{refreshed:?}");
-    assert_eq!(sim.streamer.invalidate_mips(0, [0, 0, 256, 256], 0), 4, "mip 0 only");
+    assert_eq!(sim.streamer.invalidate_mips(0, [0, 0, 256, 256], 0), 9, "mip 0 only");
     assert_page_table_consistent(&sim.streamer);
 }
 

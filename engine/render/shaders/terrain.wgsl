@@ -36,16 +36,24 @@ struct TerrainSample {
     normal: vec3<f32>,
 }
 
-// Coverage of a band of `period` whose on-part is half of it, at position `t`, for a
-// footprint `fw`: sharp when the period is many footprints, its average (0.5) when
-// the footprint spans a period.
+// Coverage of a band of `period` whose on-part is its first half, at position `t`,
+// for a footprint `fw`: the footprint's share over the nearest edge, sharp when the
+// period is many footprints, its average (0.5) when the footprint spans a period.
 fn terrain_dashes(t: f32, period: f32, fw: f32) -> f32 {
-    let d = (abs(fract(t / period) - 0.25) - 0.25) * period;
+    // Signed distance to the nearest edge of the on-part, negative inside.
+    let d = (abs(fract(t / period + 0.25) - 0.5) - 0.25) * period;
     let sharp = clamp(0.5 - d / fw, 0.0, 1.0);
     return mix(sharp, 0.5, clamp(2.0 * fw / period - 0.5, 0.0, 1.0));
 }
 
-// The decal `d`'s coverage at world `p` for a footprint `fw`.
+// The share of a footprint of width `fw` centred at `c` that falls inside [lo, hi].
+fn terrain_overlap(c: f32, lo: f32, hi: f32, fw: f32) -> f32 {
+    return clamp((min(hi, c + 0.5 * fw) - max(lo, c - 0.5 * fw)) / fw, 0.0, 1.0);
+}
+
+// The decal `d`'s coverage at world `p` for a footprint `fw`: the share of the
+// footprint (a box, per axis of the band) inside the band, so a band narrower than the
+// footprint fades with its width instead of staying half covered.
 fn terrain_decal_cover(d: TerrainDecal, p: vec2<f32>, fw: f32) -> f32 {
     let a = d.segment.xy;
     let ab = d.segment.zw - a;
@@ -55,8 +63,7 @@ fn terrain_decal_cover(d: TerrainDecal, p: vec2<f32>, fw: f32) -> f32 {
     let along = dot(ap, dir);
     let across = dot(ap, vec2<f32>(-dir.y, dir.x));
     let hw = d.params.x;
-    let inside = max(max(-along, along - len), abs(across) - hw);
-    var cover = clamp(0.5 - inside / fw, 0.0, 1.0);
+    var cover = terrain_overlap(across, -hw, hw, fw) * terrain_overlap(along, 0.0, len, fw);
     let kind = u32(d.params.y + 0.5);
     if kind == 1u {
         cover *= terrain_dashes(along, d.params.z, fw);

@@ -146,8 +146,16 @@ impl TerrainGpu {
         let (normals, b1) =
             array_texture(ctx, "terrain normals", wgpu::TextureFormat::Rgba8Unorm, normals, array);
         let (sw, sh) = (scene.splat.width, scene.splat.height);
-        let splat: Vec<image::RgbaImage> =
-            scene.splat.layers.iter().filter_map(|l| image::RgbaImage::from_raw(sw, sh, l.clone())).collect();
+        let splat: Vec<image::RgbaImage> = scene
+            .splat
+            .layers
+            .iter()
+            .map(|l| {
+                image::RgbaImage::from_raw(sw, sh, l.clone()).ok_or_else(|| {
+                    RenderError::Config(format!("a terrain splat layer is not {sw}x{sh} RGBA8"))
+                })
+            })
+            .collect::<Result<_, _>>()?;
         let (splat, b2) = array_texture(ctx, "terrain splat", wgpu::TextureFormat::Rgba8Unorm, splat, array);
         let (hw, hh) = (scene.heights.width, scene.heights.height);
         let relief = image::RgbaImage::from_raw(hw, hh, scene.normal_map())

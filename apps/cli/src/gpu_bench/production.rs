@@ -18,7 +18,7 @@ pub(crate) struct ProductionBench {
     /// Frames that drew any.
     pub frames_producing: usize,
     /// The upload span of frames that drew tiles and uploaded nothing, divided by the
-    /// tiles drawn, ms: production, its level 1 and page-table jobs per tile (CPU
+    /// tiles drawn, ms: production and its level 1 per tile (CPU
     /// recording included when the GPU idles).
     pub span_per_tile_ms: Option<Stat>,
     /// The virtual-texture pass plus that frame's upload span (0 when it drew

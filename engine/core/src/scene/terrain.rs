@@ -34,7 +34,7 @@ pub const TERRAIN_WORLD: Vec2 = Vec2::new(2048.0, 1024.0);
 pub const TERRAIN_VIRTUAL: (u32, u32) = (1 << 20, 1 << 19);
 
 /// Tile size and border of the produced virtual texture: 256-texel tiles keep its
-/// complete page table (22.4 M entries, 85 MiB) under the 128 MiB storage binding of
+/// complete page table (11.2 M entries, 43 MiB) under the 128 MiB storage binding of
 /// WebGPU and lavapipe; 128-texel tiles would need 170 MiB.
 pub const TERRAIN_TILE: (u32, u32) = (256, 4);
 
@@ -53,6 +53,11 @@ pub const DECAL_CELL: f32 = 8.0;
 /// Height samples per mesh quad along each axis ([`TerrainScene::mesh`]): quads of 2
 /// world units.
 pub const MESH_STEP: u32 = 2;
+
+/// How far past its band a decal is listed in the grid's cells, world units: the
+/// footprint of a texel at mip 7 (128 texels of mip 0), past which its antialiased edge
+/// adds less than 1/256.
+const DECAL_MARGIN: f32 = 0.25;
 
 /// Splat-map texels per height sample along each axis.
 const SPLAT_PER_HEIGHT: u32 = 1;
@@ -203,7 +208,9 @@ impl DecalGrid {
         let cells = ((TERRAIN_WORLD.x / DECAL_CELL) as u32, (TERRAIN_WORLD.y / DECAL_CELL) as u32);
         let mut lists: Vec<Vec<u32>> = vec![Vec::new(); (cells.0 * cells.1) as usize];
         for (i, d) in decals.iter().enumerate() {
+            // A footprint wider than the band still covers a little of it past its edge.
             let (lo, hi) = d.bounds();
+            let (lo, hi) = (lo - Vec2::splat(DECAL_MARGIN), hi + Vec2::splat(DECAL_MARGIN));
             let cell = |at: f32, n: u32| ((at / DECAL_CELL).floor().max(0.0) as u32).min(n - 1);
             let (x0, x1) = (cell(lo.x, cells.0), cell(hi.x, cells.0));
             let (z0, z1) = (cell(lo.y, cells.1), cell(hi.y, cells.1));
@@ -297,12 +304,12 @@ pub fn elevation_of(rgb: [u8; 3]) -> Option<f32> {
         return Some(if max > 0.84 { 0.45 } else { 0.9 });
     }
     Some(match hue {
+        // Purple-red, past the blues: the top of the palette.
+        h if h >= 265.0 => 0.8,
         h if h >= 80.0 => 0.02 + 0.1 * ((165.0 - h) / 85.0).clamp(0.0, 1.0),
         h if h >= 40.0 => 0.12 + 0.23 * (80.0 - h) / 40.0,
         h if h >= 20.0 => 0.35 + 0.2 * (40.0 - h) / 20.0,
-        h if h <= 20.0 => 0.55 + 0.2 * (20.0 - h) / 20.0,
-        // Purple-red, past red: the top of the palette.
-        _ => 0.8,
+        h => 0.55 + 0.2 * (20.0 - h) / 20.0,
     })
 }
 
@@ -389,17 +396,34 @@ impl TerrainScene {
         let image = image::open(&relief)
             .map_err(|e| TerrainError::Image { path: relief.clone(), message: e.to_string() })?
             .into_rgb8();
-        Ok(Self::from_field(height_field(&image, HEIGHT_SAMPLES), materials))
+        Self::from_field(height_field(&image, HEIGHT_SAMPLES), materials)
     }
 
-    /// The terrain of `heights` with `materials` (at least one): the splat map, the road
-    /// from [`START`] and the layout are made here.
-    pub fn from_field(heights: HeightField, materials: Vec<TerrainMaterial>) -> Self {
-        let splat = splat_map(&heights, materials.len().max(1));
+    /// The terrain of `heights` with `materials` (1 to 8): the splat map, the road from
+    /// [`START`] and the layout are made here.
+    pub fn from_field(heights: HeightField, materials: Vec<TerrainMaterial>) -> Result<Self, TerrainError> {
+        if materials.is_empty() || materials.len() > MATERIALS.len() {
+            return Err(TerrainError::Materials(materials.len()));
+        }
+        if heights.width < 2
+            || heights.height < 2
+            || heights.heights.len() != (heights.width * heights.height) as usize
+        {
+            return Err(TerrainError::Image {
+                path: PathBuf::from("height field"),
+                message: format!(
+                    "{} samples for a {}x{} grid",
+                    heights.heights.len(),
+                    heights.width,
+                    heights.height
+                ),
+            });
+        }
+        let splat = splat_map(&heights, materials.len());
         let (w, h) = TERRAIN_VIRTUAL;
         let layout = TextureLayout::new(w, h, TERRAIN_TILE.0, TERRAIN_TILE.1)
             .expect("TERRAIN_VIRTUAL and TERRAIN_TILE make a valid layout (tested)");
-        Self { heights, materials, splat, decals: roads(ROAD_SEGMENTS, START), layout }
+        Ok(Self { heights, materials, splat, decals: roads(ROAD_SEGMENTS, START), layout })
     }
 
     /// The layers of the produced atlas: albedo (sRGB) and a world-space normal
@@ -487,7 +511,7 @@ impl TerrainScene {
         DecalGrid::new(&self.decals)
     }
 
-    /// A decal at world (x, z) for a viewer's click: a yellow marking square of side
+    /// A decal at world (x, z) for a viewer's key: a square of yellow stripes of side
     /// `side`.
     pub fn marking_at(x: f32, z: f32, side: f32) -> Decal {
         let h = side * 0.5;
@@ -523,8 +547,16 @@ impl TerrainScene {
                 // keyframe every 0.25 units so that the camera follows the surface.
                 let points: Vec<Vec2> = road.iter().take(3).copied().collect();
                 let (a, b, c) = (points[0], points[1.min(points.len() - 1)], points[2.min(points.len() - 1)]);
-                let along = |t: f32| if t < 0.5 { a.lerp(b, t * 2.0) } else { b.lerp(c, t * 2.0 - 1.0) };
-                let length = a.distance(b) + b.distance(c);
+                let length = (a.distance(b) + b.distance(c)).max(1e-3);
+                // `t` runs along the road at constant speed (by length, not by segment).
+                let split = a.distance(b) / length;
+                let along = |t: f32| {
+                    if t <= split {
+                        a.lerp(b, t / split.max(1e-6))
+                    } else {
+                        b.lerp(c, (t - split) / (1.0 - split).max(1e-6))
+                    }
+                };
                 let steps = ((length / 0.25) as usize).max(2);
                 let keyframes = (0..=steps)
                     .map(|i| {
@@ -743,6 +775,7 @@ mod tests {
             field(256, 128, |x, z| (x * 0.01).sin() * 3.0 + (z * 0.02).cos() * 2.0),
             materials,
         )
+        .unwrap()
     }
 
     #[test]
@@ -782,7 +815,8 @@ mod tests {
             let s = TerrainScene::from_field(
                 f,
                 vec![TerrainMaterial { name: "m", albedo: "a".into(), normal: "n".into() }; k],
-            );
+            )
+            .unwrap();
             assert_eq!(s.splat.layers.len(), k.div_ceil(4));
             for i in 0..(s.splat.width * s.splat.height) as usize {
                 let sum: u32 = (0..k).map(|m| u32::from(s.splat.layers[m / 4][i * 4 + m % 4])).sum();
@@ -875,6 +909,11 @@ mod tests {
         assert!(e.contains("etopo1.jpg") && e.contains("fetch-data.sh"), "{e}");
         assert!(TerrainScene::load(dir.path(), 0).unwrap_err().to_string().contains("1 to 8"));
         assert!(TerrainScene::load(dir.path(), 9).unwrap_err().to_string().contains("not 9"));
+        assert!(TerrainScene::from_field(field(8, 4, |_, _| 1.0), Vec::new()).is_err());
+        let mut short = field(8, 4, |_, _| 1.0);
+        short.heights.pop();
+        let m = TerrainMaterial { name: "m", albedo: "a".into(), normal: "n".into() };
+        assert!(TerrainScene::from_field(short, vec![m]).unwrap_err().to_string().contains("31 samples"));
         std::fs::write(dir.path().join("etopo1.jpg"), b"not a jpeg").unwrap();
         let e = TerrainScene::load(dir.path(), 4).unwrap_err().to_string();
         assert!(e.contains("--castle"), "{e}");

@@ -40,16 +40,17 @@ impl VirtualTextures {
         let just_in: std::collections::HashSet<TileId> =
             input.arrived().iter().map(|t| TileId { layer: 0, ..*t }).collect();
         let mut ready = Vec::new();
+        let mut waiting: std::collections::HashSet<(u16, TileId)> = self.waiting.drain(..).collect();
         for p in self.arrived_pending(layer) {
-            let Some(q) = input_tile(p, &own, &from) else { continue };
-            if !res.is_resident(q) {
-                if !self.waiting.contains(&(layer, q)) {
-                    self.waiting.push((layer, q));
+            for q in input_tiles(p, &own, &from) {
+                if !res.is_resident(q) {
+                    waiting.insert((layer, q));
+                } else if just_in.contains(&q) {
+                    ready.push((layer, q));
                 }
-            } else if just_in.contains(&q) {
-                ready.push((layer, q));
             }
         }
+        self.waiting = waiting.into_iter().collect();
         let (now, waiting): (Vec<_>, Vec<_>) =
             std::mem::take(&mut self.waiting).into_iter().partition(|&(_, q)| res.is_resident(q));
         self.waiting = waiting;
@@ -79,20 +80,27 @@ impl VirtualTextures {
     }
 }
 
-/// The tile of a layer laid out as `from` that the tile `p` of a layer laid out as
-/// `own` reads at its centre, at the mip of the same texel size.
-fn input_tile(p: TileId, own: &TextureLayout, from: &TextureLayout) -> Option<TileId> {
+/// The tiles of a layer laid out as `from` that the tile `p` of a layer laid out as
+/// `own` reads (its slot, border included, scaled over), at the mip of the same texel
+/// size.
+pub(super) fn input_tiles(p: TileId, own: &TextureLayout, from: &TextureLayout) -> Vec<TileId> {
     let (sx, sy) = (
         f64::from(from.width()) / f64::from(own.width()),
         f64::from(from.height()) / f64::from(own.height()),
     );
     let mip = (f64::from(p.mip) + sx.min(sy).log2()).round().clamp(0.0, f64::from(from.coarsest_mip())) as u8;
-    let span = f64::from(own.tile_size()) * f64::from(1u32 << p.mip.min(31));
-    let (cx, cy) = ((f64::from(p.x) + 0.5) * span * sx, (f64::from(p.y) + 0.5) * span * sy);
+    let scale = f64::from(1u32 << p.mip.min(31));
+    let (span, pad) = (f64::from(own.tile_size()) * scale, f64::from(own.border()) * scale);
+    let x0 = ((f64::from(p.x) * span - pad) * sx).max(0.0);
+    let y0 = ((f64::from(p.y) * span - pad) * sy).max(0.0);
+    let x1 = (f64::from(p.x + 1) * span + pad) * sx;
+    let y1 = (f64::from(p.y + 1) * span + pad) * sy;
     let in_span = f64::from(from.tile_size()) * f64::from(1u32 << mip.min(31));
-    let (x, y) = ((cx / in_span) as u32, (cy / in_span) as u32);
     let (cols, rows) = from.tiles_at(u32::from(mip));
-    (x < cols && y < rows).then_some(TileId { layer: 0, mip, x, y })
+    let last = |v: f64, n: u32| ((v / in_span).ceil() as u32).min(n);
+    let (tx0, ty0) = (((x0 / in_span) as u32).min(cols), ((y0 / in_span) as u32).min(rows));
+    let (tx1, ty1) = (last(x1, cols), last(y1, rows));
+    (ty0..ty1).flat_map(|y| (tx0..tx1).map(move |x| TileId { layer: 0, mip, x, y })).collect()
 }
 
 /// Tile `q`'s rectangle in mip-0 texels of its layer (laid out as `layout`).
@@ -115,4 +123,49 @@ fn rect_in(q: TileId, from: &TextureLayout, own: &TextureLayout) -> ([u32; 4], u
     let (x1, y1) = (((x + w) * sx).ceil(), ((y + h) * sy).ceil());
     let mip = (f64::from(q.mip) + sx.max(sy).log2()).round().clamp(0.0, 255.0) as u8;
     ([x0 as u32, y0 as u32, (x1 - x0) as u32, (y1 - y0) as u32], mip)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn layout(side: u32) -> TextureLayout {
+        TextureLayout::new(side, side, 128, 4).unwrap()
+    }
+
+    #[test]
+    fn a_tile_reads_the_input_tiles_under_its_slot_border_included() {
+        let same = layout(2048);
+        // Tile (2, 3) with its 4-texel border spans texels 252..388 and 380..516: input
+        // tiles 1..=3 across and 2..=4 down.
+        let tiles = input_tiles(TileId { layer: 0, mip: 0, x: 2, y: 3 }, &same, &same);
+        assert_eq!(tiles.len(), 9);
+        assert!(tiles.iter().all(|t| t.mip == 0 && (1..=3).contains(&t.x) && (2..=4).contains(&t.y)));
+        // At the corner the border falls outside the texture: 2 × 2.
+        assert_eq!(input_tiles(TileId { layer: 0, mip: 0, x: 0, y: 0 }, &same, &same).len(), 4);
+        // An input twice as large: one mip finer there, the slot scaled over.
+        let tiles = input_tiles(TileId { layer: 0, mip: 0, x: 0, y: 0 }, &same, &layout(4096));
+        assert!(tiles.iter().all(|t| t.mip == 1) && tiles.len() == 4, "{tiles:?}");
+        // Half as large: mip 0 there too (nothing finer), one tile.
+        let tiles = input_tiles(TileId { layer: 0, mip: 0, x: 0, y: 0 }, &same, &layout(1024));
+        assert_eq!(tiles, vec![TileId { layer: 0, mip: 0, x: 0, y: 0 }]);
+        // A coarse tile reads a coarse input tile.
+        let tiles = input_tiles(TileId { layer: 0, mip: 4, x: 0, y: 0 }, &same, &same);
+        assert_eq!(tiles, vec![TileId { layer: 0, mip: 4, x: 0, y: 0 }]);
+    }
+
+    #[test]
+    fn an_input_tile_maps_to_its_rectangle_and_mip_here() {
+        let q = TileId { layer: 0, mip: 1, x: 1, y: 0 };
+        assert_eq!(tile_rect(q, &layout(4096)), [256, 0, 256, 256]);
+        // From an input twice as large: half the rectangle, one mip coarser there is
+        // mip 0 here.
+        assert_eq!(rect_in(q, &layout(4096), &layout(2048)), ([128, 0, 128, 128], 0));
+        assert_eq!(rect_in(q, &layout(2048), &layout(2048)), ([256, 0, 256, 256], 1));
+        assert_eq!(rect_in(q, &layout(1024), &layout(2048)), ([512, 0, 512, 512], 2));
+        // Clipped at the layer's edge.
+        let edge = TileId { layer: 0, mip: 0, x: 15, y: 15 };
+        assert_eq!(tile_rect(edge, &TextureLayout::new(2000, 2000, 128, 4).unwrap()), [1920, 1920, 80, 80]);
+    }
 }

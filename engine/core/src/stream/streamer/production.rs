@@ -56,30 +56,44 @@ impl Streamer {
             return 0;
         }
         let ts = u64::from(l.tile_size());
-        let region = ((x1 - 1) / ts - x / ts + 1).saturating_mul((y1 - 1) / ts - y / ts + 1);
+        let b = u64::from(l.border());
+        let max_mip = finest_changed.min(l.coarsest_mip());
+        // A tile's border repeats its neighbours' texels: a tile whose slot (border
+        // included, `border << mip` mip-0 texels) overlaps the rectangle holds some.
+        let covers = |t: &TileId| {
+            let (span, pad) = (ts << t.mip, b << t.mip);
+            let (tx, ty) = (u64::from(t.x) * span, u64::from(t.y) * span);
+            t.layer == owner
+                && t.mip <= max_mip
+                && tx < x1 + pad
+                && tx + span + pad > x
+                && ty < y1 + pad
+                && ty + span + pad > y
+        };
+        let region = ((x1 - 1 + b) / ts - x.saturating_sub(b) / ts + 1)
+            .saturating_mul((y1 - 1 + b) / ts - y.saturating_sub(b) / ts + 1);
         let residency = &mut self.residency;
-        // The region's tiles (mip 0 and every ancestor), or the resident tiles
-        // overlapping it when those are fewer.
+        // The region's tiles at each mip (rectangle grown by that mip's border), or the
+        // resident tiles overlapping it when those are fewer.
         let covering: Vec<TileId> = if region <= residency.resident_count() as u64 {
-            region_tiles(&self.layout, owner, rect, 0)
-                .into_iter()
-                .filter(|&t| t.mip <= finest_changed && residency.is_resident(t))
-                .collect()
+            let mut found = std::collections::HashSet::new();
+            for mip in 0..=max_mip {
+                let pad = u32::try_from(b << mip).unwrap_or(u32::MAX);
+                let grown = [
+                    rect[0].saturating_sub(pad),
+                    rect[1].saturating_sub(pad),
+                    rect[2].saturating_add(pad.saturating_mul(2)),
+                    rect[3].saturating_add(pad.saturating_mul(2)),
+                ];
+                found.extend(
+                    region_tiles(&self.layout, owner, grown, mip)
+                        .into_iter()
+                        .filter(|t| covers(t) && residency.is_resident(*t)),
+                );
+            }
+            found.into_iter().collect()
         } else {
-            residency
-                .resident_tiles()
-                .map(|(t, _)| t)
-                .filter(|t| {
-                    let span = ts << t.mip;
-                    let (tx, ty) = (u64::from(t.x) * span, u64::from(t.y) * span);
-                    t.layer == owner
-                        && t.mip <= finest_changed
-                        && tx < x1
-                        && tx + span > x
-                        && ty < y1
-                        && ty + span > y
-                })
-                .collect()
+            residency.resident_tiles().map(|(t, _)| t).filter(covers).collect()
         };
         let (keep, evict): (Vec<TileId>, Vec<TileId>) =
             covering.iter().partition(|&&t| residency.is_needed(t) || residency.is_pinned(t));
