@@ -841,45 +841,8 @@ fn fs(t: VtProduced) -> Out {
                 encoder: &mut wgpu::CommandEncoder,
                 batch: &ProduceBatch<'_>,
             ) {
-                let device = &ctx.device;
-                let pipeline = self.0.get_or_insert_with(|| {
-                    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                        label: Some("two layers"),
-                        source: wgpu::ShaderSource::Wgsl(
-                            format!("{}\n{WGSL}", tessera::shaders::PRODUCE_WGSL).into(),
-                        ),
-                    });
-                    let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-                        label: None,
-                        bind_group_layouts: &[Some(batch.layout())],
-                        immediate_size: 0,
-                    });
-                    let targets: Vec<_> = batch.formats().iter().map(|&f| Some(f.into())).collect();
-                    device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
-                        label: Some("two layers"),
-                        layout: Some(&layout),
-                        vertex: wgpu::VertexState {
-                            module: &module,
-                            entry_point: Some("vs"),
-                            compilation_options: Default::default(),
-                            buffers: &[],
-                        },
-                        primitive: wgpu::PrimitiveState {
-                            topology: wgpu::PrimitiveTopology::TriangleStrip,
-                            ..Default::default()
-                        },
-                        depth_stencil: None,
-                        multisample: Default::default(),
-                        fragment: Some(wgpu::FragmentState {
-                            module: &module,
-                            entry_point: Some("fs"),
-                            compilation_options: Default::default(),
-                            targets: &targets,
-                        }),
-                        multiview_mask: None,
-                        cache: None,
-                    })
-                });
+                let pipeline =
+                    self.0.get_or_insert_with(|| batch.pipeline(&ctx.device, WGSL, "vs", "fs", &[]));
                 assert_eq!(batch.targets().len(), 2, "one target per layer of the stack");
                 let mut pass = batch.begin_pass(encoder);
                 pass.set_pipeline(pipeline);
@@ -1018,42 +981,7 @@ fn fs(t: VtProduced) -> @location(0) vec4<f32> {
                 let device = &ctx.device;
                 let (base_layout, base_group, base_src) = &self.base;
                 let pipeline = self.pipeline.get_or_insert_with(|| {
-                    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                        label: Some("over base"),
-                        source: wgpu::ShaderSource::Wgsl(
-                            format!("{base_src}\n{}\n{WGSL}", tessera::shaders::PRODUCE_WGSL).into(),
-                        ),
-                    });
-                    let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-                        label: None,
-                        bind_group_layouts: &[Some(batch.layout()), Some(base_layout)],
-                        immediate_size: 0,
-                    });
-                    let targets: Vec<_> = batch.formats().iter().map(|&f| Some(f.into())).collect();
-                    device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
-                        label: Some("over base"),
-                        layout: Some(&layout),
-                        vertex: wgpu::VertexState {
-                            module: &module,
-                            entry_point: Some("vs"),
-                            compilation_options: Default::default(),
-                            buffers: &[],
-                        },
-                        primitive: wgpu::PrimitiveState {
-                            topology: wgpu::PrimitiveTopology::TriangleStrip,
-                            ..Default::default()
-                        },
-                        depth_stencil: None,
-                        multisample: Default::default(),
-                        fragment: Some(wgpu::FragmentState {
-                            module: &module,
-                            entry_point: Some("fs"),
-                            compilation_options: Default::default(),
-                            targets: &targets,
-                        }),
-                        multiview_mask: None,
-                        cache: None,
-                    })
+                    batch.pipeline(device, &format!("{base_src}\n{WGSL}"), "vs", "fs", &[base_layout])
                 });
                 let mut pass = batch.begin_pass(encoder);
                 pass.set_pipeline(pipeline);

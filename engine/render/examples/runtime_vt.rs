@@ -240,43 +240,8 @@ impl TileProducer for Procedural {
         let device = &ctx.device;
         let (pipeline, decals) = self.pipeline.get_or_insert_with(|| {
             let decal_layout = uniform_layout(device, 0);
-            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some("producer"),
-                source: wgpu::ShaderSource::Wgsl(
-                    format!("{}\n{}\n{PRODUCER_WGSL}", tessera::shaders::PRODUCE_WGSL, material(1)).into(), // [T]
-                ),
-            });
-            let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-                label: Some("producer"),
-                bind_group_layouts: &[Some(batch.layout()), Some(&decal_layout)], // [T]
-                immediate_size: 0,
-            });
-            let targets: Vec<Option<wgpu::ColorTargetState>> =
-                batch.formats().iter().map(|&f| Some(f.into())).collect(); // [T]
-            let pipeline = device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
-                label: Some("producer"),
-                layout: Some(&layout),
-                vertex: wgpu::VertexState {
-                    module: &module,
-                    entry_point: Some("vs_produce"),
-                    compilation_options: Default::default(),
-                    buffers: &[],
-                },
-                primitive: wgpu::PrimitiveState {
-                    topology: wgpu::PrimitiveTopology::TriangleStrip,
-                    ..Default::default()
-                },
-                depth_stencil: None,
-                multisample: Default::default(),
-                fragment: Some(wgpu::FragmentState {
-                    module: &module,
-                    entry_point: Some("fs_produce"),
-                    compilation_options: Default::default(),
-                    targets: &targets,
-                }),
-                multiview_mask: None,
-                cache: None,
-            });
+            let source = format!("{}\n{PRODUCER_WGSL}", material(1));
+            let pipeline = batch.pipeline(device, &source, "vs_produce", "fs_produce", &[&decal_layout]); // [T]
             let decals = device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some("producer decals"),
                 layout: &decal_layout,

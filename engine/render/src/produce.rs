@@ -130,6 +130,60 @@ impl ProduceBatch<'_> {
         self.formats
     }
 
+    /// A producer's render pipeline for these batches: WGSL `source` (written after
+    /// `shaders/produce.wgsl`, which this prepends) with vertex entry point `vs` (usually
+    /// returning `vt_produce_vertex(vertex_index, instance_index)`) and fragment entry
+    /// point `fs` (one output per layer of a stack); group 0 is
+    /// [`ProduceBatch::bind_group`], then `groups` (the producer's own, from group 1),
+    /// drawn as the triangle strips `vt_produce_vertex` makes, into
+    /// [`ProduceBatch::formats`].
+    pub fn pipeline(
+        &self,
+        device: &wgpu::Device,
+        source: &str,
+        vs: &str,
+        fs: &str,
+        groups: &[&wgpu::BindGroupLayout],
+    ) -> wgpu::RenderPipeline {
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("tessera producer"),
+            source: wgpu::ShaderSource::Wgsl(format!("{}\n{source}", crate::shaders::PRODUCE_WGSL).into()),
+        });
+        let layouts: Vec<Option<&wgpu::BindGroupLayout>> =
+            std::iter::once(Some(self.layout)).chain(groups.iter().map(|g| Some(*g))).collect();
+        let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("tessera producer"),
+            bind_group_layouts: &layouts,
+            immediate_size: 0,
+        });
+        let targets: Vec<Option<wgpu::ColorTargetState>> =
+            self.formats.iter().map(|&f| Some(f.into())).collect();
+        device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
+            label: Some("tessera producer"),
+            layout: Some(&layout),
+            vertex: wgpu::VertexState {
+                module: &module,
+                entry_point: Some(vs),
+                compilation_options: Default::default(),
+                buffers: &[],
+            },
+            primitive: wgpu::PrimitiveState {
+                topology: wgpu::PrimitiveTopology::TriangleStrip,
+                ..Default::default()
+            },
+            depth_stencil: None,
+            multisample: Default::default(),
+            fragment: Some(wgpu::FragmentState {
+                module: &module,
+                entry_point: Some(fs),
+                compilation_options: Default::default(),
+                targets: &targets,
+            }),
+            multiview_mask: None,
+            cache: None,
+        })
+    }
+
     /// A render pass over level 0 of every pool (attachment `i` is layer `i` of a stack),
     /// loading what is there: only the instances' rectangles are drawn.
     pub fn begin_pass<'e>(&self, encoder: &'e mut wgpu::CommandEncoder) -> wgpu::RenderPass<'e> {

@@ -345,42 +345,8 @@ impl TileProducer for TerrainProducer {
         let device = &ctx.device;
         let layout = &self.layout;
         let pipeline = self.pipeline.get_or_insert_with(|| {
-            let source = shaders::terrain_produce_source();
-            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some("terrain producer"),
-                source: wgpu::ShaderSource::Wgsl(source.into()),
-            });
-            let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-                label: Some("terrain producer"),
-                bind_group_layouts: &[Some(batch.layout()), Some(layout)],
-                immediate_size: 0,
-            });
-            let targets: Vec<Option<wgpu::ColorTargetState>> =
-                batch.formats().iter().map(|&f| Some(f.into())).collect();
-            device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
-                label: Some("terrain producer"),
-                layout: Some(&pipeline_layout),
-                vertex: wgpu::VertexState {
-                    module: &module,
-                    entry_point: Some("vs_produce"),
-                    compilation_options: Default::default(),
-                    buffers: &[],
-                },
-                primitive: wgpu::PrimitiveState {
-                    topology: wgpu::PrimitiveTopology::TriangleStrip,
-                    ..Default::default()
-                },
-                depth_stencil: None,
-                multisample: Default::default(),
-                fragment: Some(wgpu::FragmentState {
-                    module: &module,
-                    entry_point: Some("fs_produce"),
-                    compilation_options: Default::default(),
-                    targets: &targets,
-                }),
-                multiview_mask: None,
-                cache: None,
-            })
+            let source = [shaders::TERRAIN_WGSL, shaders::TERRAIN_PRODUCE_WGSL].join("\n");
+            batch.pipeline(device, &source, "vs_produce", "fs_produce", &[layout])
         });
         let mut pass = batch.begin_pass(encoder);
         pass.set_pipeline(pipeline);
