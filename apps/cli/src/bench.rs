@@ -20,7 +20,8 @@ pub(crate) struct BenchArgs {
     /// Size of the built-in texture used when --atlas is not given.
     #[arg(long, default_value = "8192x4096", value_parser = crate::parse_size)]
     texture: (u32, u32),
-    /// A named real-data scene (dungeon, globe) instead of --atlas, baked when needed.
+    /// A named real-data scene (dungeon, globe, …) instead of --atlas, baked when needed;
+    /// `terrain` / `terrain8`: the runtime virtual texture, against its composite per pixel.
     #[arg(long, conflicts_with = "atlas")]
     scene: Option<String>,
     /// Codec for baking --scene.

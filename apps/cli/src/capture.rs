@@ -148,8 +148,9 @@ pub(crate) struct CaptureArgs {
     /// Cloud Optimized GeoTIFF, streamed without a bake.
     #[arg(long, required_unless_present = "scene")]
     atlas: Option<PathBuf>,
-    /// A named real-data scene (dungeon, globe), baked into the cache when needed,
-    /// instead of --atlas with --gltf / --globe.
+    /// A named real-data scene (dungeon, globe, …), baked into the cache when needed,
+    /// instead of --atlas with --gltf / --globe; `terrain` / `terrain8` are drawn on the
+    /// GPU (a runtime virtual texture, nothing baked).
     #[arg(long, conflicts_with_all = ["atlas", "gltf", "globe"])]
     scene: Option<String>,
     /// Codec for baking --scene.

@@ -28,8 +28,8 @@ pub(crate) struct DemoArgs {
     texture: (u32, u32),
     /// Scene: auto (stress when its real images are present, else builtin), builtin (a
     /// generated labelled texture on a plane, globe and cube), or a scene from real
-    /// data: stress (a 65536² mosaic), mosaic16k, dungeon (glTF) or globe (see
-    /// `tessera scenes`).
+    /// data: stress (a 65536² mosaic), mosaic16k, dungeon (glTF), globe, or terrain (a
+    /// runtime virtual texture drawn on the GPU; see `tessera scenes`).
     #[arg(long, default_value = "auto")]
     scene: String,
     /// Codec for baking a real-data scene (raw, lz4, etc1s, uastc, uastc+lz4).
