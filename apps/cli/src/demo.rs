@@ -29,7 +29,7 @@ pub(crate) struct DemoArgs {
     /// Scene: auto (stress when its real images are present, else builtin), builtin (a
     /// generated labelled texture on a plane, globe and cube), or a scene from real
     /// data: stress (a 65536² mosaic), mosaic16k, dungeon (glTF), globe, or terrain (a
-    /// runtime virtual texture drawn on the GPU; see `tessera scenes`).
+    /// runtime virtual texture drawn on the GPU; docs/scenes.md lists them all).
     #[arg(long, default_value = "auto")]
     scene: String,
     /// Codec for baking a real-data scene (raw, lz4, etc1s, uastc, uastc+lz4).
