@@ -30,7 +30,7 @@ impl Opened {
         let Some(terrain) = &self.terrain else {
             return Ok(CameraPath::for_scene(name, self.scene.as_deref(), shot)?);
         };
-        let name = name.unwrap_or(if shot == Shot::Tour { "fly" } else { "overview" });
+        let name = name.unwrap_or(terrain_default(shot));
         match terrain.camera_path(name) {
             Some(path) => Ok(path),
             None if name.ends_with(".json") => Ok(CameraPath::load(name)?),
@@ -45,7 +45,7 @@ impl Opened {
     pub(crate) fn camera_name(&self, name: Option<&str>, shot: Shot) -> String {
         match (name, &self.terrain) {
             (Some(n), _) => n.to_string(),
-            (None, Some(_)) => (if shot == Shot::Tour { "fly" } else { "overview" }).into(),
+            (None, Some(_)) => terrain_default(shot).into(),
             (None, None) => CameraPath::default_preset(self.scene.as_deref(), shot).to_string(),
         }
     }
@@ -54,6 +54,11 @@ impl Opened {
     pub(crate) fn file(atlas: PathBuf, scene: Option<Arc<MaterialScene>>) -> Self {
         Self { atlas, scene, terrain: None }
     }
+}
+
+/// The terrain's camera path when none is named: `fly` for a tour, `overview` for a still.
+fn terrain_default(shot: Shot) -> &'static str {
+    if shot == Shot::Tour { "fly" } else { "overview" }
 }
 
 /// The atlas and (for real-data scenes) meshes of scene `name`: `builtin` (the generated

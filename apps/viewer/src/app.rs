@@ -231,17 +231,12 @@ impl App {
     /// The terrain: places a yellow marking on the ground 3 units ahead of the camera and
     /// invalidates the tiles under it, which are drawn again within a few frames.
     fn place_decal(&mut self) {
-        let Some(scene) = self.gfx.as_mut().and_then(|g| g.scene.as_mut().map(|s| (s, &g.ctx.queue))) else {
-            return;
-        };
-        let (scene, queue) = scene;
-        if scene.opened.terrain.is_none() {
-            return;
-        }
+        let Some(g) = self.gfx.as_mut() else { return };
+        let Some(scene) = g.scene.as_mut().filter(|s| s.opened.terrain.is_some()) else { return };
         let camera = self.rig.camera();
         let ahead = camera.position + (camera.target - camera.position).normalize_or_zero() * 3.0;
         let decal = tessera::core::scene::terrain::TerrainScene::marking_at(ahead.x, ahead.z, 0.4);
-        match scene.drawer.add_terrain_decal(queue, decal) {
+        match scene.drawer.add_terrain_decal(&g.ctx.queue, decal) {
             Ok(Some(rect)) => {
                 let tiles = scene.vt.invalidate(0, rect);
                 println!("decal at ({:.1}, {:.1}): {tiles} tiles to draw again", ahead.x, ahead.z);

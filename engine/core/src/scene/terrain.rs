@@ -106,6 +106,18 @@ pub enum TerrainError {
         /// The decoder's complaint.
         message: String,
     },
+    /// A height field whose sample lists do not fill its grid (of at least 2 × 2).
+    #[error("a height field of {width}x{height} samples has {heights} heights and {sea} sea flags")]
+    HeightField {
+        /// Heights given.
+        heights: usize,
+        /// Sea flags given.
+        sea: usize,
+        /// Samples along x.
+        width: u32,
+        /// Samples along z.
+        height: u32,
+    },
     /// A material count other than 1 to 8.
     #[error("the terrain has 1 to {max} materials, not {0}", max = MATERIALS.len())]
     Materials(usize),
@@ -405,18 +417,17 @@ impl TerrainScene {
         if materials.is_empty() || materials.len() > MATERIALS.len() {
             return Err(TerrainError::Materials(materials.len()));
         }
+        let samples = heights.width as usize * heights.height as usize;
         if heights.width < 2
             || heights.height < 2
-            || heights.heights.len() != (heights.width * heights.height) as usize
+            || heights.heights.len() != samples
+            || heights.sea.len() != samples
         {
-            return Err(TerrainError::Image {
-                path: PathBuf::from("height field"),
-                message: format!(
-                    "{} samples for a {}x{} grid",
-                    heights.heights.len(),
-                    heights.width,
-                    heights.height
-                ),
+            return Err(TerrainError::HeightField {
+                heights: heights.heights.len(),
+                sea: heights.sea.len(),
+                width: heights.width,
+                height: heights.height,
             });
         }
         let splat = splat_map(&heights, materials.len());
@@ -913,7 +924,7 @@ mod tests {
         let mut short = field(8, 4, |_, _| 1.0);
         short.heights.pop();
         let m = TerrainMaterial { name: "m", albedo: "a".into(), normal: "n".into() };
-        assert!(TerrainScene::from_field(short, vec![m]).unwrap_err().to_string().contains("31 samples"));
+        assert!(TerrainScene::from_field(short, vec![m]).unwrap_err().to_string().contains("31 heights"));
         std::fs::write(dir.path().join("etopo1.jpg"), b"not a jpeg").unwrap();
         let e = TerrainScene::load(dir.path(), 4).unwrap_err().to_string();
         assert!(e.contains("--castle"), "{e}");

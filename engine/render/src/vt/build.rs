@@ -122,7 +122,7 @@ impl VirtualTextures {
             upload_timer: slice_ms.and_then(|_| UploadTimer::new(device, &ctx.queue)),
             production,
             arrived: Vec::new(),
-            waiting: Vec::new(),
+            waiting: Default::default(),
             input_layout: None,
         };
         // Uploads the coarsest tiles the streamer loaded, and writes every parameter block.

@@ -40,21 +40,18 @@ impl VirtualTextures {
         let just_in: std::collections::HashSet<TileId> =
             input.arrived().iter().map(|t| TileId { layer: 0, ..*t }).collect();
         let mut ready = Vec::new();
-        let mut waiting: std::collections::HashSet<(u16, TileId)> = self.waiting.drain(..).collect();
         for p in self.arrived_pending(layer) {
             for q in input_tiles(p, &own, &from) {
                 if !res.is_resident(q) {
-                    waiting.insert((layer, q));
+                    self.waiting.insert((layer, q));
                 } else if just_in.contains(&q) {
                     ready.push((layer, q));
                 }
             }
         }
-        self.waiting = waiting.into_iter().collect();
-        let (now, waiting): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.waiting).into_iter().partition(|&(_, q)| res.is_resident(q));
-        self.waiting = waiting;
-        ready.extend(now);
+        // Those waited on that have come in since.
+        ready.extend(self.waiting.iter().copied().filter(|&(_, q)| res.is_resident(q)));
+        self.waiting.retain(|&(_, q)| !res.is_resident(q));
         ready.sort_unstable_by_key(|&(l, q)| (l, q.pack()));
         ready.dedup();
         let mut marked = 0;
@@ -83,7 +80,7 @@ impl VirtualTextures {
 /// The tiles of a layer laid out as `from` that the tile `p` of a layer laid out as
 /// `own` reads (its slot, border included, scaled over), at the mip of the same texel
 /// size.
-pub(super) fn input_tiles(p: TileId, own: &TextureLayout, from: &TextureLayout) -> Vec<TileId> {
+fn input_tiles(p: TileId, own: &TextureLayout, from: &TextureLayout) -> Vec<TileId> {
     let (sx, sy) = (
         f64::from(from.width()) / f64::from(own.width()),
         f64::from(from.height()) / f64::from(own.height()),

@@ -116,7 +116,7 @@ pub struct VirtualTextures {
     arrived: Vec<tessera_core::format::tile::TileId>,
     /// Tiles of an input (layer of this atlas, the input's tile) that tiles drawn from
     /// its fallback wait for ([`VirtualTextures::invalidate_arrivals`]).
-    waiting: Vec<(u16, tessera_core::format::tile::TileId)>,
+    waiting: std::collections::HashSet<(u16, tessera_core::format::tile::TileId)>,
     /// The layout of that input's first layer.
     input_layout: Option<tessera_core::format::tile::TextureLayout>,
     feedback: Feedback,
