@@ -30,6 +30,11 @@ fn crop() -> ImageSource {
     ImageSource::from_rgba(cw as u32, ch as u32, texels)
 }
 
+/// Frames of the corrupted-tile capture: the static view is fully resident from frame 3
+/// (measured on lavapipe), so 10 frames leave margin; a frame samples BC7 in software on
+/// lavapipe (0.7 s at 320x180).
+const FRAMES: u32 = 10;
+
 fn bake_crop(dir: &Path, codec: Codec) -> PathBuf {
     let path = dir.join(format!("crop-{codec}.tsa"));
     let input = BakeInput {
@@ -58,7 +63,7 @@ fn run_with(
     let cfg = CaptureConfig {
         atlas: atlas.to_path_buf(),
         camera: CameraPath::preset("static").unwrap(),
-        frames: 30,
+        frames: 4,
         size: (320, 180),
         every: 0,
         out: None,
@@ -70,7 +75,8 @@ fn run_with(
         flush_vram_before: Vec::new(),
         remote: Default::default(),
         frame_interval: None,
-        wait_resident: None,
+        // Each recorded frame fully resident (rendered again until it is).
+        wait_resident: Some(std::time::Duration::from_secs(60)),
         predict: 0,
         terrain: None,
     };
@@ -83,7 +89,7 @@ fn run_with(
 fn basis_atlases_through_a_bc7_pool_converge_to_the_lossless_reference() {
     let dir = tempfile::tempdir().unwrap();
     let lossless = bake_crop(dir.path(), Codec::Lz4);
-    // PSNR floors by frame 30 against the lossless pyramid (codec loss + virtual texturing),
+    // PSNR floors by the last frame against the lossless pyramid (codec loss + virtual texturing),
     // and against a reference built from the decoded tiles (virtual texturing alone). This
     // detailed crop at 320x180 samples fine mips; the whole photograph at 1280x720 reaches
     // 35.1 dB (ETC1S) and 47.9 dB (UASTC), see BENCHMARKS.md.
@@ -112,9 +118,8 @@ fn basis_atlases_through_a_bc7_pool_converge_to_the_lossless_reference() {
             "{codec}: {vt_only:.2} dB against its own decoded tiles < {floor_vt} dB"
         );
         // Against the source, the GPU-encoded level 1 (BC7 mode 6) costs little next to
-        // the software path: measured on this crop, ETC1S gains (the blend goes towards the
-        // finer tile's downsample instead of a lossier coarse tile), UASTC loses about
-        // 2.3 dB (43.7 against 46.0 dB).
+        // the software path: on this crop both give 31.8 dB (ETC1S) and 46.0 dB (UASTC)
+        // on lavapipe (measured 2026-12-06).
         let software = run_with(&atlas, Some(&lossless), TargetFormat::Bc7, Trilinear::Software);
         let software = software.frames.last().unwrap().psnr_db.unwrap();
         eprintln!("{codec}: against the source, hardware trilinear {last:.2} dB, software {software:.2} dB");
@@ -146,7 +151,7 @@ fn corrupted_compressed_tile_is_replaced_by_its_ancestor() {
     let cfg = CaptureConfig {
         atlas: broken,
         camera: CameraPath::preset("static").unwrap(),
-        frames: 30,
+        frames: FRAMES,
         size: (320, 180),
         every: 0,
         out: None,
@@ -167,5 +172,5 @@ fn corrupted_compressed_tile_is_replaced_by_its_ancestor() {
     assert!(failed >= 1 && failed <= u64::from(tx * ty), "each broken tile fails once: {failed}");
     let p = tessera_core::compare::compare(&r.last_frame, &good.last_frame).psnr_db;
     assert!(p > 20.0 && p < 60.0, "the coarser ancestor shows instead: {p:.2} dB against the intact run");
-    assert!(r.frames[10..].iter().all(|f| f.uploads == 0), "no retry loop");
+    assert!(r.frames[4..].iter().all(|f| f.uploads == 0), "no retry loop");
 }

@@ -539,13 +539,15 @@ fn flooded_staging_keeps_every_slot_equal_to_its_tile() {
     let ctx = gpu();
     let dir = tempfile::tempdir().unwrap();
     let bc = ctx.device.features().contains(wgpu::Features::TEXTURE_COMPRESSION_BC);
-    // UASTC encoding is slow on a CI core: the BC7 run uses a smaller texture.
-    let runs: Vec<(Codec, TargetFormat, u32)> = if bc {
-        vec![(Codec::Lz4, TargetFormat::Rgba8, 8192), (Codec::Uastc, TargetFormat::Bc7, 2048)]
+    // UASTC encoding is slow on a CI core: the BC7 run uses a smaller texture. So is a BC7
+    // frame on lavapipe (level 1 encoded and BC7 sampled in software, about 0.6 s against
+    // 13 ms for RGBA8): it runs 32 frames (8 cuts) instead of 96.
+    let runs: Vec<(Codec, TargetFormat, u32, u32)> = if bc {
+        vec![(Codec::Lz4, TargetFormat::Rgba8, 8192, 96), (Codec::Uastc, TargetFormat::Bc7, 2048, 32)]
     } else {
-        vec![(Codec::Lz4, TargetFormat::Rgba8, 8192)]
+        vec![(Codec::Lz4, TargetFormat::Rgba8, 8192, 96)]
     };
-    for (codec, target, side) in runs {
+    for (codec, target, side, frames) in runs {
         let path = dir.path().join(format!("flood-{}.tsa", codec.name()));
         let input = BakeInput::new("flood", Generated::new(side, side));
         bake(vec![input], &path, &BakeOptions { codec, ..BakeOptions::default() }, &NoProgress).unwrap();
@@ -564,7 +566,6 @@ fn flooded_staging_keeps_every_slot_equal_to_its_tile() {
         let scene = drawer_for(ctx, &vt, None).unwrap();
         let (w, h) = (320, 180);
         let out = OffscreenTarget::new(&ctx.device, w, h);
-        let frames = 96u32;
         let path = CameraPath::random_cuts(
             0x5eed,
             frames / 4,
@@ -599,7 +600,12 @@ fn flooded_staging_keeps_every_slot_equal_to_its_tile() {
             staged * 2 > uploads && staged <= uploads,
             "{name}: {staged} of {uploads} uploads staged: {counters:?}"
         );
-        assert!(counters.sealed > 10 && counters.attached > counters.sealed / 2, "{name}: {counters:?}");
+        // Chunks are sealed and attached again many times over (24 sealed in 96 RGBA8
+        // frames, 7 in 32 BC7 frames, measured).
+        assert!(
+            counters.sealed > u64::from(frames / 6) && counters.attached > counters.sealed / 2,
+            "{name}: {counters:?}"
+        );
         if target == TargetFormat::Rgba8 {
             // 40 RGBA8 records per chunk: bursts after cuts find both chunks busy, and
             // those tiles take the render thread's path.

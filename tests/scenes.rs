@@ -133,8 +133,10 @@ fn etc1s_dungeon_with_default_options_converges_and_says_which_pool() {
     let scene = load_gltf(&dungeon_gltf()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let atlas = dir.path().join("dungeon-etc1s.tsa");
-    bake_scene(&scene, &atlas, &BakeOptions { codec: Codec::Etc1s, ..BakeOptions::default() }, &NoProgress)
-        .unwrap();
+    // ETC1S quality 32 instead of 128: the bake takes 14 s instead of 45 s on a CI core;
+    // the encoder's quality is not what this test is about.
+    let opts = BakeOptions { codec: Codec::Etc1s, quality: 32, ..BakeOptions::default() };
+    bake_scene(&scene, &atlas, &opts, &NoProgress).unwrap();
     let size = (480, 270);
     let r = run_with(&atlas, scene.clone(), view(&scene, "walk", 40), 20, size, VtConfig::default());
     if gpu().info.device_type == wgpu::DeviceType::Cpu {
@@ -142,7 +144,7 @@ fn etc1s_dungeon_with_default_options_converges_and_says_which_pool() {
         assert!(r.pool_line().contains("software adapter"), "{}", r.pool_line());
     }
     eprintln!("{}", r.pool_line());
-    // Measured 69.4 dB on lavapipe (RGBA8 pool).
+    // Measured 68.9 dB on lavapipe (RGBA8 pool).
     assert_converges("dungeon-etc1s", &r, 8, 55.0);
 }
 
