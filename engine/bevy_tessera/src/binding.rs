@@ -57,7 +57,13 @@ pub(super) fn move_feedback_to_prepass(descriptor: &mut RenderPipelineDescriptor
         .any(|d| matches!(d, ShaderDefVal::Bool(n, true) if n == "PREPASS_PIPELINE"));
     if prepass {
         let shadow = key.intersects(MeshPipelineKey::VIEW_PROJECTION_RESERVED_BITS);
-        if !shadow && descriptor.fragment.is_none() {
+        // A mesh without uvs has nothing to record (and no location 0 to read).
+        let uvs = descriptor
+            .vertex
+            .shader_defs
+            .iter()
+            .any(|d| matches!(d, ShaderDefVal::Bool(n, true) if n == "VERTEX_UVS_A"));
+        if !shadow && uvs && descriptor.fragment.is_none() {
             descriptor.fragment = Some(FragmentState {
                 shader: PREPASS_SHADER,
                 shader_defs: descriptor.vertex.shader_defs.clone(),
@@ -169,6 +175,22 @@ pub(super) fn vt_module() -> String {
     format!(
         "{}\n// False for an atlas that failed to open (its parameter block is empty).\nfn vt_enabled() -> bool {{ return vt.size.x > 0.0; }}\n",
         src.replacen(mark, &quiet, 1)
+    )
+}
+
+/// [`PREPASS_SHADER`]'s source: plain WGSL (for its `@early_depth_test(force)`), the
+/// virtual texture's lookup and feedback and the region block at the material bind group
+/// ([`MATERIAL_BIND_GROUP_INDEX`]) in front of `prepass.wgsl`'s entry point.
+pub(super) fn prepass_wgsl() -> String {
+    let group = MATERIAL_BIND_GROUP_INDEX.to_string();
+    let vt = tessera::shaders::with_page_table(
+        &tessera::shaders::vt_bindings_at(&group, FIRST_BINDING),
+        PageTableStorage::Complete,
+    );
+    let region = include_str!("region.wesl").replace("constants::MATERIAL_BIND_GROUP", &group);
+    format!(
+        "{vt}\n// False for an atlas that failed to open (its parameter block is empty).\nfn vt_enabled() -> bool {{ return vt.size.x > 0.0; }}\n\n{region}\n{}",
+        include_str!("prepass.wgsl")
     )
 }
 

@@ -105,7 +105,8 @@ use bevy::ecs::system::SystemParamItem;
 use bevy::ecs::system::lifetimeless::SRes;
 use bevy::mesh::MeshVertexBufferLayoutRef;
 use bevy::pbr::{
-    ExtendedMaterial, MaterialExtension, MaterialExtensionKey, MaterialExtensionPipeline, MeshPipelineKey,
+    ExtendedMaterial, MATERIAL_BIND_GROUP_INDEX, MaterialExtension, MaterialExtensionKey,
+    MaterialExtensionPipeline, MeshPipelineKey,
 };
 use bevy::prelude::*;
 use bevy::render::render_resource::{
@@ -152,8 +153,9 @@ pub const MATERIAL_SHADER: Handle<Shader> = uuid_handle!("0c2b8f63-81d4-4a7e-b5e
 /// nothing else, for cameras with a `DepthPrepass` (see [`feedback_in_prepass`]).
 pub const PREPASS_SHADER: Handle<Shader> = uuid_handle!("5d0e7b19-c2a4-4c61-8f3e-1b7a92d4e086");
 
-/// The `bevy_tessera::region` WESL module both fragment shaders share: the [`Region`]
-/// block and the mesh's uv mapped into it.
+/// The `bevy_tessera::region` WESL module of the material's fragment shader: the
+/// [`Region`] block and the mesh's uv mapped into it (the WGSL prepass pastes the same
+/// text in at the material's bind group).
 const REGION_SHADER: Handle<Shader> = uuid_handle!("a3f4c6d2-6e81-4b0f-92c7-5d18e0b3f74a");
 
 /// The plugin's shaders and the files they are named by (Bevy's WESL diagnostics, and the
@@ -163,7 +165,7 @@ const SHADER_FILES: [(Handle<Shader>, &str); 4] = [
     (VT_SHADER, "embedded://tessera/vt.wesl"),
     (REGION_SHADER, "embedded://bevy_tessera/region.wesl"),
     (MATERIAL_SHADER, "embedded://bevy_tessera/material.wesl"),
-    (PREPASS_SHADER, "embedded://bevy_tessera/prepass.wesl"),
+    (PREPASS_SHADER, "embedded://bevy_tessera/prepass.wgsl"),
 ];
 
 /// The WESL feature (shader def) under which the `tessera::vt` module's samples record no
@@ -473,10 +475,15 @@ impl Plugin for TesseraPlugin {
             vt_module(),
             include_str!("region.wesl").into(),
             include_str!("material.wesl").into(),
-            include_str!("prepass.wesl").into(),
+            prepass_wgsl(),
         ];
         for ((handle, file), source) in SHADER_FILES.into_iter().zip(sources) {
-            let _ = shaders.insert(handle.id(), Shader::from_wesl(source, file));
+            let shader = if handle == PREPASS_SHADER {
+                Shader::from_wgsl(source, file)
+            } else {
+                Shader::from_wesl(source, file)
+            };
+            let _ = shaders.insert(handle.id(), shader);
         }
         asset::register(app);
         app.add_plugins(MaterialPlugin::<TesseraMaterial>::default());
@@ -670,6 +677,12 @@ mod tests {
         assert!(fragment.shader_defs.contains(&"VERTEX_UVS_A".into()));
         assert!(!fragment.shader_defs.contains(&FEEDBACK_IN_PREPASS_DEF.into()));
 
+        // A mesh without uvs: nothing to record, no fragment stage.
+        let mut bare = pipeline(true, false);
+        bare.vertex.shader_defs.retain(|d| *d != "VERTEX_UVS_A".into());
+        move_feedback_to_prepass(&mut bare, camera_prepass(MeshPipelineKey::NONE));
+        assert!(bare.fragment.is_none());
+
         // A shadow view's prepass carries its projection: left as Bevy built it.
         let mut shadow = pipeline(true, false);
         move_feedback_to_prepass(&mut shadow, key);
@@ -702,6 +715,26 @@ mod tests {
         let key = |h: &Handle<TesseraMaterial>| assets.get(h).unwrap().extension.bind_group_data();
         assert!(key(&glass).main_pass_feedback);
         assert!(!key(&plain).main_pass_feedback);
+    }
+
+    /// The prepass is plain WGSL that naga accepts as it stands, and its entry point forces
+    /// the depth test before the shader (so that hidden fragments record no feedback).
+    #[test]
+    fn the_prepass_is_valid_wgsl_that_forces_early_depth() {
+        use tessera::wgpu::naga;
+        let src = prepass_wgsl();
+        let module =
+            naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&src)));
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{}", e.emit_to_string(&src)));
+        let entry =
+            module.entry_points.iter().find(|e| e.name == "fragment").expect("an entry point `fragment`");
+        assert_eq!(entry.stage, naga::ShaderStage::Fragment);
+        assert_eq!(entry.early_depth_test, Some(naga::EarlyDepthTest::Force));
+        let group = format!("@group({MATERIAL_BIND_GROUP_INDEX}) @binding(");
+        assert_eq!(src.matches(&group).count(), 8, "seven virtual-texture bindings and the region");
+        assert!(!src.contains("constants::"), "a WESL path left in plain WGSL");
     }
 
     #[test]
