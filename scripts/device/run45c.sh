@@ -15,6 +15,7 @@
 # row is one process (start, 120 warm-up frames, then the measured ones); rows not started
 # by 480 s are skipped and say so.
 # Run as: timeout 540 bash scripts/device/run45c.sh; tar czf $OUT/run45c.tgz -C /tmp r
+# PREPASS_ONLY=1: only the rows with a DepthPrepass.
 # LOCAL=1 SIZE=160x90 FRAMES=3 runs the same rows here (software Vulkan), without prepare.sh.
 if [ "${LOCAL:-0}" = 1 ]; then
   set -u
@@ -44,9 +45,10 @@ for level in castle dungeon; do
     || { echo "bake run of $level failed"; tail -3 /tmp/r/bake-$level.txt; }
   echo "== $level baked (${SECONDS}s)"
 done
+if [ -n "${PREPASS_ONLY:-}" ]; then prepasses=(--prepass); else prepasses=("" --prepass); fi
 for level in castle dungeon; do
   for camera in still walk; do
-    for prepass in "" --prepass; do
+    for prepass in "${prepasses[@]}"; do
       for textures in resident streamed; do
         if [ "$SECONDS" -gt 480 ]; then echo "skipped $level $camera ${prepass:-no-prepass} $textures: out of time"; continue; fi
         name=$level-$camera${prepass:+-prepass}-$textures
