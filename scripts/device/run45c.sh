@@ -15,7 +15,7 @@
 # row is one process (start, 120 warm-up frames, then the measured ones); rows not started
 # by 480 s are skipped and say so.
 # Run as: timeout 540 bash scripts/device/run45c.sh; tar czf $OUT/run45c.tgz -C /tmp r
-# PREPASS_ONLY=1: only the rows with a DepthPrepass.
+# PREPASS_ONLY=1: only the rows with a DepthPrepass. LEVELS="dungeon": only those levels.
 # LOCAL=1 SIZE=160x90 FRAMES=3 runs the same rows here (software Vulkan), without prepare.sh.
 if [ "${LOCAL:-0}" = 1 ]; then
   set -u
@@ -39,14 +39,14 @@ level_args() { # level name -> scene_bench arguments
   esac
 }
 rm -f /tmp/r/scene_bench.jsonl
-for level in castle dungeon; do
+for level in ${LEVELS:-castle dungeon}; do
   # The first run bakes the level's atlas into $XDG_CACHE_HOME (not timed).
   $SB $(level_args $level) --textures streamed --camera still --frames 2 --size 320x180 > /dev/null 2>/tmp/r/bake-$level.txt \
     || { echo "bake run of $level failed"; tail -3 /tmp/r/bake-$level.txt; }
   echo "== $level baked (${SECONDS}s)"
 done
 if [ -n "${PREPASS_ONLY:-}" ]; then prepasses=(--prepass); else prepasses=("" --prepass); fi
-for level in castle dungeon; do
+for level in ${LEVELS:-castle dungeon}; do
   for camera in still walk; do
     for prepass in "${prepasses[@]}"; do
       for textures in resident streamed; do

@@ -15,5 +15,5 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   timeout $((limit - SECONDS)) bash scripts/device/run45f.sh
 else
   echo "== not an H200: the Bevy prepass rows (run45c.sh)"
-  PREPASS_ONLY=${PREPASS_ONLY:-} FRAMES=300 timeout $((limit - SECONDS)) bash scripts/device/run45c.sh
+  LEVELS=${LEVELS:-castle dungeon} PREPASS_ONLY=${PREPASS_ONLY:-} FRAMES=300 timeout $((limit - SECONDS)) bash scripts/device/run45c.sh
 fi
