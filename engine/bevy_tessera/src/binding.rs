@@ -180,8 +180,10 @@ pub(super) fn vt_module() -> String {
 
 /// [`PREPASS_SHADER`]'s source: plain WGSL (for its `@early_depth_test(force)`), the
 /// virtual texture's lookup and feedback and the region block at the material bind group
-/// ([`MATERIAL_BIND_GROUP_INDEX`]) in front of `prepass.wgsl`'s entry point.
-pub(super) fn prepass_wgsl() -> String {
+/// ([`MATERIAL_BIND_GROUP_INDEX`]) in front of `prepass.wgsl`'s entry point. Without
+/// `early_depth` (a device without `SHADER_EARLY_DEPTH_TEST`, such as a browser's) the
+/// attribute is left out: the prepass then records for hidden fragments too.
+pub(super) fn prepass_wgsl(early_depth: bool) -> String {
     let group = MATERIAL_BIND_GROUP_INDEX.to_string();
     let vt = tessera::shaders::with_page_table(
         &tessera::shaders::vt_bindings_at(&group, FIRST_BINDING),
@@ -190,7 +192,11 @@ pub(super) fn prepass_wgsl() -> String {
     let region = include_str!("region.wesl").replace("constants::MATERIAL_BIND_GROUP", &group);
     format!(
         "{vt}\n// False for an atlas that failed to open (its parameter block is empty).\nfn vt_enabled() -> bool {{ return vt.size.x > 0.0; }}\n\n{region}\n{}",
-        include_str!("prepass.wgsl")
+        if early_depth {
+            include_str!("prepass.wgsl").to_owned()
+        } else {
+            include_str!("prepass.wgsl").replace("@early_depth_test(force)\n", "")
+        }
     )
 }
 

@@ -475,7 +475,7 @@ impl Plugin for TesseraPlugin {
             vt_module(),
             include_str!("region.wesl").into(),
             include_str!("material.wesl").into(),
-            prepass_wgsl(),
+            prepass_wgsl(true),
         ];
         for ((handle, file), source) in SHADER_FILES.into_iter().zip(sources) {
             let shader = if handle == PREPASS_SHADER {
@@ -523,6 +523,26 @@ impl Plugin for TesseraPlugin {
             .add_systems(Render, report_shader_errors.after(RenderSystems::Render))
             .add_systems(RenderGraph, begin_frames.in_set(RenderGraphSystems::Begin))
             .add_systems(RenderGraph, end_frames.in_set(RenderGraphSystems::Finish));
+    }
+
+    /// The render device is known now: where it cannot force early depth tests, the
+    /// prepass shader is replaced by the same one without `@early_depth_test(force)`
+    /// (which would not compile there).
+    fn finish(&self, app: &mut App) {
+        let Some(device) = app.get_sub_app(RenderApp).and_then(|r| r.world().get_resource::<RenderDevice>())
+        else {
+            return;
+        };
+        if device.features().contains(wgpu::Features::SHADER_EARLY_DEPTH_TEST) {
+            return;
+        }
+        info!(
+            "TesseraPlugin: this device cannot force early depth tests (no SHADER_EARLY_DEPTH_TEST): \
+             the depth prepass records feedback for hidden fragments too"
+        );
+        let file = SHADER_FILES[3].1;
+        let mut shaders = app.world_mut().resource_mut::<Assets<Shader>>();
+        let _ = shaders.insert(PREPASS_SHADER.id(), Shader::from_wgsl(prepass_wgsl(false), file));
     }
 }
 
@@ -718,23 +738,29 @@ mod tests {
     }
 
     /// The prepass is plain WGSL that naga accepts as it stands, and its entry point forces
-    /// the depth test before the shader (so that hidden fragments record no feedback).
+    /// the depth test before the shader (so that hidden fragments record no feedback), or,
+    /// for a device that cannot, leaves the attribute out.
     #[test]
     fn the_prepass_is_valid_wgsl_that_forces_early_depth() {
         use tessera::wgpu::naga;
-        let src = prepass_wgsl();
-        let module =
-            naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&src)));
-        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+        for (early, want) in [(true, Some(naga::EarlyDepthTest::Force)), (false, None)] {
+            let src = prepass_wgsl(early);
+            let module =
+                naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&src)));
+            naga::valid::Validator::new(
+                naga::valid::ValidationFlags::all(),
+                naga::valid::Capabilities::all(),
+            )
             .validate(&module)
             .unwrap_or_else(|e| panic!("{}", e.emit_to_string(&src)));
-        let entry =
-            module.entry_points.iter().find(|e| e.name == "fragment").expect("an entry point `fragment`");
-        assert_eq!(entry.stage, naga::ShaderStage::Fragment);
-        assert_eq!(entry.early_depth_test, Some(naga::EarlyDepthTest::Force));
-        let group = format!("@group({MATERIAL_BIND_GROUP_INDEX}) @binding(");
-        assert_eq!(src.matches(&group).count(), 8, "seven virtual-texture bindings and the region");
-        assert!(!src.contains("constants::"), "a WESL path left in plain WGSL");
+            let entry =
+                module.entry_points.iter().find(|e| e.name == "fragment").expect("an entry point `fragment`");
+            assert_eq!(entry.stage, naga::ShaderStage::Fragment);
+            assert_eq!(entry.early_depth_test, want, "early depth {early}");
+            let group = format!("@group({MATERIAL_BIND_GROUP_INDEX}) @binding(");
+            assert_eq!(src.matches(&group).count(), 8, "seven virtual-texture bindings and the region");
+            assert!(!src.contains("constants::"), "a WESL path left in plain WGSL");
+        }
     }
 
     #[test]

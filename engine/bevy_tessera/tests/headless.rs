@@ -728,6 +728,23 @@ fn gltf_scene_with_a_depth_prepass_records_feedback_in_the_prepass() {
     golden_sized("dungeon-converged", &c.streamed, SCENE_SIZE, 40.0);
 }
 
+/// The prepass shader forces early depth exactly where the render device can (where it
+/// cannot, the attribute would not compile): the shader the plugin left in the assets
+/// after `finish` matches the device's `SHADER_EARLY_DEPTH_TEST`.
+#[test]
+fn the_prepass_forces_early_depth_where_the_device_can() {
+    let app = app();
+    let render = app.get_sub_app(bevy::render::RenderApp).expect("a render app");
+    let device = render.world().resource::<bevy::render::renderer::RenderDevice>();
+    let early = device.features().contains(tessera::wgpu::Features::SHADER_EARLY_DEPTH_TEST);
+    let shaders = app.world().resource::<Assets<Shader>>();
+    let prepass = shaders.get(bevy_tessera::PREPASS_SHADER.id()).expect("the prepass shader");
+    let src = prepass.source.as_str();
+    assert_eq!(src.contains("@early_depth_test(force)"), early, "device SHADER_EARLY_DEPTH_TEST: {early}");
+    assert!(src.contains("fn fragment("));
+    eprintln!("this device forces early depth: {early}");
+}
+
 /// glTF's alpha modes through the plugin (the `alpha` scene, generated from the Earth
 /// images): a `BLEND` glass pane, a `MASK` fence with holes and the floor behind them,
 /// streamed, converge to Bevy's own `StandardMaterial` drawing of the same level with
