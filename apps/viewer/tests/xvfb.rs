@@ -258,6 +258,47 @@ fn viewer_opens_the_dungeon_by_name() {
     assert_scene_drawn("dungeon walk", &img);
 }
 
+/// The runtime-virtual-texture terrain (issue 43) in the windowed viewer, opened by name:
+/// nothing is baked (its layers are produced on the GPU), the camera presets are the
+/// terrain's paths, and 40 frames walking show the lit relief.
+#[test]
+fn viewer_opens_the_terrain_by_name() {
+    require_xvfb();
+    let data = tessera::core::bake::source::data_dir();
+    for need in ["etopo1.jpg", "dungeon", "castle"] {
+        assert!(
+            data.join(need).exists(),
+            "{} is missing: run `assets/fetch-data.sh --dungeon --castle` (scripts/test does)",
+            data.join(need).display()
+        );
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let png = dir.path().join("terrain.png");
+    let size = (640u32, 360u32);
+    let size_arg = format!("{}x{}", size.0, size.1);
+    let args = ["--size", &size_arg, "--frames", "40", "--camera", "walk"];
+    let out = run_viewer_with(dir.path(), "terrain".as_ref(), &png, &args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "tessera-viewer terrain failed ({}):\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("camera presets (keys 1-4): walk, fly, cut, overview"), "{stdout}");
+    assert!(stdout.contains("screenshot after 40 frames"), "no screenshot line in:\n{stdout}");
+    let scenes = dir.path().join("cache/scenes");
+    let baked: Vec<_> =
+        std::fs::read_dir(&scenes).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    assert!(
+        !baked.iter().any(|n| n.to_string_lossy().ends_with(".tsa")),
+        "the terrain baked an atlas: {baked:?}"
+    );
+    let img = image::open(&png).unwrap_or_else(|e| panic!("reading {}: {e}", png.display())).to_rgba8();
+    assert_eq!(img.dimensions(), size, "the screenshot has the window's size");
+    assert_scene_drawn("terrain walk", &img);
+}
+
 /// A GPU device lost mid-run (destroyed at frame 30 by a hidden testing flag): the
 /// viewer closes its window and exits non-zero with one message naming the loss, no
 /// panic and no message per frame.
