@@ -225,6 +225,29 @@ fn viewer_fails_with_the_bake_error_when_nobody_can_see_the_window() {
     assert!(!left.iter().any(|n| n.ends_with(".tsa") || n.ends_with(".tmp")), "bake output left: {left:?}");
 }
 
+/// Runs the viewer on the catalog scene `name` in `dir` for 40 frames of its `walk` path
+/// at 640×360, checks that it succeeded and that its screenshot shows the scene drawn,
+/// and returns its stdout.
+fn walk_scene_by_name(dir: &Path, name: &str) -> String {
+    let png = dir.join(format!("{name}.png"));
+    let size = (640u32, 360u32);
+    let size_arg = format!("{}x{}", size.0, size.1);
+    let args = ["--size", &size_arg, "--frames", "40", "--camera", "walk"];
+    let out = run_viewer_with(dir, name.as_ref(), &png, &args);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "tessera-viewer {name} failed ({}):\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("screenshot after 40 frames"), "no screenshot line in:\n{stdout}");
+    let img = image::open(&png).unwrap_or_else(|e| panic!("reading {}: {e}", png.display())).to_rgba8();
+    assert_eq!(img.dimensions(), size, "the screenshot has the window's size");
+    assert_scene_drawn(&format!("{name} walk"), &img);
+    stdout
+}
+
 #[test]
 fn viewer_opens_the_dungeon_by_name() {
     require_xvfb();
@@ -235,27 +258,12 @@ fn viewer_opens_the_dungeon_by_name() {
         gltf.display()
     );
     let dir = tempfile::tempdir().expect("temp dir");
-    let png = dir.path().join("dungeon.png");
-    let size = (640u32, 360u32);
-    let size_arg = format!("{}x{}", size.0, size.1);
-    let args = ["--size", &size_arg, "--frames", "40", "--camera", "walk"];
-    let out = run_viewer_with(dir.path(), "dungeon".as_ref(), &png, &args);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "tessera-viewer dungeon failed ({}):\nstdout:\n{stdout}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = walk_scene_by_name(dir.path(), "dungeon");
     assert!(stdout.contains("baked dungeon"), "the empty cache did not make it bake:\n{stdout}");
-    assert!(stdout.contains("screenshot after 40 frames"), "no screenshot line in:\n{stdout}");
     let scenes = dir.path().join("cache/scenes");
     for name in ["dungeon-lz4.tsa", "dungeon-lz4.scene.json"] {
         assert!(scenes.join(name).is_file(), "{name} is missing from {}", scenes.display());
     }
-    let img = image::open(&png).unwrap_or_else(|e| panic!("reading {}: {e}", png.display())).to_rgba8();
-    assert_eq!(img.dimensions(), size, "the screenshot has the window's size");
-    assert_scene_drawn("dungeon walk", &img);
 }
 
 /// The runtime-virtual-texture terrain (issue 43) in the windowed viewer, opened by name:
@@ -273,20 +281,8 @@ fn viewer_opens_the_terrain_by_name() {
         );
     }
     let dir = tempfile::tempdir().expect("temp dir");
-    let png = dir.path().join("terrain.png");
-    let size = (640u32, 360u32);
-    let size_arg = format!("{}x{}", size.0, size.1);
-    let args = ["--size", &size_arg, "--frames", "40", "--camera", "walk"];
-    let out = run_viewer_with(dir.path(), "terrain".as_ref(), &png, &args);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "tessera-viewer terrain failed ({}):\nstdout:\n{stdout}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = walk_scene_by_name(dir.path(), "terrain");
     assert!(stdout.contains("camera presets (keys 1-4): walk, fly, cut, overview"), "{stdout}");
-    assert!(stdout.contains("screenshot after 40 frames"), "no screenshot line in:\n{stdout}");
     let scenes = dir.path().join("cache/scenes");
     let baked: Vec<_> =
         std::fs::read_dir(&scenes).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
@@ -294,9 +290,6 @@ fn viewer_opens_the_terrain_by_name() {
         !baked.iter().any(|n| n.to_string_lossy().ends_with(".tsa")),
         "the terrain baked an atlas: {baked:?}"
     );
-    let img = image::open(&png).unwrap_or_else(|e| panic!("reading {}: {e}", png.display())).to_rgba8();
-    assert_eq!(img.dimensions(), size, "the screenshot has the window's size");
-    assert_scene_drawn("terrain walk", &img);
 }
 
 /// A GPU device lost mid-run (destroyed at frame 30 by a hidden testing flag): the

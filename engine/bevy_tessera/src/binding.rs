@@ -166,15 +166,22 @@ impl AsBindGroup for VirtualTexture {
 /// records feedback into the storage bitset, and under [`FEEDBACK_IN_PREPASS_DEF`] one
 /// that records nothing (the depth prepass did).
 pub(super) fn vt_module() -> String {
-    let src = tessera::shaders::with_page_table(
-        &tessera::shaders::vt_bindings_at("constants::MATERIAL_BIND_GROUP", FIRST_BINDING),
-        PageTableStorage::Complete,
-    );
+    let src = vt_source("constants::MATERIAL_BIND_GROUP");
     let mark = "fn vt_mark(uv: vec2<f32>, m: u32, frag: vec4<f32>) {";
     let quiet = format!("@if({FEEDBACK_IN_PREPASS_DEF})\n{mark}}}\n@if(!{FEEDBACK_IN_PREPASS_DEF})\n{mark}");
+    src.replacen(mark, &quiet, 1)
+}
+
+/// Tessera's lookup with the complete page table at bind group `group` (a number, or
+/// WESL's constant), its bindings from [`FIRST_BINDING`], and `vt_enabled()`: the text
+/// both the `tessera::vt` module and the prepass are built on.
+fn vt_source(group: &str) -> String {
+    let src = tessera::shaders::with_page_table(
+        &tessera::shaders::vt_bindings_at(group, FIRST_BINDING),
+        PageTableStorage::Complete,
+    );
     format!(
-        "{}\n// False for an atlas that failed to open (its parameter block is empty).\nfn vt_enabled() -> bool {{ return vt.size.x > 0.0; }}\n",
-        src.replacen(mark, &quiet, 1)
+        "{src}\n// False for an atlas that failed to open (its parameter block is empty).\nfn vt_enabled() -> bool {{ return vt.size.x > 0.0; }}\n"
     )
 }
 
@@ -185,19 +192,15 @@ pub(super) fn vt_module() -> String {
 /// attribute is left out: the prepass then records for hidden fragments too.
 pub(super) fn prepass_wgsl(early_depth: bool) -> String {
     let group = MATERIAL_BIND_GROUP_INDEX.to_string();
-    let vt = tessera::shaders::with_page_table(
-        &tessera::shaders::vt_bindings_at(&group, FIRST_BINDING),
-        PageTableStorage::Complete,
-    );
     let region = include_str!("region.wesl").replace("constants::MATERIAL_BIND_GROUP", &group);
-    format!(
-        "{vt}\n// False for an atlas that failed to open (its parameter block is empty).\nfn vt_enabled() -> bool {{ return vt.size.x > 0.0; }}\n\n{region}\n{}",
-        if early_depth {
-            include_str!("prepass.wgsl").to_owned()
-        } else {
-            include_str!("prepass.wgsl").replace("@early_depth_test(force)\n", "")
-        }
-    )
+    let entry = include_str!("prepass.wgsl");
+    let entry = if early_depth { entry.into() } else { entry.replace("@early_depth_test(force)\n", "") };
+    format!("{}\n{region}\n{entry}", vt_source(&group))
+}
+
+/// [`PREPASS_SHADER`] as plain WGSL ([`prepass_wgsl`]), forcing early depth or not.
+pub(super) fn prepass_shader(early_depth: bool) -> Shader {
+    Shader::from_wgsl(prepass_wgsl(early_depth), PREPASS_FILE)
 }
 
 /// Keeps every [`TesseraMaterial`]'s [`VirtualTexture::main_pass_feedback`] equal to

@@ -165,8 +165,11 @@ const SHADER_FILES: [(Handle<Shader>, &str); 4] = [
     (VT_SHADER, "embedded://tessera/vt.wesl"),
     (REGION_SHADER, "embedded://bevy_tessera/region.wesl"),
     (MATERIAL_SHADER, "embedded://bevy_tessera/material.wesl"),
-    (PREPASS_SHADER, "embedded://bevy_tessera/prepass.wgsl"),
+    (PREPASS_SHADER, PREPASS_FILE),
 ];
+
+/// The file [`PREPASS_SHADER`] is named by (plain WGSL; the other three are WESL).
+const PREPASS_FILE: &str = "embedded://bevy_tessera/prepass.wgsl";
 
 /// The WESL feature (shader def) under which the `tessera::vt` module's samples record no
 /// feedback: set for a main pass whose depth prepass records it instead.
@@ -471,20 +474,14 @@ struct UnattendedRun(Unattended);
 impl Plugin for TesseraPlugin {
     fn build(&self, app: &mut App) {
         let mut shaders = app.world_mut().resource_mut::<Assets<Shader>>();
-        let sources: [String; 4] = [
-            vt_module(),
-            include_str!("region.wesl").into(),
-            include_str!("material.wesl").into(),
-            prepass_wgsl(true),
-        ];
-        for ((handle, file), source) in SHADER_FILES.into_iter().zip(sources) {
-            let shader = if handle == PREPASS_SHADER {
-                Shader::from_wgsl(source, file)
-            } else {
-                Shader::from_wesl(source, file)
-            };
-            let _ = shaders.insert(handle.id(), shader);
+        // The first three of SHADER_FILES are WESL; the prepass, last, is plain WGSL.
+        let wesl: [String; 3] =
+            [vt_module(), include_str!("region.wesl").into(), include_str!("material.wesl").into()];
+        for ((handle, file), source) in SHADER_FILES.into_iter().zip(wesl) {
+            let _ = shaders.insert(handle.id(), Shader::from_wesl(source, file));
         }
+        // Forcing early depth; `finish` drops that where the device cannot.
+        let _ = shaders.insert(PREPASS_SHADER.id(), prepass_shader(true));
         asset::register(app);
         app.add_plugins(MaterialPlugin::<TesseraMaterial>::default());
         let (sender, receiver) = crossbeam_channel::unbounded();
@@ -540,9 +537,8 @@ impl Plugin for TesseraPlugin {
             "TesseraPlugin: this device cannot force early depth tests (no SHADER_EARLY_DEPTH_TEST): \
              the depth prepass records feedback for hidden fragments too"
         );
-        let file = SHADER_FILES[3].1;
         let mut shaders = app.world_mut().resource_mut::<Assets<Shader>>();
-        let _ = shaders.insert(PREPASS_SHADER.id(), Shader::from_wgsl(prepass_wgsl(false), file));
+        let _ = shaders.insert(PREPASS_SHADER.id(), prepass_shader(false));
     }
 }
 

@@ -40,9 +40,10 @@ pub fn terrain_direct_source() -> String {
     [TERRAIN_WGSL, TERRAIN_VIEW_WGSL, TERRAIN_DIRECT_WGSL].join("\n")
 }
 
-/// The complete terrain producer shader.
+/// The terrain producer's own shader: what [`tessera::ProduceBatch::pipeline`] puts
+/// after `produce.wgsl`.
 pub fn terrain_produce_source() -> String {
-    [tessera::shaders::PRODUCE_WGSL, TERRAIN_WGSL, TERRAIN_PRODUCE_WGSL].join("\n")
+    [TERRAIN_WGSL, TERRAIN_PRODUCE_WGSL].join("\n")
 }
 
 /// The complete virtual-texture material-scene shader.
@@ -87,7 +88,10 @@ mod tests {
         validate("scene_reference", &scene_reference_source());
         validate("material_reference", &material_reference_source());
         validate("terrain_direct", &terrain_direct_source());
-        validate("terrain_produce", &terrain_produce_source());
+        validate(
+            "terrain_produce",
+            &format!("{}\n{}", tessera::shaders::PRODUCE_WGSL, terrain_produce_source()),
+        );
         for (name, src) in [
             ("scene_vt", scene_vt_source()),
             ("material_vt", material_vt_source()),

@@ -345,8 +345,7 @@ impl TileProducer for TerrainProducer {
         let device = &ctx.device;
         let layout = &self.layout;
         let pipeline = self.pipeline.get_or_insert_with(|| {
-            let source = [shaders::TERRAIN_WGSL, shaders::TERRAIN_PRODUCE_WGSL].join("\n");
-            batch.pipeline(device, &source, "vs_produce", "fs_produce", &[layout])
+            batch.pipeline(device, &shaders::terrain_produce_source(), "vs_produce", "fs_produce", &[layout])
         });
         let mut pass = batch.begin_pass(encoder);
         pass.set_pipeline(pipeline);
