@@ -896,20 +896,39 @@ mod tests {
         assert!(grid.max_per_cell() < 64, "{} decals in one cell", grid.max_per_cell());
     }
 
+    /// Checks that the point at `t` along the band of a decal from `a` by `d`,
+    /// `s` half-widths to the side, lies in the decal's rectangle.
+    fn band_point_in_rect(a: Vec2, d: Vec2, hw: f32, t: f32, s: f32) -> Result<(), String> {
+        let b = (a + d).clamp(Vec2::ZERO, TERRAIN_WORLD);
+        let decal = Decal { a, b, half_width: hw, kind: DecalKind::Road, colour: [0.0; 4] };
+        let dir = (b - a).normalize_or(Vec2::X);
+        let p = a.lerp(b, t) + Vec2::new(-dir.y, dir.x) * hw * s;
+        // A band near the edge reaches past the world, where there are no
+        // texels: the rectangle is clamped to the texture, so is the point.
+        let max = Vec2::new(TERRAIN_VIRTUAL.0 as f32, TERRAIN_VIRTUAL.1 as f32);
+        let texel = (p * max / TERRAIN_WORLD).clamp(Vec2::ZERO, max);
+        let [x, y, w, h] = decal.rect();
+        let inside = |v: f32, lo: u32, len: u32| v >= lo as f32 - 0.01 && v <= (lo + len) as f32 + 0.01;
+        if inside(texel.x, x, w) && inside(texel.y, y, h) {
+            Ok(())
+        } else {
+            Err(format!("{texel} outside {x}+{w}, {y}+{h}"))
+        }
+    }
+
+    #[test]
+    fn a_band_past_the_worlds_edge_is_clamped_like_its_rectangle() {
+        // The case CI found: a road ending at x = 0, its side reaching x < 0.
+        band_point_in_rect(Vec2::ONE, Vec2::new(-7.042535, 11.720165), 0.001, 0.9994023, 0.96911514).unwrap();
+    }
+
     proptest! {
         /// A decal's rectangle holds every texel its band covers.
         #[test]
         fn a_decals_rectangle_holds_its_band(ax in 1.0f32..2040.0, az in 1.0f32..1020.0, dx in -20.0f32..20.0,
                                               dz in -20.0f32..20.0, hw in 0.001f32..1.0, t in 0.0f32..1.0, s in -1.0f32..1.0) {
-            let a = Vec2::new(ax, az);
-            let b = (a + Vec2::new(dx, dz)).clamp(Vec2::ZERO, TERRAIN_WORLD);
-            let d = Decal { a, b, half_width: hw, kind: DecalKind::Road, colour: [0.0; 4] };
-            let dir = (b - a).normalize_or(Vec2::X);
-            let p = a.lerp(b, t) + Vec2::new(-dir.y, dir.x) * hw * s;
-            let texel = p * Vec2::new(TERRAIN_VIRTUAL.0 as f32, TERRAIN_VIRTUAL.1 as f32) / TERRAIN_WORLD;
-            let [x, y, w, h] = d.rect();
-            prop_assert!(texel.x >= x as f32 - 0.01 && texel.x <= (x + w) as f32 + 0.01, "{texel} in {x}+{w}");
-            prop_assert!(texel.y >= y as f32 - 0.01 && texel.y <= (y + h) as f32 + 0.01, "{texel} in {y}+{h}");
+            let r = band_point_in_rect(Vec2::new(ax, az), Vec2::new(dx, dz), hw, t, s);
+            prop_assert!(r.is_ok(), "{}", r.unwrap_err());
         }
     }
 
