@@ -181,6 +181,27 @@ pub fn read_pool(ctx: &GpuContext, pool: &TilePool) -> Vec<u8> {
     read_pool_level(ctx, pool, 0)
 }
 
+/// `bytes` (level 0 of `pool`, as [`read_pool`] reads it) with every slot's margin
+/// set to zero: the texels no lookup samples, which batch uploads write as zeros and
+/// the pool's fill may have left magenta.
+pub fn without_margins(pool: &TilePool, mut bytes: Vec<u8>) -> Vec<u8> {
+    let target = pool.target();
+    let (unit, unit_bytes) =
+        if target.is_block_compressed() { (4, target.bytes_per_block()) } else { (1, 4) };
+    let (pitch, margin) = (pool.pitch() / unit, pool.margin() / unit);
+    let across = (pool.texels().0 / unit) as usize;
+    let in_margin = |i: usize| {
+        let k = i as u32 % pitch;
+        k < margin || k >= pitch - margin
+    };
+    for (i, unit) in bytes.chunks_exact_mut(unit_bytes).enumerate() {
+        if in_margin(i % across) || in_margin(i / across) {
+            unit.fill(0);
+        }
+    }
+    bytes
+}
+
 /// Reads one level of a pool texture back as tightly packed rows.
 pub fn read_pool_level(ctx: &GpuContext, pool: &TilePool, level: u32) -> Vec<u8> {
     let (w, h) = pool.texels();

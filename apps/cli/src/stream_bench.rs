@@ -133,7 +133,7 @@ pub(crate) fn stream(
     )
     .map_err(|e| RenderError::Config(format!("starting loader threads: {e}")))?;
     let mut staging = (cfg.staging_mib > 0).then(|| {
-        let layout = StagingLayout::new(&[pool.tile_rows()], wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
+        let layout = StagingLayout::with_margins(&[pool.staged_rows()], wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
         GpuStaging::new(&ctx.device, layout, cfg.staging_mib)
     });
     loader.set_staging(staging.as_ref().map(|s| Arc::clone(s.ring())));

@@ -33,8 +33,8 @@ impl Memory {
         let mem = &self.chunks[t.chunk()];
         let mut out = Vec::new();
         for p in ring.layout().parts() {
-            for r in 0..p.rows as usize {
-                let at = (t.offset() + p.record_offset) as usize + r * p.pitch as usize;
+            for r in 0..p.rows {
+                let at = (t.offset() + p.row_offset(r)) as usize;
                 out.extend_from_slice(&mem[at..at + p.row_bytes as usize]);
             }
         }
@@ -78,8 +78,9 @@ proptest! {
     /// records never overlap; a chunk is remapped only with nothing live in it.
     #[test]
     fn records_are_never_reused_before_their_copy_completes(ops in proptest::collection::vec(op(), 1..300)) {
-        // Two parts (as a stack of an RGBA8 and a BC7 pool would have), small chunks.
-        let layout = StagingLayout::new(&[(40, 6), (24, 3)], 64);
+        // Two parts (as a stack of an RGBA8 and a BC7 pool would have, margin rows
+        // around the second), small chunks.
+        let layout = StagingLayout::with_margins(&[(40, 6, 0), (24, 3, 1)], 64);
         let ring = StagingRing::new(layout.clone(), 3, layout.record_bytes() * 4);
         let mut mem = Memory::new(&ring);
         for c in 0..3 {

@@ -33,10 +33,27 @@ pub struct StagedPart {
     pub row_bytes: u32,
     /// Rows of the part.
     pub rows: u32,
-    /// Offset of the part's first row in the record.
+    /// Offset of the part's first row in the record: its first margin row where it
+    /// has a margin ([`StagedPart::margin_rows`]), which is where its copy starts.
     pub record_offset: u64,
     /// Distance between rows in the record: `row_bytes` rounded up to the alignment.
     pub pitch: u32,
+    /// Rows of zeros above the tile's rows and below them, in the record: the margin
+    /// of a pool whose slots leave one around each tile, written with the tile so
+    /// that tiles bound for slots one below the other copy in one command.
+    pub margin_rows: u32,
+}
+
+impl StagedPart {
+    /// Offset in the record of the tile's row `r`.
+    pub fn row_offset(&self, r: u32) -> u64 {
+        self.record_offset + u64::from(self.margin_rows + r) * u64::from(self.pitch)
+    }
+
+    /// Rows a copy of the part moves: the tile's and its margin rows.
+    pub fn copy_rows(&self) -> u32 {
+        self.rows + 2 * self.margin_rows
+    }
 }
 
 /// How a tile's bytes (its parts one after the other, each `rows × row_bytes`) are laid
@@ -54,15 +71,25 @@ impl StagingLayout {
     /// rows and parts aligned to `align` bytes (256 for wgpu's buffer-to-texture
     /// copies); `align` 0 is taken as 1.
     pub fn new(parts: &[(u32, u32)], align: u32) -> Self {
+        let parts: Vec<(u32, u32, u32)> =
+            parts.iter().map(|&(row_bytes, rows)| (row_bytes, rows, 0)).collect();
+        Self::with_margins(&parts, align)
+    }
+
+    /// [`StagingLayout::new`] for parts `(row_bytes, rows, margin_rows)`: each part's
+    /// tile rows with `margin_rows` rows of zeros above and below them.
+    pub fn with_margins(parts: &[(u32, u32, u32)], align: u32) -> Self {
         let align = align.max(1);
         let (mut src, mut dst) = (0usize, 0u64);
         let parts = parts
             .iter()
-            .map(|&(row_bytes, rows)| {
+            .map(|&(row_bytes, rows, margin_rows)| {
                 let pitch = row_bytes.next_multiple_of(align);
-                let part = StagedPart { src_offset: src, row_bytes, rows, record_offset: dst, pitch };
+                let part =
+                    StagedPart { src_offset: src, row_bytes, rows, record_offset: dst, pitch, margin_rows };
                 src += row_bytes as usize * rows as usize;
-                dst = (dst + u64::from(pitch) * u64::from(rows)).next_multiple_of(u64::from(align));
+                dst =
+                    (dst + u64::from(pitch) * u64::from(part.copy_rows())).next_multiple_of(u64::from(align));
                 part
             })
             .collect();
@@ -84,7 +111,8 @@ impl StagingLayout {
         self.record_bytes
     }
 
-    /// Writes `tile` (exactly [`StagingLayout::tile_bytes`] long) into the record at `dst`.
+    /// Writes `tile` (exactly [`StagingLayout::tile_bytes`] long) into the record at
+    /// `dst`, and zeros into each part's margin rows.
     ///
     /// # Safety
     /// `dst` must be valid for writes of [`StagingLayout::record_bytes`] bytes, and no
@@ -93,10 +121,16 @@ impl StagingLayout {
         for p in &self.parts {
             let (row, pitch) = (p.row_bytes as usize, p.pitch as usize);
             let src = &tile[p.src_offset..p.src_offset + row * p.rows as usize];
+            let margin = p.margin_rows as usize;
+            for r in (0..margin).chain(margin + p.rows as usize..p.copy_rows() as usize) {
+                // SAFETY: the margin rows lie inside the part's copy_rows × pitch bytes
+                // from record_offset, inside record_bytes.
+                unsafe { std::ptr::write_bytes(dst.add(p.record_offset as usize + r * pitch), 0, row) };
+            }
             for (r, bytes) in src.chunks_exact(row.max(1)).enumerate() {
-                let at = p.record_offset as usize + r * pitch;
-                // SAFETY: at + row ≤ record_offset + rows × pitch ≤ record_bytes, which
-                // the caller guarantees writable and unshared.
+                let at = p.row_offset(r as u32) as usize;
+                // SAFETY: at + row ≤ record_offset + copy_rows × pitch ≤ record_bytes,
+                // which the caller guarantees writable and unshared.
                 unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst.add(at), row) };
             }
         }
@@ -487,5 +521,30 @@ mod tests {
         assert_eq!(l.parts()[1].src_offset, 544 * 136);
         assert_eq!(l.record_bytes(), 768 * 136 + 768 * 34);
         assert_eq!(StagingLayout::new(&[(16, 1)], 256).record_bytes(), 256);
+    }
+
+    #[test]
+    fn margin_rows_surround_each_part_with_zeros() {
+        // A BC7 136² tile in a 144² slot: one block row above and one below.
+        let l = StagingLayout::with_margins(&[(544, 34, 1), (32, 2, 1)], 256);
+        let (a, b) = (l.parts()[0], l.parts()[1]);
+        assert_eq!((a.copy_rows(), a.row_offset(0), a.row_offset(33)), (36, 768, 768 * 34));
+        assert_eq!(b.record_offset, 768 * 36);
+        assert_eq!(l.record_bytes(), 768 * 36 + 256 * 4);
+        let tile: Vec<u8> = (0..l.tile_bytes()).map(|i| (i % 251) as u8 + 1).collect();
+        let mut record = vec![0xAAu8; l.record_bytes() as usize];
+        // SAFETY: the record is record_bytes long and only this thread uses it.
+        unsafe { l.write(&tile, record.as_mut_ptr()) };
+        for p in [a, b] {
+            let row = |r: u32| {
+                let at = (p.record_offset + u64::from(r) * u64::from(p.pitch)) as usize;
+                &record[at..at + p.row_bytes as usize]
+            };
+            assert!(row(0).iter().chain(row(p.copy_rows() - 1)).all(|&v| v == 0), "margin rows are zeros");
+            for r in 0..p.rows {
+                let src = p.src_offset + (r * p.row_bytes) as usize;
+                assert_eq!(row(r + 1), &tile[src..src + p.row_bytes as usize]);
+            }
+        }
     }
 }

@@ -85,7 +85,8 @@ pub struct StagedCopy<'a> {
     pub slot: SlotCoord,
     /// The staging buffer.
     pub buffer: &'a wgpu::Buffer,
-    /// Offset of the tile's first row.
+    /// Offset of the copy's first row: the tile's, or the first of the margin rows
+    /// above it on a pool with a margin ([`TilePool::margin_rows`]).
     pub offset: u64,
     /// Bytes from one row to the next.
     pub pitch: u32,

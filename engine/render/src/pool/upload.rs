@@ -7,27 +7,42 @@ use super::*;
 pub(super) const PARALLEL_COPY_TILES: usize = 32;
 
 /// Copies `tiles` into `dst`, tile `i` at `i × stride`, each tile's rows of
-/// `rows.0` bytes at a pitch of `rows.1` bytes (`rows.1 ≥ rows.0`); the padding is left
-/// as it is. Large batches are split over rayon's threads, each writing its own tiles.
+/// `rows.0` bytes at a pitch of `rows.1` bytes (`rows.1 ≥ rows.0`) after `margin` rows
+/// of zeros, and `margin` rows of zeros after them ([`TilePool::margin_rows`]); the
+/// padding is left as it is. Large batches are split over rayon's threads, each writing
+/// its own tiles.
 pub(super) fn write_padded(
     mut dst: wgpu::WriteOnly<'_, [u8]>,
     tiles: &[&[u8]],
     stride: usize,
     rows: (usize, usize),
+    margin: usize,
 ) {
     let (row_len, pitch) = rows;
     let fits = tiles.iter().all(|t| {
         let n = t.len() / row_len.max(1);
-        t.len() % row_len.max(1) == 0 && (n == 0 || (n - 1) * pitch + row_len <= stride)
+        t.len() % row_len.max(1) == 0
+            && (n + 2 * margin == 0 || (n + 2 * margin - 1) * pitch + row_len <= stride)
     }) && tiles.len() * stride <= dst.len();
     if !fits || row_len == 0 {
         tracing::warn!("tile staging skipped: tiles do not fit their staging range");
         return;
     }
+    if margin > 0 {
+        let zeros = vec![0u8; row_len];
+        for (i, tile) in tiles.iter().enumerate() {
+            let n = tile.len() / row_len;
+            for r in (0..margin).chain(margin + n..n + 2 * margin) {
+                let at = i * stride + r * pitch;
+                dst.slice(at..at + row_len).copy_from_slice(&zeros);
+            }
+        }
+    }
+    let first_row = margin * pitch;
     if tiles.len() < PARALLEL_COPY_TILES {
         for (i, tile) in tiles.iter().enumerate() {
             for (r, row) in tile.chunks_exact(row_len).enumerate() {
-                let at = i * stride + r * pitch;
+                let at = i * stride + first_row + r * pitch;
                 dst.slice(at..at + row_len).copy_from_slice(row);
             }
         }
@@ -50,7 +65,7 @@ pub(super) fn write_padded(
                 let base = base;
                 for (k, tile) in chunk.iter().enumerate() {
                     for (r, row) in tile.chunks_exact(row_len).enumerate() {
-                        let at = (first + k) * stride + r * pitch;
+                        let at = (first + k) * stride + first_row + r * pitch;
                         // SAFETY: `fits` checked above that every row lies inside `dst`
                         // (at + row_len ≤ tiles.len() × stride ≤ dst.len()); tiles are
                         // disjoint ranges, so no two threads write the same byte; the
@@ -65,15 +80,40 @@ pub(super) fn write_padded(
 }
 
 impl TilePool {
-    /// The texture region of `slot`.
-    pub(super) fn slot_region(&self, slot: SlotCoord) -> wgpu::TexelCopyTextureInfo<'_> {
+    /// The texture region of `slot`, `above` texel rows above its tile.
+    pub(super) fn slot_region(&self, slot: SlotCoord, above: u32) -> wgpu::TexelCopyTextureInfo<'_> {
         let (p, m) = (self.pitch(), self.margin);
         wgpu::TexelCopyTextureInfo {
             texture: &self.texture,
             mip_level: 0,
-            origin: wgpu::Origin3d { x: u32::from(slot.x) * p + m, y: u32::from(slot.y) * p + m, z: 0 },
+            origin: wgpu::Origin3d {
+                x: u32::from(slot.x) * p + m,
+                y: u32::from(slot.y) * p + m - above,
+                z: 0,
+            },
             aspect: wgpu::TextureAspect::All,
         }
+    }
+
+    /// Texel rows in one row of the format: 4 for 4×4 blocks, else 1.
+    fn block_rows(&self) -> u32 {
+        if self.target.is_block_compressed() { 4 } else { 1 }
+    }
+
+    /// Rows of zeros a batch upload writes above a tile and below it (rows of 4×4
+    /// blocks in a block format): the slot's margin, so that the copies of tiles bound
+    /// for slots one below the other are one copy, margins and all. 0 without a margin
+    /// (or with one that is not whole rows, which then copies tile by tile).
+    pub fn margin_rows(&self) -> u32 {
+        if self.margin.is_multiple_of(self.block_rows()) { self.margin / self.block_rows() } else { 0 }
+    }
+
+    /// A tile as staging memory lays it out for this pool: bytes of a row, the tile's
+    /// rows and the margin rows above and below them
+    /// ([`tessera_core::stream::staging::StagingLayout::with_margins`]).
+    pub fn staged_rows(&self) -> (u32, u32, u32) {
+        let (row_bytes, rows) = self.tile_rows();
+        (row_bytes, rows, self.margin_rows())
     }
 
     /// Copies one tile in the pool's format (`target().bytes_per_tile(slot_texels)` bytes) into `slot`.
@@ -82,7 +122,7 @@ impl TilePool {
         let s = self.slot_texels;
         let (bytes_per_row, rows) = self.tile_rows();
         queue.write_texture(
-            self.slot_region(slot),
+            self.slot_region(slot, 0),
             texels,
             wgpu::TexelCopyBufferLayout {
                 offset: 0,
@@ -139,9 +179,10 @@ impl TilePool {
         level_ones: Option<(&[LevelOne], u32)>,
     ) -> usize {
         let want = self.tile_bytes() as usize;
-        let (row_bytes, rows) = self.tile_rows();
+        let (row_bytes, rows, margin) = self.staged_rows();
+        let copy_rows = rows + 2 * margin;
         let padded_row = row_bytes.next_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
-        let stride = u64::from(padded_row) * u64::from(rows);
+        let stride = u64::from(padded_row) * u64::from(copy_rows);
         let valid: Vec<(SlotCoord, &[u8])> = items
             .iter()
             .filter(|(slot, texels)| {
@@ -181,7 +222,8 @@ impl TilePool {
             })
             .collect();
         // Staged copies of one pitch (every pool's part has one) in runs: a record that
-        // starts where the previous one's rows end, bound for the slot below it.
+        // starts where the previous one's rows (margins included) end, bound for the
+        // slot below it.
         let tiles: Vec<TileCopy> = staged
             .iter()
             .map(|c| TileCopy {
@@ -190,8 +232,8 @@ impl TilePool {
                 offset: c.offset,
             })
             .collect();
-        let span = staged.first().map_or(0, |c| u64::from(c.pitch) * u64::from(rows));
-        let uniform = staged.iter().all(|c| u64::from(c.pitch) * u64::from(rows) == span);
+        let span = staged.first().map_or(0, |c| u64::from(c.pitch) * u64::from(copy_rows));
+        let uniform = staged.iter().all(|c| u64::from(c.pitch) * u64::from(copy_rows) == span);
         for run in self.runs(&tiles, if uniform { span } else { 0 }) {
             let first = staged[run.start];
             self.copy_run(
@@ -216,7 +258,7 @@ impl TilePool {
                 Ok(mut view) => {
                     let rows = (row_bytes as usize, padded_row as usize);
                     let tiles: Vec<&[u8]> = group.iter().map(|(_, t)| *t).collect();
-                    write_padded(view.slice(..), &tiles, stride as usize, rows);
+                    write_padded(view.slice(..), &tiles, stride as usize, rows, margin as usize);
                 }
                 Err(e) => {
                     tracing::warn!("{} tile uploads skipped: staging not mapped: {e}", group.len());
@@ -325,8 +367,9 @@ impl TilePool {
     /// The copies that move `tiles` (laid out `span` bytes apart where contiguous):
     /// runs one below the other merged ([`TilePool::set_merged_copies`]), else one each.
     pub(super) fn runs(&self, tiles: &[TileCopy], span: u64) -> Vec<Range<usize>> {
-        // Slots with a margin are not one below the other's texels: one copy each.
-        if self.merged_copies && self.margin == 0 {
+        // A slot's tile follows the one above it only with the margin between them
+        // staged too: else one copy each.
+        if self.merged_copies && self.margin_rows() * self.block_rows() == self.margin {
             vertical_runs(tiles, span)
         } else {
             (0..tiles.len()).map(|i| i..i + 1).collect()
@@ -334,7 +377,8 @@ impl TilePool {
     }
 
     /// Records one copy of `count` tiles, one below the other from `slot` down, whose
-    /// rows follow each other at `pitch` from `offset` in `buffer`.
+    /// rows (each tile's margin rows above and below its own, [`TilePool::margin_rows`])
+    /// follow each other at `pitch` from `offset` in `buffer`.
     pub(super) fn copy_run(
         &self,
         encoder: &mut wgpu::CommandEncoder,
@@ -345,18 +389,19 @@ impl TilePool {
         count: u32,
     ) {
         let s = self.slot_texels;
-        let (_, rows) = self.tile_rows();
+        let (_, rows, margin) = self.staged_rows();
+        let above = margin * self.block_rows();
         encoder.copy_buffer_to_texture(
             wgpu::TexelCopyBufferInfo {
                 buffer,
                 layout: wgpu::TexelCopyBufferLayout {
                     offset,
                     bytes_per_row: Some(pitch),
-                    rows_per_image: Some(rows * count),
+                    rows_per_image: Some((rows + 2 * margin) * count),
                 },
             },
-            self.slot_region(slot),
-            wgpu::Extent3d { width: s, height: s * count, depth_or_array_layers: 1 },
+            self.slot_region(slot, above),
+            wgpu::Extent3d { width: s, height: (s + 2 * above) * count, depth_or_array_layers: 1 },
         );
     }
 

@@ -212,8 +212,8 @@ impl VirtualTextures {
             streamer.set_staging(None);
             return None;
         }
-        let parts: Vec<(u32, u32)> = pools.iter().map(TilePool::tile_rows).collect();
-        let layout = StagingLayout::new(&parts, wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
+        let parts: Vec<(u32, u32, u32)> = pools.iter().map(TilePool::staged_rows).collect();
+        let layout = StagingLayout::with_margins(&parts, wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
         let expected: usize = streamer.part_lengths().iter().sum();
         if layout.tile_bytes() != expected {
             tracing::warn!(
