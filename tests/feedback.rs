@@ -992,11 +992,19 @@ fn level_one_of_each_uploaded_bc_slot_is_its_tiles_downsample() {
 /// in an RGBA8 pool copied at any offset, in a BC7 pool with the margin that puts the
 /// quadrant on whole blocks (`pool_layout::slot_margin`), block for block. A slot whose
 /// parent is out downsamples itself (its level 1 is then not the parent's texels).
+/// A BC7 pool given the parent's bytes (as the host cache holds them) cuts the
+/// quadrants on the CPU instead, and copies the level 1 of two slots one below the
+/// other in one command: the same level 1, block for block.
 #[test]
 fn level_one_copies_the_parents_quadrant_exactly() {
+    use tessera::pool::LevelOnes;
+    use tessera_core::format::tile::TileId;
     use tessera_core::stream::level_one::{LevelOne, LevelOneSource};
     let ctx = gpu();
-    for (target, margin) in [(TargetFormat::Rgba8, 0u32), (TargetFormat::Bc7, 4)] {
+    let mut gpu_copied = None;
+    for (target, margin, cut_on_cpu) in
+        [(TargetFormat::Rgba8, 0u32, false), (TargetFormat::Bc7, 4, false), (TargetFormat::Bc7, 4, true)]
+    {
         let pool = TilePool::with_grid(
             &ctx.device,
             &ctx.queue,
@@ -1022,16 +1030,42 @@ fn level_one_copies_the_parents_quadrant_exactly() {
                     .collect(),
             }
         };
-        let (parent, child, orphan) = (tile(1), tile(2), tile(3));
-        let slots = [SlotCoord { x: 3, y: 1 }, SlotCoord { x: 0, y: 0 }, SlotCoord { x: 1, y: 1 }];
+        let (parent, child, orphan, sibling) = (tile(1), tile(2), tile(3), tile(4));
+        let slots = [
+            SlotCoord { x: 3, y: 1 },
+            SlotCoord { x: 0, y: 0 },
+            SlotCoord { x: 1, y: 1 },
+            SlotCoord { x: 0, y: 1 },
+        ];
+        let up = TileId::new(0, 1, 0, 0);
+        let from_parent = |quadrant| LevelOneSource::Parent { tile: up, slot: slots[0], quadrant };
         let ones = [
             LevelOne { slot: slots[0], source: LevelOneSource::Downsample },
-            LevelOne { slot: slots[1], source: LevelOneSource::Parent { slot: slots[0], quadrant: (1, 0) } },
+            LevelOne { slot: slots[1], source: from_parent((1, 0)) },
             LevelOne { slot: slots[2], source: LevelOneSource::Downsample },
+            LevelOne { slot: slots[3], source: from_parent((1, 1)) },
         ];
-        let items: Vec<(SlotCoord, &[u8])> =
-            slots.iter().copied().zip([&parent, &child, &orphan].map(Vec::as_slice)).collect();
-        pool.upload_frame(&ctx.device, &ctx.queue, &items, &[], Some((&ones, 4)));
+        let items: Vec<(SlotCoord, &[u8])> = [0, 1, 3, 2]
+            .into_iter()
+            .zip([&parent, &child, &sibling, &orphan].map(Vec::as_slice))
+            .map(|(i, t)| (slots[i], t))
+            .collect();
+        let parent_bytes: std::sync::Arc<[u8]> = parent.clone().into();
+        let bytes_of = |t: TileId| (t == up).then(|| parent_bytes.clone());
+        let mut level_ones = LevelOnes::new(&ones, 4);
+        if cut_on_cpu {
+            level_ones.parents = Some((&bytes_of, 0));
+        }
+        // Level 0: the child and its sibling below it in one copy, the others one each.
+        // Level 1 of those two: an RGBA8 pool draws it; a BC7 pool copies each quadrant
+        // on the GPU, or both cut on the CPU in one copy.
+        let commands = pool.upload_frame(&ctx.device, &ctx.queue, &items, &[], Some(level_ones));
+        let level_one_copies = match (target, cut_on_cpu) {
+            (TargetFormat::Rgba8, _) => 0,
+            (_, false) => 2,
+            (_, true) => 1,
+        };
+        assert_eq!(commands, 3 + level_one_copies, "{target:?}: copy commands");
         let level0 = read_pool_level(ctx, &pool, 0);
         let level1 = read_pool_level(ctx, &pool, 1);
         // Bytes of the texel (or block) row `y`, columns x..x + n (in texels), of a level.
@@ -1061,5 +1095,13 @@ fn level_one_copies_the_parents_quadrant_exactly() {
             span(&level0, w0, ox, oy + 8, half),
             "{target:?}"
         );
+        if target == TargetFormat::Bc7 {
+            match gpu_copied.take() {
+                None => gpu_copied = Some(level1),
+                Some(copied) => {
+                    assert!(copied == level1, "level 1 cut on the CPU differs from the GPU's copies")
+                }
+            }
+        }
     }
 }

@@ -757,7 +757,14 @@ fn invalidation_marks_every_mip_and_refreshes_needed_tiles_in_place() {
     for (x, y) in [(0, 0), (1, 0), (0, 1)] {
         let child = res.slot_of(TileId::new(0, 0, x, y)).unwrap();
         let job = plan.level_ones.iter().find(|l| l.slot == child).expect("level 1 of a child");
-        assert_eq!(job.source, LevelOneSource::Parent { slot: parent, quadrant: (x as u8, y as u8) });
+        assert_eq!(
+            job.source,
+            LevelOneSource::Parent {
+                tile: TileId::new(0, 1, 0, 0),
+                slot: parent,
+                quadrant: (x as u8, y as u8)
+            }
+        );
     }
     assert_eq!(plan.stats.stale_tiles, 0);
     assert_eq!(sim.streamer.production_stats().unwrap().refreshed, 5);

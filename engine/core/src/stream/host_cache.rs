@@ -216,6 +216,13 @@ impl HostCache {
         (self.partition, tile)
     }
 
+    /// This partition's bytes for the tile, if held, as they are: neither marked
+    /// recently used nor counted as a hit or a miss (for the renderer's own reads of
+    /// resident tiles, such as a parent's quadrant for its children's level 1).
+    pub fn peek(&self, tile: TileId) -> Option<Arc<[u8]>> {
+        self.lock().lru.peek(self.key(tile)).cloned()
+    }
+
     /// Returns this partition's bytes for the tile and marks it most recently used;
     /// counts a hit or a miss (in the store's counters).
     pub fn get(&self, tile: TileId) -> Option<Arc<[u8]>> {

@@ -22,6 +22,8 @@ pub enum LevelOneSource {
     /// The quadrant (`quadrant.0` across, `quadrant.1` down, each 0 or 1) of the parent
     /// tile in `slot`, at full resolution.
     Parent {
+        /// The parent tile.
+        tile: TileId,
         /// The parent's slot.
         slot: SlotCoord,
         /// Which quadrant of the parent the slot's tile covers.
@@ -49,7 +51,7 @@ impl LevelOne {
             LevelOneSource::Downsample => {
                 ([u32::from(self.slot.x) * pitch, u32::from(self.slot.y) * pitch], 2)
             }
-            LevelOneSource::Parent { slot, quadrant } => {
+            LevelOneSource::Parent { slot, quadrant, .. } => {
                 // Level-1 texel i covers the slot's level-0 texels 2i, 2i + 1: payload
                 // texels 2i − margin − border, …, which the parent holds at half
                 // resolution from its own margin and border on, the quadrant half a
@@ -63,6 +65,38 @@ impl LevelOne {
             }
         }
     }
+}
+
+/// The `side`² texels at `at` (texels from the tile's top-left corner) of a tile stored
+/// as `rows.1` rows of `rows.0` bytes, in units of `unit.0`² texels of `unit.1` bytes
+/// (4×4 blocks of 16 bytes for BC7, texels of 4 bytes for RGBA8): the region's rows one
+/// after the other. This is a parent's quadrant cut on the CPU from the parent's bytes,
+/// as the GPU would copy it from the parent's slot. `None` where the region is not on
+/// whole units, or not inside the tile, or the bytes are not the tile's.
+pub fn cut_region(
+    tile: &[u8],
+    rows: (u32, u32),
+    unit: (u32, u32),
+    at: [u32; 2],
+    side: u32,
+) -> Option<Vec<u8>> {
+    let ((row_bytes, row_count), (texels, unit_bytes)) = (rows, unit);
+    let (row_bytes, unit_bytes) = (row_bytes as usize, unit_bytes as usize);
+    if texels == 0 || tile.len() != row_bytes * row_count as usize {
+        return None;
+    }
+    if !(at[0].is_multiple_of(texels) && at[1].is_multiple_of(texels) && side.is_multiple_of(texels)) {
+        return None;
+    }
+    let (x, y, n) = ((at[0] / texels) as usize, (at[1] / texels) as usize, (side / texels) as usize);
+    if (x + n) * unit_bytes > row_bytes || y + n > row_count as usize {
+        return None;
+    }
+    let mut out = Vec::with_capacity(n * n * unit_bytes);
+    for row in tile.chunks_exact(row_bytes).skip(y).take(n) {
+        out.extend_from_slice(&row[x * unit_bytes..(x + n) * unit_bytes]);
+    }
+    Some(out)
 }
 
 /// The level-1 copies after `uploads` (already resident; `slot_of` answers for the
@@ -90,8 +124,13 @@ pub fn plan_tiles(
     let mut jobs: Vec<LevelOne> = Vec::with_capacity(written.len());
     let source = |tile: TileId| -> LevelOneSource {
         let Some(coarsest) = layout.coarsest_mip(tile.layer) else { return LevelOneSource::Downsample };
-        match tile.parent(coarsest).and_then(&slot_of) {
-            Some(slot) => LevelOneSource::Parent { slot, quadrant: ((tile.x & 1) as u8, (tile.y & 1) as u8) },
+        let Some(parent) = tile.parent(coarsest) else { return LevelOneSource::Downsample };
+        match slot_of(parent) {
+            Some(slot) => LevelOneSource::Parent {
+                tile: parent,
+                slot,
+                quadrant: ((tile.x & 1) as u8, (tile.y & 1) as u8),
+            },
             None => LevelOneSource::Downsample,
         }
     };
@@ -116,7 +155,11 @@ pub fn plan_tiles(
             if let Some(slot) = slot_of(child) {
                 jobs.push(LevelOne {
                     slot,
-                    source: LevelOneSource::Parent { slot: parent_slot, quadrant: (dx as u8, dy as u8) },
+                    source: LevelOneSource::Parent {
+                        tile: t,
+                        slot: parent_slot,
+                        quadrant: (dx as u8, dy as u8),
+                    },
                 });
             }
         }
@@ -160,7 +203,11 @@ mod tests {
             jobs,
             vec![LevelOne {
                 slot: SlotCoord { x: 0, y: 0 },
-                source: LevelOneSource::Parent { slot: SlotCoord { x: 5, y: 2 }, quadrant: (1, 1) }
+                source: LevelOneSource::Parent {
+                    tile: parent,
+                    slot: SlotCoord { x: 5, y: 2 },
+                    quadrant: (1, 1)
+                }
             }]
         );
         // Quadrant (1, 1) of the parent's slot (5, 2): border 4, a half payload of 64 in,
@@ -169,6 +216,26 @@ mod tests {
         // With a margin of 4 (144² slots), whole 4×4 blocks: the parent's tile starts 4
         // texels into its slot and the quadrant 64 texels further.
         assert_eq!(jobs[0].source_texels(144, 4, 4), ([5 * 144 + 68, 2 * 144 + 68], 1));
+    }
+
+    #[test]
+    fn a_quadrant_is_cut_on_whole_blocks_inside_the_tile() {
+        // A 136² BC7 tile: 34 rows of 34 blocks, block (bx, by) holding bytes bx + 34 by.
+        let tile: Vec<u8> = (0..34 * 34u32).flat_map(|b| [(b % 256) as u8; 16]).collect();
+        let rows = (34 * 16, 34);
+        // The quadrant (1, 1) of a 144² slot's level 1: 72 texels from texel 64.
+        let cut = cut_region(&tile, rows, (4, 16), [64, 64], 72).unwrap();
+        assert_eq!(cut.len(), 18 * 18 * 16);
+        for (i, block) in cut.chunks_exact(16).enumerate() {
+            let (bx, by) = (16 + i as u32 % 18, 16 + i as u32 / 18);
+            assert_eq!(u32::from(block[0]), (bx + 34 * by) % 256, "block {i}");
+        }
+        assert!(cut_region(&tile, rows, (4, 16), [66, 64], 72).is_none(), "not on a block");
+        assert!(cut_region(&tile, rows, (4, 16), [68, 64], 72).is_none(), "past the right edge");
+        assert!(cut_region(&tile[16..], rows, (4, 16), [0, 0], 72).is_none(), "not the tile's bytes");
+        // RGBA8 texels cut at any offset.
+        let rgba: Vec<u8> = (0..8 * 8 * 4u32).map(|i| i as u8).collect();
+        assert_eq!(cut_region(&rgba, (32, 8), (1, 4), [7, 7], 1).unwrap(), rgba[252..256].to_vec());
     }
 
     #[test]
@@ -197,7 +264,7 @@ mod tests {
         assert_eq!(of(1).len(), 1, "an uploaded child appears once: {jobs:?}");
         assert_eq!(
             of(2)[0].source,
-            LevelOneSource::Parent { slot: SlotCoord { x: 9, y: 9 }, quadrant: (1, 1) }
+            LevelOneSource::Parent { tile: parent, slot: SlotCoord { x: 9, y: 9 }, quadrant: (1, 1) }
         );
         assert_eq!(jobs.len(), 3, "the parent (downsample: its own parent is out), two children");
     }

@@ -118,7 +118,9 @@ pub struct StreamFrame {
     pub uploads_staged: usize,
     /// Copy commands the renderer recorded for this frame's uploads, all pools
     /// together: one per run of tiles bound for slots one below the other whose bytes
-    /// follow each other in staging memory (0 where no renderer counts them).
+    /// follow each other in staging memory, and a block pool's level-1 copies (one per
+    /// parent quadrant copied on the GPU, one per run of quadrants staged from the
+    /// parents' bytes); 0 where no renderer counts them.
     pub upload_copies: usize,
     /// Tiles evicted from the pool this frame (with a produced atlas, also those that
     /// invalidations evicted since the previous frame).

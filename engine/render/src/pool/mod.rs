@@ -10,8 +10,9 @@ use std::sync::{Mutex, PoisonError};
 
 use tessera_core::format::atlas::ColorSpace;
 use tessera_core::format::codec::{Codec, EncodeOptions, TargetFormat, transcode};
+use tessera_core::format::tile::TileId;
 use tessera_core::stream::copy_runs::{TileCopy, vertical_runs};
-use tessera_core::stream::level_one::{LevelOne, LevelOneSource};
+use tessera_core::stream::level_one::{LevelOne, LevelOneSource, cut_region};
 use tessera_core::stream::page_table::SlotCoord;
 use tessera_core::stream::pool_layout::level_one_possible;
 
@@ -90,6 +91,28 @@ pub struct StagedCopy<'a> {
     pub offset: u64,
     /// Bytes from one row to the next.
     pub pitch: u32,
+}
+
+/// The level-1 work after a frame's uploads ([`TilePool::upload_frame`]).
+#[derive(Clone, Copy)]
+pub struct LevelOnes<'a> {
+    /// Each written slot's source ([`tessera_core::stream::level_one::plan`]).
+    pub jobs: &'a [LevelOne],
+    /// The border of the stored tiles.
+    pub border: u32,
+    /// A resident tile's bytes where the CPU still holds them (the host cache), with the
+    /// offset of this pool's part in them. A block pool then cuts each parent's
+    /// quadrant from those bytes and stages it, so that runs of slots one below the
+    /// other get their level 1 in one copy, instead of one GPU copy per slot.
+    pub parents: Option<(&'a dyn Fn(TileId) -> Option<std::sync::Arc<[u8]>>, usize)>,
+}
+
+impl<'a> LevelOnes<'a> {
+    /// The level-1 work of `jobs` for tiles with a border of `border` texels, each
+    /// parent's quadrant copied on the GPU.
+    pub fn new(jobs: &'a [LevelOne], border: u32) -> Self {
+        Self { jobs, border, parents: None }
+    }
 }
 
 /// The pool texture and its slot grid.

@@ -167,16 +167,16 @@ impl TilePool {
     }
 
     /// [`TilePool::upload_mixed`], then the level-1 copies of `level_ones` (each slot's
-    /// parent quadrant or its own downsample, [`tessera_core::stream::level_one`]) for
-    /// tiles whose stored border is `.1` texels, instead of a downsample of every slot
-    /// written (`None`). A pool without a level 1 ignores them.
+    /// parent quadrant or its own downsample, [`tessera_core::stream::level_one`]),
+    /// instead of a downsample of every slot written (`None`). A pool without a level 1
+    /// ignores them. Returns the copy commands recorded, level 0's and level 1's.
     pub fn upload_frame(
         &self,
         device: &wgpu::Device,
         queue: &wgpu::Queue,
         items: &[(SlotCoord, &[u8])],
         staged: &[StagedCopy<'_>],
-        level_ones: Option<(&[LevelOne], u32)>,
+        level_ones: Option<LevelOnes<'_>>,
     ) -> usize {
         let want = self.tile_bytes() as usize;
         let (row_bytes, rows, margin) = self.staged_rows();
@@ -284,14 +284,16 @@ impl TilePool {
             }
             copied.extend(group.iter().map(|(slot, _)| [u32::from(slot.x), u32::from(slot.y)]));
         }
+        let (jobs, level_copies, staged_level_copies) =
+            self.slot_mip_jobs(&mut encoder, &mut belt, &copied, level_ones);
+        commands += level_copies + staged_level_copies;
         belt.finish();
-        let (jobs, level_copies) = self.slot_mip_jobs(&mut encoder, &copied, level_ones);
         match &self.slot_mips {
             Some(SlotMips::Rendered(mips)) => mips.record(device, queue, &mut encoder, &jobs),
             Some(SlotMips::Encoded(mips)) => mips.record(device, &mut encoder, &self.texture, &jobs),
             None => {}
         }
-        if !copied.is_empty() || !jobs.is_empty() || level_copies > 0 {
+        if !copied.is_empty() || !jobs.is_empty() || level_copies + staged_level_copies > 0 {
             queue.submit([encoder.finish()]);
         }
         belt.recall();
@@ -303,22 +305,38 @@ impl TilePool {
     /// into `encoder` where the format allows the copy (any offset for RGBA8, whole
     /// blocks for block formats: pools with a margin), else made by the level-1 pass
     /// from it (returned, with the number of copies recorded); the other slots, or
-    /// every slot written without `level_ones`, are downsampled by that pass. Nothing
-    /// for a pool without level 1.
+    /// every slot written without `level_ones`, are downsampled by that pass. A block
+    /// pool's quadrants whose parent bytes the CPU holds are cut from them and staged in
+    /// `belt` instead, runs of slots one below the other in one copy (the third count).
+    /// Nothing for a pool without level 1.
     fn slot_mip_jobs(
         &self,
         encoder: &mut wgpu::CommandEncoder,
+        belt: &mut wgpu::util::StagingBelt,
         copied: &[[u32; 2]],
-        level_ones: Option<(&[LevelOne], u32)>,
-    ) -> (Vec<SlotMipJob>, usize) {
+        level_ones: Option<LevelOnes<'_>>,
+    ) -> (Vec<SlotMipJob>, usize, usize) {
         if self.slot_mips.is_none() {
-            return (Vec::new(), 0);
+            return (Vec::new(), 0, 0);
         }
         let pitch = self.pitch();
-        let Some((ones, border)) = level_ones else {
-            return (copied.iter().map(|&slot| SlotMipJob::downsample(slot, pitch)).collect(), 0);
+        let Some(LevelOnes { jobs: ones, border, parents }) = level_ones else {
+            return (copied.iter().map(|&slot| SlotMipJob::downsample(slot, pitch)).collect(), 0, 0);
         };
         let mut copies = 0;
+        let mut cut: Vec<(SlotCoord, Vec<u8>)> = Vec::new();
+        let unit = (self.block_rows(), self.target.bytes_per_block() as u32);
+        // The quadrant behind level 1 of `j` (at level-0 texel `src`), cut from the
+        // parent's bytes where the CPU holds them.
+        let cut_from_parent = |j: &LevelOne, src: [u32; 2]| -> Option<Vec<u8>> {
+            let (bytes_of, offset) = parents?;
+            let LevelOneSource::Parent { tile, slot, .. } = j.source else { return None };
+            let bytes = bytes_of(tile)?;
+            let part = bytes.get(offset..offset + self.tile_bytes() as usize)?;
+            let corner = |s: u16| u32::from(s) * pitch + self.margin;
+            let at = [src[0].checked_sub(corner(slot.x))?, src[1].checked_sub(corner(slot.y))?];
+            cut_region(part, self.tile_rows(), unit, at, pitch / 2)
+        };
         let inside = |c: SlotCoord| u32::from(c.x) < self.slots_x && u32::from(c.y) < self.slots_y;
         let half = pitch / 2;
         let mut jobs = Vec::new();
@@ -340,6 +358,10 @@ impl TilePool {
                         && src[0].is_multiple_of(4)
                         && src[1].is_multiple_of(4) =>
                 {
+                    if let Some(rows) = cut_from_parent(j, src) {
+                        cut.push((j.slot, rows));
+                        continue;
+                    }
                     encoder.copy_texture_to_texture(
                         wgpu::TexelCopyTextureInfo {
                             texture: &self.texture,
@@ -361,7 +383,86 @@ impl TilePool {
                 None => jobs.push(SlotMipJob::downsample(dst, pitch)),
             }
         }
-        (jobs, copies)
+        let staged = self.copy_level_one_rows(encoder, belt, &mut cut);
+        (jobs, copies, staged)
+    }
+
+    /// Stages level 1 of each slot of `cut` (its rows of `pitch / 2` texels, cut on the
+    /// CPU) and records its copies: runs of slots one below the other, in one copy each
+    /// (unless [`TilePool::set_merged_copies`] is off). Returns the copies recorded.
+    fn copy_level_one_rows(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        belt: &mut wgpu::util::StagingBelt,
+        cut: &mut [(SlotCoord, Vec<u8>)],
+    ) -> usize {
+        let Some(first) = cut.first() else { return 0 };
+        let half = self.pitch() / 2;
+        let rows = half / self.block_rows();
+        let row_bytes = first.1.len() as u32 / rows.max(1);
+        let pitch = row_bytes.next_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
+        let stride = u64::from(pitch) * u64::from(rows);
+        // Down the columns, so that slots one below the other follow each other.
+        cut.sort_unstable_by_key(|(slot, _)| (slot.x, slot.y));
+        let mut commands = 0;
+        let per_group = (STAGING_GROUP_BYTES / stride.max(1)).max(1) as usize;
+        for group in cut.chunks(per_group) {
+            let Some(size) = wgpu::BufferSize::new(stride * group.len() as u64) else { continue };
+            let align = wgpu::BufferSize::new(u64::from(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT)).unwrap_or(size);
+            let staged = belt.allocate(size, align);
+            match staged.get_mapped_range_mut() {
+                Ok(mut view) => {
+                    let tiles: Vec<&[u8]> = group.iter().map(|(_, t)| t.as_slice()).collect();
+                    write_padded(
+                        view.slice(..),
+                        &tiles,
+                        stride as usize,
+                        (row_bytes as usize, pitch as usize),
+                        0,
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!("{} level-1 copies skipped: staging not mapped: {e}", group.len());
+                    continue;
+                }
+            }
+            let laid: Vec<TileCopy> = group
+                .iter()
+                .enumerate()
+                .map(|(i, (slot, _))| TileCopy { slot: *slot, source: 0, offset: i as u64 * stride })
+                .collect();
+            let runs = if self.merged_copies {
+                vertical_runs(&laid, stride)
+            } else {
+                (0..laid.len()).map(|i| i..i + 1).collect()
+            };
+            for run in runs {
+                let (slot, count) = (laid[run.start].slot, run.len() as u32);
+                encoder.copy_buffer_to_texture(
+                    wgpu::TexelCopyBufferInfo {
+                        buffer: staged.buffer(),
+                        layout: wgpu::TexelCopyBufferLayout {
+                            offset: staged.offset() + laid[run.start].offset,
+                            bytes_per_row: Some(pitch),
+                            rows_per_image: Some(rows * count),
+                        },
+                    },
+                    wgpu::TexelCopyTextureInfo {
+                        texture: &self.texture,
+                        mip_level: 1,
+                        origin: wgpu::Origin3d {
+                            x: u32::from(slot.x) * half,
+                            y: u32::from(slot.y) * half,
+                            z: 0,
+                        },
+                        aspect: wgpu::TextureAspect::All,
+                    },
+                    wgpu::Extent3d { width: half, height: half * count, depth_or_array_layers: 1 },
+                );
+                commands += 1;
+            }
+        }
+        commands
     }
 
     /// The copies that move `tiles` (laid out `span` bytes apart where contiguous):

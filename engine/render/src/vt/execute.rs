@@ -150,6 +150,10 @@ impl VirtualTextures {
         if let Some(production) = self.production.as_mut().filter(|_| !plan.produce.is_empty()) {
             production.run(ctx, &self.atlas, &self.pools, &plan.produce);
         }
+        // A parent's bytes for its children's level 1, where the host cache holds them
+        // (block pools stage the quadrants from there instead of copying each one).
+        let cache = Arc::clone(self.streamer.host_cache());
+        let parent_bytes = move |tile: tessera_core::format::tile::TileId| cache.peek(tile);
         for (part, (pool, &len)) in self.pools.iter().zip(lengths).enumerate() {
             // The streamer only hands out tiles of exactly the summed part lengths.
             let batch: Vec<_> = plan
@@ -160,8 +164,9 @@ impl VirtualTextures {
                 .filter_map(|(u, _)| Some((u.slot, u.bytes.get(offset..offset + len)?)))
                 .collect();
             let copies = self.staging.as_ref().map(|s| s.copies(part, &to_slots)).unwrap_or_default();
-            upload_copies +=
-                pool.upload_frame(&ctx.device, &ctx.queue, &batch, &copies, Some((&plan.level_ones, border)));
+            let level_ones =
+                LevelOnes { jobs: &plan.level_ones, border, parents: Some((&parent_bytes, offset)) };
+            upload_copies += pool.upload_frame(&ctx.device, &ctx.queue, &batch, &copies, Some(level_ones));
             offset += len;
         }
         if timed {

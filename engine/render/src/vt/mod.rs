@@ -35,7 +35,7 @@ use crate::feedback_target::{FeedbackAttachment, FeedbackTargets};
 use crate::page_table::{PageTableBuffer, PageTableStorage};
 use crate::page_table_update::TableUpdater;
 use crate::params::{LayerBinding, Resources, ShaderProbe, VtParams, bind_group_layout, pool_sampler};
-use crate::pool::{TilePool, format_support};
+use crate::pool::{LevelOnes, TilePool, format_support};
 use crate::prediction::Prediction;
 use crate::produce::{Production, TileProducer};
 use crate::staging::GpuStaging;
