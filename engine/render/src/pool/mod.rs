@@ -93,6 +93,9 @@ pub struct StagedCopy<'a> {
     pub pitch: u32,
 }
 
+/// A resident tile's bytes where the CPU still holds them (the host cache).
+pub type TileBytes<'a> = &'a dyn Fn(TileId) -> Option<std::sync::Arc<[u8]>>;
+
 /// The level-1 work after a frame's uploads ([`TilePool::upload_frame`]).
 #[derive(Clone, Copy)]
 pub struct LevelOnes<'a> {
@@ -104,7 +107,7 @@ pub struct LevelOnes<'a> {
     /// offset of this pool's part in them. A block pool then cuts each parent's
     /// quadrant from those bytes and stages it, so that runs of slots one below the
     /// other get their level 1 in one copy, instead of one GPU copy per slot.
-    pub parents: Option<(&'a dyn Fn(TileId) -> Option<std::sync::Arc<[u8]>>, usize)>,
+    pub parents: Option<(TileBytes<'a>, usize)>,
 }
 
 impl<'a> LevelOnes<'a> {
