@@ -83,7 +83,8 @@ pub(crate) struct VtArgs {
     #[arg(long, value_parser = parse_feedback_path)]
     pub(crate) feedback: Option<bool>,
     /// Record one copy command per uploaded tile instead of one per run of tiles bound
-    /// for slots one below the other (to compare; the default merges them).
+    /// for slots one below the other, and copy a block pool's level-1 quadrants on the
+    /// GPU one by one (to compare; the default merges both).
     #[arg(long)]
     pub(crate) per_tile_copies: bool,
     /// Spread upload bursts over frames: `off` (the default: a burst takes one frame),

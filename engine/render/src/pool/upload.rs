@@ -323,6 +323,8 @@ impl TilePool {
         let Some(LevelOnes { jobs: ones, border, parents }) = level_ones else {
             return (copied.iter().map(|&slot| SlotMipJob::downsample(slot, pitch)).collect(), 0, 0);
         };
+        // Per-tile copies (to compare) copy every quadrant on the GPU, as before.
+        let parents = parents.filter(|_| self.merged_copies);
         let mut copies = 0;
         let mut cut: Vec<(SlotCoord, Vec<u8>)> = Vec::new();
         let unit = (self.block_rows(), self.target.bytes_per_block() as u32);
@@ -388,8 +390,8 @@ impl TilePool {
     }
 
     /// Stages level 1 of each slot of `cut` (its rows of `pitch / 2` texels, cut on the
-    /// CPU) and records its copies: runs of slots one below the other, in one copy each
-    /// (unless [`TilePool::set_merged_copies`] is off). Returns the copies recorded.
+    /// CPU) and records its copies: runs of slots one below the other, in one copy each.
+    /// Returns the copies recorded.
     fn copy_level_one_rows(
         &self,
         encoder: &mut wgpu::CommandEncoder,
@@ -431,12 +433,7 @@ impl TilePool {
                 .enumerate()
                 .map(|(i, (slot, _))| TileCopy { slot: *slot, source: 0, offset: i as u64 * stride })
                 .collect();
-            let runs = if self.merged_copies {
-                vertical_runs(&laid, stride)
-            } else {
-                (0..laid.len()).map(|i| i..i + 1).collect()
-            };
-            for run in runs {
+            for run in vertical_runs(&laid, stride) {
                 let (slot, count) = (laid[run.start].slot, run.len() as u32);
                 encoder.copy_buffer_to_texture(
                     wgpu::TexelCopyBufferInfo {
@@ -507,8 +504,9 @@ impl TilePool {
     }
 
     /// Whether uploads copy runs of tiles bound for slots one below the other (whose
-    /// bytes follow each other in staging memory) with one copy each (the default), or
-    /// every tile with its own copy (to compare).
+    /// bytes follow each other in staging memory) with one copy each, and a block
+    /// pool's level 1 cut from the parents' bytes likewise (the default), or every tile
+    /// with its own copy and every quadrant copied on the GPU (to compare).
     pub fn set_merged_copies(&mut self, merged: bool) {
         self.merged_copies = merged;
     }

@@ -78,8 +78,10 @@ pub struct VtConfig {
     /// Copy a run of uploaded tiles bound for slots one below the other, whose bytes
     /// follow each other in staging memory, with one copy command (the default; free
     /// slots are handed out down the columns and a frame's uploads ordered by their
-    /// staging records, so a burst is a few copies); off: one copy per tile, to
-    /// compare. [`StreamFrame::upload_copies`] counts them.
+    /// staging records, so a burst is a few copies), and likewise a block pool's level 1
+    /// where its quadrants are cut from the parents' bytes on the CPU; off: one copy
+    /// per tile and a block pool's quadrants copied on the GPU one by one, to compare.
+    /// [`StreamFrame::upload_copies`] counts them.
     pub merged_copies: bool,
     /// How bursts of uploads (a camera cut, a flushed pool) are spread over frames so
     /// that no frame takes them all at once; see [`UploadSlicing`]. Sets the streaming
