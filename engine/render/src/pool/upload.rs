@@ -79,6 +79,38 @@ pub(super) fn write_padded(
     });
 }
 
+/// Stages `group`'s tiles in `belt`, tile `i` at `i × stride` ([`write_padded`]: rows of
+/// `rows.0` bytes at a pitch of `rows.1` bytes, `rows.2` rows of zeros above and below),
+/// and returns the staging range with the tiles as laid out in it (offsets from its
+/// start). `None`, with a warning that `what` was skipped, where it could not be mapped.
+fn stage_in_belt<'b>(
+    belt: &'b mut wgpu::util::StagingBelt,
+    group: &[(SlotCoord, &[u8])],
+    stride: u64,
+    rows: (usize, usize, usize),
+    what: &str,
+) -> Option<(wgpu::BufferSlice<'b>, Vec<TileCopy>)> {
+    let size = wgpu::BufferSize::new(stride * group.len() as u64)?;
+    let align = wgpu::BufferSize::new(u64::from(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT)).unwrap_or(size);
+    let staged = belt.allocate(size, align);
+    match staged.get_mapped_range_mut() {
+        Ok(mut view) => {
+            let tiles: Vec<&[u8]> = group.iter().map(|(_, t)| *t).collect();
+            write_padded(view.slice(..), &tiles, stride as usize, (rows.0, rows.1), rows.2);
+        }
+        Err(e) => {
+            tracing::warn!("{} {what} skipped: staging not mapped: {e}", group.len());
+            return None;
+        }
+    }
+    let laid = group
+        .iter()
+        .enumerate()
+        .map(|(i, (slot, _))| TileCopy { slot: *slot, source: 0, offset: i as u64 * stride })
+        .collect();
+    Some((staged, laid))
+}
+
 impl TilePool {
     /// The texture region of `slot`, `above` texel rows above its tile.
     pub(super) fn slot_region(&self, slot: SlotCoord, above: u32) -> wgpu::TexelCopyTextureInfo<'_> {
@@ -251,25 +283,10 @@ impl TilePool {
         // tile: each mapping is tracked and checked against the buffer's others.
         let per_group = (STAGING_GROUP_BYTES / stride).max(1) as usize;
         for group in valid.chunks(per_group) {
-            let Some(size) = wgpu::BufferSize::new(stride * group.len() as u64) else { continue };
-            let align = wgpu::BufferSize::new(u64::from(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT)).unwrap_or(size);
-            let staged = belt.allocate(size, align);
-            match staged.get_mapped_range_mut() {
-                Ok(mut view) => {
-                    let rows = (row_bytes as usize, padded_row as usize);
-                    let tiles: Vec<&[u8]> = group.iter().map(|(_, t)| *t).collect();
-                    write_padded(view.slice(..), &tiles, stride as usize, rows, margin as usize);
-                }
-                Err(e) => {
-                    tracing::warn!("{} tile uploads skipped: staging not mapped: {e}", group.len());
-                    continue;
-                }
-            }
-            let laid: Vec<TileCopy> = group
-                .iter()
-                .enumerate()
-                .map(|(i, (slot, _))| TileCopy { slot: *slot, source: 0, offset: i as u64 * stride })
-                .collect();
+            let layout = (row_bytes as usize, padded_row as usize, margin as usize);
+            let Some((staged, laid)) = stage_in_belt(&mut belt, group, stride, layout, "tile uploads") else {
+                continue;
+            };
             for run in self.runs(&laid, stride) {
                 let offset = staged.offset() + laid[run.start].offset;
                 self.copy_run(
@@ -408,31 +425,12 @@ impl TilePool {
         cut.sort_unstable_by_key(|(slot, _)| (slot.x, slot.y));
         let mut commands = 0;
         let per_group = (STAGING_GROUP_BYTES / stride.max(1)).max(1) as usize;
+        let cut: Vec<(SlotCoord, &[u8])> = cut.iter().map(|(slot, rows)| (*slot, rows.as_slice())).collect();
         for group in cut.chunks(per_group) {
-            let Some(size) = wgpu::BufferSize::new(stride * group.len() as u64) else { continue };
-            let align = wgpu::BufferSize::new(u64::from(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT)).unwrap_or(size);
-            let staged = belt.allocate(size, align);
-            match staged.get_mapped_range_mut() {
-                Ok(mut view) => {
-                    let tiles: Vec<&[u8]> = group.iter().map(|(_, t)| t.as_slice()).collect();
-                    write_padded(
-                        view.slice(..),
-                        &tiles,
-                        stride as usize,
-                        (row_bytes as usize, pitch as usize),
-                        0,
-                    );
-                }
-                Err(e) => {
-                    tracing::warn!("{} level-1 copies skipped: staging not mapped: {e}", group.len());
-                    continue;
-                }
-            }
-            let laid: Vec<TileCopy> = group
-                .iter()
-                .enumerate()
-                .map(|(i, (slot, _))| TileCopy { slot: *slot, source: 0, offset: i as u64 * stride })
-                .collect();
+            let layout = (row_bytes as usize, pitch as usize, 0);
+            let Some((staged, laid)) = stage_in_belt(belt, group, stride, layout, "level-1 copies") else {
+                continue;
+            };
             for run in vertical_runs(&laid, stride) {
                 let (slot, count) = (laid[run.start].slot, run.len() as u32);
                 encoder.copy_buffer_to_texture(
