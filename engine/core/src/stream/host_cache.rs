@@ -391,6 +391,19 @@ mod tests {
     }
 
     #[test]
+    fn peek_neither_counts_nor_touches() {
+        let c = HostCache::new(200);
+        assert!(c.insert(t(1), bytes(100)));
+        assert!(c.insert(t(2), bytes(100)));
+        // The renderer reads a parent's bytes: 1 stays the least recently used.
+        assert_eq!(c.peek(t(1)).map(|b| b.len()), Some(100));
+        assert!(c.peek(t(9)).is_none());
+        assert_eq!((c.counters().hits, c.counters().misses), (0, 0));
+        assert!(c.insert(t(3), bytes(100)));
+        assert_eq!(c.resident_tiles(), vec![t(2), t(3)]);
+    }
+
+    #[test]
     fn oversized_and_replacement() {
         let c = HostCache::new(100);
         assert!(c.insert(t(1), bytes(60)));
