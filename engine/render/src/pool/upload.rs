@@ -301,16 +301,15 @@ impl TilePool {
             }
             copied.extend(group.iter().map(|(slot, _)| [u32::from(slot.x), u32::from(slot.y)]));
         }
-        let (jobs, level_copies, staged_level_copies) =
-            self.slot_mip_jobs(&mut encoder, &mut belt, &copied, level_ones);
-        commands += level_copies + staged_level_copies;
+        let (jobs, level_copies) = self.slot_mip_jobs(&mut encoder, &mut belt, &copied, level_ones);
+        commands += level_copies;
         belt.finish();
         match &self.slot_mips {
             Some(SlotMips::Rendered(mips)) => mips.record(device, queue, &mut encoder, &jobs),
             Some(SlotMips::Encoded(mips)) => mips.record(device, &mut encoder, &self.texture, &jobs),
             None => {}
         }
-        if !copied.is_empty() || !jobs.is_empty() || level_copies + staged_level_copies > 0 {
+        if !copied.is_empty() || !jobs.is_empty() || level_copies > 0 {
             queue.submit([encoder.finish()]);
         }
         belt.recall();
@@ -324,21 +323,21 @@ impl TilePool {
     /// from it (returned, with the number of copies recorded); the other slots, or
     /// every slot written without `level_ones`, are downsampled by that pass. A block
     /// pool's quadrants whose parent bytes the CPU holds are cut from them and staged in
-    /// `belt` instead, runs of slots one below the other in one copy (the third count).
-    /// Nothing for a pool without level 1.
+    /// `belt` instead, runs of slots one below the other in one copy (counted with the
+    /// others). Nothing for a pool without level 1.
     fn slot_mip_jobs(
         &self,
         encoder: &mut wgpu::CommandEncoder,
         belt: &mut wgpu::util::StagingBelt,
         copied: &[[u32; 2]],
         level_ones: Option<LevelOnes<'_>>,
-    ) -> (Vec<SlotMipJob>, usize, usize) {
+    ) -> (Vec<SlotMipJob>, usize) {
         if self.slot_mips.is_none() {
-            return (Vec::new(), 0, 0);
+            return (Vec::new(), 0);
         }
         let pitch = self.pitch();
         let Some(LevelOnes { jobs: ones, border, parents }) = level_ones else {
-            return (copied.iter().map(|&slot| SlotMipJob::downsample(slot, pitch)).collect(), 0, 0);
+            return (copied.iter().map(|&slot| SlotMipJob::downsample(slot, pitch)).collect(), 0);
         };
         // Per-tile copies (to compare) copy every quadrant on the GPU, as before.
         let parents = parents.filter(|_| self.merged_copies);
@@ -402,8 +401,8 @@ impl TilePool {
                 None => jobs.push(SlotMipJob::downsample(dst, pitch)),
             }
         }
-        let staged = self.copy_level_one_rows(encoder, belt, &mut cut);
-        (jobs, copies, staged)
+        copies += self.copy_level_one_rows(encoder, belt, &mut cut);
+        (jobs, copies)
     }
 
     /// Stages level 1 of each slot of `cut` (its rows of `pitch / 2` texels, cut on the
