@@ -839,10 +839,15 @@ fn a_predicted_view_is_resident_before_the_camera_gets_there() {
             );
         } else {
             assert_eq!(predicted_requests, 0);
+            // The share of the cut frame's pixels shown coarser than they want: the
+            // resident fraction alone is not a steady measure here, as it counts the
+            // union of the last stride² readbacks, most of them the wide view's (all
+            // resident), and a loaded machine delivers the readbacks in fewer frames.
             assert!(
-                first.resident_fraction < 0.8,
-                "without prediction the close-up's first feedback found {:.1}% resident",
-                100.0 * first.resident_fraction
+                first.coarse_pixel_share.is_some_and(|s| s > 0.3),
+                "without prediction the close-up's first feedback found {:.1}% resident, {:?} of its pixels coarse",
+                100.0 * first.resident_fraction,
+                first.coarse_pixel_share
             );
         }
     }
