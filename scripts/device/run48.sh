@@ -1,12 +1,13 @@
 #!/bin/bash
 # One device call for what the ninth session left unmeasured, most wanted first:
+#  0. On an H200 only: issue 43's terrain table (run43.sh, ~20 s), the one figure that
+#     issue still lacks.
 #  1. Issue 45 bursts after block pools copy runs of tiles and stage level 1 from the
 #     parents' bytes: the 64K² mosaic at 1080p, --flush-every 10 --upload-budget 1024,
 #     slice off, ETC1S -> BC7 and LZ4 -> RGBA8, each merged (the default) and with
 #     --per-tile-copies (one copy per tile, level-1 quadrants copied on the GPU one by
 #     one: the code before) in the same run on the same card.
-#  2. On an H200: issue 43's terrain table (run43.sh, ~20 s) before the bursts, then issue 45's table
-#     (run45f.sh) in the time left. Elsewhere: the Bevy prepass rows (run45c.sh, the
+#  2. On an H200: issue 45's table (run45f.sh) in the time left. Elsewhere: the Bevy prepass rows (run45c.sh, the
 #     dungeon with and without a DepthPrepass).
 # Carry .gl and .bin (scripts/device/pack.sh makes both on a fresh checkout).
 # Run as: LIMIT=585 bash scripts/device/run48.sh > /tmp/r48.log 2>&1; tar czf $OUT/run48.tgz -C /tmp r
@@ -15,7 +16,6 @@ source scripts/device/prepare.sh
 nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 h200=0
 nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && h200=1
-# On an H200 issue 43's table first: ~20 s, and the one figure that issue still lacks.
 if [ $h200 = 1 ]; then
   echo "== an H200: issue 43's terrain table first"
   timeout $((limit - SECONDS)) bash scripts/device/run43.sh
