@@ -7,8 +7,8 @@
 #     slice off, ETC1S -> BC7 and LZ4 -> RGBA8, each merged (the default) and with
 #     --per-tile-copies (one copy per tile, level-1 quadrants copied on the GPU one by
 #     one: the code before) in the same run on the same card.
-#  2. On an H200: issue 45's table (run45f.sh) in the time left. Elsewhere: the Bevy prepass rows (run45c.sh, the
-#     dungeon with and without a DepthPrepass).
+#  2. On an H200: issue 45's table (run45f.sh) in the time left. Elsewhere: the Bevy
+#     prepass rows (run45c.sh, the dungeon with and without a DepthPrepass).
 # Carry .gl and .bin (scripts/device/pack.sh makes both on a fresh checkout).
 # Run as: LIMIT=585 bash scripts/device/run48.sh > /tmp/r48.log 2>&1; tar czf $OUT/run48.tgz -C /tmp r
 limit=${LIMIT:-585}
