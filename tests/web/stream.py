@@ -32,8 +32,8 @@ smoke.py):
   cors        an atlas on another origin (http://localhost:OTHER_PORT/, no CORS headers):
               the page must say that the fetch was refused.
 
-After the stream case the same view is rendered natively (`cargo run -p tessera-web
---example plane_frame`, on lavapipe here), its atlas read from the same nginx over HTTP
+After the stream case the same view is rendered natively (the plane_frame example of
+tessera-web, built with `cargo build --workspace`, on lavapipe here), its atlas read from the same nginx over HTTP
 through the engine's native store, flown frame by frame along the same camera path until
 fully resident. The page's checked frame (window.tesseraFrame) must match it: PSNR over
 RGB at least --min-psnr (default 45 dB; 56.5 dB seen). On failure both frames and their
@@ -183,6 +183,26 @@ def open_page(binary, url, timeout, until, verbose, earlier_visits=0):
         shutil.rmtree(profile, ignore_errors=True)
 
 
+def plane_frame_binary(release):
+    """Builds the plane_frame example and returns its path, or raises RuntimeError. Built
+    with --workspace: the features of its dependencies are then those of the workspace's
+    own build (`cargo test --workspace`), whose compiled crates it reuses, where `-p
+    tessera-web` would unify fewer features and compile a hundred crates again (four
+    minutes of a cold CI run on 2 cores)."""
+    cmd = ["cargo", "build", "--locked", "-q", "--workspace", *(["--release"] if release else []),
+           "--example", "plane_frame", "--message-format", "json-render-diagnostics"]
+    build = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    if build.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: " + build.stderr.strip()[-800:])
+    for line in build.stdout.splitlines():
+        message = json.loads(line)
+        target = message.get("target", {})
+        if message.get("reason") == "compiler-artifact" and target.get("name") == "plane_frame" \
+                and "example" in target.get("kind", []) and message.get("executable"):
+            return message["executable"]
+    raise RuntimeError(f"{' '.join(cmd)} named no plane_frame executable")
+
+
 def run_native(args, atlas, size, release):
     """plane_frame over `atlas` (a file or URL) at `size`: (RGBA8 pixels, its figures
     (--json), its summary line), or raises RuntimeError with its error."""
@@ -191,9 +211,8 @@ def run_native(args, atlas, size, release):
     env = dict(os.environ)
     if not env.get("XDG_RUNTIME_DIR"):
         env["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="tessera-xdg-")
-    cmd = ["cargo", "run", "--locked", "-q", *(["--release"] if release else []), "-p", "tessera-web",
-           "--example", "plane_frame", "--", atlas, args.camera, str(size[0]), str(size[1]), out, "--json"]
     try:
+        cmd = [plane_frame_binary(release), atlas, args.camera, str(size[0]), str(size[1]), out, "--json"]
         run = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
         if run.returncode != 0:
             raise RuntimeError((run.stderr.strip() or run.stdout.strip())[-800:])
