@@ -378,6 +378,10 @@ fn the_process_wide_choice_is_the_rust_transcoder_by_default() {
     assert!(transcode(Codec::Etc1s, &blob[..blob.len() - 9], raw_len, SIDE, TargetFormat::Bc7).is_err());
     #[cfg(feature = "cpp-transcoder")]
     {
+        // A build with the feature offers the C++ transcoder by name (without it, the
+        // name is refused: codec's unit tests).
+        assert_eq!(BasisTranscoder::parse("cpp", "--transcoder").unwrap(), BasisTranscoder::Cpp);
+        assert!(BasisTranscoder::all().contains(&BasisTranscoder::Cpp));
         set_basis_transcoder(BasisTranscoder::Cpp);
         assert_eq!(basis_transcoder(), BasisTranscoder::Cpp);
         let cpp = transcode(Codec::Etc1s, &blob, raw_len, SIDE, TargetFormat::Bc7).unwrap();
