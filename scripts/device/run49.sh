@@ -1,0 +1,44 @@
+#!/bin/bash
+# After run48 (H100, 2026-12-07) measured merged block-pool copies with the slice off, one
+# call for what follows from it, most wanted first:
+#  0. On an H200 only: issue 43's terrain table (run43.sh, ~20 s).
+#  1. Issue 45 bursts with the slice on (--upload-slice-ms auto), now that a BC7 tile costs
+#     a third of what it did: the 16K² mosaic at 1080p, --flush-every 10 --upload-budget
+#     1024, ETC1S -> BC7 and LZ4 -> RGBA8, each with the slice auto and off in one run.
+#  2. Motion with a BC7 pool, slice auto and off: the cut and flyover cameras over the
+#     photograph baked ETC1S (fully resident frames; a cut resident in 1 frame is the
+#     figure the default keeps).
+#  3. On an H200: issue 45's table (run45f.sh) in the time left.
+# Carry .gl and .bin (scripts/device/pack.sh makes both on a fresh checkout).
+# Run as: LIMIT=560 bash scripts/device/run49.sh > /tmp/r49.log 2>&1; tar czf $OUT/run49.tgz -C /tmp r
+limit=${LIMIT:-585}
+source scripts/device/prepare.sh
+nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+h200=0
+nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && h200=1
+if [ $h200 = 1 ]; then
+  echo "== an H200: issue 43's terrain table first"
+  timeout $((limit - SECONDS)) bash scripts/device/run43.sh
+fi
+for c in etc1s lz4; do
+  for s in auto off; do
+    bench_1080p burst-$c-$s --scene mosaic16k --codec $c --camera flyover --flush-every 10 \
+      --upload-budget 1024 --upload-slice-ms $s
+    grep -E 'over the idle|burst, median|upload span' /tmp/r/burst-$c-$s.txt
+  done
+done
+echo "bursts done (${SECONDS}s)"
+$T bake .bin/data/bmng.jpg --codec etc1s -o /tmp/a/photo-etc1s.tsa > /dev/null 2>&1 || echo "bake photo etc1s failed"
+for s in auto off; do
+  for cam in cut flyover; do
+    timeout 60 $T capture --atlas /tmp/a/photo-etc1s.tsa --pool-format bc7 --camera $cam --frames 120 \
+      --size 1920x1080 --upload-slice-ms $s --out /tmp/c/$cam-bc7-$s > /tmp/r/$cam-bc7-$s.txt 2>&1 || echo "FAILED $cam-bc7-$s"
+    echo "== $cam-bc7-$s: $(grep -E 'fully resident \(every|became fully resident|cut' /tmp/r/$cam-bc7-$s.txt | head -2 | tr '\n' ' ')"
+  done
+done
+echo "motion done (${SECONDS}s)"
+if [ $h200 = 1 ]; then
+  echo "== an H200: issue 45's table"
+  timeout $((limit - SECONDS)) bash scripts/device/run45f.sh
+fi
+echo "done (${SECONDS}s)"
