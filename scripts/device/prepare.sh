@@ -8,6 +8,7 @@
 # main rows printed. bench_floor NAME ARGS...: the same with the stride-8 probe and the
 # pass without feedback (the floor), their rows printed. motion SUFFIX ARGS...: the demo
 # flight and the cut camera on /tmp/a/photo.tsa with ARGS, their residency printed.
+# h200: 1 on an H200, else 0.
 set -u
 for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan \
@@ -16,6 +17,9 @@ mkdir -p /tmp/xdg /tmp/r /tmp/a && chmod 700 /tmp/xdg
 [ -x /tmp/tessera ] || { xz -dc .bin/tessera.xz > /tmp/tessera 2>/dev/null \
   || python3 -c "import lzma; open('/tmp/tessera','wb').write(lzma.open('.bin/tessera.xz').read())"; chmod +x /tmp/tessera; }
 T=/tmp/tessera
+# 1 on an H200, where the tables the issues ask for are measured; 0 elsewhere.
+h200=0
+nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && h200=1
 bench_1080p() { # name, then bench arguments
   local name=$1; shift
   timeout 90 $T bench "$@" --size 1920x1080 --frames 150 --warmup 30 --no-feedback-probe \

@@ -14,8 +14,6 @@
 limit=${LIMIT:-585}
 source scripts/device/prepare.sh
 nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-h200=0
-nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && h200=1
 if [ $h200 = 1 ]; then
   echo "== an H200: issue 43's terrain table first"
   timeout $((limit - SECONDS)) bash scripts/device/run43.sh

@@ -32,13 +32,14 @@ smoke.py):
   cors        an atlas on another origin (http://localhost:OTHER_PORT/, no CORS headers):
               the page must say that the fetch was refused.
 
-After the stream case the same view is rendered natively (the plane_frame example of
-tessera-web, built with `cargo build --workspace`, on lavapipe here), its atlas read from the same nginx over HTTP
-through the engine's native store, flown frame by frame along the same camera path until
-fully resident. The page's checked frame (window.tesseraFrame) must match it: PSNR over
-RGB at least --min-psnr (default 45 dB; 56.5 dB seen). On failure both frames and their
-difference are written beside --screenshot (stream-page.png, stream-native.png,
-stream-diff.png). --no-native skips the native run.
+After the stream case the same view is rendered natively (tessera-web's plane_frame
+example, built with `cargo build --workspace`, on lavapipe here), its atlas read from
+the same nginx over HTTP through the engine's native store, flown frame by frame along
+the same camera path until fully resident. The page's checked frame
+(window.tesseraFrame) must match it: PSNR over RGB at least --min-psnr (default 45 dB;
+56.5 dB seen). On failure both frames and their difference are written beside
+--screenshot (stream-page.png, stream-native.png, stream-diff.png). --no-native skips
+the native run.
 
 The run's figures, browser against native, are printed as one block: range requests,
 bytes, tiles streamed per second (tiles decoded, or uploaded natively, over the seconds
