@@ -19,6 +19,7 @@ use tessera_core::stream::loader::LoadError;
 use tessera_core::stream::page_table::decode_entry;
 use tessera_core::stream::pool_layout::{PoolLayout, Trilinear};
 use tessera_core::stream::produce::{ProduceJob, ProductionConfig};
+use tessera_core::stream::staging::{StagingLayout, StagingRing};
 use tessera_core::stream::streamer::{
     FrameInput, FramePlan, SparseFeedback, Streamer, StreamerConfig, StreamerError,
 };
@@ -451,6 +452,70 @@ fn a_burst_is_sliced_at_the_measured_price_of_a_tile() {
     assert!(uploads.iter().sum::<usize>() >= 256, "{uploads:?}");
     assert!(sliced >= 2, "the burst was not sliced: {uploads:?}");
     assert_page_table_consistent(&sim.streamer);
+}
+
+/// While a slice spreads a burst over frames, its tiles keep the staging records the
+/// loader threads wrote them into until their turn comes, so the render thread only
+/// records copies. Released after two frames of waiting, as without a slice, most of a
+/// sliced burst would be copied from its bytes on the render thread instead (15 times
+/// the CPU a staged tile costs on an H100), and the slice's price would rise with it.
+#[test]
+fn a_sliced_burst_keeps_its_staging_until_each_tile_is_uploaded() {
+    let big = TextureLayout::new(2048, 2048, 64, 4).unwrap();
+    let p = pool(vec![big], (32, 32), vec![TargetFormat::Rgba8]);
+    let config = StreamerConfig {
+        upload_slice_ms: Some(0.1),
+        max_uploads_per_frame: 1024,
+        prefetch_neighbours: false,
+        ..Default::default()
+    };
+    // The renderer's mapped staging memory: room for the view twice over (the first
+    // load and the burst), never recycled in this test.
+    let ring = StagingRing::new(StagingLayout::new(&[(p.tile_bytes() as u32, 1)], 1), 4, 4 << 20);
+    let mut memory: Vec<Box<[u8]>> =
+        (0..ring.chunk_count()).map(|_| vec![0u8; ring.chunk_bytes() as usize].into_boxed_slice()).collect();
+    for (c, m) in memory.iter_mut().enumerate() {
+        // SAFETY: `memory` outlives every writer: the ring is closed and the streamer
+        // (with its loader threads) dropped before it, at the end of the test.
+        assert!(unsafe { ring.attach(c, m.as_mut_ptr()) });
+    }
+    let mut sim = Sim::new(&p, config, vec![], vec![]);
+    sim.streamer.set_staging(Some(Arc::clone(&ring)));
+    let view = block(0, 8, 8, 16, 16);
+    // 2 µs a tile of CPU, 3 µs of GPU: a 0.1 ms slice holds about 33 tiles.
+    let report = |sim: &mut Sim, n: usize| {
+        sim.upload_ms = 0.002 * n as f64;
+        sim.upload_gpu = (n > 0).then_some((0.003 * n as f64, n));
+    };
+    for frame in 0.. {
+        let n = sim.step(Some(&view), None).uploads.len();
+        report(&mut sim, n);
+        if frame > 2 && sim.streamer.fully_resident() {
+            break;
+        }
+        assert!(frame < 300, "the view never became resident before the flush");
+    }
+    sim.streamer.flush_vram();
+    let (mut frames, mut uploads, mut staged, mut sliced) = (0, 0, 0, 0);
+    while !(frames > 2 && sim.streamer.fully_resident()) {
+        assert!(frames < 300, "the view never became resident after the flush");
+        let plan = sim.step(Some(&view), None);
+        let n = plan.uploads.len();
+        sliced += usize::from(plan.stats.upload_slice_tiles == Some(n));
+        uploads += n;
+        staged += plan.uploads.iter().filter(|u| u.staged.is_some()).count();
+        report(&mut sim, n);
+        frames += 1;
+    }
+    assert!(sliced >= 4 && uploads >= 256, "not a sliced burst: {uploads} uploads in {frames} frames");
+    assert!(
+        staged * 10 >= uploads * 9,
+        "only {staged} of {uploads} uploads in {frames} frames kept their staging ({:?})",
+        ring.counters()
+    );
+    ring.close();
+    drop(sim);
+    drop(memory);
 }
 
 /// A loop paced by vsync: every frame takes the display's 16.7 ms, so a target of 16.6

@@ -20,7 +20,10 @@ const FORGET: f64 = 0.95;
 /// charged to its tiles: priced per tile from small batches alone, it would shrink the
 /// slices, which makes the batches smaller and the price higher still. While the recent
 /// frames all uploaded about as many tiles (no spread to separate the two parts), the
-/// last fit holds; before any fit there is no price (and no cap).
+/// last fit's price per tile holds and its fixed part follows what those frames cost,
+/// so a price fitted in a slow spell (a GPU still clocking up) falls again once frames
+/// get cheaper, even while every frame is capped alike; before any fit there is no
+/// price (and no cap).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct Cost {
     /// Weighted sums: weight, n, ms, n², n·ms.
@@ -52,7 +55,15 @@ impl Cost {
             let fixed = (self.ms - per_tile * self.n) / self.w;
             if per_tile > 0.0 {
                 self.fit = Some((fixed.max(0.0), per_tile));
+                return;
             }
+        }
+        // No spread to fit a slope (or a slope that is not a price): the last slope
+        // holds, through the recent frames' weighted mean; where the frames cost less
+        // than that slope alone, the slope comes down to their cost per tile.
+        if let Some((_, per_tile)) = self.fit {
+            let fixed = (self.ms - per_tile * self.n) / self.w;
+            self.fit = Some(if fixed >= 0.0 { (fixed, per_tile) } else { (0.0, self.ms / self.n) });
         }
         // Without a spread there is nothing to fit, and no cap: charging the whole cost
         // per tile instead (an upper bound) locks the cap at its floor, since frames
@@ -60,8 +71,8 @@ impl Cost {
     }
 }
 
-/// The most tiles a frame uploads so that their CPU and GPU work together stay within
-/// a slice of milliseconds ([`UploadSlice::tiles`]).
+/// The most tiles a frame uploads so that neither their CPU work nor their GPU work
+/// goes over a slice of milliseconds ([`UploadSlice::tiles`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct UploadSlice {
     slice_ms: f64,
@@ -90,26 +101,34 @@ impl UploadSlice {
         self.gpu.observe(ms, tiles);
     }
 
-    /// The estimated cost of a frame's upload work, CPU plus GPU, as (fixed ms, ms per
-    /// tile), once either was measured.
-    pub fn price_ms(&self) -> Option<(f64, f64)> {
-        match (self.cpu.fit, self.gpu.fit) {
-            (None, None) => None,
-            (c, g) => {
-                let (c, g) = (c.unwrap_or_default(), g.unwrap_or_default());
-                Some((c.0 + g.0, c.1 + g.1))
-            }
-        }
+    /// The estimated cost of a frame's upload work on the CPU and on the GPU, each as
+    /// (fixed ms, ms per tile) once measured.
+    pub fn price_ms(&self) -> (Option<(f64, f64)>, Option<(f64, f64)>) {
+        (self.cpu.fit, self.gpu.fit)
     }
 
-    /// The most tiles the next frame may upload: as many as fit the slice at the
-    /// current price (after the fixed part), at least [`MIN_SLICE_TILES`]; `None` (no
-    /// cap) until an upload was priced.
+    /// The most tiles the next frame may upload: as many as fit the slice (after the
+    /// fixed part) at the current price on the CPU and on the GPU alike, at least
+    /// [`MIN_SLICE_TILES`]; `None` (no cap) until an upload was priced.
+    ///
+    /// The two sides are not added. They overlap: the GPU's copies run while the CPU
+    /// records the next ones, and where the GPU waits for the CPU, its timestamps
+    /// (written before the first upload is recorded) already include the recording.
+    /// Added, they charged the recording twice: on an H100 an RGBA8 burst was held to
+    /// 16 tiles a frame (BENCHMARKS.md, issue 45).
     pub fn tiles(&self) -> Option<usize> {
-        let (fixed, per_tile) = self.price_ms().filter(|p| p.1 > 0.0)?;
-        let room = (self.slice_ms - fixed).max(0.0);
-        // Finite and non-negative: the cast saturates.
-        Some(((room / per_tile).floor() as usize).max(MIN_SLICE_TILES))
+        let fits = |fit: Option<(f64, f64)>| {
+            let (fixed, per_tile) = fit.filter(|p| p.1 > 0.0)?;
+            let room = (self.slice_ms - fixed).max(0.0);
+            // Finite and non-negative: the cast saturates.
+            Some((room / per_tile).floor() as usize)
+        };
+        let n = match (fits(self.cpu.fit), fits(self.gpu.fit)) {
+            (None, None) => return None,
+            (Some(a), Some(b)) => a.min(b),
+            (Some(n), None) | (None, Some(n)) => n,
+        };
+        Some(n.max(MIN_SLICE_TILES))
     }
 }
 
@@ -141,8 +160,9 @@ mod tests {
         // One burst gives the spread: 0.25 ms a frame and 2 + 3 µs a tile.
         s.observe_cpu(0.1 + 0.002 * 340.0, 340);
         s.observe_gpu(0.15 + 0.003 * 340.0, 340);
-        let (fixed, per_tile) = s.price_ms().unwrap();
-        assert!(fixed > 0.0 && per_tile > 0.0, "{fixed} {per_tile}");
+        for (fixed, per_tile) in [s.price_ms().0.unwrap(), s.price_ms().1.unwrap()] {
+            assert!(fixed > 0.0 && per_tile > 0.0, "{fixed} {per_tile}");
+        }
         assert!(s.tiles().is_some_and(|t| t >= MIN_SLICE_TILES));
     }
 
@@ -156,7 +176,7 @@ mod tests {
         for n in [340, 16, 60, 16, 120, 30] {
             s.observe_gpu(cost(n), n);
         }
-        let (fixed, per_tile) = s.price_ms().unwrap();
+        let (fixed, per_tile) = s.price_ms().1.unwrap();
         assert!((fixed - 0.2).abs() < 1e-9 && (per_tile - 0.005).abs() < 1e-12, "{fixed} {per_tile}");
         assert_eq!(s.tiles(), Some(60));
         // A long run of 16-tile frames (no spread left to fit) keeps the last fit.
@@ -169,6 +189,47 @@ mod tests {
             s.observe_gpu(0.2 + 0.01 * n as f64, n);
         }
         assert!(s.tiles().is_some_and(|t| (28..=36).contains(&t)), "{:?} {:?}", s.tiles(), s.price_ms());
+    }
+
+    /// The CPU and GPU sides are each held to the slice, not their sum: with 0.1 ms
+    /// plus 10 µs a tile on the CPU and 0.1 ms plus 12 µs on the GPU, a 0.5 ms slice
+    /// holds 33 tiles (the GPU's bound), not the 18 their sum would allow.
+    #[test]
+    fn each_side_is_held_to_the_slice() {
+        let mut s = UploadSlice::new(0.5);
+        for n in [300, 16, 60, 16, 120, 30] {
+            s.observe_cpu(0.1 + 0.010 * n as f64, n);
+            s.observe_gpu(0.1 + 0.012 * n as f64, n);
+        }
+        // 0.4 / 0.012 = 33.3 tiles (the fit rounds within a hair of it).
+        assert!(s.tiles().is_some_and(|t| (32..=33).contains(&t)), "{:?}", s.tiles());
+        // With only the CPU priced (a device without timestamps), its bound alone.
+        let mut s = UploadSlice::new(0.5);
+        for n in [300, 16, 60, 16, 120, 30] {
+            s.observe_cpu(0.1 + 0.010 * n as f64, n);
+        }
+        assert!(s.tiles().is_some_and(|t| (39..=40).contains(&t)), "{:?}", s.tiles());
+    }
+
+    /// A price fitted while everything was slow (a GPU clocking up: every frame three
+    /// times dearer) caps frames at the floor; frames capped alike then show no spread
+    /// to fit again, but their cost still brings the fixed part down, and the cap up.
+    #[test]
+    fn a_price_from_a_slow_spell_comes_down_without_a_spread() {
+        let mut s = UploadSlice::new(0.5);
+        let cost = |n: usize| 0.1 + 0.005 * n as f64;
+        for n in [300, 16, 60, 16, 120, 30] {
+            s.observe_gpu(3.0 * cost(n), n);
+        }
+        assert_eq!(s.tiles(), Some(MIN_SLICE_TILES));
+        let mut cap = MIN_SLICE_TILES;
+        for _ in 0..200 {
+            s.observe_gpu(cost(cap), cap);
+            cap = s.tiles().unwrap();
+        }
+        // The cap climbs back to what the slice holds at the true price: 80 tiles
+        // (79 measured, the price refitted to 0.096 ms and 5.05 µs a tile).
+        assert!((64..=80).contains(&cap), "cap {cap}, price {:?}", s.price_ms());
     }
 
     #[test]

@@ -231,7 +231,8 @@ impl Streamer {
 
     /// Hands this frame's uploads their staged copies, and releases the staging of
     /// tiles that residency dropped (no longer needed, or already resident) or that
-    /// waited more than [`STAGED_WAIT_FRAMES`] frames for a slot: a chunk is mapped
+    /// waited more than [`STAGED_WAIT_FRAMES`] frames for a slot
+    /// ([`SLICED_STAGED_WAIT_FRAMES`] while a burst slice is on): a chunk is mapped
     /// again only once every tile in it is released, so a few tiles deferred for long
     /// (a pool too small for the view, prefetches) would keep a whole chunk from the
     /// loader threads. Such a tile is uploaded from its bytes when its turn comes.
@@ -242,8 +243,9 @@ impl Streamer {
         for u in uploads.iter_mut() {
             u.staged = self.staged.remove(&u.tile).map(|(t, _)| t);
         }
+        let wait = if self.slice.is_some() { SLICED_STAGED_WAIT_FRAMES } else { STAGED_WAIT_FRAMES };
         let (residency, frame) = (&self.residency, self.frame);
-        self.staged.retain(|t, (_, at)| residency.is_ready(*t) && frame <= *at + STAGED_WAIT_FRAMES);
+        self.staged.retain(|t, (_, at)| residency.is_ready(*t) && frame <= *at + wait);
     }
 
     /// Uploads, evictions and the request-to-resident latency of this frame's uploads.
