@@ -87,10 +87,11 @@ pub(crate) struct VtArgs {
     /// GPU one by one (to compare; the default merges both).
     #[arg(long)]
     pub(crate) per_tile_copies: bool,
-    /// Spread upload bursts over frames: `off` (the default: a burst takes one frame),
-    /// `auto` (0.5 ms of upload work a frame, CPU and GPU, on a hardware GPU that can
-    /// time its uploads; off on software adapters), or a number of milliseconds.
-    #[arg(long, default_value = "off", value_parser = parse_slicing)]
+    /// Spread upload bursts over frames: `auto` (the default: 0.35 ms of upload work a
+    /// frame on the CPU and on the GPU each, on a hardware GPU that can time its
+    /// uploads; off on software adapters), `off` (a burst takes one frame), or a number
+    /// of milliseconds.
+    #[arg(long, default_value = "auto", value_parser = parse_slicing)]
     pub(crate) upload_slice_ms: tessera::UploadSlicing,
 }
 

@@ -90,28 +90,33 @@ pub struct VtConfig {
 }
 
 /// Upload work a frame may take where bursts are sliced with [`UploadSlicing::Auto`], ms,
-/// CPU and GPU together.
-pub const DEFAULT_UPLOAD_SLICE_MS: f64 = 0.5;
+/// on the CPU and on the GPU each.
+pub const DEFAULT_UPLOAD_SLICE_MS: f64 = 0.35;
 
 /// How bursts of uploads are spread over frames ([`VtConfig::upload_slicing`]): each
 /// frame uploads at most as many tiles as fit a slice of milliseconds at the measured
 /// price of a tile (the CPU's recording, and the GPU's copies and level 1 timed with
 /// timestamps read back frames later), coarse mips first, below the upload budget;
-/// the tiles left wait a frame or two in the ready queue while their ancestors show.
+/// the tiles left wait in the ready queue, their staging kept, while their ancestors
+/// show.
 ///
-/// Off by default. On an H100 (issue 45, BENCHMARKS.md) a 0.5 ms slice holds an RGBA8
-/// burst to +0.6 ms p95 over an idle frame (+2.1 ms without) and the demo flight keeps
-/// its 112 of 120 fully resident frames; but a BC7 tile costs more to place, so a
-/// flushed BC7 pool refills at about 33 tiles a frame, over some 14 frames, and a camera
-/// cut would wait as long. `Auto` is the setting for RGBA8 pools.
+/// `Auto` by default. On an H100 (issue 45, BENCHMARKS.md), a flushed 16K² mosaic at
+/// 1080p with `--upload-budget 1024`: a 0.35 ms slice brings the burst frames' p95 over
+/// an idle frame from +1.58 to +1.07 ms (LZ4 → RGBA8) and from +1.89 to +1.00 ms
+/// (ETC1S → BC7), refilling the pool in 8–10 frames instead of 4. Smaller slices
+/// (0.25 ms) never refill it between flushes 10 frames apart; larger ones (0.5 ms) give
+/// back part of the gain. Motion keeps its figures: a camera cut is fully resident
+/// 1 frame later, RGBA8 or BC7, and the demo flight keeps its 112 of 120 fully resident
+/// frames.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub enum UploadSlicing {
     /// [`DEFAULT_UPLOAD_SLICE_MS`] on a hardware GPU that can time its uploads
     /// (`TIMESTAMP_QUERY_INSIDE_ENCODERS`); off elsewhere (software adapters, where
-    /// GPU work is CPU work and slower by orders of magnitude, and browsers).
-    Auto,
-    /// No cap beyond the upload budget: a burst takes one frame (the default).
+    /// GPU work is CPU work and slower by orders of magnitude, and browsers). The
+    /// default.
     #[default]
+    Auto,
+    /// No cap beyond the upload budget: a burst takes one frame.
     Off,
     /// At most this many milliseconds of upload work a frame (the GPU's share counted
     /// where the device can time it).
@@ -136,7 +141,7 @@ impl Default for VtConfig {
             feedback_target_with_early_depth: false,
             prediction: false,
             merged_copies: true,
-            upload_slicing: UploadSlicing::Off,
+            upload_slicing: UploadSlicing::Auto,
         }
     }
 }

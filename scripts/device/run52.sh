@@ -1,0 +1,44 @@
+#!/bin/bash
+# Issue 45 with the new defaults (the burst slice on, 0.35 ms, after run51 on an H100,
+# 2026-12-07), one call: issue 45's table (the floors: the pass without feedback and
+# the stride-8 probe, on the photograph RGBA8 and BC7, 4x anisotropy, the 16K² mosaic
+# RGBA8 and BC7, the lit dungeon), then bursts with the default against
+# --upload-slice-ms off (100 warm-up frames: in run49 and run50 the GPU ran slow for
+# the first 20-25 measured frames of some runs), then motion with the defaults.
+# On an H200, issue 43's terrain table first. Carry .gl and .bin.
+# Run as: LIMIT=560 bash scripts/device/run52.sh > /tmp/r52.log 2>&1; tar czf $OUT/run52.tgz -C /tmp r
+limit=${LIMIT:-585}
+source scripts/device/prepare.sh
+nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+if [ $h200 = 1 ]; then
+  echo "== an H200: issue 43's terrain table first"
+  timeout $((limit - SECONDS)) bash scripts/device/run43.sh
+fi
+$T bake .bin/data/bmng.jpg -o /tmp/a/photo.tsa > /dev/null 2>&1 || echo "bake photo lz4 failed"
+$T bake .bin/data/bmng.jpg --codec etc1s -o /tmp/a/photo-etc1s.tsa > /dev/null 2>&1 || echo "bake photo etc1s failed"
+bench_floor photo --atlas /tmp/a/photo.tsa --camera flyover
+bench_floor photo-bc7 --atlas /tmp/a/photo-etc1s.tsa --camera flyover
+bench_floor photo-aniso4 --atlas /tmp/a/photo.tsa --camera flyover --aniso 4
+bench_floor mosaic --scene mosaic16k --camera flyover
+bench_floor mosaic-bc7 --scene mosaic16k --codec etc1s --camera flyover
+bench_floor dungeon --scene dungeon --codec etc1s
+echo "floors done (${SECONDS}s)"
+for c in lz4 etc1s; do
+  for s in default off; do
+    name=burst-$c-$s
+    opt=(); [ $s = off ] && opt=(--upload-slice-ms off)
+    timeout 90 $T bench --scene mosaic16k --codec $c --camera flyover --flush-every 10 --upload-budget 1024 \
+      "${opt[@]}" --size 1920x1080 --frames 150 --warmup 100 --no-feedback-probe \
+      --json /tmp/r/$name.json > /tmp/r/$name.txt 2>&1 || echo "FAILED $name"
+    echo "== $name (${SECONDS}s)"
+    grep -E 'over the idle|burst, median|upload bursts|uploads per frame' /tmp/r/$name.txt
+  done
+done
+echo "bursts done (${SECONDS}s)"
+motion default
+for cam in cut flyover; do
+  timeout 60 $T capture --atlas /tmp/a/photo-etc1s.tsa --pool-format bc7 --camera $cam --frames 120 \
+    --size 1920x1080 --out /tmp/c/$cam-bc7 > /tmp/r/$cam-bc7.txt 2>&1 || echo "FAILED $cam-bc7"
+  echo "== $cam-bc7: $(grep -E 'fully resident \(every|cut at' /tmp/r/$cam-bc7.txt | head -2 | tr '\n' ' ')"
+done
+echo "done (${SECONDS}s)"
