@@ -8,7 +8,13 @@
 //! tiles left wait in the ready queue, coarse mips first, while their ancestors show.
 
 /// Fewest tiles a frame may upload, whatever the price: streaming always progresses.
-pub const MIN_SLICE_TILES: usize = 16;
+/// About what a 0.35 ms slice holds of BC7 tiles on an H100 (some 10 µs each, on the
+/// CPU). At 16, a price overestimated at a camera cut held an H100 to 16 BC7 tiles a
+/// frame, and the view took 10 frames to be resident (BENCHMARKS.md, issue 45).
+pub const MIN_SLICE_TILES: usize = 32;
+
+/// The cost of a frame's upload work as (fixed ms, ms per tile).
+pub type Price = (f64, f64);
 
 /// Weight of the past against each new sample (about the last 20 frames that uploaded
 /// count).
@@ -32,8 +38,8 @@ struct Cost {
     ms: f64,
     nn: f64,
     nm: f64,
-    /// The last fit: fixed ms and ms per tile.
-    fit: Option<(f64, f64)>,
+    /// The last fit.
+    fit: Option<Price>,
 }
 
 impl Cost {
@@ -101,9 +107,9 @@ impl UploadSlice {
         self.gpu.observe(ms, tiles);
     }
 
-    /// The estimated cost of a frame's upload work on the CPU and on the GPU, each as
-    /// (fixed ms, ms per tile) once measured.
-    pub fn price_ms(&self) -> (Option<(f64, f64)>, Option<(f64, f64)>) {
+    /// The estimated cost of a frame's upload work on the CPU and on the GPU, each
+    /// once measured.
+    pub fn price_ms(&self) -> (Option<Price>, Option<Price>) {
         (self.cpu.fit, self.gpu.fit)
     }
 
@@ -117,7 +123,7 @@ impl UploadSlice {
     /// Added, they charged the recording twice: on an H100 an RGBA8 burst was held to
     /// 16 tiles a frame (BENCHMARKS.md, issue 45).
     pub fn tiles(&self) -> Option<usize> {
-        let fits = |fit: Option<(f64, f64)>| {
+        let fits = |fit: Option<Price>| {
             let (fixed, per_tile) = fit.filter(|p| p.1 > 0.0)?;
             let room = (self.slice_ms - fixed).max(0.0);
             // Finite and non-negative: the cast saturates.
