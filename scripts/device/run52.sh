@@ -4,7 +4,8 @@
 # the stride-8 probe, on the photograph RGBA8 and BC7, 4x anisotropy, the 16K² mosaic
 # RGBA8 and BC7, the lit dungeon), then bursts with the default against
 # --upload-slice-ms off (100 warm-up frames: in run49 and run50 the GPU ran slow for
-# the first 20-25 measured frames of some runs), then motion with the defaults.
+# the first 20-25 measured frames of some runs), each burst frame also against the same
+# frame of a run without flushes (burst_cost.py), then motion with the defaults.
 # On an H200, issue 43's terrain table first. Carry .gl and .bin.
 # Run as: LIMIT=560 bash scripts/device/run52.sh > /tmp/r52.log 2>&1; tar czf $OUT/run52.tgz -C /tmp r
 limit=${LIMIT:-585}
@@ -24,14 +25,16 @@ bench_floor mosaic-bc7 --scene mosaic16k --codec etc1s --camera flyover
 bench_floor dungeon --scene dungeon --codec etc1s
 echo "floors done (${SECONDS}s)"
 for c in lz4 etc1s; do
-  for s in default off; do
+  for s in warm default off; do
     name=burst-$c-$s
-    opt=(); [ $s = off ] && opt=(--upload-slice-ms off)
-    timeout 90 $T bench --scene mosaic16k --codec $c --camera flyover --flush-every 10 --upload-budget 1024 \
+    opt=(--flush-every 10); [ $s = off ] && opt+=(--upload-slice-ms off); [ $s = warm ] && opt=()
+    timeout 150 $T bench --scene mosaic16k --codec $c --camera flyover --upload-budget 1024 \
       "${opt[@]}" --size 1920x1080 --frames 150 --warmup 100 --no-feedback-probe \
       --json /tmp/r/$name.json > /tmp/r/$name.txt 2>&1 || echo "FAILED $name"
+    [ $s = warm ] && continue
     echo "== $name (${SECONDS}s)"
     grep -E 'over the idle|burst, median|upload bursts|uploads per frame' /tmp/r/$name.txt
+    python3 scripts/device/burst_cost.py /tmp/r/$name.json /tmp/r/burst-$c-warm.json
   done
 done
 echo "bursts done (${SECONDS}s)"

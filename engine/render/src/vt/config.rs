@@ -100,14 +100,16 @@ pub const DEFAULT_UPLOAD_SLICE_MS: f64 = 0.35;
 /// the tiles left wait in the ready queue, their staging kept, while their ancestors
 /// show.
 ///
-/// `Auto` by default. On an H100 (issue 45, BENCHMARKS.md), a flushed 16K² mosaic at
-/// 1080p with `--upload-budget 1024`: a 0.35 ms slice brings the burst frames' p95 over
-/// an idle frame from +1.58 to +1.07 ms (LZ4 → RGBA8) and from +1.89 to +1.00 ms
-/// (ETC1S → BC7), refilling the pool in 8–10 frames instead of 4. Smaller slices
-/// (0.25 ms) never refill it between flushes 10 frames apart; larger ones (0.5 ms) give
-/// back part of the gain. Motion keeps its figures: a camera cut is fully resident
-/// 1 frame later, RGBA8 or BC7, and the demo flight keeps its 112 of 120 fully resident
-/// frames.
+/// `Auto` by default. On an H100 (issue 45, BENCHMARKS.md), the 16K² mosaic flown at
+/// 1080p with its pool flushed every 10 frames (`--upload-budget 1024`): against the
+/// same frames unflushed, the burst frames' p95 is +0.54 ms with a 0.35 ms slice and
+/// +1.03 ms without (LZ4 → RGBA8), +0.85 and +1.45 ms (ETC1S → BC7), and the pool
+/// refills in 8–9 frames instead of 4. Motion: with prediction (the default in
+/// `tessera capture`), a camera cut is fully resident 1 frame after it, as without the
+/// slice, and the demo flight keeps its 112 of 120 fully resident frames. A cut that
+/// nothing predicted takes longer: 3 frames instead of 2 (RGBA8), 6 instead of 2 (BC7),
+/// its ancestors shown meanwhile. [`UploadSlicing::Off`] is the setting for an
+/// application that cuts without warning and would rather take one long frame.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub enum UploadSlicing {
     /// [`DEFAULT_UPLOAD_SLICE_MS`] on a hardware GPU that can time its uploads
