@@ -457,8 +457,8 @@ fn a_burst_is_sliced_at_the_measured_price_of_a_tile() {
 /// While a slice spreads a burst over frames, its tiles keep the staging records the
 /// loader threads wrote them into until their turn comes, so the render thread only
 /// records copies. Released after two frames of waiting, as without a slice, most of a
-/// sliced burst would be copied from its bytes on the render thread instead (15 times
-/// the CPU a staged tile costs on an H100), and the slice's price would rise with it.
+/// sliced burst would be copied from its bytes on the render thread instead (about
+/// 15 µs more a tile on an H100), and the slice's price would rise with it.
 #[test]
 fn a_sliced_burst_keeps_its_staging_until_each_tile_is_uploaded() {
     let big = TextureLayout::new(2048, 2048, 64, 4).unwrap();

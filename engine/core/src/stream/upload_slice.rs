@@ -71,9 +71,10 @@ impl Cost {
             let fixed = (self.ms - per_tile * self.n) / self.w;
             self.fit = Some(if fixed >= 0.0 { (fixed, per_tile) } else { (0.0, self.ms / self.n) });
         }
-        // Without a spread there is nothing to fit, and no cap: charging the whole cost
-        // per tile instead (an upper bound) locks the cap at its floor, since frames
-        // capped alike never show a spread (on an H100, 16 tiles a frame for good).
+        // Before any fit, frames without a spread set no price, and no cap: charging
+        // the whole cost per tile from the start (an upper bound) locks the cap at its
+        // floor, since frames capped alike never show a spread (on an H100, 16 tiles a
+        // frame for good).
     }
 }
 

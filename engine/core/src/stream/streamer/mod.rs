@@ -52,8 +52,8 @@ pub const STAGED_WAIT_FRAMES: u64 = 2;
 /// [`STAGED_WAIT_FRAMES`] while a burst slice caps the uploads
 /// ([`StreamerConfig::upload_slice_ms`]): a burst then waits for its slots by design,
 /// for as many frames as it has slices. A tile that lost its record is copied from its
-/// bytes on the render thread, which costs an H100 about 15 µs a 136² RGBA8 tile
-/// against 1 µs staged (BENCHMARKS.md, issue 45), and the slice's price follows.
+/// bytes on the render thread, about 15 µs more per 136² RGBA8 tile on an H100 than a
+/// staged one (BENCHMARKS.md, issue 45), and the slice's price follows.
 pub const SLICED_STAGED_WAIT_FRAMES: u64 = 16;
 
 /// A tile that was unavailable for now (see [`Streamer`]'s retries).
