@@ -14,10 +14,7 @@
 limit=${LIMIT:-585}
 source scripts/device/prepare.sh
 nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-if [ $h200 = 1 ]; then
-  echo "== an H200: issue 43's terrain table first"
-  timeout $((limit - SECONDS)) bash scripts/device/run43.sh
-fi
+h200_first
 for c in lz4 etc1s; do
   for s in auto off; do
     bench_1080p burst-$c-$s --scene mosaic16k --codec $c --camera flyover --flush-every 10 \
@@ -26,19 +23,11 @@ for c in lz4 etc1s; do
   done
 done
 echo "bursts done (${SECONDS}s)"
-$T bake .bin/data/bmng.jpg -o /tmp/a/photo.tsa > /dev/null 2>&1 || echo "bake photo lz4 failed"
-$T bake .bin/data/bmng.jpg --codec etc1s -o /tmp/a/photo-etc1s.tsa > /dev/null 2>&1 || echo "bake photo etc1s failed"
+bake_photos
 for s in auto off; do
   motion $s --upload-slice-ms $s
-  for cam in cut flyover; do
-    timeout 60 $T capture --atlas /tmp/a/photo-etc1s.tsa --pool-format bc7 --camera $cam --frames 120 \
-      --size 1920x1080 --upload-slice-ms $s --out /tmp/c/$cam-bc7-$s > /tmp/r/$cam-bc7-$s.txt 2>&1 || echo "FAILED $cam-bc7-$s"
-    echo "== $cam-bc7-$s: $(grep -E 'fully resident \(every|became fully resident|cut at' /tmp/r/$cam-bc7-$s.txt | head -2 | tr '\n' ' ')"
-  done
+  motion_bc7 -$s --upload-slice-ms $s
 done
 echo "motion done (${SECONDS}s)"
-if [ $h200 = 1 ]; then
-  echo "== an H200: issue 45's table"
-  timeout $((limit - SECONDS)) bash scripts/device/run45f.sh
-fi
+h200_last
 echo "done (${SECONDS}s)"

@@ -11,12 +11,8 @@
 limit=${LIMIT:-585}
 source scripts/device/prepare.sh
 nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-if [ $h200 = 1 ]; then
-  echo "== an H200: issue 43's terrain table first"
-  timeout $((limit - SECONDS)) bash scripts/device/run43.sh
-fi
-$T bake .bin/data/bmng.jpg -o /tmp/a/photo.tsa > /dev/null 2>&1 || echo "bake photo lz4 failed"
-$T bake .bin/data/bmng.jpg --codec etc1s -o /tmp/a/photo-etc1s.tsa > /dev/null 2>&1 || echo "bake photo etc1s failed"
+h200_first
+bake_photos
 bench_floor photo --atlas /tmp/a/photo.tsa --camera flyover
 bench_floor photo-bc7 --atlas /tmp/a/photo-etc1s.tsa --camera flyover
 bench_floor photo-aniso4 --atlas /tmp/a/photo.tsa --camera flyover --aniso 4
@@ -28,9 +24,7 @@ for c in lz4 etc1s; do
   for s in warm default off; do
     name=burst-$c-$s
     opt=(--flush-every 10); [ $s = off ] && opt+=(--upload-slice-ms off); [ $s = warm ] && opt=()
-    timeout 150 $T bench --scene mosaic16k --codec $c --camera flyover --upload-budget 1024 \
-      "${opt[@]}" --size 1920x1080 --frames 150 --warmup 100 --no-feedback-probe \
-      --json /tmp/r/$name.json > /tmp/r/$name.txt 2>&1 || echo "FAILED $name"
+    burst $name --codec $c "${opt[@]}"
     [ $s = warm ] && continue
     echo "== $name (${SECONDS}s)"
     grep -E 'over the idle|burst, median|upload bursts|uploads per frame' /tmp/r/$name.txt
@@ -39,9 +33,5 @@ for c in lz4 etc1s; do
 done
 echo "bursts done (${SECONDS}s)"
 motion default
-for cam in cut flyover; do
-  timeout 60 $T capture --atlas /tmp/a/photo-etc1s.tsa --pool-format bc7 --camera $cam --frames 120 \
-    --size 1920x1080 --out /tmp/c/$cam-bc7 > /tmp/r/$cam-bc7.txt 2>&1 || echo "FAILED $cam-bc7"
-  echo "== $cam-bc7: $(grep -E 'fully resident \(every|cut at' /tmp/r/$cam-bc7.txt | head -2 | tr '\n' ' ')"
-done
+motion_bc7 ""
 echo "done (${SECONDS}s)"

@@ -11,16 +11,7 @@
 limit=${LIMIT:-585}
 source scripts/device/prepare.sh
 nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-if [ $h200 = 1 ] && [ "${H200_EXTRAS:-1}" = 1 ]; then
-  echo "== an H200: issue 43's terrain table first"
-  timeout $((limit - SECONDS)) bash scripts/device/run43.sh
-fi
-burst() { # name, then bench arguments
-  local name=$1; shift
-  # 150 s: the first ETC1S run bakes the mosaic (about 60 s on 16 cores).
-  timeout 150 $T bench --scene mosaic16k --camera flyover --upload-budget 1024 "$@" --size 1920x1080 \
-    --frames 150 --warmup 100 --no-feedback-probe --json /tmp/r/$name.json > /tmp/r/$name.txt 2>&1 || echo "FAILED $name"
-}
+h200_first
 for c in lz4 etc1s; do
   burst warm-$c --codec $c
   for s in ${SLICES:-default 0.3 off}; do
@@ -32,8 +23,5 @@ for c in lz4 etc1s; do
   done
 done
 echo "bursts done (${SECONDS}s)"
-if [ $h200 = 1 ] && [ "${H200_EXTRAS:-1}" = 1 ]; then
-  echo "== an H200: issue 45's table"
-  timeout $((limit - SECONDS)) bash scripts/device/run45f.sh
-fi
+h200_last
 echo "done (${SECONDS}s)"

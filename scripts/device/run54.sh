@@ -12,10 +12,7 @@
 limit=${LIMIT:-585}
 source scripts/device/prepare.sh
 nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-if [ $h200 = 1 ] && [ "${H200_EXTRAS:-1}" = 1 ]; then
-  echo "== an H200: issue 43's terrain table first"
-  timeout $((limit - SECONDS)) bash scripts/device/run43.sh
-fi
+h200_first
 for c in ${CODECS:-lz4 etc1s}; do
   for p in ${PREDICT:-8 0}; do
     for s in default off; do
@@ -38,8 +35,5 @@ PY
   done
 done
 echo "cuts done (${SECONDS}s)"
-if [ $h200 = 1 ] && [ "${H200_EXTRAS:-1}" = 1 ]; then
-  echo "== an H200: issue 45's table"
-  timeout $((limit - SECONDS)) bash scripts/device/run45f.sh
-fi
+h200_last
 echo "done (${SECONDS}s)"
